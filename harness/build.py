@@ -1,0 +1,140 @@
+"""Stage 2, build: compile every candidate's extensions in a pool of worker processes, each into its own build
+directory keyed by a hash of the candidate source, the toolchain and the build flags.
+
+A directory whose build.json exists is reused as it is: an unchanged candidate is never rebuilt across runs, and
+the execute worker, pointed at the same TORCH_EXTENSIONS_DIR with the same flags, finds its extensions built.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .discover import Pair
+from .procs import Worker, WorkerExit, worker_env
+
+BUILD_FORMAT = 1        # bump when the build recipe below changes, to invalidate every cached build
+
+
+@dataclass
+class Toolchain:
+    device_kind: str                # "cpu" | "cuda"
+    torch: str
+    cuda: str | None
+    arch: str | None                # TORCH_CUDA_ARCH_LIST
+    python: str
+
+    def as_key(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+@dataclass
+class BuildResult:
+    status: str                     # built | compile_error | skipped | timeout | crashed
+    error: str | None = None
+    compiler_output: str | None = None
+    extensions: list[str] = field(default_factory=list)
+    cached: bool = False
+    seconds: float = 0.0
+    key: str = ""
+    build_dir: str = ""
+    candidate_path: str = ""        # the file the execute worker imports
+
+    def record(self) -> dict:
+        return {"status": self.status, "cached": self.cached, "seconds": self.seconds, "key": self.key,
+                "extensions": self.extensions, "compiler_output": self.compiler_output}
+
+
+def build_key(source: str, toolchain: Toolchain) -> str:
+    digest = hashlib.sha256()
+    for part in (str(BUILD_FORMAT), toolchain.as_key(), source):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:20]
+
+
+def build_env(build_dir: Path, toolchain: Toolchain) -> dict[str, str]:
+    """The variables that decide where and how extensions build; the execute worker gets the same ones."""
+    env = {"TORCH_EXTENSIONS_DIR": str(build_dir / "ext"), "MAX_JOBS": "2"}
+    if toolchain.arch:
+        env["TORCH_CUDA_ARCH_LIST"] = toolchain.arch
+    return env
+
+
+def _prepare_dir(pair: Pair, root: Path, toolchain: Toolchain) -> tuple[str, Path, Path]:
+    cand = pair.candidate
+    key = build_key(cand.source or "", toolchain)
+    build_dir = root / key
+    build_dir.mkdir(parents=True, exist_ok=True)
+    if cand.path.suffix == ".py":
+        candidate_path = cand.path.resolve()
+    else:                                               # an extracted response: the code block is the candidate
+        candidate_path = build_dir / "candidate.py"
+        if not candidate_path.exists():
+            candidate_path.write_text(cand.source or "")
+    return key, build_dir, candidate_path
+
+
+def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed: int) -> BuildResult:
+    key, build_dir, candidate_path = _prepare_dir(pair, root, toolchain)
+    base = {"key": key, "build_dir": str(build_dir), "candidate_path": str(candidate_path)}
+    marker = build_dir / "build.json"
+    if marker.exists():
+        try:
+            saved = json.loads(marker.read_text())
+            return BuildResult(**{**saved, **base, "cached": True})
+        except (ValueError, TypeError):
+            marker.unlink()
+    started = time.monotonic()
+    env = worker_env({**build_env(build_dir, toolchain), "CUDA_VISIBLE_DEVICES": "", "KB_DEVICE": "cpu"})
+    worker = Worker("build", env, build_dir / "build.log")
+    worker.send({"candidate_path": str(candidate_path), "problem_path": str(pair.problem.path.resolve()),
+                 "device_kind": toolchain.device_kind, "seed": seed})
+    try:
+        message = worker.recv(time.monotonic() + timeout)
+    except WorkerExit as exc:
+        status = "timeout" if exc.kind == "timeout" else "crashed"
+        error = (f"build did not finish within {timeout:g} s" if status == "timeout"
+                 else f"build {exc.detail}: {worker.log_tail(300).strip().splitlines()[-1:]}")
+        return BuildResult(status, error, worker.log_tail(), seconds=round(time.monotonic() - started, 3), **base)
+    finally:
+        worker.close()
+    result = BuildResult(status=message.get("status", "crashed"), error=message.get("error"),
+                         compiler_output=message.get("compiler_output"), extensions=message.get("extensions", []),
+                         seconds=round(time.monotonic() - started, 3), **base)
+    if result.status in ("built", "compile_error", "skipped"):
+        saved = {k: v for k, v in asdict(result).items() if k not in base and k != "cached"}
+        tmp = marker.with_suffix(".tmp")
+        tmp.write_text(json.dumps(saved))
+        os.replace(tmp, marker)
+    return result
+
+
+def build_all(pairs: list[Pair], root: Path, toolchain: Toolchain, jobs: int, timeout: float, seed: int,
+              on_done: Callable[[Pair, BuildResult], None] | None = None) -> dict[str, BuildResult]:
+    """Build every buildable pair's candidate in parallel; returns candidate id -> result."""
+    root.mkdir(parents=True, exist_ok=True)
+    todo = [p for p in pairs if p.problem is not None and p.problem.error is None and p.candidate.error is None]
+    results: dict[str, BuildResult] = {}
+
+    locks: dict[str, threading.Lock] = {}
+    for pair in todo:                                   # identical sources share one build directory
+        locks.setdefault(build_key(pair.candidate.source or "", toolchain), threading.Lock())
+
+    def task(pair: Pair) -> None:
+        with locks[build_key(pair.candidate.source or "", toolchain)]:
+            result = build_one(pair, root, toolchain, timeout, seed)
+        results[pair.candidate.id] = result
+        if on_done:
+            on_done(pair, result)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for future in [pool.submit(task, pair) for pair in todo]:
+            future.result()
+    return results

@@ -1,0 +1,78 @@
+"""The private channel between the parent and a worker: two pipes the parent creates, one JSON object per line.
+
+The worker's stdout and stderr go to a log file; only what arrives on the result pipe, carrying the token the
+parent handed out, can become a record.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import select
+import time
+from typing import Any
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+class ChannelClosed(Exception):
+    """The other side closed its end (the worker exited or died)."""
+
+
+class ChannelTimeout(Exception):
+    """No message arrived before the deadline."""
+
+
+class ChannelProtocolError(Exception):
+    """Something arrived that is not a valid message from the harness."""
+
+
+def clean_json(value: Any) -> Any:
+    """JSON has no NaN/Inf: encode them as strings so the line stays valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: clean_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_json(v) for v in value]
+    return value
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    return (json.dumps(clean_json(message), separators=(",", ":")) + "\n").encode()
+
+
+class LineReader:
+    """Reads newline-terminated JSON objects from a file descriptor with a deadline."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.buffer = b""
+
+    def read(self, deadline: float | None) -> dict[str, Any]:
+        while b"\n" not in self.buffer:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self.fd], [], [], remaining)
+            if not ready:
+                raise ChannelTimeout()
+            chunk = os.read(self.fd, 1 << 20)
+            if not chunk:
+                raise ChannelClosed()
+            self.buffer += chunk
+            if len(self.buffer) > MAX_MESSAGE_BYTES:
+                raise ChannelProtocolError("message larger than 16 MiB")
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        try:
+            message = json.loads(line)
+        except ValueError:
+            raise ChannelProtocolError("a line that is not JSON") from None
+        if not isinstance(message, dict):
+            raise ChannelProtocolError("a JSON value that is not an object")
+        return message
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]

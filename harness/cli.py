@@ -1,0 +1,135 @@
+"""The command line. `main(argv) -> int` is the one place where errors become messages and exit codes:
+0 when the run completed (whatever the verdicts), 2 for usage and input errors, 1 for a harness fault."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from . import meta, report
+from .config import Config, config_to_dict, load_config
+from .errors import HarnessError, UsageError
+
+SUBCOMMANDS = ("report",)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "report":
+            return cmd_report(argv[1:])
+        return cmd_run(argv)
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted: finished pairs are in results.jsonl; continue with --resume RUN_ID", file=sys.stderr)
+        return 130
+    except SystemExit as exc:                      # argparse: --help (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else 2
+    except Exception:                              # noqa: BLE001 - the harness itself is broken
+        traceback.print_exc()
+        print("error: harness fault (traceback above)", file=sys.stderr)
+        return 1
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="run_eval.py",
+        description="Build, verify and time candidate kernels (solutions/) against reference problems (problems/). "
+                    "Other commands: 'run_eval.py report RUN_ID' re-renders a past run.",
+        epilog="Every option can also be set in config.yaml; flags win. Exit codes: 0 run completed (whatever the "
+               "verdicts), 2 usage or input error, 1 harness fault.")
+    p.add_argument("--config", type=Path, help="config file (default: ./config.yaml when it exists)")
+    p.add_argument("--problems-dir", help="root of <level>/<name>.py problem files (default: problems)")
+    p.add_argument("--solutions-dir", help="root of <level>/<name>/<candidate>.py files (default: solutions)")
+    p.add_argument("--output-dir", help="where runs are written (default: results)")
+    p.add_argument("--level", help="only this level, e.g. level1 or 1")
+    p.add_argument("--problem", metavar="GLOB", help="only problems matching GLOB (on <level>/<name> or <name>)")
+    p.add_argument("--candidate", metavar="GLOB", help="only candidates matching GLOB (on the file stem)")
+    p.add_argument("--problem-file", type=Path, metavar="P", help="evaluate one pair: this problem file ...")
+    p.add_argument("--solution-file", type=Path, metavar="S", help="... with this candidate file")
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), help="default: auto (cuda when a GPU exists)")
+    p.add_argument("--gpus", metavar="LIST", help="GPU indices to schedule pairs over, e.g. 0,1 (default: 0)")
+    p.add_argument("--trials", type=int, help="correctness trials per pair, each with fresh inputs (default: 5)")
+    p.add_argument("--samples", type=int, help="timed samples per side (default: 100)")
+    p.add_argument("--timeout", type=float, help="seconds one pair may take in its worker (default: 600)")
+    p.add_argument("--jobs", type=int, help="parallel builds (default: 0 = number of CPU cores)")
+    p.add_argument("--resume", metavar="RUN_ID", help="continue a run: evaluate only pairs without a record")
+    p.add_argument("--json", action="store_true", help="print records as JSON lines on stdout instead of a table")
+    return p
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    keys = ("problems_dir", "solutions_dir", "output_dir", "level", "problem", "candidate", "device", "gpus",
+            "trials", "timeout", "jobs")
+    overrides = {k: getattr(args, k) for k in keys}
+    if args.samples is not None:
+        overrides["timing"] = {"samples": args.samples}
+    return overrides
+
+
+def load_run_config(args: argparse.Namespace) -> Config:
+    path = args.config
+    if path is None and Path("config.yaml").is_file():
+        path = Path("config.yaml")
+    elif path is not None and not path.is_file():
+        raise UsageError(f"{path}: no such config file")
+    return load_config(path, _overrides(args))
+
+
+def cmd_run(argv: list[str]) -> int:
+    from .pipeline import run_pipeline
+    args = _run_parser().parse_args(argv)
+    if (args.problem_file is None) != (args.solution_file is None):
+        raise UsageError("--problem-file and --solution-file go together")
+    cfg = load_run_config(args)
+    return run_pipeline(cfg, args, argv)
+
+
+def cmd_report(argv: list[str]) -> int:
+    from .store import RunStore
+    p = argparse.ArgumentParser(prog="run_eval.py report", description="Re-render the table, summary and "
+                                "leaderboard.md of a past run from its results.jsonl.")
+    p.add_argument("run_id")
+    p.add_argument("--output-dir", default=None, help="where runs are (default: output_dir in config, or results)")
+    p.add_argument("--config", type=Path)
+    p.add_argument("--json", action="store_true", help="print the aggregates as JSON")
+    args = p.parse_args(argv)
+    output_dir = Path(args.output_dir or _config_output_dir(args.config))
+    store = RunStore.open(output_dir, args.run_id)
+    records = store.records()
+    render(records, store, json_mode=args.json, console=wide_console())
+    return 0
+
+
+def wide_console(stderr: bool = False):
+    """A rich console; when output is not a terminal (CI logs, files), wide enough that the table stays legible."""
+    from rich.console import Console
+    console = Console(stderr=stderr)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, width=200)
+    return console
+
+
+def _config_output_dir(path: Path | None) -> str:
+    if path is None and Path("config.yaml").is_file():
+        path = Path("config.yaml")
+    return load_config(path, {}).output_dir if path else "results"
+
+
+def render(records: list[dict[str, Any]], store, json_mode: bool, console) -> None:
+    agg = report.aggregate(records)
+    (store.dir / "leaderboard.md").write_text(report.leaderboard(records, store.run_id))
+    if json_mode:
+        print(json.dumps({"run_id": store.run_id, **agg}))
+        return
+    if console is None:
+        return
+    console.print(report.table(records, f"run {store.run_id}"))
+    for line in report.summary_lines(agg):
+        console.print(line, highlight=False)
+    console.print(f"results: {store.results_path}   leaderboard: {store.dir / 'leaderboard.md'}", highlight=False)

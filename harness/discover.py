@@ -1,0 +1,188 @@
+"""Stage 1, discover: walk problems/ and solutions/, pair candidates with problems.
+
+Nothing here imports or runs problem or candidate code: files are read as text and checked with `ast` only.
+"""
+from __future__ import annotations
+
+import ast
+import fnmatch
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InputError
+
+CANDIDATE_SUFFIXES = (".py", ".md", ".txt")
+REQUIRED_PROBLEM_NAMES = ("Model", "get_inputs", "get_init_inputs")
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str                 # "<level>/<name>"
+    path: Path
+    error: str | None       # why the file cannot be used, found statically; None when it looks well-formed
+
+
+@dataclass(frozen=True)
+class Candidate:
+    id: str                 # "<level>/<name>/<stem>"
+    path: Path
+    source: str | None      # the python source to run (extracted from .md/.txt responses)
+    error: str | None       # static load error (syntax, no ModelNew, no code block)
+
+
+@dataclass(frozen=True)
+class Pair:
+    problem: Problem | None  # None when the candidate's problem file does not exist
+    candidate: Candidate
+    problem_id: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.problem_id, self.candidate.id)
+
+
+def check_problem_source(path: Path, text: str) -> str | None:
+    """Return a one-line reason the problem file is unusable, or None."""
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as exc:
+        return f"{path}: line {exc.lineno}: syntax error: {exc.msg}"
+    defined = _top_level_names(tree)
+    missing = [name for name in REQUIRED_PROBLEM_NAMES if name not in defined]
+    if missing:
+        return f"{path}: not a problem file: no {', '.join(missing)} defined at module level"
+    return None
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.ImportFrom, ast.Import)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+_FENCE = re.compile(r"^```[ \t]*([A-Za-z0-9_+-]*)[ \t]*$")
+
+
+def extract_code_block(text: str) -> str | None:
+    """The last complete fenced python block that defines ModelNew, or None.
+
+    A block is complete when its closing fence is present; a response cut off mid-block does not count.
+    """
+    blocks: list[str] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        match = _FENCE.match(lines[i].strip())
+        if match is None:
+            i += 1
+            continue
+        lang = match.group(1).lower()
+        body: list[str] = []
+        j = i + 1
+        while j < len(lines) and lines[j].strip() != "```":
+            body.append(lines[j])
+            j += 1
+        if j >= len(lines):
+            break                                   # unterminated block: incomplete, ignore
+        if lang in ("", "python", "py", "python3"):
+            blocks.append("\n".join(body) + "\n")
+        i = j + 1
+    defining = [b for b in blocks if re.search(r"^\s*class\s+ModelNew\b", b, re.M)]
+    return defining[-1] if defining else None
+
+
+def load_candidate(path: Path, cid: str) -> Candidate:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return Candidate(cid, path, None, f"{path}: cannot read: {exc.strerror}")
+    if path.suffix in (".md", ".txt"):
+        source = extract_code_block(text)
+        if source is None:
+            return Candidate(cid, path, None,
+                             f"{path}: response has no complete python code block defining ModelNew")
+    else:
+        source = text
+    try:
+        tree = ast.parse(source, filename=str(path))
+    except SyntaxError as exc:
+        return Candidate(cid, path, source, f"{path}: line {exc.lineno}: syntax error: {exc.msg}")
+    if "ModelNew" not in _top_level_names(tree) and not _assigns_anywhere(tree, "ModelNew"):
+        return Candidate(cid, path, source, f"{path}: defines no ModelNew class")
+    return Candidate(cid, path, source, None)
+
+
+def _assigns_anywhere(tree: ast.AST, name: str) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
+            return True
+        if isinstance(node, ast.Constant) and node.value == name:      # setattr/globals()["ModelNew"] = ...
+            return True
+    return False
+
+
+def load_problem(path: Path, pid: str) -> Problem:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return Problem(pid, path, f"{path}: cannot read: {exc.strerror}")
+    return Problem(pid, path, check_problem_source(path, text))
+
+
+def _level_matches(level: str, wanted: str | None) -> bool:
+    if wanted is None:
+        return True
+    return level == wanted or level == f"level{wanted}"
+
+
+def _glob_matches(value: str, pattern: str) -> bool:
+    return fnmatch.fnmatchcase(value, pattern) or fnmatch.fnmatchcase(value.rsplit("/", 1)[-1], pattern)
+
+
+def discover(problems_dir: Path, solutions_dir: Path, level: str | None = None,
+             problem_glob: str = "*", candidate_glob: str = "*") -> tuple[list[Problem], list[Pair]]:
+    """All selected problems, and every (problem, candidate) pair under the two trees, sorted."""
+    if not problems_dir.is_dir():
+        raise InputError(f"{problems_dir}: problems directory does not exist")
+    problems: dict[str, Problem] = {}
+    for path in sorted(problems_dir.glob("*/*.py")):
+        level_name = path.parent.name
+        pid = f"{level_name}/{path.stem}"
+        if path.name.startswith("_") or not _level_matches(level_name, level) or not _glob_matches(pid, problem_glob):
+            continue
+        problems[pid] = load_problem(path, pid)
+    pairs: list[Pair] = []
+    if solutions_dir.is_dir():
+        for path in sorted(solutions_dir.glob("*/*/*")):
+            if path.suffix not in CANDIDATE_SUFFIXES or path.name.startswith(("_", ".")) or not path.is_file():
+                continue
+            pid = f"{path.parent.parent.name}/{path.parent.name}"
+            if not _level_matches(path.parent.parent.name, level) or not _glob_matches(pid, problem_glob):
+                continue
+            cid = f"{pid}/{path.stem}"
+            if not _glob_matches(cid, candidate_glob):
+                continue
+            pairs.append(Pair(problems.get(pid), load_candidate(path, cid), pid))
+    elif solutions_dir.exists():
+        raise InputError(f"{solutions_dir}: solutions path is not a directory")
+    return list(problems.values()), pairs
+
+
+def single_pair(problem_file: Path, solution_file: Path) -> Pair:
+    """--problem-file/--solution-file: one pair; a missing or malformed problem is a usage error."""
+    for path in (problem_file, solution_file):
+        if not path.is_file():
+            raise InputError(f"{path}: no such file")
+    pid = f"{problem_file.parent.name}/{problem_file.stem}"
+    problem = load_problem(problem_file, pid)
+    if problem.error:
+        raise InputError(problem.error)
+    cid = f"{pid}/{solution_file.stem}"
+    return Pair(problem, load_candidate(solution_file, cid), pid)

@@ -1,0 +1,116 @@
+"""A run, stage by stage: resolve the device, discover, build, execute, store, report."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from . import meta
+from .build import Toolchain, build_all
+from .config import Config, config_to_dict
+from .discover import Pair, discover, single_pair
+from .errors import UsageError
+from .execute import Context, Slot, run_all
+from .records import now
+from .store import RunStore
+
+
+def resolve_slots(cfg: Config, gpu_list: list[dict[str, Any]]) -> tuple[str, list[Slot]]:
+    import torch
+    has_cuda = torch.version.cuda is not None and bool(gpu_list)
+    device = cfg.device if cfg.device != "auto" else ("cuda" if has_cuda else "cpu")
+    if device == "cpu":
+        return "cpu", [Slot("cpu", None)]
+    if torch.version.cuda is None:
+        raise UsageError("--device cuda: this torch build has no CUDA support")
+    if not gpu_list:
+        raise UsageError("--device cuda: no GPU found (nvidia-smi lists none)")
+    names = {g["index"]: g["name"] for g in gpu_list}
+    missing = [g for g in cfg.gpus if g not in names]
+    if missing:
+        raise UsageError(f"--gpus: no GPU with index {missing[0]} (found {sorted(names)})")
+    return "cuda", [Slot(f"cuda:{g}", g, names[g]) for g in cfg.gpus]
+
+
+def toolchain_for(device: str, cfg: Config, gpu_list: list[dict[str, Any]]) -> Toolchain:
+    import torch
+    arch = None
+    if device == "cuda":
+        arch = cfg.cuda_arch or (gpu_list[cfg.gpus[0]]["compute_capability"] if gpu_list else None)
+    return Toolchain(device, torch.__version__, torch.version.cuda, arch, sys.version.split()[0])
+
+
+def select_pairs(cfg: Config, args: argparse.Namespace) -> list[Pair]:
+    if args.problem_file is not None:
+        return [single_pair(args.problem_file, args.solution_file)]
+    _, pairs = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate)
+    return pairs
+
+
+def scratch_root(run_id: str) -> Path:
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    return base / f"kbharness-{run_id}"
+
+
+def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str]) -> int:
+    from .cli import render, wide_console
+    console = wide_console(stderr=True)
+    gpu_list = meta.gpus()
+    device, slots = resolve_slots(cfg, gpu_list)
+    pairs = select_pairs(cfg, args)
+    output_dir = Path(cfg.output_dir)
+    if args.resume:
+        store = RunStore.open(output_dir, args.resume)
+        done = store.done_keys()
+        pairs = [p for p in pairs if p.key not in done]
+        store.update_metadata(resumed_at=[*store.metadata().get("resumed_at", []), now()])
+    else:
+        store = RunStore.create(output_dir, {**meta.collect(["run_eval.py", *argv], gpu_list), "device": device,
+                                             "started_at": now(), "config": config_to_dict(cfg)})
+    console.print(f"run {store.run_id}: {len(pairs)} pairs on {', '.join(s.name for s in slots)}", highlight=False)
+    started = time.monotonic()
+    toolchain = toolchain_for(device, cfg, gpu_list)
+    records_out: list[dict[str, Any]] = []
+    with _progress(console) as progress:
+        build_task = progress.add_task("build", total=len(pairs))
+        builds = build_all(pairs, Path(cfg.cache_dir) / "builds", toolchain, cfg.build_jobs(), cfg.build_timeout,
+                           cfg.seed, on_done=lambda pair, result: progress.advance(build_task))
+        progress.update(build_task, completed=len(pairs))
+        eval_task = progress.add_task("evaluate", total=len(pairs))
+
+        def emit(record: dict[str, Any]) -> None:
+            store.append(record)
+            records_out.append(record)
+            progress.advance(eval_task)
+            if args.json:
+                print(json.dumps(record, default=str), flush=True)
+
+        scratch = scratch_root(store.run_id)
+        scratch.mkdir(parents=True, exist_ok=True)
+        ctx = Context(cfg, store.run_id, toolchain, builds, scratch, store.dir / "logs", emit)
+        try:
+            run_all(pairs, ctx, slots)
+        finally:
+            import shutil
+            shutil.rmtree(scratch, ignore_errors=True)
+    store.update_metadata(finished_at=now(), wall_seconds=round(time.monotonic() - started, 3),
+                          builds_compiled=sum(1 for b in builds.values() if not b.cached),
+                          builds_cached=sum(1 for b in builds.values() if b.cached))
+    if args.json:
+        from . import report
+        for line in report.summary_lines(report.aggregate(store.records())):
+            console.print(line, highlight=False)
+    render(store.records(), store, json_mode=False, console=None if args.json else wide_console())
+    return 0
+
+
+def _progress(console):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    return Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, transient=False)

@@ -1,0 +1,41 @@
+"""Entry point of every worker process: read the job from the command pipe, run the role, exit hard.
+
+Exiting with os._exit skips candidate atexit handlers and leftover threads: once the role has sent its
+messages, nothing the candidate left behind can run or speak."""
+import os
+import sys
+
+from .common import Conn, describe, tail_traceback
+
+
+def main(argv: list[str]) -> None:
+    role, cmd_fd, res_fd = argv[0], int(argv[1]), int(argv[2])
+    conn = Conn(cmd_fd, res_fd)
+    job = conn.recv()
+    os.environ.setdefault("KB_DEVICE", job.get("device", "cpu"))
+    try:
+        if role == "build":
+            from .build import run
+        elif role == "reference":
+            from .reference import run
+        elif role == "candidate":
+            from .candidate import run
+        else:
+            raise SystemExit(f"unknown worker role {role!r}")
+        run(conn, job)
+    except BaseException as exc:                       # noqa: BLE001 - anything left is a harness fault
+        try:
+            conn.send("harness_error", error=describe(exc), traceback=tail_traceback(exc))
+        except OSError:
+            pass
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:                          # noqa: BLE001
+                pass
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,25 @@
+"""3D tensor x matrix product: C[b, i, k] = sum_j A[b, i, j] * B[j, k] (einsum 'bij,jk->bik')."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A, B):
+        return torch.einsum("bij,jk->bik", A, B)
+
+
+batch_size = 128
+dim_i = 1024
+dim_j = 512
+dim_k = 1024
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim_i, dim_j), torch.randn(dim_j, dim_k)]
+
+
+def get_init_inputs():
+    return []

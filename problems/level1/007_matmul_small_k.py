@@ -1,0 +1,24 @@
+"""Matrix multiplication with a small inner dimension: C = A @ B, A (16384 x 32), B (32 x 16384); output-write bound."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+
+
+M = 16384
+K = 32
+N = 16384
+
+
+def get_inputs():
+    return [torch.randn(M, K), torch.randn(K, N)]
+
+
+def get_init_inputs():
+    return []

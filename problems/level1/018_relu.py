@@ -1,0 +1,24 @@
+"""ReLU: y = max(x, 0), elementwise on a (4096 x 98304) fp32 tensor (1.5 GiB in, 1.5 GiB out)."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+
+batch_size = 4096
+dim = 98304
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,26 @@
+"""ELU (alpha 1.0): y = x if x > 0 else alpha * (exp(x) - 1), elementwise on a (4096 x 98304) fp32 tensor (1.5 GiB in, 1.5 GiB out)."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self, alpha):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x):
+        return F.elu(x, alpha=self.alpha)
+
+
+batch_size = 4096
+dim = 98304
+alpha = 1.0
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return [alpha]

@@ -1,0 +1,26 @@
+"""LeakyReLU (negative slope 0.01): y = x if x > 0 else slope * x, elementwise on a (4096 x 98304) fp32 tensor (1.5 GiB in, 1.5 GiB out)."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self, negative_slope):
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x):
+        return F.leaky_relu(x, negative_slope=self.negative_slope)
+
+
+batch_size = 4096
+dim = 98304
+negative_slope = 0.01
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return [negative_slope]

@@ -1,0 +1,31 @@
+"""Sum over the middle dimension (keepdim=True) of a (batch, 4096, 1024) tensor."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return torch.sum(x, dim=self.dim, keepdim=True)
+
+
+batch_size = 128
+dim1 = 4096
+dim2 = 1024
+reduce_dim = 1
+
+# Sums of 4096 values of magnitude ~1 (results ~64): a correct fp32 kernel with another summation order can
+# differ by a few 1e-4 in absolute terms on results near zero.
+ATOL = 1e-3
+RTOL = 1e-4
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim1, dim2)]
+
+
+def get_init_inputs():
+    return [reduce_dim]

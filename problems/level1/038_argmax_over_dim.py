@@ -1,0 +1,26 @@
+"""Argmax over the middle dimension of a (batch, 4096, 1024) tensor (int64 indices)."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return torch.argmax(x, dim=self.dim)
+
+
+batch_size = 128
+dim1 = 4096
+dim2 = 1024
+reduce_dim = 1
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim1, dim2)]
+
+
+def get_init_inputs():
+    return [reduce_dim]

@@ -1,0 +1,28 @@
+"""MaxPool1d (kernel 4, stride 2, padding 1) over a (batch, channels, length) signal."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, kernel_size, stride, padding):
+        super().__init__()
+        self.pool = nn.MaxPool1d(kernel_size=kernel_size, stride=stride, padding=padding)
+
+    def forward(self, x):
+        return self.pool(x)
+
+
+batch_size = 64
+channels = 128
+length = 32768
+kernel_size = 4
+stride = 2
+padding = 1
+
+
+def get_inputs():
+    return [torch.randn(batch_size, channels, length)]
+
+
+def get_init_inputs():
+    return [kernel_size, stride, padding]

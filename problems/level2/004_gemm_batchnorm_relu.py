@@ -1,0 +1,29 @@
+"""Linear (GEMM + bias) -> BatchNorm1d (training mode: batch statistics) -> ReLU."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.bn = nn.BatchNorm1d(out_features)
+
+    def forward(self, x):
+        x = self.linear(x)
+        x = self.bn(x)
+        x = torch.relu(x)
+        return x
+
+
+batch_size = 16384
+in_features = 1024
+out_features = 4096
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]

@@ -1,0 +1,82 @@
+# Custom CUDA Mish x * tanh(log1p(exp(x))): one elementwise pass, y = f(x), fp32.
+# Eager F.mish is one elementwise kernel, so expect parity to ~1.05x: the three transcendentals
+# stay well under the memory time on an H200, and the op is HBM-bound (1.5 GiB read + 1.5 GiB
+# written), served here by streaming float4 loads/stores in a grid-stride loop.
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_src = r"""
+#include <torch/extension.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAException.h>
+#include <algorithm>
+#include <cstdint>
+
+__device__ __forceinline__ float act_fn(float x) {
+    return x * tanhf(log1pf(expf(x)));
+}
+
+// Vector part: n4 float4 elements; scalar part: elements [start, n) (tail, or everything when unaligned).
+__global__ void __launch_bounds__(256) mish_kernel(const float4* __restrict__ x4, float4* __restrict__ y4, int64_t n4,
+                                                  const float* __restrict__ x, float* __restrict__ y,
+                                                  int64_t start, int64_t n) {
+    const int64_t stride = (int64_t)blockDim.x * gridDim.x;
+    const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (int64_t i = tid; i < n4; i += stride) {
+        float4 v = __ldcs(x4 + i);  // read once: streaming (evict-first)
+        float4 r;
+        r.x = act_fn(v.x);
+        r.y = act_fn(v.y);
+        r.z = act_fn(v.z);
+        r.w = act_fn(v.w);
+        __stcs(y4 + i, r);
+    }
+    for (int64_t i = start + tid; i < n; i += stride) {
+        y[i] = act_fn(x[i]);
+    }
+}
+
+torch::Tensor mish_forward(torch::Tensor x) {
+    TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
+    TORCH_CHECK(x.is_contiguous(), "x must be contiguous");
+    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "x must be float32");
+    auto y = torch::empty_like(x);
+    const int64_t n = x.numel();
+    if (n == 0) return y;
+    const float* xp = x.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    const bool aligned = ((reinterpret_cast<uintptr_t>(xp) | reinterpret_cast<uintptr_t>(yp)) & 15) == 0;
+    const int64_t n4 = aligned ? n / 4 : 0;
+    const int64_t start = n4 * 4;
+    int sms = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, x.get_device()));
+    const int threads = 256;
+    const int64_t work = std::max<int64_t>(n4, n - start);
+    const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((work + threads - 1) / threads, (int64_t)sms * 8));
+    auto stream = c10::cuda::getCurrentCUDAStream();
+    mish_kernel<<<(unsigned)blocks, threads, 0, stream>>>(
+        reinterpret_cast<const float4*>(xp), reinterpret_cast<float4*>(yp), n4, xp, yp, start, n);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return y;
+}
+"""
+
+cpp_src = "torch::Tensor mish_forward(torch::Tensor x);"
+
+_ext = load_inline(
+    name="kb_l1_027_mish_f4",
+    cpp_sources=cpp_src,
+    cuda_sources=cuda_src,
+    functions=["mish_forward"],
+    extra_cuda_cflags=["-O3"],
+    verbose=False,
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return _ext.mish_forward(x.contiguous())

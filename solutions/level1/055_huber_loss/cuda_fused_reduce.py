@@ -1,0 +1,128 @@
+# Fused smooth-L1 (Huber, beta) loss: one grid-stride kernel reads predictions and targets once with float4 loads,
+# accumulates the smooth-L1 term per thread, reduces per block (warp shuffles + shared memory) into one partial per block, and a
+# tiny second kernel sums the partials in a fixed order in double and divides by n (deterministic, no
+# atomics). Eager writes the 1 GiB elementwise loss tensor and reads it back for the mean: ~4 GiB of
+# traffic vs 2 GiB here, so expect ~2x.
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_src = r"""
+#include <torch/extension.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAException.h>
+#include <algorithm>
+#include <cstdint>
+
+constexpr int THREADS = 256;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// smooth L1 as in PyTorch: z < beta ? 0.5 * z^2 / beta : z - 0.5 * beta, with z = |a - b|
+__device__ __forceinline__ float sl1(float a, float b, float beta) {
+    const float z = fabsf(a - b);
+    return z < beta ? 0.5f * z * z / beta : z - 0.5f * beta;
+}
+
+// Vector part: float4 elements [0, n4); scalar part: elements [start, n) (the tail, or everything if unaligned).
+__global__ void __launch_bounds__(THREADS) huber_partial_kernel(const float4* __restrict__ p4, const float4* __restrict__ t4,
+                                                              int64_t n4, const float* __restrict__ p,
+                                                              const float* __restrict__ t, int64_t start, int64_t n,
+                                                              float beta, float* __restrict__ partials) {
+    __shared__ float red[THREADS / 32];
+    const int64_t stride = (int64_t)gridDim.x * THREADS;
+    const int64_t tid = (int64_t)blockIdx.x * THREADS + threadIdx.x;
+    float acc = 0.f;
+#pragma unroll 4
+    for (int64_t i = tid; i < n4; i += stride) {
+        const float4 a = __ldcs(p4 + i);
+        const float4 b = __ldcs(t4 + i);
+        acc += (sl1(a.x, b.x, beta) + sl1(a.y, b.y, beta)) + (sl1(a.z, b.z, beta) + sl1(a.w, b.w, beta));
+    }
+    for (int64_t i = start + tid; i < n; i += stride) acc += sl1(p[i], t[i], beta);
+
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    acc = warp_sum(acc);
+    if (lane == 0) red[wid] = acc;
+    __syncthreads();
+    if (wid == 0) {
+        float v = (lane < THREADS / 32) ? red[lane] : 0.f;
+        v = warp_sum(v);
+        if (lane == 0) partials[blockIdx.x] = v;
+    }
+}
+
+// One block: fixed-order double-precision sum of the per-block partials, times inv_n.
+__global__ void __launch_bounds__(THREADS) finalize_kernel(const float* __restrict__ partials, int nparts,
+                                                           double inv_n, float* __restrict__ out) {
+    __shared__ double red[THREADS / 32];
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < nparts; i += THREADS) acc += (double)partials[i];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    acc = warp_sum_d(acc);
+    if (lane == 0) red[wid] = acc;
+    __syncthreads();
+    if (wid == 0) {
+        double v = (lane < THREADS / 32) ? red[lane] : 0.0;
+        v = warp_sum_d(v);
+        if (lane == 0) out[0] = (float)(v * inv_n);
+    }
+}
+
+torch::Tensor huber_forward(torch::Tensor pred, torch::Tensor target, double beta) {
+    TORCH_CHECK(beta > 0.0, "beta must be positive");
+    TORCH_CHECK(pred.is_cuda() && target.is_cuda(), "inputs must be CUDA tensors");
+    TORCH_CHECK(pred.is_contiguous() && target.is_contiguous(), "inputs must be contiguous");
+    TORCH_CHECK(pred.scalar_type() == torch::kFloat32 && target.scalar_type() == torch::kFloat32, "inputs must be float32");
+    TORCH_CHECK(pred.sizes() == target.sizes(), "shapes must match");
+    const int64_t n = pred.numel();
+    auto out = torch::empty({}, pred.options());
+    TORCH_CHECK(n > 0, "empty input");
+    const float* pp = pred.data_ptr<float>();
+    const float* tp = target.data_ptr<float>();
+    const bool aligned = ((reinterpret_cast<uintptr_t>(pp) | reinterpret_cast<uintptr_t>(tp)) & 15) == 0;
+    const int64_t n4 = aligned ? n / 4 : 0;
+    const int64_t start = n4 * 4;
+    int sms = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, pred.get_device()));
+    const int64_t work = std::max<int64_t>(n4, n - start);
+    const int blocks = (int)std::max<int64_t>(1, std::min<int64_t>((work + THREADS - 1) / THREADS, (int64_t)sms * 8));
+    auto partials = torch::empty({blocks}, pred.options());
+    auto stream = c10::cuda::getCurrentCUDAStream();
+    huber_partial_kernel<<<blocks, THREADS, 0, stream>>>(reinterpret_cast<const float4*>(pp), reinterpret_cast<const float4*>(tp),
+                                                       n4, pp, tp, start, n, (float)beta, partials.data_ptr<float>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    finalize_kernel<<<1, THREADS, 0, stream>>>(partials.data_ptr<float>(), blocks, 1.0 / (double)n, out.data_ptr<float>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return out;
+}
+"""
+
+cpp_src = "torch::Tensor huber_forward(torch::Tensor pred, torch::Tensor target, double beta);"
+
+_ext = load_inline(
+    name="kb_l1_055_huber_fused",
+    cpp_sources=cpp_src,
+    cuda_sources=cuda_src,
+    functions=["huber_forward"],
+    extra_cuda_cflags=["-O3"],
+    verbose=False,
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, predictions, targets):
+        # F.smooth_l1_loss default: beta = 1.0, reduction = 'mean'
+        return _ext.huber_forward(predictions.contiguous(), targets.contiguous(), 1.0)
