@@ -73,27 +73,28 @@ _FENCE = re.compile(r"^```[ \t]*([A-Za-z0-9_+-]*)[ \t]*$")
 def extract_code_block(text: str) -> str | None:
     """The last complete fenced python block that defines ModelNew, or None.
 
-    A block is complete when its closing fence is present; a response cut off mid-block does not count.
+    A block is complete when its closing fence is present: a response cut off mid-block does not count. A fence
+    with a language tag (```python) always opens a new block, even inside an unlabelled one: model responses
+    often carry stray ``` lines in their prose, and the labelled fence is what the author meant.
     """
     blocks: list[str] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        match = _FENCE.match(lines[i].strip())
+    lang: str | None = None                 # None: outside a block
+    body: list[str] = []
+    for line in text.splitlines():
+        match = _FENCE.match(line.strip())
         if match is None:
-            i += 1
+            if lang is not None:
+                body.append(line)
             continue
-        lang = match.group(1).lower()
-        body: list[str] = []
-        j = i + 1
-        while j < len(lines) and lines[j].strip() != "```":
-            body.append(lines[j])
-            j += 1
-        if j >= len(lines):
-            break                                   # unterminated block: incomplete, ignore
-        if lang in ("", "python", "py", "python3"):
-            blocks.append("\n".join(body) + "\n")
-        i = j + 1
+        tag = match.group(1).lower()
+        if tag:                             # a labelled fence opens, abandoning any unlabelled block
+            lang, body = tag, []
+        elif lang is None:                  # a bare fence outside a block opens an unlabelled one
+            lang, body = "", []
+        else:                               # a bare fence inside a block closes it
+            if lang in ("", "python", "py", "python3"):
+                blocks.append("\n".join(body) + "\n")
+            lang, body = None, []
     defining = [b for b in blocks if re.search(r"^\s*class\s+ModelNew\b", b, re.M)]
     return defining[-1] if defining else None
 

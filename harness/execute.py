@@ -202,7 +202,8 @@ class ReferenceSide:
 
 def _timing_job(cfg: Config) -> dict[str, Any]:
     t = cfg.timing
-    return {"warmup": t.warmup, "samples": t.samples, "input_sets": t.input_sets, "flush_l2": t.flush_l2}
+    return {"warmup": t.warmup, "samples": t.samples, "input_sets": min(t.input_sets, cfg.trials),
+            "flush_l2": t.flush_l2}
 
 
 def _last_line(text: str) -> str:

@@ -4,11 +4,28 @@ Exiting with os._exit skips candidate atexit handlers and leftover threads: once
 messages, nothing the candidate left behind can run or speak."""
 import os
 import sys
+import threading
+import time
 
 from .common import Conn, describe, tail_traceback
 
 
+def _die_with_parent() -> None:
+    """A worker outlives nothing: when the parent is gone (killed run), end at once, whatever the candidate is
+    doing in the main thread."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, name="kb-parent-watch", daemon=True).start()
+
+
 def main(argv: list[str]) -> None:
+    _die_with_parent()
     role, cmd_fd, res_fd = argv[0], int(argv[1]), int(argv[2])
     conn = Conn(cmd_fd, res_fd)
     job = conn.recv()

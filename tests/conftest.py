@@ -1,0 +1,55 @@
+"""Shared helpers: run the real CLI in a subprocess over the fixture trees, the way a user does."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def write_config(tmp: Path, tree: Path, **extra) -> Path:
+    lines = [f"problems_dir: {tree / 'problems'}", f"solutions_dir: {tree / 'solutions'}",
+             f"output_dir: {tmp / 'results'}", f"cache_dir: {tmp / 'cache'}", "device: cpu", "trials: 3",
+             "timeout: 30", "timing:", "  warmup: 2", "  samples: 20"]
+    lines += [f"{k}: {v}" for k, v in extra.items()]
+    path = tmp / "config.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def run_cli(*args: str, cwd: Path = REPO, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, str(REPO / "run_eval.py"), *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def json_records(stdout: str) -> dict[str, dict]:
+    records = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    return {r["solution"].rsplit("/", 1)[-1]: r for r in records}
+
+
+def run_dirs(tmp: Path) -> list[Path]:
+    return sorted(p for p in (tmp / "results").iterdir() if p.is_dir())
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except Exception:                                   # noqa: BLE001
+        return False
+
+
+@pytest.fixture(scope="session")
+def fixture_tree() -> Path:
+    return FIXTURES / "tree"

@@ -1,0 +1,157 @@
+"""The whole pipeline on the CPU, for real: real C++ extension builds, real worker processes, real timing.
+
+One run over the fixture tree (one candidate per failure mode) is shared by the tests that read its records."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, json_records, run_cli, run_dirs, write_config
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory, fixture_tree):
+    tmp = tmp_path_factory.mktemp("run")
+    config = write_config(tmp, fixture_tree)
+    done = run_cli("--config", str(config), "--json", "--timeout", "20")
+    assert done.returncode == 0, done.stderr
+    return tmp, config, json_records(done.stdout), done
+
+
+def test_every_pair_has_exactly_one_record(first_run):
+    tmp, _, records, _ = first_run
+    (run_dir,) = run_dirs(tmp)
+    lines = (run_dir / "results.jsonl").read_text().splitlines()
+    keys = [(json.loads(l)["problem"], json.loads(l)["solution"]) for l in lines]
+    assert len(keys) == len(set(keys)) == 13
+    assert set(records) == {"correct_cpp", "incorrect", "compile_error", "syntax_error", "no_modelnew", "raises",
+                            "segfault", "exit_fake_record", "hang", "nan_output", "wrong_shape", "cuda_only",
+                            "identity"}
+
+
+@pytest.mark.parametrize("candidate, status, words", [
+    ("correct_cpp", "ok", None),
+    ("incorrect", "incorrect", "out of tolerance"),
+    ("compile_error", "compile_error", "undefined_symbol_here"),
+    ("syntax_error", "load_error", "syntax error"),
+    ("no_modelnew", "load_error", "no ModelNew"),
+    ("raises", "runtime_error", "invalid configuration argument"),
+    ("segfault", "crashed", "SIGSEGV"),
+    ("exit_fake_record", "crashed", "exited with code 0 before reporting"),
+    ("hang", "timeout", "timeout of 20 s"),
+    ("nan_output", "incorrect", "NaN"),
+    ("wrong_shape", "incorrect", "shape (64, 79) != expected (64, 80)"),
+    ("cuda_only", "skipped", "CUDA sources"),
+    ("identity", "load_error", "no get_inputs"),
+])
+def test_status_and_message(first_run, candidate, status, words):
+    record = first_run[2][candidate]
+    assert record["status"] == status, record["error"]
+    assert record["correct"] is (status == "ok")
+    if words is None:
+        assert record["error"] is None and record["flags"] == []
+    else:
+        assert words in record["error"]
+        assert "\n" not in record["error"]
+
+
+def test_correct_record_has_correctness_and_timing_details(first_run):
+    record = first_run[2]["correct_cpp"]
+    c = record["correctness"]
+    assert c["trials"] == 3 and c["trials_passed"] == 3
+    assert c["param_match"] == "state_dict" and c["module_mode"] == "train"
+    assert c["max_abs_err"] <= c["atol"] + 10 * c["rtol"]
+    for side in ("reference", "candidate"):
+        stats = record["timing"][side]
+        assert stats["n"] == 20 and len(stats["samples_ms"]) == 20
+        assert 0 < stats["min_ms"] <= stats["median_ms"] <= stats["max_ms"]
+        assert stats["iqr_ms"] >= 0 and stats["stdev_ms"] >= 0
+    assert record["timing"]["clock"] == "host"
+    assert record["speedup"] == pytest.approx(record["timing"]["reference"]["median_ms"]
+                                              / record["timing"]["candidate"]["median_ms"])
+    assert record["build"]["extensions"] == ["fixture_relu_cpp"]
+
+
+def test_incorrect_record_says_where(first_run):
+    c = first_run[2]["incorrect"]["correctness"]
+    assert c["trials_passed"] == 0
+    assert c["first_mismatch"]["index"] and "got" in c["first_mismatch"]
+
+
+def test_fake_record_printed_on_stdout_is_ignored(first_run):
+    record = first_run[2]["exit_fake_record"]
+    assert record["speedup"] is None and record["timing"] is None
+    assert "speedup\": 100.0" not in json.dumps(record["timing"])
+
+
+def test_run_files(first_run):
+    tmp, _, records, _ = first_run
+    (run_dir,) = run_dirs(tmp)
+    meta = json.loads((run_dir / "run.json").read_text())
+    for key in ("schema_version", "argv", "git", "hostname", "torch", "cuda", "gpus", "config", "finished_at"):
+        assert key in meta
+    assert meta["config"]["device"] == "cpu"
+    board = (run_dir / "leaderboard.md").read_text()
+    assert "| level1/001_linear_relu | correct_cpp |" in board
+    assert "(no correct candidate)" in board                       # the broken problem
+
+
+def test_report_rerenders_a_past_run(first_run):
+    tmp, config, _, _ = first_run
+    (run_dir,) = run_dirs(tmp)
+    done = run_cli("report", run_dir.name, "--output-dir", str(tmp / "results"))
+    assert done.returncode == 0, done.stderr
+    assert "correct_cpp" in done.stdout and "fast_1.0" in done.stdout
+    done = run_cli("report", "no-such-run", "--output-dir", str(tmp / "results"))
+    assert done.returncode == 2 and "no such run" in done.stderr
+
+
+def test_second_run_compiles_nothing(first_run):
+    tmp, config, first_records, _ = first_run
+    ext_dir = Path(first_records["correct_cpp"]["build"]["key"])
+    sos = sorted((tmp / "cache").rglob("*.so"))
+    assert sos, "the first run built a shared object"
+    mtimes = {p: p.stat().st_mtime_ns for p in sos}
+    done = run_cli("--config", str(config), "--json", "--candidate", "correct_cpp")
+    assert done.returncode == 0, done.stderr
+    record = json_records(done.stdout)["correct_cpp"]
+    assert record["status"] == "ok" and record["build"]["cached"] is True
+    assert {p: p.stat().st_mtime_ns for p in sos} == mtimes
+    meta = json.loads((run_dirs(tmp)[-1] / "run.json").read_text())
+    assert meta["builds_compiled"] == 0 and meta["builds_cached"] == 1
+
+
+def test_resume_after_a_killed_run(tmp_path, fixture_tree):
+    config = write_config(tmp_path, fixture_tree)
+    args = [sys.executable, str(REPO / "run_eval.py"), "--config", str(config), "--timeout", "20",
+            "--problem", "*001*"]
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 600
+    results = None
+    while time.monotonic() < deadline:
+        found = list((tmp_path / "results").glob("*/results.jsonl"))
+        if found and len(found[0].read_text().splitlines()) >= 6:
+            results = found[0]
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert results is not None, "the run never wrote 6 records"
+    before = [json.loads(l) for l in results.read_text().splitlines() if l.strip().endswith("}")]
+    assert 6 <= len(before) < 12
+    done = run_cli("--config", str(config), "--timeout", "20", "--problem", "*001*", "--resume",
+                   results.parent.name, "--json")
+    assert done.returncode == 0, done.stderr
+    after = [json.loads(l) for l in results.read_text().splitlines()]
+    keys = [(r["problem"], r["solution"]) for r in after]
+    assert len(keys) == len(set(keys)) == 12
+    resumed = json_records(done.stdout)
+    assert len(resumed) == 12 - len(before)

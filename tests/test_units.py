@@ -1,0 +1,140 @@
+"""Unit tests for the pure parts: response extraction, comparison, config, aggregates, CLI input errors."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import REPO, run_cli
+from harness import report
+from harness.config import load_config
+from harness.discover import check_problem_source, extract_code_block
+from harness.errors import InputError, UsageError
+from harness.verify import compare_outputs, compare_tensor
+
+SEEDS = REPO / "solutions" / "level2"
+
+
+def test_extract_last_complete_block_defining_modelnew():
+    text = "intro\n```python\nclass ModelNew: a = 1\n```\nprose\n```python\nclass ModelNew: a = 2\n```\n"
+    assert "a = 2" in extract_code_block(text)
+
+
+def test_extract_ignores_a_cut_off_block():
+    text = "```python\nclass ModelNew: a = 1\n```\n```python\nclass ModelNew: a = 2\n"
+    assert "a = 1" in extract_code_block(text)
+
+
+def test_extract_labelled_fence_reopens_after_stray_fences():
+    text = "```\nstray prose\n```\nmore\n```\n```python\nclass ModelNew: a = 3\n```\n"
+    assert extract_code_block(text).strip() == "class ModelNew: a = 3"
+
+
+def test_extract_none_without_modelnew():
+    assert extract_code_block("```python\ndef get_inputs(): pass\n```\n") is None
+    assert extract_code_block("no code at all") is None
+
+
+def test_seed_002_uses_its_first_block_because_the_second_is_cut_off():
+    text = (SEEDS / "073_conv2d_batchnorm_scaling" / "seed_002.txt").read_text()
+    block = extract_code_block(text)
+    lines = text.splitlines()
+    second_start = max(i for i, l in enumerate(lines) if l.strip() == "```python")
+    assert block.strip().splitlines()[0] == lines[max(i for i, l in enumerate(lines[:second_start])
+                                                        if l.strip() == "```python") + 1].strip()
+
+
+def test_problem_check_names_what_is_missing(tmp_path):
+    assert "no get_inputs" in check_problem_source(tmp_path / "p.py", "class Model: pass\ndef get_init_inputs(): pass")
+    assert "syntax error" in check_problem_source(tmp_path / "p.py", "def (:")
+    assert check_problem_source(tmp_path / "p.py", "class Model: pass\ndef get_inputs(): pass\n"
+                                                   "def get_init_inputs(): pass") is None
+
+
+def test_compare_tolerance_nan_and_shape():
+    ref = torch.tensor([1.0, 2.0, float("nan"), 0.0])
+    assert compare_tensor(ref.clone(), ref, 1e-4, 1e-4)["ok"]
+    off = ref.clone()
+    off[1] = 2.0 + 2.1e-4 + 1e-4                      # just over atol + rtol*|2|
+    result = compare_tensor(off, ref, 1e-4, 1e-4)
+    assert not result["ok"] and result["first_mismatch"]["index"] == [1]
+    nan = ref.clone()
+    nan[0] = float("nan")
+    assert "NaN" in compare_tensor(nan, ref, 1e-4, 1e-4)["reason"]
+    assert "shape" in compare_tensor(ref[:3], ref, 1e-4, 1e-4)["reason"]
+    assert "dtype" in compare_tensor(ref.double(), ref, 1e-4, 1e-4)["reason"]
+    assert "2 outputs, expected 1" in compare_outputs([ref, ref], [ref], 1e-4, 1e-4)["reason"]
+
+
+def test_compare_multi_dim_index():
+    ref = torch.zeros(3, 4)
+    out = ref.clone()
+    out[2, 1] = 1.0
+    assert compare_tensor(out, ref, 1e-4, 1e-4)["first_mismatch"]["index"] == [2, 1]
+
+
+def test_config_rejects_unknown_keys_and_bad_values(tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text("trails: 5\n")
+    with pytest.raises(InputError, match="unknown config key 'trails'"):
+        load_config(bad, {})
+    bad.write_text("trials: [1\n")
+    with pytest.raises(InputError, match="invalid YAML"):
+        load_config(bad, {})
+    bad.write_text("timing:\n  samples: many\n")
+    with pytest.raises(InputError, match="timing.samples"):
+        load_config(bad, {})
+    with pytest.raises(UsageError, match="trials"):
+        load_config(None, {"trials": 0})
+    good = tmp_path / "g.yaml"
+    good.write_text("trials: 7\ngpus: [0, 1]\n")
+    cfg = load_config(good, {"trials": 3, "gpus": "2,3"})
+    assert cfg.trials == 3 and cfg.gpus == (2, 3)                  # flags win
+
+
+def test_aggregate_fast_p_and_geomean():
+    recs = [{"status": "ok", "correct": True, "speedup": 2.0}, {"status": "ok", "correct": True, "speedup": 0.5},
+            {"status": "incorrect", "correct": False, "speedup": None}, {"status": "timeout", "correct": False,
+                                                                        "speedup": None}]
+    agg = report.aggregate(recs)
+    assert agg["correctness_rate"] == 0.5
+    assert agg["geomean_speedup"] == pytest.approx(1.0)
+    assert agg["fast_p"] == {"0.0": 0.5, "1.0": 0.25, "1.5": 0.25, "2.0": 0.0}
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--trials", "x"], "invalid int value"),
+    (["--device", "tpu"], "invalid choice"),
+    (["--problem-file", "nope.py", "--solution-file", "nope2.py"], "nope.py: no such file"),
+    (["--problem-file", "x.py"], "go together"),
+    (["--config", "missing.yaml"], "missing.yaml: no such config file"),
+    (["--problems-dir", "/nonexistent/problems", "--device", "cpu"], "problems directory does not exist"),
+    (["--gpus", "a,b", "--device", "cpu"], "gpus"),
+])
+def test_cli_usage_errors_exit_2_with_one_line(args, words):
+    done = run_cli(*args)
+    assert done.returncode == 2
+    assert words in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_cli_config_typo_names_file_and_key(tmp_path):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("device: cpu\nsamplez: 3\n")
+    done = run_cli("--config", str(cfg))
+    assert done.returncode == 2 and f"{cfg}: unknown config key 'samplez'" in done.stderr
+
+
+def test_cli_single_pair_with_broken_problem_is_exit_2(tmp_path):
+    problem = REPO / "tests/fixtures/tree/problems/level1/002_broken_problem.py"
+    solution = REPO / "tests/fixtures/tree/solutions/level1/002_broken_problem/identity.py"
+    done = run_cli("--problem-file", str(problem), "--solution-file", str(solution), "--device", "cpu",
+                   "--output-dir", str(tmp_path))
+    assert done.returncode == 2 and "no get_inputs" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_help_exits_0():
+    done = run_cli("--help")
+    assert done.returncode == 0 and "--resume" in done.stdout
