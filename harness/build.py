@@ -19,7 +19,7 @@ from typing import Callable
 from .discover import Pair
 from .procs import Worker, WorkerExit, worker_env
 
-BUILD_FORMAT = 1        # bump when the build recipe below changes, to invalidate every cached build
+BUILD_FORMAT = 2        # bump when the build recipe below changes, to invalidate every cached build
 
 
 @dataclass

@@ -13,7 +13,7 @@ from . import meta, report
 from .config import Config, config_to_dict, load_config
 from .errors import HarnessError, UsageError
 
-SUBCOMMANDS = ("report",)
+SUBCOMMANDS = ("report", "lint", "import-kernelbench")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,6 +21,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv and argv[0] == "report":
             return cmd_report(argv[1:])
+        if argv and argv[0] == "lint":
+            from .lint import cmd_lint
+            return cmd_lint(argv[1:])
+        if argv and argv[0] == "import-kernelbench":
+            from .kbimport import cmd_import
+            return cmd_import(argv[1:])
         return cmd_run(argv)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -40,7 +46,9 @@ def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="run_eval.py",
         description="Build, verify and time candidate kernels (solutions/) against reference problems (problems/). "
-                    "Other commands: 'run_eval.py report RUN_ID' re-renders a past run.",
+                    "Other commands: 'run_eval.py report RUN_ID' re-renders a past run; 'run_eval.py lint [selection]' checks "
+                    "problems for degeneracy; 'run_eval.py import-kernelbench PATH' imports a KernelBench checkout "
+                    "or run folder. Each has its own --help.",
         epilog="Every option can also be set in config.yaml; flags win. Exit codes: 0 run completed (whatever the "
                "verdicts), 2 usage or input error, 1 harness fault.")
     p.add_argument("--config", type=Path, help="config file (default: ./config.yaml when it exists)")

@@ -16,7 +16,6 @@ from .errors import InputError, UsageError
 class TimingConfig:
     warmup: int = 10            # untimed calls before sampling
     samples: int = 100          # timed calls (one sample each)
-    input_sets: int = 2         # distinct input sets the timed calls rotate over (at most `trials`)
     flush_l2: bool = True       # write a buffer of 2x the L2 size before every sample (GPU only)
 
 
@@ -38,6 +37,7 @@ class Config:
     reference_timeout: float = 900.0    # seconds for the reference side of one problem
     jobs: int = 0                       # parallel builds; 0 = number of CPU cores
     cuda_arch: str | None = None        # TORCH_CUDA_ARCH_LIST for builds; None = the first GPU's capability
+    defenses: bool = True               # anti-cheat checks (README: Hardening); off only to measure their cost
     timing: TimingConfig = field(default_factory=TimingConfig)
 
     def build_jobs(self) -> int:
@@ -166,7 +166,6 @@ def _check_ranges(cfg: Config, source: str) -> None:
         (cfg.jobs >= 0, "'jobs' must be 0 (all cores) or more"),
         (cfg.timing.samples >= 1, "'timing.samples' must be at least 1"),
         (cfg.timing.warmup >= 0, "'timing.warmup' must be 0 or more"),
-        (cfg.timing.input_sets >= 1, "'timing.input_sets' must be at least 1"),
     ]
     for ok, message in checks:
         if not ok:

@@ -20,7 +20,7 @@ from .build import BuildResult, Toolchain, build_env
 from .config import Config
 from .discover import Pair
 from .procs import Worker, WorkerExit, describe_exit, worker_env
-from .records import add_flag, finish, new_record
+from .records import INVALIDATING_FLAGS, add_flag, finish, new_record
 
 
 @dataclass
@@ -47,6 +47,7 @@ class Context:
     log_dir: Path
     emit: Callable[[dict[str, Any]], None]
     stop: threading.Event = field(default_factory=threading.Event)
+    ceilings: dict[str, dict[str, float]] = field(default_factory=dict)   # slot name -> measured ceilings
 
 
 def slug(text: str) -> str:
@@ -65,6 +66,8 @@ def run_all(pairs: list[Pair], ctx: Context, slots: list[Slot]) -> None:
 
     def serve(slot: Slot) -> None:
         try:
+            if slot.gpu is not None and ctx.cfg.defenses:
+                ctx.ceilings[slot.name] = measure_ceilings(ctx, slot)
             while not ctx.stop.is_set():
                 try:
                     group = work.get_nowait()
@@ -83,6 +86,19 @@ def run_all(pairs: list[Pair], ctx: Context, slots: list[Slot]) -> None:
             thread.join(0.2)
     if errors:
         raise errors[0]
+
+
+def measure_ceilings(ctx: Context, slot: Slot) -> dict[str, float]:
+    """Copy bandwidth and matmul throughput of this GPU, once per run (a worker of its own)."""
+    worker = Worker("ceilings", worker_env(slot.env()), ctx.log_dir / f"ceilings_{slot.name.replace(':', '')}.log")
+    worker.send({"device": slot.device})
+    try:
+        message = worker.recv(time.monotonic() + 300)
+    except WorkerExit:
+        return {}
+    finally:
+        worker.close()
+    return {k: v for k, v in message.items() if k != "kind" and isinstance(v, (int, float))}
 
 
 def _base_record(pair: Pair, ctx: Context, slot: Slot) -> dict[str, Any]:
@@ -136,6 +152,10 @@ def run_problem(group: list[Pair], ctx: Context, slot: Slot) -> None:
                 ctx.emit(finish(record, reference.error_status, reference.error))
                 continue
             run_pair(pair, record, reference, ctx, slot, problem_dir)
+            lint = reference.info.get("lint") or {}
+            if lint.get("degenerate"):
+                add_flag(record, "degenerate_problem")
+                record.setdefault("flag_details", {})["degenerate_problem"] = "; ".join(lint.get("reasons", []))
             ctx.emit(record)
             if record["status"] in ("crashed", "timeout", "oom", "runtime_error") and not reference.healthy():
                 reference.close()                       # the next pair gets a fresh reference process too
@@ -160,7 +180,7 @@ class ReferenceSide:
         self.worker = Worker("reference", worker_env(slot.env()), log)
         self.worker.send({"problem_path": str(pair.problem.path.resolve()), "device": slot.device,
                           "seed": cfg.seed, "trials": cfg.trials, "timing": _timing_job(cfg),
-                          "scratch": str(problem_dir)})
+                          "scratch": str(problem_dir), "defenses": cfg.defenses})
         try:
             message = self.worker.recv(time.monotonic() + cfg.reference_timeout)
         except WorkerExit as exc:
@@ -187,6 +207,13 @@ class ReferenceSide:
             raise WorkerExit("protocol", None, f"reference answered {message.get('kind')!r} to verify")
         return message["results"]
 
+    def check_fingerprints(self, path: str) -> dict[str, Any]:
+        self.worker.send({"op": "fingerprints", "path": path})
+        message = self.worker.recv(time.monotonic() + self.ctx.cfg.reference_timeout)
+        if message.get("kind") != "fingerprints":
+            raise WorkerExit("protocol", None, f"reference answered {message.get('kind')!r} to fingerprints")
+        return message
+
     def healthy(self) -> bool:
         if self.error is not None:
             return False
@@ -202,8 +229,7 @@ class ReferenceSide:
 
 def _timing_job(cfg: Config) -> dict[str, Any]:
     t = cfg.timing
-    return {"warmup": t.warmup, "samples": t.samples, "input_sets": min(t.input_sets, cfg.trials),
-            "flush_l2": t.flush_l2}
+    return {"warmup": t.warmup, "samples": t.samples, "flush_l2": t.flush_l2}
 
 
 def _last_line(text: str) -> str:
@@ -223,9 +249,9 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, ctx: 
     deadline = started + cfg.timeout
     worker.send({"problem_path": str(pair.problem.path.resolve()), "candidate_path": build.candidate_path,
                  "device": slot.device, "seed": cfg.seed, "trials": cfg.trials, "timing": _timing_job(cfg),
-                 "scratch": str(pair_dir), "state_path": str(reference.state_path)})
+                 "scratch": str(pair_dir), "state_path": str(reference.state_path), "defenses": cfg.defenses})
     try:
-        _drive(worker, record, reference, deadline)
+        _drive(worker, record, reference, deadline, ctx.ceilings.get(slot.name, {}))
     except WorkerExit as exc:
         if exc.kind == "timeout":
             finish(record, "timeout", f"killed after the pair timeout of {cfg.timeout:g} s")
@@ -235,10 +261,13 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, ctx: 
         code = worker.close()
         record["worker"] = {"exit_code": code, "seconds": round(time.monotonic() - started, 3),
                             "log_tail": None if record["status"] == "ok" else worker.log_tail()}
+        if record["status"] in ("crashed", "timeout", "oom", "runtime_error"):
+            record["worker"]["device_usable_after"] = reference.healthy()
         shutil.rmtree(pair_dir, ignore_errors=True)
 
 
-def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, deadline: float) -> None:
+def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, deadline: float,
+           ceilings: dict[str, float]) -> None:
     message = worker.recv(deadline)
     if message.get("kind") == "failed":
         finish(record, message.get("status", "crashed"), message.get("error"))
@@ -248,13 +277,17 @@ def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, dea
         raise WorkerExit("protocol", None, f"worker sent {message.get('kind')!r}: {message.get('error')}")
     results = reference.verify(_files(message))
     record["correctness"] = _correctness(results, message, reference.info, reference.ctx.cfg)
-    if message.get("mutates_inputs"):
-        add_flag(record, "mutates_inputs")
+    _flag_from(record, message)
     failing = [r for r in results if not r["ok"]]
     if failing:
         worker.send({"op": "exit"})
         first = failing[0]
-        finish(record, "incorrect", f"{first['label'].replace('trial', 'trial ')}: {first['reason']}")
+        hint = f"{first['hint']}; " if first.get("hint") else ""
+        reason = f"{first['label'].replace('trial', 'trial ')}: {hint}{first['reason']}"
+        if "unsynchronized_work" in record["flags"]:          # the values checked were not the final ones
+            finish(record, "invalid", f"unsynchronized_work: {_FLAG_DETAILS['unsynchronized_work']}; {reason}")
+        else:
+            finish(record, "incorrect", reason)
         return
     worker.send({"op": "time"})
     message = worker.recv(deadline)
@@ -264,15 +297,85 @@ def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, dea
     if message.get("kind") != "timed":
         raise WorkerExit("protocol", None, f"worker sent {message.get('kind')!r} while timing")
     _timing(record, message, reference)
-    timed = reference.verify(_files(message))
-    record["correctness"]["timed_outputs_checked"] = len(timed)
-    if any(not r["ok"] for r in timed):
-        add_flag(record, "output_changed_under_timing")
-    if message.get("mutates_inputs"):
-        add_flag(record, "mutates_inputs")
-    if message.get("tampered_timers"):
-        add_flag(record, "tampered_timer")
-    finish(record, "ok")
+    _flag_from(record, message)
+    _check_timed_outputs(record, message, reference)
+    _check_kernels(record, message.get("profile"))
+    _check_physics(record, reference.info.get("work"), ceilings)
+    invalid = [f for f in record["flags"] if f in INVALIDATING_FLAGS]
+    if invalid:
+        finish(record, "invalid", f"{invalid[0]}: {record.get('flag_details', {}).get(invalid[0], '')}".rstrip(": "))
+    else:
+        finish(record, "ok")
+
+
+_FLAG_DETAILS = {
+    "mutates_inputs": "the candidate changed its input tensors",
+    "unsynchronized_work": "outputs kept changing after the call returned and the device was idle",
+    "output_not_plain_tensor": "the call returned a tensor subclass or lazy object, not a plain tensor",
+    "tampered_timer": "candidate code replaced clock functions",
+}
+
+
+def _flag(record: dict[str, Any], flag: str, detail: str) -> None:
+    add_flag(record, flag)
+    record.setdefault("flag_details", {})[flag] = detail
+
+
+def _flag_from(record: dict[str, Any], message: dict[str, Any]) -> None:
+    for key in ("mutates_inputs", "unsynchronized_work", "output_not_plain_tensor"):
+        if message.get(key):
+            _flag(record, key, _FLAG_DETAILS[key])
+    tampered = message.get("tampered_timers")
+    if tampered:
+        _flag(record, "tampered_timer", f"{_FLAG_DETAILS['tampered_timer']}: {', '.join(map(str, tampered))}")
+
+
+def _check_timed_outputs(record: dict[str, Any], message: dict[str, Any], reference: ReferenceSide) -> None:
+    if not reference.ctx.cfg.defenses:
+        return
+    full = reference.verify(_files(message))
+    path = message.get("fingerprints")
+    sampled = reference.check_fingerprints(str(path)) if path else {"checked": 0, "failed": None,
+                                                                    "reason": "no fingerprints sent"}
+    record["correctness"]["timed_outputs_checked"] = sampled.get("checked", 0)
+    record["correctness"]["timed_outputs_full_checked"] = len(full)
+    bad_full = next((r for r in full if not r["ok"]), None)
+    expected_samples = reference.ctx.cfg.timing.samples
+    if bad_full is not None:
+        _flag(record, "output_changed_under_timing", f"{bad_full['label']}: {bad_full['reason']}")
+    elif sampled.get("failed") is not None or sampled.get("checked") != expected_samples:
+        _flag(record, "output_changed_under_timing", sampled.get("reason") or "timed outputs were not all checked")
+
+
+def _check_kernels(record: dict[str, Any], profile: Any) -> None:
+    if not isinstance(profile, dict):
+        return
+    record["kernels"] = {k: profile.get(k) for k in ("kernels", "custom_kernels", "custom_share", "other_kernels")}
+    if not profile.get("custom_kernels"):
+        _flag(record, "no_custom_kernel", "no GPU kernel from the candidate's own extension ran during a profiled call")
+
+
+def _check_physics(record: dict[str, Any], work: Any, ceilings: dict[str, float]) -> None:
+    """Achieved rates for every timed pair; `faster_than_physics` below 60% of the roofline floor (the floor
+    uses the measured copy bandwidth and the bf16 tensor-core rate, the fastest the device goes; the 40% margin
+    covers output writes that stay in the 60 MB L2 and copy-measured bandwidth under the true peak)."""
+    cand = (record.get("timing") or {}).get("candidate") or {}
+    ms = cand.get("median_ms")
+    if not isinstance(work, dict) or not ms:
+        return
+    flops, moved = work.get("flops"), work.get("bytes")
+    perf: dict[str, Any] = {"flops": flops, "bytes": moved, "ceilings": ceilings or None,
+                            "achieved_tflops": flops / (ms * 1e-3) / 1e12 if flops else None,
+                            "achieved_gbps": moved / (ms * 1e-3) / 1e9 if moved else None}
+    bw, peak = ceilings.get("copy_gbps"), ceilings.get("matmul_tflops_bf16")
+    if bw and peak:
+        floor_ms = max((flops or 0) / (peak * 1e12), (moved or 0) / (bw * 1e9)) * 1e3
+        perf.update(floor_ms=floor_ms,
+                    pct_of_peak_bandwidth=100 * perf["achieved_gbps"] / bw if perf["achieved_gbps"] else None,
+                    pct_of_peak_flops=100 * perf["achieved_tflops"] / peak if perf["achieved_tflops"] else None)
+        if ms < 0.6 * floor_ms:
+            _flag(record, "faster_than_physics", f"{ms:.4f} ms is under 60% of the roofline floor {floor_ms:.4f} ms")
+    record["performance"] = perf
 
 
 def _files(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -295,6 +398,8 @@ def _correctness(results, message, info, cfg: Config) -> dict[str, Any]:
         "first_mismatch": first_bad and {"trial": first_bad["label"], "reason": first_bad["reason"],
                                          **(first_bad.get("first_mismatch") or {})},
         "param_match": message.get("param_match"), "module_mode": message.get("module_mode"),
+        "fp64_max_abs_err": next((r.get("fp64_max_abs_err") for r in results if r["label"] == "trial0"), None),
+        "fp64_reference_max_abs_err": info.get("fp64_reference_max_abs_err"),
         "reference_module_mode": info.get("module_mode"), "seed": cfg.seed,
     }
 

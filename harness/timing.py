@@ -69,47 +69,49 @@ class L2Flusher:
         self.buffer.fill_(0x5A5A5A5A)
 
 
-def time_calls(fn: Callable[[int], Any], n_sets: int, device: str, warmup: int, samples: int, flush_l2: bool,
-               after_call: Callable[[int, int, Any], None] | None = None) -> dict[str, Any]:
-    """Time `fn(set_index)` `samples` times, rotating over `n_sets` input sets.
+def time_calls(prepare: Callable[[int], Any], call: Callable[[Any], Any], device: str, warmup: int, samples: int,
+               flush_l2: bool, after_call: Callable[[int, Any, Any], None] | None = None) -> dict[str, Any]:
+    """Time `call(prepare(i))` for i in range(samples); warmup calls use prepare(-1), prepare(-2), ...
 
-    `after_call(sample, set_index, output)` runs after each sample is complete and outside the timed region.
+    `prepare` (inputs for sample i) runs before the device is idled and the L2 flushed; `after_call(i, prepared,
+    output)` runs once the sample is complete, outside the timed region.
     """
     if device == "cpu":
-        return _time_cpu(fn, n_sets, warmup, samples, after_call)
-    return _time_cuda(fn, n_sets, torch.device(device), warmup, samples, flush_l2, after_call)
+        return _time_cpu(prepare, call, warmup, samples, after_call)
+    return _time_cuda(prepare, call, torch.device(device), warmup, samples, flush_l2, after_call)
 
 
-def _time_cpu(fn, n_sets, warmup, samples, after_call) -> dict[str, Any]:
-    for i in range(warmup):
-        fn(i % n_sets)
+def _time_cpu(prepare, call, warmup, samples, after_call) -> dict[str, Any]:
+    for w in range(warmup):
+        call(prepare(-1 - w))
     times = []
     for i in range(samples):
-        k = i % n_sets
+        prepared = prepare(i)
         t0 = _perf_counter_ns()
-        out = fn(k)
+        out = call(prepared)
         t1 = _perf_counter_ns()
         times.append((t1 - t0) / 1e6)
         if after_call is not None:
-            after_call(i, k, out)
+            after_call(i, prepared, out)
+        del out
     return {"clock": "host", "l2_flush": False, **summarize(times)}
 
 
-def _time_cuda(fn, n_sets, device, warmup, samples, flush_l2, after_call) -> dict[str, Any]:
+def _time_cuda(prepare, call, device, warmup, samples, flush_l2, after_call) -> dict[str, Any]:
     flusher = L2Flusher(device) if flush_l2 else None
-    for i in range(warmup):
-        fn(i % n_sets)
+    for w in range(warmup):
+        call(prepare(-1 - w))
     _synchronize(device)
     start, stream_end, device_end = _Event(enable_timing=True), _Event(enable_timing=True), _Event(enable_timing=True)
     times, lags, host = [], [], []
     for i in range(samples):
-        k = i % n_sets
+        prepared = prepare(i)
         _synchronize(device)
         if flusher is not None:
             flusher()
         h0 = _perf_counter_ns()
         _event_record(start)
-        out = fn(k)
+        out = call(prepared)
         _event_record(stream_end)
         _synchronize(device)
         _event_record(device_end)
@@ -120,7 +122,8 @@ def _time_cuda(fn, n_sets, device, warmup, samples, flush_l2, after_call) -> dic
         lags.append(total - _event_elapsed(start, stream_end))
         host.append((h1 - h0) / 1e6)
         if after_call is not None:
-            after_call(i, k, out)
+            after_call(i, prepared, out)
+        del out
     result = {"clock": "cuda_event", "l2_flush": flusher is not None, **summarize(times)}
     result["host_median_ms"] = statistics.median(host)
     result["stream_lag_median_ms"] = statistics.median(lags)
@@ -129,5 +132,5 @@ def _time_cuda(fn, n_sets, device, warmup, samples, flush_l2, after_call) -> dic
 
 def timer_floor(device: str, samples: int = 50) -> float:
     """Median time of an empty sample: the fixed cost every sample carries (sync latency, event launch)."""
-    stats = time_calls(lambda k: None, 1, device, warmup=5, samples=samples, flush_l2=False)
+    stats = time_calls(lambda i: None, lambda prepared: None, device, warmup=5, samples=samples, flush_l2=False)
     return stats["median_ms"]

@@ -37,6 +37,10 @@ def main(argv: list[str]) -> None:
             from .reference import run
         elif role == "candidate":
             from .candidate import run
+        elif role == "ceilings":
+            from .ceilings import run
+        elif role == "lint":
+            from .lint import run
         else:
             raise SystemExit(f"unknown worker role {role!r}")
         run(conn, job)

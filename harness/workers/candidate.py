@@ -7,11 +7,13 @@ are written to files that the reference worker compares.
 from __future__ import annotations
 
 import os
+import re
+import time
 from typing import Any
 
-from .common import (Conn, SkipCandidate, as_tensor_list, compiler_summary, describe, init_inputs,
-                     install_extension_hooks, load_module, make_inputs, problem_settings, setup_torch,
-                     tail_traceback, to_device)
+from .common import (Conn, SkipCandidate, as_tensor_list, compiler_summary, describe, device_inputs, fingerprint,
+                     init_inputs, install_extension_hooks, load_module, make_inputs, problem_settings, setup_torch,
+                     tail_traceback, timed_seed, to_device)
 
 
 class Failed(Exception):
@@ -31,7 +33,7 @@ def run(conn: Conn, job: dict[str, Any]) -> None:
                   module_mode="train" if model.training else "eval", **report)
         if conn.recv().get("op") != "time":
             return
-        conn.send("timed", **_timing(model, cpu_inputs, job, device, timing))
+        conn.send("timed", **_timing(model, problem, settings, job, device, timing))
     except Failed as f:
         conn.send("failed", status=f.status, error=f.error, detail=f.detail)
 
@@ -138,59 +140,177 @@ class _NoLog:
     skip_reason = None
 
 
+def _sync(device: str) -> None:
+    import torch
+    if device != "cpu":
+        torch.cuda.synchronize()
+
+
+def _changed_after_return(outs: list, device: str, settle_s: float = 0.05) -> bool:
+    """True when an output's values change after the call returned and the device went idle: work finished
+    later by a background thread or an unsynchronized stream."""
+    import torch
+    snapshot = [t.clone() for t in outs]
+    time.sleep(settle_s)
+    _sync(device)
+    return not all(_same(t, s) for t, s in zip(outs, snapshot))
+
+
 def _correctness(model, cpu_inputs, job, device, settings) -> dict[str, Any]:
     import torch
-    files, mutated = [], False
+    files, mutated, unsynchronized, not_plain = [], False, False, False
+    defenses = job.get("defenses", True)
     for k, cpu in enumerate(cpu_inputs):
         pristine = to_device(cpu, device)
         work = [x.clone() if isinstance(x, torch.Tensor) else x for x in pristine]
         torch.manual_seed(job["seed"] + k)
         out = _forward(model, work, f"forward (trial {k})")
         try:
-            if device != "cpu":
-                torch.cuda.synchronize()
+            _sync(device)
+            not_plain = not_plain or _not_plain(out)
             outs = as_tensor_list(out)
+            path = _save(outs, job["scratch"], f"trial{k}")        # the values as the call left them
+            if defenses:
+                unsynchronized = unsynchronized or _changed_after_return(outs, device)
         except ValueError as exc:
             raise Failed("incorrect", f"trial {k}: {exc}") from None
         except BaseException as exc:                   # noqa: BLE001 - asynchronous CUDA errors surface here
             raise _classify(exc, _NoLog, f"forward (trial {k})") from None
-        mutated = mutated or _inputs_changed(work, pristine)
-        files.append({"label": f"trial{k}", "trial": k, "path": _save(outs, job["scratch"], f"trial{k}")})
-    return {"files": files, "mutates_inputs": mutated}
+        mutated = mutated or (defenses and _inputs_changed(work, pristine))
+        files.append({"label": f"trial{k}", "trial": k, "path": path})
+    return {"files": files, "mutates_inputs": mutated, "unsynchronized_work": unsynchronized,
+            "output_not_plain_tensor": not_plain}
 
 
-def _timing(model, cpu_inputs, job, device, timing) -> dict[str, Any]:
+def _not_plain(out) -> bool:
+    """A tensor subclass or a lazy object can defer its work past the end of the timed region."""
+    import torch
+    items = out if isinstance(out, (list, tuple)) else [out]
+    return any(type(t) is not torch.Tensor for t in items)
+
+
+def _timing(model, problem, settings, job, device, timing) -> dict[str, Any]:
+    """Every timed call gets fresh inputs drawn on the device (seed + 1e6 + i), so no output cache keyed by
+    pointer, shape or values can hit; the reference worker drew the same inputs and kept fingerprints of its
+    outputs, which every timed output is checked against (and the first and last in full)."""
     import torch
     t = job["timing"]
-    n_sets = t["input_sets"]
-    pristine = [to_device(cpu_inputs[k], device) for k in range(n_sets)]
-    work = [[x.clone() if isinstance(x, torch.Tensor) else x for x in p] for p in pristine]
-    samples = t["samples"]
-    last = {k: max(i for i in range(samples) if i % n_sets == k) for k in range(min(n_sets, samples))}
-    state = {"mutated": False, "files": []}
+    samples, seed, defenses = t["samples"], job["seed"], job.get("defenses", True)
+    state = {"mutated": False, "not_plain": False, "files": [], "fingerprints": [], "shapes": []}
+    fixed = device_inputs(problem, timed_seed(seed, 0), settings, device) if not defenses else None
 
-    def call(k):
-        return model(*work[k])
+    def prepare(i):
+        if not defenses:
+            return fixed, None
+        work = device_inputs(problem, timed_seed(seed, i), settings, device)
+        return work, [x.clone() if isinstance(x, torch.Tensor) else x for x in work]
 
-    def after_call(i, k, out):
-        if i == k or i == last.get(k):                 # the first and last timed output of every input set
-            try:
-                outs = as_tensor_list(out)
-            except ValueError as exc:
-                raise Failed("incorrect", f"timed call {i}: {exc}") from None
+    def call(prepared):
+        return model(*prepared[0])
+
+    def after_call(i, prepared, out):
+        if not defenses:
+            return
+        work, pristine = prepared
+        state["not_plain"] = state["not_plain"] or _not_plain(out)
+        try:
+            outs = as_tensor_list(out)
+        except ValueError as exc:
+            raise Failed("incorrect", f"timed call {i}: {exc}") from None
+        values, shapes = fingerprint(outs, seed)
+        state["fingerprints"].append(values)
+        state["shapes"].append(shapes)
+        if i in (0, samples - 1):                      # the first and last timed outputs, in full
             label = f"timed{i}"
-            state["files"].append({"label": label, "trial": k, "path": _save(outs, job["scratch"], label)})
-        if _inputs_changed(work[k], pristine[k]):
-            state["mutated"] = True
-            for w, p in zip(work[k], pristine[k]):
-                if isinstance(w, torch.Tensor):
-                    w.copy_(p)
+            state["files"].append({"label": label, "trial": -1 - i, "path": _save(outs, job["scratch"], label)})
+        state["mutated"] = state["mutated"] or _inputs_changed(work, pristine)
 
     try:
-        stats = timing.time_calls(call, n_sets, device, t["warmup"], samples, t["flush_l2"], after_call)
+        stats = timing.time_calls(prepare, call, device, t["warmup"], samples, t["flush_l2"], after_call)
+        profile = _profile(model, prepare, device) if defenses and device != "cpu" else None
     except Failed:
         raise
     except BaseException as exc:                       # noqa: BLE001
         raise _classify(exc, _NoLog, "forward (timing)") from None
-    return {"timing": stats, "files": state["files"], "mutates_inputs": state["mutated"],
-            "tampered_timers": timing.timers_tampered()}
+    fingerprint_path = None
+    if state["fingerprints"]:
+        fingerprint_path = os.path.join(job["scratch"], "fingerprints.pt")
+        torch.save({"values": state["fingerprints"], "shapes": state["shapes"]}, fingerprint_path)
+    return {"timing": stats, "files": state["files"], "fingerprints": fingerprint_path,
+            "mutates_inputs": state["mutated"], "output_not_plain_tensor": state["not_plain"],
+            "tampered_timers": timing.timers_tampered(), "profile": profile}
+
+
+def _profile(model, prepare, device) -> dict[str, Any]:
+    """One call under torch.profiler: the GPU kernels it launched, and which come from the candidate's own
+    extensions (kernel names found in the extension libraries under TORCH_EXTENSIONS_DIR)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    own = extension_kernel_names(os.environ.get("TORCH_EXTENSIONS_DIR", ""))
+    prepared = prepare(0)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        model(*prepared[0])
+        torch.cuda.synchronize()
+    kernels: dict[str, float] = {}
+    for event in prof.events():
+        if str(getattr(event, "device_type", "")).endswith("CUDA"):
+            us = getattr(event, "device_time_total", None)
+            if us is None:
+                us = getattr(event, "cuda_time_total", 0.0)
+            kernels[event.name] = kernels.get(event.name, 0.0) + float(us or 0.0)
+    total = sum(kernels.values())
+    custom = {name: us for name, us in kernels.items() if kernel_base_name(name) in own}
+    return {"kernels": len(kernels), "custom_kernels": sorted(custom)[:20],
+            "custom_share": (sum(custom.values()) / total) if total else 0.0,
+            "other_kernels": sorted(set(kernels) - set(custom))[:20]}
+
+
+_MANGLED = re.compile(rb"_Z(N(?:\d+[A-Za-z_][A-Za-z0-9_]*)+E|\d+[A-Za-z_][A-Za-z0-9_]*)")
+
+
+def extension_kernel_names(ext_dir: str) -> set[str]:
+    """Identifiers of the functions defined in the candidate's extension libraries (read from the mangled
+    symbol names in the .so files; no external tools needed)."""
+    names: set[str] = set()
+    for root, _, files in os.walk(ext_dir or "/nonexistent"):
+        for name in files:
+            if name.endswith(".so"):
+                try:
+                    data = open(os.path.join(root, name), "rb").read()
+                except OSError:
+                    continue
+                for match in _MANGLED.finditer(data):
+                    names.update(_identifiers(match.group(1)))
+    return names
+
+
+def _identifiers(mangled: bytes) -> list[str]:
+    """The last identifier of a mangled name: b'10scale_reluPKf' -> ['scale_relu']."""
+    text = mangled.decode(errors="replace")
+    if text.startswith("N"):
+        text = text[1:]
+    found, i = [], 0
+    while i < len(text) and text[i].isdigit():
+        j = i
+        while j < len(text) and text[j].isdigit():
+            j += 1
+        length = int(text[i:j])
+        found.append(text[j:j + length])
+        i = j + length
+    return found[-1:] if found else []
+
+
+def kernel_base_name(name: str) -> str:
+    """'void ns::scale_relu<float>(float const*, int)' -> 'scale_relu'."""
+    head = name.split("(", 1)[0]
+    depth, cleaned = 0, []
+    for ch in head:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif depth == 0:
+            cleaned.append(ch)
+    head = "".join(cleaned).strip().split(" ")[-1]
+    return head.split("::")[-1]

@@ -179,10 +179,11 @@ def install_extension_hooks(device: str) -> ExtensionLog:
             if device == "cpu" and _uses_cuda(kind, args, kwargs):
                 log.skip_reason = f"extension '{name}' has CUDA sources and this run is on the CPU"
                 raise SkipCandidate(log.skip_reason)
+            kwargs["verbose"] = False               # verbose=True prints the compiler's output instead of raising it
             try:
                 return original(*args, **kwargs)
             except Exception as exc:
-                log.compile_errors.append(str(exc))
+                log.compile_errors.append(f"extension '{name}': {exc}")
                 raise
         hooked.__wrapped__ = original
         return hooked
@@ -204,6 +205,11 @@ def compiler_summary(message: str, max_lines: int = 20) -> tuple[str, str]:
     """
     name_match = re.search(r"extension '([^']+)'", message)
     name = name_match.group(1) if name_match else "?"
+    symbol = re.search(r"undefined symbol: (\S+)", message)
+    if symbol:                                      # it compiled, but a declared function was never defined
+        pretty = _demangle(symbol.group(1))
+        return (f"extension '{name}' failed to load: undefined symbol {pretty} (declared but never defined)"[:400],
+                message[-4000:])
     lines = [line.rstrip() for line in message.splitlines() if line.strip()]
     diagnostics = [_short_paths(line.strip()) for line in lines
                    if _DIAGNOSTIC.search(line) and not line.lstrip().startswith(_NOISE)]
@@ -216,9 +222,58 @@ def compiler_summary(message: str, max_lines: int = 20) -> tuple[str, str]:
     return f"extension '{name}' failed to build: {first}"[:400], detail[-4000:]
 
 
+def _demangle(symbol: str) -> str:
+    import shutil
+    import subprocess
+    if shutil.which("c++filt"):
+        try:
+            return subprocess.run(["c++filt", symbol], capture_output=True, text=True, timeout=5).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return symbol
+
+
 def _short_paths(line: str) -> str:
     return re.sub(r"(/[^\s:]+/)+([^/\s:]+\.(cpp|cu|cuh|h|hpp|o|so))", r"\2", line)
 
 
 def worker_device() -> str:
     return os.environ.get("KB_DEVICE", "cpu")
+
+
+# ---------------------------------------------------------------- timed inputs and output fingerprints
+
+TIMED_SEED_OFFSET = 1_000_000        # timed sample i draws its inputs with seed + 1_000_000 + i
+FINGERPRINT_POINTS = 2048
+
+
+def timed_seed(seed: int, i: int) -> int:
+    return seed + TIMED_SEED_OFFSET + i if i >= 0 else seed + 2 * TIMED_SEED_OFFSET - i
+
+
+def device_inputs(problem, seed: int, settings: Settings, device: str) -> list:
+    """Fresh inputs drawn by the problem's get_inputs() directly on the device (fast enough for every timed
+    sample); the reference and candidate workers draw the same ones for the same seed."""
+    import torch
+    torch.manual_seed(seed)
+    with torch.device(device):
+        inputs = problem.get_inputs()
+    dtype = getattr(torch, settings.dtype)
+    return [(x.to(device=device, dtype=dtype) if x.is_floating_point() else x.to(device))
+            if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def fingerprint(outs: list, seed: int):
+    """Values of each output at FINGERPRINT_POINTS pseudo-random positions (the same positions on both sides for
+    the same shapes), as one float64 CPU tensor; plus the shapes."""
+    import torch
+    parts = []
+    for j, t in enumerate(outs):
+        flat = t.reshape(-1)
+        if flat.numel() == 0:
+            continue
+        g = torch.Generator(device="cpu").manual_seed(seed + 7919 * j)
+        idx = torch.randint(flat.numel(), (min(FINGERPRINT_POINTS, flat.numel()),), generator=g)
+        parts.append(flat[idx.to(flat.device)].to("cpu", torch.float64))
+    values = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+    return values, [list(t.shape) for t in outs]

@@ -9,44 +9,173 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .common import (Conn, ProblemError, as_tensor_list, describe, init_inputs, load_module, make_inputs,
-                     problem_settings, setup_torch, tail_traceback, to_device)
+from .common import (Conn, ProblemError, as_tensor_list, describe, device_inputs, fingerprint, init_inputs,
+                     load_module, make_inputs, problem_settings, setup_torch, tail_traceback, timed_seed, to_device)
 
 
 def run(conn: Conn, job: dict[str, Any]) -> None:
-    import torch
-    from .. import timing, verify
+    from .. import verify
 
     device = job["device"]
     try:
-        state = _prepare(job, device)
+        problem, model, settings, inputs, expected, initial_state = _prepare(job, device)
     except BaseException as exc:                       # noqa: BLE001 - a broken problem is a message, not a crash
         conn.send("error", stage=getattr(exc, "stage", "problem"), error=describe(exc),
                   oom=_is_oom(exc), traceback=tail_traceback(exc))
         return
-    model, settings, inputs, expected = state
+    hints = _EvalModeHint(model, initial_state, inputs, settings)
     info: dict[str, Any] = {
         "dtype": settings.dtype, "atol": settings.atol, "rtol": settings.rtol, "allow_tf32": settings.allow_tf32,
         "output_shapes": [list(t.shape) for t in expected[0]],
         "parameters": sum(p.numel() for p in model.parameters()),
         "module_mode": "train" if model.training else "eval",
     }
-    if job.get("time_reference", True):
-        t = job["timing"]
-        info["timing"] = timing.time_calls(lambda k: model(*inputs[k]), t["input_sets"], device, t["warmup"],
-                                           t["samples"], t["flush_l2"])
-        info["timer_floor_ms"] = timing.timer_floor(device)
+    from .lint import degenerate_checks
+    info["lint"] = degenerate_checks(expected[0], expected[1] if len(expected) > 1 else None, inputs[0],
+                                     settings.atol, settings.rtol)
+    timed = _TimedReference(problem, model, settings, job, device)
+    try:
+        info["timing"] = timed.run()
+        info["timer_floor_ms"] = _timer_floor(device)
+        if job.get("defenses", True):
+            info["work"] = _work(model, inputs[0], expected[0])
+            expected64 = _float64_reference(model, initial_state, inputs[0])
+            info["fp64_reference_max_abs_err"] = _max_abs(expected[0], expected64)
+        else:
+            expected64 = None
+    except BaseException as exc:                       # noqa: BLE001
+        conn.send("error", stage="reference timing", error=describe(exc), oom=_is_oom(exc),
+                  traceback=tail_traceback(exc))
+        return
     conn.send("ready", **info)
     while True:
         message = conn.recv()
         op = message.get("op")
         if op == "verify":
-            conn.send("verified", results=[_verify_file(item, expected, settings, device, verify)
-                                           for item in message["files"]])
+            results = [_verify_file(item, expected, timed.full, settings, device, verify)
+                       for item in message["files"]]
+            for result, item in zip(results, message["files"]):
+                if item["trial"] == 0 and result.get("outputs") is not None and expected64 is not None:
+                    result["fp64_max_abs_err"] = _max_abs(result["outputs"], expected64)
+                if not result["ok"] and result.get("outputs") is not None and item["trial"] >= 0:
+                    result["hint"] = hints.explain(int(item["trial"]), result["outputs"], verify)
+                result.pop("outputs", None)
+            conn.send("verified", results=results)
+        elif op == "fingerprints":
+            conn.send("fingerprints", **timed.check(message["path"], settings))
         elif op == "health":
             conn.send("health", ok=_healthy(device))
         else:
             return
+
+
+class _TimedReference:
+    """Times eager PyTorch over the same fresh per-sample inputs the candidate will get, keeping fingerprints of
+    every output and the first and last outputs in full, to check the candidate's timed outputs against."""
+
+    def __init__(self, problem, model, settings, job, device):
+        self.problem, self.model, self.settings, self.job, self.device = problem, model, settings, job, device
+        self.fingerprints: list = []
+        self.shapes: list = []
+        self.full: dict[int, list] = {}
+
+    def run(self) -> dict[str, Any]:
+        from .. import timing
+        t, seed = self.job["timing"], self.job["seed"]
+        samples = t["samples"]
+        defenses = self.job.get("defenses", True)
+        fixed = device_inputs(self.problem, timed_seed(seed, 0), self.settings, self.device)
+
+        def prepare(i):
+            return device_inputs(self.problem, timed_seed(seed, i), self.settings, self.device) if defenses else fixed
+
+        def after_call(i, prepared, out):
+            if not defenses:
+                return
+            outs = as_tensor_list(out)
+            values, shapes = fingerprint(outs, seed)
+            self.fingerprints.append(values)
+            self.shapes.append(shapes)
+            if i in (0, samples - 1):
+                self.full[-1 - i] = [o.clone() for o in outs]
+
+        return timing.time_calls(prepare, lambda x: self.model(*x), self.device, t["warmup"], samples,
+                                 t["flush_l2"], after_call)
+
+    def check(self, path: str, settings) -> dict[str, Any]:
+        """Compare the candidate's timed-output fingerprints with ours, sample by sample."""
+        import torch
+        try:
+            data = torch.load(path, map_location="cpu", weights_only=True)
+            values, shapes = data["values"], data["shapes"]
+        except Exception as exc:                       # noqa: BLE001
+            return {"checked": 0, "failed": None, "reason": f"unreadable fingerprints: {describe(exc)}"}
+        finally:
+            _remove(path)
+        if not isinstance(values, list) or len(values) != len(self.fingerprints):
+            return {"checked": 0, "failed": None, "reason": "fingerprints for a different number of samples"}
+        for i, (got, want) in enumerate(zip(values, self.fingerprints)):
+            if shapes[i] != self.shapes[i] or not isinstance(got, torch.Tensor) or got.shape != want.shape:
+                return {"checked": i + 1, "failed": i, "reason": f"timed call {i}: output shape changed"}
+            bad = ~((got - want).abs() <= settings.atol + settings.rtol * want.abs())
+            bad &= ~(torch.isnan(got) & torch.isnan(want))
+            if bool(bad.any()):
+                return {"checked": i + 1, "failed": i,
+                        "reason": f"timed call {i}: {int(bad.sum())} of {want.numel()} sampled values differ "
+                                  f"from the reference's output for the same inputs"}
+        return {"checked": len(values), "failed": None, "reason": None}
+
+
+def _timer_floor(device: str) -> float:
+    from .. import timing
+    return timing.timer_floor(device)
+
+
+def _work(model, inputs, outputs) -> dict[str, Any]:
+    """FLOPs of one forward (torch.utils.flop_counter) and the fewest bytes it must move: every input, parameter
+    and buffer read once, every output written once."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    try:
+        counter = FlopCounterMode(display=False)
+        with counter:
+            model(*inputs)
+        flops = int(counter.get_total_flops())
+    except Exception:                                  # noqa: BLE001 - an op the counter does not know
+        flops = None
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)] + list(model.parameters()) + list(model.buffers())
+    moved = sum(t.numel() * t.element_size() for t in tensors) + sum(t.numel() * t.element_size() for t in outputs)
+    return {"flops": flops, "bytes": int(moved)}
+
+
+def _float64_reference(model, initial_state, inputs):
+    """The reference computed in float64 (trial 0), to show how far fp32 results, the reference's and the
+    candidate's, are from the exact function."""
+    import copy
+    import torch
+    try:
+        model64 = copy.deepcopy(model)
+        model64.load_state_dict(initial_state)
+        model64 = model64.double()
+        x64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+        torch.manual_seed(0)
+        out = as_tensor_list(model64(*x64))
+        del model64
+        return out
+    except Exception:                                  # noqa: BLE001 - some ops have no float64 kernel
+        return None
+
+
+def _max_abs(outs, refs) -> float | None:
+    import torch
+    try:
+        if len(outs) != len(refs):
+            return None
+        vals = [float((o.to(r.device, torch.float64) - r).abs().max()) for o, r in zip(outs, refs)
+                if o.shape == r.shape and o.numel()]
+        return max(vals) if vals else None
+    except Exception:                                  # noqa: BLE001
+        return None
 
 
 class _StageError(Exception):
@@ -85,12 +214,16 @@ def _prepare(job: dict[str, Any], device: str):
         torch.manual_seed(seed + k)
         out = _stage("reference forward", model, *x)
         expected.append([t.clone() for t in _stage("reference output", as_tensor_list, out)])
-    return model, settings, inputs, expected
+    return problem, model, settings, inputs, expected, state
 
 
-def _verify_file(item: dict[str, Any], expected, settings, device: str, verify) -> dict[str, Any]:
+def _verify_file(item: dict[str, Any], expected, timed_full, settings, device: str, verify) -> dict[str, Any]:
     import torch
     label, path, k = item["label"], item["path"], int(item["trial"])
+    want = expected[k] if k >= 0 else timed_full.get(k)
+    if want is None:
+        _remove(path)
+        return {"label": label, "ok": False, "reason": "no expected output for this call"}
     try:
         outs = torch.load(path, map_location=device, weights_only=True)
     except Exception as exc:                           # noqa: BLE001 - a malformed file is a failed check
@@ -99,8 +232,40 @@ def _verify_file(item: dict[str, Any], expected, settings, device: str, verify) 
         _remove(path)
     if not isinstance(outs, list) or not all(isinstance(t, torch.Tensor) for t in outs):
         return {"label": label, "ok": False, "reason": "output file does not hold a list of tensors"}
-    result = verify.compare_outputs(outs, expected[k], settings.atol, settings.rtol)
-    return {"label": label, **result}
+    result = verify.compare_outputs(outs, want, settings.atol, settings.rtol)
+    return {"label": label, **result, "outputs": outs}
+
+
+class _EvalModeHint:
+    """Explains a common failure: the candidate computes the eval-mode function (running statistics for
+    BatchNorm, no dropout) while the reference, as in KernelBench, runs in training mode."""
+
+    MESSAGE = ("it matches the reference in eval mode: the candidate assumes eval-mode BatchNorm/Dropout (running "
+               "statistics), but modules run in their default training mode, as in KernelBench")
+
+    def __init__(self, model, initial_state, inputs, settings):
+        import torch.nn as nn
+        kinds = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd, nn.modules.instancenorm._InstanceNorm)
+        self.sensitive = any(isinstance(m, kinds) for m in model.modules())
+        self.model, self.initial_state, self.inputs, self.settings = model, initial_state, inputs, settings
+        self.eval_model = None
+
+    def explain(self, k: int, outs, verify) -> str | None:
+        import copy
+        import torch
+        if not self.sensitive:
+            return None
+        try:
+            if self.eval_model is None:
+                self.eval_model = copy.deepcopy(self.model)
+                self.eval_model.load_state_dict(self.initial_state)
+                self.eval_model.eval()
+            torch.manual_seed(0)
+            expected = as_tensor_list(self.eval_model(*self.inputs[k]))
+            result = verify.compare_outputs(outs, expected, max(self.settings.atol, 1e-3), max(self.settings.rtol, 1e-3))
+        except Exception:                              # noqa: BLE001 - a hint is optional
+            return None
+        return self.MESSAGE if result["ok"] else None
 
 
 def _remove(path: str) -> None:

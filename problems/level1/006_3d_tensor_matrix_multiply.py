@@ -2,6 +2,12 @@
 import torch
 import torch.nn as nn
 
+# K = 512 on randn inputs: cuBLAS itself is ~45-50% of the default 1e-4 tolerance away from an fp64
+# reference on the worst of ~1e8 outputs (magnitude ~20), so a correct fp32 kernel with another
+# accumulation order can exceed 1e-4; 1e-3 still rejects TF32 (error ~1e-2) and constant outputs.
+ATOL = 1e-3
+RTOL = 1e-3
+
 
 class Model(nn.Module):
     def __init__(self):

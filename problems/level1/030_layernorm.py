@@ -16,7 +16,7 @@ class Model(nn.Module):
         return self.ln(x)
 
 
-batch_size = 32
+batch_size = 48
 seq_len = 2048
 hidden = 4096
 

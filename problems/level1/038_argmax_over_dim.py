@@ -12,7 +12,7 @@ class Model(nn.Module):
         return torch.argmax(x, dim=self.dim)
 
 
-batch_size = 128
+batch_size = 256
 dim1 = 4096
 dim2 = 1024
 reduce_dim = 1

@@ -12,7 +12,7 @@ class Model(nn.Module):
         return torch.argmin(x, dim=self.dim)
 
 
-batch_size = 64
+batch_size = 128
 dim1 = 2048
 dim2 = 4096
 reduce_dim = -1

@@ -1,4 +1,4 @@
-"""Softmax over rows of length 4096."""
+"""Softmax over rows of length 4096 ((98304 x 4096) fp32: 1.5 GiB in, 1.5 GiB out)."""
 import torch
 import torch.nn as nn
 
@@ -11,7 +11,7 @@ class Model(nn.Module):
         return torch.softmax(x, dim=1)
 
 
-batch_size = 65536
+batch_size = 98304
 dim = 4096
 
 # Outputs are ~1e-4..1e-2; a tight absolute tolerance keeps an all-zeros output from passing, while the

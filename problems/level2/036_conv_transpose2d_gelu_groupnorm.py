@@ -24,7 +24,7 @@ class Model(nn.Module):
 
 
 batch_size = 128
-in_channels = 32
+in_channels = 16
 out_channels = 64
 height, width = 64, 64
 kernel_size = 4

@@ -18,7 +18,7 @@ class Model(nn.Module):
 
 
 batch_size = 32
-in_channels = 32
+in_channels = 16
 out_channels = 16
 depth, height, width = 16, 48, 48
 kernel_size = 3

@@ -15,7 +15,7 @@ class Model(nn.Module):
 
 
 batch_size = 128
-seq_len = 256
+seq_len = 128
 input_size = 256
 hidden_size = 512
 num_layers = 2

@@ -1,7 +1,7 @@
 # Custom CUDA Mish x * tanh(log1p(exp(x))): one elementwise pass, y = f(x), fp32.
-# Eager F.mish is one elementwise kernel, so expect parity to ~1.05x: the three transcendentals
-# stay well under the memory time on an H200, and the op is HBM-bound (1.5 GiB read + 1.5 GiB
-# written), served here by streaming float4 loads/stores in a grid-stride loop.
+# Eager F.mish evaluates exp, log1p and tanh per element, enough instructions to make it partly
+# issue-bound; the identity tanh(log1p(e)) = n / (n + 2), n = e * (e + 2), needs one exp and one
+# division, so this kernel stays HBM-bound (1.5 GiB read + 1.5 GiB written). Measured ~1.02x.
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -14,27 +14,33 @@ cuda_src = r"""
 #include <cstdint>
 
 __device__ __forceinline__ float act_fn(float x) {
-    return x * tanhf(log1pf(expf(x)));
+    // tanh(log(1 + e)) = ((1 + e)^2 - 1) / ((1 + e)^2 + 1) = n / (n + 2) with n = e * (e + 2), e = exp(x):
+    // one exp and one division instead of expf + log1pf + tanhf. For x > 20 the factor is 1.0f
+    // (n <= 2.4e17 stays finite). __expf / __fdividef keep |y - mish(x)| < 5e-7 (measured over randn
+    // and [-100, 100]), < 1% of the 1e-4 tolerance.
+    if (x > 20.0f) return x;
+    const float e = __expf(x);
+    const float n = e * (e + 2.0f);
+    return x * __fdividef(n, n + 2.0f);
 }
 
-// Vector part: n4 float4 elements; scalar part: elements [start, n) (tail, or everything when unaligned).
+// One float4 per thread (thread i handles x4[i]) plus, for the scalar part [start, n) (the < 4-element
+// tail, or everything when unaligned), thread i handles element start + i.
 __global__ void __launch_bounds__(256) mish_kernel(const float4* __restrict__ x4, float4* __restrict__ y4, int64_t n4,
                                                   const float* __restrict__ x, float* __restrict__ y,
                                                   int64_t start, int64_t n) {
-    const int64_t stride = (int64_t)blockDim.x * gridDim.x;
-    const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    for (int64_t i = tid; i < n4; i += stride) {
-        float4 v = __ldcs(x4 + i);  // read once: streaming (evict-first)
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n4) {
+        const float4 v = x4[i];
         float4 r;
         r.x = act_fn(v.x);
         r.y = act_fn(v.y);
         r.z = act_fn(v.z);
         r.w = act_fn(v.w);
-        __stcs(y4 + i, r);
+        y4[i] = r;
     }
-    for (int64_t i = start + tid; i < n; i += stride) {
-        y[i] = act_fn(x[i]);
-    }
+    const int64_t j = start + i;
+    if (j < n) y[j] = act_fn(x[j]);
 }
 
 torch::Tensor mish_forward(torch::Tensor x) {
@@ -49,11 +55,10 @@ torch::Tensor mish_forward(torch::Tensor x) {
     const bool aligned = ((reinterpret_cast<uintptr_t>(xp) | reinterpret_cast<uintptr_t>(yp)) & 15) == 0;
     const int64_t n4 = aligned ? n / 4 : 0;
     const int64_t start = n4 * 4;
-    int sms = 0;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, x.get_device()));
     const int threads = 256;
     const int64_t work = std::max<int64_t>(n4, n - start);
-    const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((work + threads - 1) / threads, (int64_t)sms * 8));
+    const int64_t blocks = (work + threads - 1) / threads;
+    TORCH_CHECK(blocks < (1LL << 31), "tensor too large");
     auto stream = c10::cuda::getCurrentCUDAStream();
     mish_kernel<<<(unsigned)blocks, threads, 0, stream>>>(
         reinterpret_cast<const float4*>(xp), reinterpret_cast<float4*>(yp), n4, xp, yp, start, n);

@@ -1,7 +1,7 @@
 # Row softmax (rows of <= 8192 floats): one 256-thread block per row loads the row once into registers with
 # float4 loads, does a block max (warp shuffles + shared memory), exponentiates in registers, does a block sum,
 # and writes exp(x - max) / sum: exactly one HBM read and one write per element. Eager's block softmax is a
-# single kernel too but re-reads the row for the max / sum / write passes (from cache), so expect ~1.0-1.2x.
+# single kernel too but re-reads the row for the max / sum / write passes, so expect ~1.2-1.5x.
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline

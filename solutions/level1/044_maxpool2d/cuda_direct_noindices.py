@@ -17,19 +17,20 @@ cuda_src = r"""
 
 constexpr int THREADS = 256;
 
-// K > 0: compile-time kernel size; K == 0: runtime kernel size k.
-template <int K>
+// K > 0: compile-time kernel size; K == 0: runtime kernel size k. IdxT: 32-bit index math when all indices
+// (incl. the grid stride) stay below 2^32 (cheap div/mod), 64-bit otherwise.
+template <int K, typename IdxT>
 __global__ void __launch_bounds__(THREADS) maxpool2d_kernel(const float* __restrict__ x, float* __restrict__ y,
                                                             int64_t total, int H, int W, int OH, int OW,
                                                             int k, int s, int p) {
     const int kk = K > 0 ? K : k;
-    const int64_t stride = (int64_t)gridDim.x * THREADS;
-    for (int64_t idx = (int64_t)blockIdx.x * THREADS + threadIdx.x; idx < total; idx += stride) {
-        const int ow = (int)(idx % OW);
-        const int64_t t = idx / OW;
-        const int oh = (int)(t % OH);
-        const int64_t nc = t / OH;
-        const float* xp = x + nc * (int64_t)H * W;
+    const IdxT stride = (IdxT)gridDim.x * THREADS;
+    for (IdxT idx = (IdxT)blockIdx.x * THREADS + threadIdx.x; idx < (IdxT)total; idx += stride) {
+        const int ow = (int)(idx % (IdxT)OW);
+        const IdxT t = idx / (IdxT)OW;
+        const int oh = (int)(t % (IdxT)OH);
+        const IdxT nc = t / (IdxT)OH;
+        const float* xp = x + (int64_t)nc * H * W;
         const int h0 = oh * s - p, w0 = ow * s - p;
         float m = -INFINITY;
 #pragma unroll
@@ -68,13 +69,16 @@ torch::Tensor maxpool2d_forward(torch::Tensor x, int64_t k, int64_t s, int64_t p
     auto stream = c10::cuda::getCurrentCUDAStream();
     const float* xp = x.data_ptr<float>();
     float* yp = y.data_ptr<float>();
-    if (k == 3) {
-        maxpool2d_kernel<3><<<(unsigned)blocks, THREADS, 0, stream>>>(xp, yp, total, (int)H, (int)W, (int)OH, (int)OW, (int)k, (int)s, (int)p);
-    } else if (k == 2) {
-        maxpool2d_kernel<2><<<(unsigned)blocks, THREADS, 0, stream>>>(xp, yp, total, (int)H, (int)W, (int)OH, (int)OW, (int)k, (int)s, (int)p);
+#define KB_LAUNCH(KS, IT) maxpool2d_kernel<KS, IT><<<(unsigned)blocks, THREADS, 0, stream>>>( \
+        xp, yp, total, (int)H, (int)W, (int)OH, (int)OW, (int)k, (int)s, (int)p)
+    // 32-bit path needs idx + stride < 2^32 (no wrap-around in the grid-stride loop)
+    const bool small = total + blocks * THREADS < 4294967295LL;
+    if (small) {
+        if (k == 3) KB_LAUNCH(3, uint32_t); else if (k == 2) KB_LAUNCH(2, uint32_t); else KB_LAUNCH(0, uint32_t);
     } else {
-        maxpool2d_kernel<0><<<(unsigned)blocks, THREADS, 0, stream>>>(xp, yp, total, (int)H, (int)W, (int)OH, (int)OW, (int)k, (int)s, (int)p);
+        if (k == 3) KB_LAUNCH(3, int64_t); else if (k == 2) KB_LAUNCH(2, int64_t); else KB_LAUNCH(0, int64_t);
     }
+#undef KB_LAUNCH
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return y;
 }

@@ -1,0 +1,129 @@
+"""`run_eval.py lint [selection]`: check that each problem is worth benchmarking, in worker processes (the parent
+imports no problem code), on the GPU where there is one. See harness/workers/lint.py for the checks."""
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from . import meta
+from .config import load_config
+from .discover import Problem, discover
+from .execute import Slot
+from .procs import Worker, WorkerExit, worker_env
+from .store import new_run_id, write_json_atomic
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="run_eval.py lint", description="Check that problems are not degenerate: "
+                                "output scale and spread, dependence on inputs and weights, whether zeros, a "
+                                "constant or the first input would pass, NaN/Inf, determinism, eager time, peak "
+                                "memory. Writes <output-dir>/lint-<id>.json.")
+    p.add_argument("--config", type=Path)
+    p.add_argument("--problems-dir")
+    p.add_argument("--output-dir")
+    p.add_argument("--level")
+    p.add_argument("--problem", metavar="GLOB")
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"))
+    p.add_argument("--gpus", metavar="LIST")
+    p.add_argument("--timeout", type=float, help="seconds per problem (default: reference_timeout)")
+    p.add_argument("--json", action="store_true", help="print one JSON line per problem instead of a table")
+    return p
+
+
+def cmd_lint(argv: list[str]) -> int:
+    from .cli import wide_console
+    from .pipeline import resolve_slots
+    args = _parser().parse_args(argv)
+    path = args.config or (Path("config.yaml") if Path("config.yaml").is_file() else None)
+    cfg = load_config(path, {"problems_dir": args.problems_dir, "output_dir": args.output_dir, "level": args.level,
+                             "problem": args.problem, "device": args.device, "gpus": args.gpus})
+    problems, _ = discover(Path(cfg.problems_dir), Path(cfg.problems_dir) / "__none__", cfg.level, cfg.problem)
+    _, slots = resolve_slots(cfg, meta.gpus())
+    out_dir = Path(cfg.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = out_dir / ".lint-logs"
+    log_dir.mkdir(exist_ok=True)
+    started = time.monotonic()
+    results = lint_problems(problems, slots, cfg.seed, args.timeout or cfg.reference_timeout, log_dir)
+    path = out_dir / f"lint-{new_run_id()}.json"
+    write_json_atomic(path, {"problems": results, "wall_seconds": round(time.monotonic() - started, 1)})
+    if args.json:
+        for r in results:
+            print(json.dumps(r))
+    else:
+        console = wide_console()
+        console.print(table(results))
+        bad = [r for r in results if r["verdict"] != "ok"]
+        console.print(f"{len(results)} problems, {len(results) - len(bad)} pass lint, {len(bad)} do not; "
+                      f"{time.monotonic() - started:.0f} s; written to {path}", highlight=False)
+    return 0
+
+
+def lint_problems(problems: list[Problem], slots: list[Slot], seed: int, timeout: float,
+                  log_dir: Path) -> list[dict[str, Any]]:
+    todo: queue.Queue = queue.Queue()
+    for problem in problems:
+        todo.put(problem)
+    results: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def serve(slot: Slot) -> None:
+        while True:
+            try:
+                problem = todo.get_nowait()
+            except queue.Empty:
+                return
+            result = lint_one(problem, slot, seed, timeout, log_dir)
+            with lock:
+                results.append(result)
+
+    threads = [threading.Thread(target=serve, args=(s,), daemon=True) for s in slots]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sorted(results, key=lambda r: r["problem"])
+
+
+def lint_one(problem: Problem, slot: Slot, seed: int, timeout: float, log_dir: Path) -> dict[str, Any]:
+    base = {"problem": problem.id, "device": slot.name}
+    if problem.error:
+        return {**base, "verdict": "error", "reasons": [problem.error]}
+    worker = Worker("lint", worker_env(slot.env()), log_dir / f"{problem.id.replace('/', '__')}.log")
+    worker.send({"problem_path": str(problem.path.resolve()), "device": slot.device, "seed": seed})
+    try:
+        message = worker.recv(time.monotonic() + timeout)
+    except WorkerExit as exc:
+        return {**base, "verdict": "error", "reasons": [f"lint worker: {exc.detail}"]}
+    finally:
+        worker.close()
+    if message.get("kind") != "lint":
+        return {**base, "verdict": "error", "reasons": [str(message.get("error"))]}
+    message.pop("kind", None)
+    return {**base, "verdict": "degenerate" if message.get("degenerate") else "ok", **message}
+
+
+def _yes(value: Any) -> str:
+    return "-" if value is None else ("yes" if value else "no")
+
+
+def table(results: list[dict[str, Any]]):
+    from rich.table import Table
+    t = Table(title="problem lint", title_justify="left")
+    for name in ("problem", "verdict", "mean|out|", "std", "zeros pass", "const pass", "identity pass",
+                 "input dep", "param dep", "determ.", "NaN/Inf", "eager ms", "peak GB", "why"):
+        t.add_column(name, overflow="fold")
+    for r in results:
+        colour = {"ok": "green", "degenerate": "red"}.get(r["verdict"], "yellow")
+        fmt = (lambda v, f: "-" if v is None else format(v, f))
+        t.add_row(r["problem"], f"[{colour}]{r['verdict']}", fmt(r.get("mean_abs"), ".3g"), fmt(r.get("std"), ".3g"),
+                  _yes(r.get("zeros_pass")), _yes(r.get("constant_pass")), _yes(r.get("identity_pass")),
+                  _yes(r.get("input_dependent")), _yes(r.get("param_dependent")), _yes(r.get("deterministic")),
+                  _yes(r.get("nan_or_inf")), fmt(r.get("eager_ms"), ".3f"), fmt(r.get("peak_memory_gb"), ".2f"),
+                  "; ".join(r.get("reasons") or []))
+    return t

@@ -1,0 +1,104 @@
+"""Problem lint, worker side: is this problem worth benchmarking? Runs only problem code (never a candidate).
+
+A problem that a constant or the identity can pass is useless; so is one whose output ignores its inputs or its
+weights, holds NaN/Inf, or changes between two identical runs.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .common import (Conn, as_tensor_list, describe, init_inputs, load_module, make_inputs, problem_settings,
+                     setup_torch, tail_traceback, to_device)
+
+
+def _passes(outs, refs, atol, rtol) -> bool:
+    from ..verify import compare_outputs
+    return compare_outputs(outs, refs, atol, rtol)["ok"]
+
+
+def degenerate_checks(outs: list, outs_other_inputs: list | None, inputs: list, atol: float, rtol: float) -> dict:
+    """The cheap checks, shared with the reference worker (which flags `degenerate_problem` from them)."""
+    import torch
+    zeros = [torch.zeros_like(o) for o in outs]
+    const = [torch.full_like(o, float(o.float().nanmean()) if o.numel() else 0.0) if o.is_floating_point()
+             else torch.full_like(o, int(o.float().mean().round()) if o.numel() else 0) for o in outs]
+    first = next((x for x in inputs if isinstance(x, torch.Tensor)), None)
+    identity_passes = (first is not None and len(outs) == 1 and first.shape == outs[0].shape
+                       and first.dtype == outs[0].dtype and _passes([first], outs, atol, rtol))
+    finite = all(bool(torch.isfinite(o).all()) for o in outs if o.is_floating_point())
+    checks = {
+        "zeros_pass": _passes(zeros, outs, atol, rtol),
+        "constant_pass": _passes(const, outs, atol, rtol),
+        "identity_pass": bool(identity_passes),
+        "nan_or_inf": not finite,
+        "input_dependent": None if outs_other_inputs is None else not _passes(outs_other_inputs, outs, atol, rtol),
+    }
+    reasons = [text for key, bad, text in (
+        ("zeros_pass", True, "an all-zeros output passes the tolerance"),
+        ("constant_pass", True, "a constant output (the reference's mean) passes the tolerance"),
+        ("identity_pass", True, "returning the first input passes the tolerance"),
+        ("nan_or_inf", True, "the reference output holds NaN or Inf"),
+        ("input_dependent", False, "the output does not change with the inputs"),
+    ) if checks[key] is bad]
+    return {**checks, "degenerate": bool(reasons), "reasons": reasons}
+
+
+def scale(outs: list) -> dict[str, float]:
+    import torch
+    flat = torch.cat([o.float().reshape(-1) for o in outs if o.numel()]) if outs else None
+    if flat is None or not flat.numel():
+        return {"mean_abs": 0.0, "std": 0.0}
+    finite = flat[torch.isfinite(flat)]
+    return {"mean_abs": float(finite.abs().mean()) if finite.numel() else float("nan"),
+            "std": float(finite.std()) if finite.numel() > 1 else 0.0}
+
+
+def run(conn: Conn, job: dict[str, Any]) -> None:
+    try:
+        conn.send("lint", **_lint(job))
+    except BaseException as exc:                       # noqa: BLE001 - a broken problem is a lint result
+        conn.send("error", error=describe(exc), traceback=tail_traceback(exc))
+
+
+def _lint(job: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    from .. import timing
+    device, seed = job["device"], job["seed"]
+    problem = load_module("kb_problem", job["problem_path"])
+    settings = problem_settings(problem)
+    setup_torch(settings)
+    dtype = getattr(torch, settings.dtype)
+
+    def build(s):
+        torch.manual_seed(s)
+        return problem.Model(*init_inputs(problem)).to(device=device, dtype=dtype)
+
+    def forward(model, s_in):
+        x = to_device(make_inputs(problem, s_in, settings), device)
+        torch.manual_seed(s_in)
+        return x, [o.clone() for o in as_tensor_list(model(*x))]
+
+    if device != "cpu":
+        torch.cuda.reset_peak_memory_stats()
+    model = build(seed)
+    inputs, outs = forward(model, seed)
+    _, outs_other_inputs = forward(model, seed + 1)
+    _, outs_again = forward(build(seed), seed)
+    _, outs_other_params = forward(build(seed + 1), seed)
+    atol, rtol = settings.atol, settings.rtol
+    checks = degenerate_checks(outs, outs_other_inputs, inputs, atol, rtol)
+    has_params = any(True for _ in model.parameters())
+    checks["param_dependent"] = None if not has_params else not _passes(outs_other_params, outs, atol, rtol)
+    checks["deterministic"] = _passes(outs_again, outs, atol, rtol)
+    if checks["param_dependent"] is False:
+        checks["reasons"].append("the output does not change with the weights")
+    if not checks["deterministic"]:
+        checks["reasons"].append("two identical runs disagree beyond the tolerance")
+    checks["degenerate"] = bool(checks["reasons"])
+    stats = timing.time_calls(lambda i: inputs, lambda x: model(*x), device, 3, job.get("samples", 20),
+                              device != "cpu")
+    peak = torch.cuda.max_memory_allocated() if device != "cpu" else None
+    return {**checks, **scale(outs), "dtype": settings.dtype, "atol": atol, "rtol": rtol,
+            "output_shapes": [list(o.shape) for o in outs], "eager_ms": stats["median_ms"],
+            "peak_memory_gb": None if peak is None else peak / 1e9}

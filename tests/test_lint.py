@@ -1,0 +1,33 @@
+"""Problem lint: degenerate problems are caught by `lint`, and flagged in every record when evaluated."""
+from __future__ import annotations
+
+import json
+
+from conftest import FIXTURES, json_records, run_cli, write_config
+
+
+def test_lint_verdicts(tmp_path):
+    done = run_cli("lint", "--problems-dir", str(FIXTURES / "lint" / "problems"), "--device", "cpu",
+                   "--output-dir", str(tmp_path), "--json")
+    assert done.returncode == 0, done.stderr
+    results = {json.loads(l)["problem"].split("/")[1]: json.loads(l) for l in done.stdout.splitlines()}
+    wide = results["001_wide_softmax"]
+    assert wide["verdict"] == "degenerate" and wide["zeros_pass"] and wide["constant_pass"]
+    ignores = results["002_ignores_input"]
+    assert ignores["verdict"] == "degenerate" and ignores["input_dependent"] is False
+    assert "does not change with the inputs" in " ".join(ignores["reasons"])
+    healthy = results["003_healthy_gelu"]
+    assert healthy["verdict"] == "ok" and healthy["reasons"] == []
+    assert healthy["param_dependent"] and healthy["deterministic"] and not healthy["nan_or_inf"]
+    assert healthy["eager_ms"] > 0 and healthy["mean_abs"] > 0
+    assert list(tmp_path.glob("lint-*.json"))
+
+
+def test_degenerate_problem_is_flagged_when_evaluated(tmp_path):
+    config = write_config(tmp_path, FIXTURES / "lint")
+    done = run_cli("--config", str(config), "--json")
+    assert done.returncode == 0, done.stderr
+    record = json_records(done.stdout)["zeros"]
+    assert record["status"] == "ok"                       # zeros really pass this problem's tolerance ...
+    assert "degenerate_problem" in record["flags"]        # ... and the record says why that means nothing
+    assert "all-zeros" in record["flag_details"]["degenerate_problem"]
