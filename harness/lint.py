@@ -12,6 +12,7 @@ from typing import Any
 
 from . import meta
 from .config import load_config
+from .errors import UsageError
 from .discover import Problem, discover
 from .execute import Slot
 from .procs import Worker, WorkerExit, worker_env
@@ -31,6 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=("auto", "cuda", "cpu"))
     p.add_argument("--gpus", metavar="LIST")
     p.add_argument("--timeout", type=float, help="seconds per problem (default: reference_timeout)")
+    p.add_argument("--per-gpu", type=int, default=1, metavar="N",
+                   help="lint N problems at once on each GPU (faster; eager times then overlap, default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON line per problem instead of a table")
     return p
 
@@ -44,6 +47,9 @@ def cmd_lint(argv: list[str]) -> int:
                              "problem": args.problem, "device": args.device, "gpus": args.gpus})
     problems, _ = discover(Path(cfg.problems_dir), Path(cfg.problems_dir) / "__none__", cfg.level, cfg.problem)
     _, slots = resolve_slots(cfg, meta.gpus())
+    if args.per_gpu < 1:
+        raise UsageError("--per-gpu must be at least 1")
+    slots = slots * args.per_gpu
     out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     log_dir = out_dir / ".lint-logs"

@@ -82,6 +82,9 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str]) -> int:
         builds = build_all(pairs, Path(cfg.cache_dir) / "builds", toolchain, cfg.build_jobs(), cfg.build_timeout,
                            cfg.seed, on_done=lambda pair, result: progress.advance(build_task))
         progress.update(build_task, completed=len(pairs))
+        store.update_metadata(builds_compiled=sum(1 for b in builds.values() if not b.cached),
+                              builds_cached=sum(1 for b in builds.values() if b.cached),
+                              build_seconds=round(time.monotonic() - started, 1))
         eval_task = progress.add_task("evaluate", total=len(pairs))
 
         def emit(record: dict[str, Any]) -> None:
@@ -100,8 +103,7 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str]) -> int:
             import shutil
             shutil.rmtree(scratch, ignore_errors=True)
     store.update_metadata(finished_at=now(), wall_seconds=round(time.monotonic() - started, 3),
-                          builds_compiled=sum(1 for b in builds.values() if not b.cached),
-                          builds_cached=sum(1 for b in builds.values() if b.cached))
+                          ceilings=ctx.ceilings)
     if args.json:
         from . import report
         for line in report.summary_lines(report.aggregate(store.records())):

@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="
 def gpu_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gpu")
     config = write_config(tmp, FIXTURES / "gpu_tree")
-    done = run_cli("--config", str(config), "--device", "cuda", "--json", "--timeout", "90", "--samples", "50")
+    done = run_cli("--config", str(config), "--device", "cuda", "--json", "--timeout", "40", "--samples", "50")
     assert done.returncode == 0, done.stderr
     return json_records(done.stdout)
 
@@ -22,13 +22,19 @@ def gpu_run(tmp_path_factory):
     ("illegal_address", "runtime_error", "illegal memory access"),
     ("hang_kernel", "timeout", "timeout"),
     ("oom", "oom", "out of memory"),
-    ("zz_after_faults", "ok", None),
+    ("zz_after_faults", "ok", "no_custom_kernel"),           # plain PyTorch: ok, with the warning flag
+    ("fallback", "ok", "no_custom_kernel"),
+    ("side_stream", "ok", None),
 ])
 def test_gpu_verdicts(gpu_run, candidate, status, words):
     record = gpu_run[candidate]
     assert record["status"] == status, (record["error"], record["worker"])
-    if words:
+    if status != "ok":
         assert words in record["error"].lower()
+        if status != "timeout":
+            assert record["worker"]["device_usable_after"] is True
+    elif words:
+        assert words in record["flags"]
     else:
         assert record["flags"] == [] and record["error"] is None
 
@@ -39,3 +45,41 @@ def test_gpu_timing_uses_events_with_l2_flush(gpu_run):
     for side in ("reference", "candidate"):
         assert timing[side]["n"] == 50 and timing[side]["median_ms"] > 0
     assert gpu_run["cuda_fused"]["gpu"]["name"]
+
+
+def test_custom_kernel_share_is_recorded(gpu_run):
+    kernels = gpu_run["cuda_fused"]["kernels"]
+    assert kernels["custom_kernels"] and kernels["custom_share"] > 0.5
+    assert "no_custom_kernel" not in gpu_run["cuda_fused"]["flags"]
+
+
+def test_side_stream_work_is_timed(gpu_run):
+    # Its kernel is the same as cuda_fused's: timed to the end of the device, it cannot look much faster.
+    side = gpu_run["side_stream"]["timing"]["candidate"]["median_ms"]
+    fused = gpu_run["cuda_fused"]["timing"]["candidate"]["median_ms"]
+    assert side > 0.7 * fused
+    assert gpu_run["side_stream"]["timing"]["candidate"]["stream_lag_median_ms"] > 0.5 * side
+
+
+def test_roofline_and_ceilings_recorded(gpu_run):
+    perf = gpu_run["cuda_fused"]["performance"]
+    assert perf["ceilings"]["copy_gbps"] > 100 and perf["ceilings"]["matmul_tflops_bf16"] > 10
+    assert perf["bytes"] > 0 and perf["achieved_gbps"] > 0 and perf["floor_ms"] > 0
+    assert "faster_than_physics" not in gpu_run["cuda_fused"]["flags"]
+
+
+def test_exploits_on_the_gpu(tmp_path):
+    """The CPU-reproducible exploit set, run on the GPU path: same verdicts."""
+    config = write_config(tmp_path, FIXTURES / "exploits")
+    done = run_cli("--config", str(config), "--device", "cuda", "--json", "--timeout", "60", "--samples", "30")
+    assert done.returncode == 0, done.stderr
+    records = json_records(done.stdout)
+    expected = {"gc_steal": "incorrect", "fd_forge": "crashed", "mutate_inputs": "invalid",
+                "cache_by_shape": "incorrect", "lazy_after_trials": "invalid", "background_thread": "invalid",
+                "tamper_timer": "invalid", "bf16_precision": "incorrect", "subclass_output": "invalid",
+                "eval_mode_bn": "incorrect", "control_plain": "ok", "control_train_bn": "ok",
+                "patch_reference": "ok"}
+    got = {name: records[name]["status"] for name in expected}
+    assert got == expected
+    for name in ("control_plain", "control_train_bn", "patch_reference"):
+        assert set(records[name]["flags"]) <= {"no_custom_kernel"}

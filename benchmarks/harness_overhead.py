@@ -1,0 +1,70 @@
+"""How much time the harness itself costs: wall time of a cold run (empty build cache) and a warm run (everything
+cached) over the same tree, the same warm run with the defenses off, and the per-pair overhead (wall time per
+pair minus the time spent inside timed samples, both sides).
+
+    python benchmarks/harness_overhead.py [--tree tests/fixtures/exploits] [--device cpu|cuda] [--samples 100]
+
+Prints a table; nothing here is asserted (performance targets live in benchmarks, not tests).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run(tree: Path, tmp: Path, device: str, samples: int, defenses: bool) -> dict:
+    config = tmp / "config.yaml"
+    config.write_text("\n".join([f"problems_dir: {tree / 'problems'}", f"solutions_dir: {tree / 'solutions'}",
+                                 f"output_dir: {tmp / 'results'}", f"cache_dir: {tmp / 'cache'}",
+                                 f"device: {device}", "timeout: 120", f"defenses: {str(defenses).lower()}",
+                                 "timing:", f"  samples: {samples}"]) + "\n")
+    before = set((tmp / "results").glob("*")) if (tmp / "results").exists() else set()
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(REPO / "run_eval.py"), "--config", str(config), "--json"],
+                          cwd=REPO, capture_output=True, text=True)
+    wall = time.monotonic() - started
+    if done.returncode != 0:
+        raise SystemExit(f"run failed ({done.returncode}): {done.stderr[-2000:]}")
+    (run_dir,) = set((tmp / "results").glob("*")) - before
+    records = [json.loads(l) for l in (run_dir / "results.jsonl").read_text().splitlines()]
+    meta = json.loads((run_dir / "run.json").read_text())
+    sampled = sum(sum((r.get("timing") or {}).get(side, {}).get("samples_ms") or []) / 1e3
+                  for r in records for side in ("candidate",))
+    ref_sampled = {r["problem"]: sum((r.get("timing") or {}).get("reference", {}).get("samples_ms") or []) / 1e3
+                   for r in records}
+    sampled += sum(ref_sampled.values())
+    return {"wall_s": wall, "pairs": len(records), "compiled": meta.get("builds_compiled"),
+            "cached": meta.get("builds_cached"), "in_samples_s": sampled,
+            "overhead_per_pair_s": (wall - sampled) / max(1, len(records))}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tree", type=Path, default=REPO / "tests" / "fixtures" / "exploits")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--samples", type=int, default=100)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        rows = [("cold (empty build cache)", run(args.tree, tmp, args.device, args.samples, True)),
+                ("warm (all builds cached)", run(args.tree, tmp, args.device, args.samples, True)),
+                ("warm, defenses off", run(args.tree, tmp, args.device, args.samples, False))]
+    print(f"tree {args.tree}  device {args.device}  samples {args.samples}")
+    print(f"{'run':28} {'pairs':>5} {'compiled':>8} {'cached':>6} {'wall s':>8} {'in samples s':>12} {'overhead/pair s':>15}")
+    for name, r in rows:
+        print(f"{name:28} {r['pairs']:>5} {r['compiled']:>8} {r['cached']:>6} {r['wall_s']:>8.1f} "
+              f"{r['in_samples_s']:>12.2f} {r['overhead_per_pair_s']:>15.2f}")
+    warm, off = rows[1][1]["wall_s"], rows[2][1]["wall_s"]
+    print(f"defenses add {warm - off:+.1f} s ({(warm - off) / off:+.0%}) to the warm run")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
