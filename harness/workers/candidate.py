@@ -12,8 +12,8 @@ import time
 from typing import Any
 
 from .common import (Conn, SkipCandidate, as_tensor_list, compiler_summary, describe, device_inputs, fingerprint,
-                     init_inputs, install_extension_hooks, load_module, make_inputs, problem_settings, setup_torch,
-                     tail_traceback, timed_seed, to_device)
+                     init_inputs, install_extension_hooks, load_module, problem_settings, setup_torch,
+                     tail_traceback, timed_seed)
 
 
 class Failed(Exception):
@@ -26,9 +26,9 @@ def run(conn: Conn, job: dict[str, Any]) -> None:
     from .. import timing                              # binds the clocks now, before candidate code exists
     device = job["device"]
     try:
-        problem, settings, init, cpu_inputs = _problem_side(job)
+        problem, settings, init, trial_inputs = _problem_side(job, device)
         model, log, param_match = _load_candidate(job, device, settings, init)
-        report = _correctness(model, cpu_inputs, job, device, settings)
+        report = _correctness(model, trial_inputs, job, device, settings)
         conn.send("outputs", param_match=param_match, extensions=log.calls,
                   module_mode="train" if model.training else "eval", **report)
         if conn.recv().get("op") != "time":
@@ -38,14 +38,14 @@ def run(conn: Conn, job: dict[str, Any]) -> None:
         conn.send("failed", status=f.status, error=f.error, detail=f.detail)
 
 
-def _problem_side(job):
+def _problem_side(job, device):
     problem = load_module("kb_problem", job["problem_path"])
     settings = problem_settings(problem)
     setup_torch(settings)
     seed = job["seed"]
     init = init_inputs(problem)
-    cpu_inputs = [make_inputs(problem, seed + k, settings) for k in range(job["trials"])]
-    return problem, settings, init, cpu_inputs
+    trial_inputs = [device_inputs(problem, seed + k, settings, device) for k in range(job["trials"])]
+    return problem, settings, init, trial_inputs
 
 
 def _classify(exc: BaseException, log, stage: str) -> Failed:
@@ -156,12 +156,11 @@ def _changed_after_return(outs: list, device: str, settle_s: float = 0.05) -> bo
     return not all(_same(t, s) for t, s in zip(outs, snapshot))
 
 
-def _correctness(model, cpu_inputs, job, device, settings) -> dict[str, Any]:
+def _correctness(model, trial_inputs, job, device, settings) -> dict[str, Any]:
     import torch
     files, mutated, unsynchronized, not_plain = [], False, False, False
     defenses = job.get("defenses", True)
-    for k, cpu in enumerate(cpu_inputs):
-        pristine = to_device(cpu, device)
+    for k, pristine in enumerate(trial_inputs):
         work = [x.clone() if isinstance(x, torch.Tensor) else x for x in pristine]
         torch.manual_seed(job["seed"] + k)
         out = _forward(model, work, f"forward (trial {k})")

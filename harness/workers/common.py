@@ -106,27 +106,11 @@ def setup_torch(settings: Settings) -> None:
     torch.set_grad_enabled(False)
 
 
-def make_inputs(problem, seed: int, settings: Settings) -> list:
-    """The problem's inputs for one seed, on the CPU, cast to the problem's dtype."""
-    import torch
-    torch.manual_seed(seed)
-    inputs = problem.get_inputs()
-    if not isinstance(inputs, (list, tuple)):
-        raise ProblemError(f"get_inputs() must return a list, got {type(inputs).__name__}")
-    dtype = getattr(torch, settings.dtype)
-    return [x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
-
-
 def init_inputs(problem) -> list:
     args = problem.get_init_inputs()
     if not isinstance(args, (list, tuple)):
         raise ProblemError(f"get_init_inputs() must return a list, got {type(args).__name__}")
     return list(args)
-
-
-def to_device(inputs: list, device: str) -> list:
-    import torch
-    return [x.to(device).clone() if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
 def as_tensor_list(output) -> list:
@@ -252,12 +236,15 @@ def timed_seed(seed: int, i: int) -> int:
 
 
 def device_inputs(problem, seed: int, settings: Settings, device: str) -> list:
-    """Fresh inputs drawn by the problem's get_inputs() directly on the device (fast enough for every timed
-    sample); the reference and candidate workers draw the same ones for the same seed."""
+    """The problem's get_inputs() after manual_seed(seed), with tensors created directly on the device (the same
+    distributions as on the CPU, drawn fast enough for every trial and every timed sample); the reference and
+    candidate workers draw the same ones for the same seed."""
     import torch
     torch.manual_seed(seed)
     with torch.device(device):
         inputs = problem.get_inputs()
+    if not isinstance(inputs, (list, tuple)):
+        raise ProblemError(f"get_inputs() must return a list, got {type(inputs).__name__}")
     dtype = getattr(torch, settings.dtype)
     return [(x.to(device=device, dtype=dtype) if x.is_floating_point() else x.to(device))
             if isinstance(x, torch.Tensor) else x for x in inputs]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .common import (Conn, as_tensor_list, describe, init_inputs, load_module, make_inputs, problem_settings,
-                     setup_torch, tail_traceback, to_device)
+from .common import (Conn, as_tensor_list, describe, device_inputs, init_inputs, load_module, problem_settings,
+                     setup_torch, tail_traceback)
 
 
 def _passes(outs, refs, atol, rtol) -> bool:
@@ -21,8 +21,10 @@ def degenerate_checks(outs: list, outs_other_inputs: list | None, inputs: list, 
     """The cheap checks, shared with the reference worker (which flags `degenerate_problem` from them)."""
     import torch
     zeros = [torch.zeros_like(o) for o in outs]
-    const = [torch.full_like(o, float(o.float().nanmean()) if o.numel() else 0.0) if o.is_floating_point()
-             else torch.full_like(o, int(o.float().mean().round()) if o.numel() else 0) for o in outs]
+    # The constant a cheat would hard-code: the reference's mean over another draw of inputs (for a scalar loss
+    # that is last draw's value; taking this output's own mean would make every scalar output "degenerate").
+    source = outs_other_inputs if outs_other_inputs is not None else outs
+    const = [torch.full_like(o, _mean(s)) for o, s in zip(outs, source)]
     first = next((x for x in inputs if isinstance(x, torch.Tensor)), None)
     identity_passes = (first is not None and len(outs) == 1 and first.shape == outs[0].shape
                        and first.dtype == outs[0].dtype and _passes([first], outs, atol, rtol))
@@ -42,6 +44,14 @@ def degenerate_checks(outs: list, outs_other_inputs: list | None, inputs: list, 
         ("input_dependent", False, "the output does not change with the inputs"),
     ) if checks[key] is bad]
     return {**checks, "degenerate": bool(reasons), "reasons": reasons}
+
+
+def _mean(t) -> float:
+    import torch
+    if not t.numel():
+        return 0.0
+    value = float(t.double().nanmean()) if t.is_floating_point() else float(t.double().mean())
+    return value if t.is_floating_point() else round(value)
 
 
 def scale(outs: list) -> dict[str, float]:
@@ -75,7 +85,7 @@ def _lint(job: dict[str, Any]) -> dict[str, Any]:
         return problem.Model(*init_inputs(problem)).to(device=device, dtype=dtype)
 
     def forward(model, s_in):
-        x = to_device(make_inputs(problem, s_in, settings), device)
+        x = device_inputs(problem, s_in, settings, device)
         torch.manual_seed(s_in)
         return x, [o.clone() for o in as_tensor_list(model(*x))]
 

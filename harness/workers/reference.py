@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 from .common import (Conn, ProblemError, as_tensor_list, describe, device_inputs, fingerprint, init_inputs,
-                     load_module, make_inputs, problem_settings, setup_torch, tail_traceback, timed_seed, to_device)
+                     load_module, problem_settings, setup_torch, tail_traceback, timed_seed)
 
 
 def run(conn: Conn, job: dict[str, Any]) -> None:
@@ -207,7 +207,7 @@ def _prepare(job: dict[str, Any], device: str):
     model = model.to(device=device, dtype=getattr(torch, settings.dtype))
     state = {k: v.detach().to("cpu").clone() for k, v in model.state_dict().items()}
     torch.save(state, os.path.join(job["scratch"], "reference_state.pt"))
-    inputs = [_stage("get_inputs()", lambda k=k: to_device(make_inputs(problem, seed + k, settings), device))
+    inputs = [_stage("get_inputs()", lambda k=k: device_inputs(problem, seed + k, settings, device))
               for k in range(job["trials"])]
     expected = []
     for k, x in enumerate(inputs):
