@@ -9,8 +9,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import meta, report
-from .config import Config, config_to_dict, load_config
+from . import report
+from .config import Config, load_config
 from .errors import HarnessError, UsageError
 
 SUBCOMMANDS = ("report", "lint", "import-kernelbench")

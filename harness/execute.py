@@ -19,7 +19,7 @@ from typing import Any, Callable
 from .build import BuildResult, Toolchain, build_env
 from .config import Config
 from .discover import Pair
-from .procs import Worker, WorkerExit, describe_exit, worker_env
+from .procs import Worker, WorkerExit, worker_env
 from .records import INVALIDATING_FLAGS, add_flag, finish, new_record
 
 
@@ -157,7 +157,7 @@ def run_problem(group: list[Pair], ctx: Context, slot: Slot) -> None:
                 add_flag(record, "degenerate_problem")
                 record.setdefault("flag_details", {})["degenerate_problem"] = "; ".join(lint.get("reasons", []))
             ctx.emit(record)
-            if record["status"] in ("crashed", "timeout", "oom", "runtime_error") and not reference.healthy():
+            if (record["worker"] or {}).get("device_usable_after") is False:
                 reference.close()                       # the next pair gets a fresh reference process too
                 reference = None
     finally:

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Everything that needs the GPU, in one call (fits the device tool's 10-minute command on a 4-GPU machine):
-#   phase 1, side by side: the GPU-marked tests on GPU 0, and lint of every problem on the other GPUs;
-#   phase 2: `run_eval.py` over the whole suite with a cold build cache, on every GPU;
-#   phase 3: the same run again, warm: nothing recompiles.
+# Everything that needs the GPU. Phases (default: all), each bounded so that `tests` and `suite` each fit one
+# 10-minute device command on a 4-GPU machine:
+#   tests: side by side, the GPU-marked tests on GPU 0 and lint of every problem on the other GPUs;
+#          then the harness overhead benchmark on the exploit set (cold, warm, defenses off) on the GPU;
+#   suite: `run_eval.py` over the whole suite with a cold build cache, on every GPU; then the same run, warm.
 # Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out.
+#   usage: bash scripts/gpu_check.sh [tests|suite|all]
 set -uo pipefail
+phase=${1:-all}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out=${OUT:-gpu_check_out}
 mkdir -p "$out"
@@ -14,13 +17,19 @@ rest=$( [ "$n" -gt 1 ] && seq -s, 1 $((n - 1)) || echo 0)
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$out/gpus.txt"
 cat "$out/gpus.txt"
 
+if [ "$phase" = tests ] || [ "$phase" = all ]; then
 echo "== phase 1: GPU tests (GPU 0) | lint (GPUs $rest)"
-(timeout 280 python run_eval.py lint --gpus "$rest" --per-gpu 2 --output-dir "$out" > "$out/lint.txt" 2>&1) &
+(timeout 280 python run_eval.py lint --gpus "$rest" --per-gpu 2 --output-dir "$out/lint_tmp" > "$out/lint.txt" 2>&1;
+ mv "$out"/lint_tmp/lint-*.json "$out"/ 2>/dev/null; rm -rf "$out/lint_tmp") &
 lint_pid=$!
 timeout 280 python -m pytest -q -m gpu tests/ 2>&1 | tail -n 40 > "$out/gpu_tests.txt"
 wait $lint_pid
 tail -n 25 "$out/gpu_tests.txt"
 tail -n 3 "$out/lint.txt"
+echo "== harness overhead on the exploit set, GPU"
+timeout 200 python benchmarks/harness_overhead.py --device cuda --samples 100 2>&1 | tee "$out/overhead.txt"
+fi
+[ "$phase" = suite ] || [ "$phase" = all ] || exit 0
 
 echo "== phase 2: run_eval.py, cold build cache, GPUs $all"
 rm -rf .cache/builds

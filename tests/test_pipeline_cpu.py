@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -115,7 +114,6 @@ def test_report_rerenders_a_past_run(first_run):
 
 def test_second_run_compiles_nothing(first_run):
     tmp, config, first_records, _ = first_run
-    ext_dir = Path(first_records["correct_cpp"]["build"]["key"])
     sos = sorted((tmp / "cache").rglob("*.so"))
     assert sos, "the first run built a shared object"
     mtimes = {p: p.stat().st_mtime_ns for p in sos}

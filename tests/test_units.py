@@ -1,9 +1,6 @@
 """Unit tests for the pure parts: response extraction, comparison, config, aggregates, CLI input errors."""
 from __future__ import annotations
 
-import math
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -138,3 +135,13 @@ def test_cli_single_pair_with_broken_problem_is_exit_2(tmp_path):
 def test_help_exits_0():
     done = run_cli("--help")
     assert done.returncode == 0 and "--resume" in done.stdout
+
+
+def test_lint_constant_check_on_scalar_outputs_uses_another_input_draw():
+    from harness.workers.lint import degenerate_checks
+    x = [torch.randn(4, 4)]
+    loss, loss_other = [torch.tensor(4.32)], [torch.tensor(5.10)]
+    checks = degenerate_checks(loss, loss_other, x, 1e-4, 1e-3)
+    assert not checks["constant_pass"] and not checks["degenerate"]
+    stable = degenerate_checks(loss, [torch.tensor(4.3201)], x, 1e-4, 1e-3)
+    assert stable["constant_pass"] and stable["degenerate"]     # a loss that barely moves with its inputs

@@ -149,7 +149,6 @@ def _sync(device: str) -> None:
 def _changed_after_return(outs: list, device: str, settle_s: float = 0.05) -> bool:
     """True when an output's values change after the call returned and the device went idle: work finished
     later by a background thread or an unsynchronized stream."""
-    import torch
     snapshot = [t.clone() for t in outs]
     time.sleep(settle_s)
     _sync(device)

@@ -5,7 +5,6 @@ weights, holds NaN/Inf, or changes between two identical runs.
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from .common import (Conn, as_tensor_list, describe, device_inputs, init_inputs, load_module, problem_settings,
@@ -47,7 +46,6 @@ def degenerate_checks(outs: list, outs_other_inputs: list | None, inputs: list, 
 
 
 def _mean(t) -> float:
-    import torch
     if not t.numel():
         return 0.0
     value = float(t.double().nanmean()) if t.is_floating_point() else float(t.double().mean())
