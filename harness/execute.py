@@ -12,6 +12,7 @@ import queue
 import shutil
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -257,6 +258,9 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, ctx: 
             finish(record, "timeout", f"killed after the pair timeout of {cfg.timeout:g} s")
         else:
             finish(record, "crashed", f"{exc.detail}; last output: {_last_line(worker.log_tail())}")
+    except Exception as exc:                           # noqa: BLE001 - one pair's fault must not end the run
+        record["error_detail"] = traceback.format_exc()[-4000:]
+        finish(record, "crashed", f"harness fault while evaluating this pair: {type(exc).__name__}: {exc}")
     finally:
         code = worker.close()
         record["worker"] = {"exit_code": code, "seconds": round(time.monotonic() - started, 3),
@@ -386,14 +390,31 @@ def _files(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"label": str(f["label"]), "path": str(f["path"]), "trial": int(f["trial"])} for f in files]
 
 
+def _number(value: Any) -> float | None:
+    """A number from a worker message: JSON carries NaN/Inf as the strings 'nan'/'inf'; anything else is None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if value in ("nan", "inf", "-inf"):
+        return float(value)
+    return None
+
+
+def _largest(values: list[Any]) -> float | None:
+    numbers = [v for v in map(_number, values) if v is not None]
+    if any(v != v for v in numbers):
+        return float("nan")
+    return max(numbers, default=None)
+
+
 def _correctness(results, message, info, cfg: Config) -> dict[str, Any]:
     passed = sum(1 for r in results if r["ok"])
-    errs = [r for r in results if r.get("max_abs_err") is not None]
     first_bad = next((r for r in results if not r["ok"]), None)
     return {
         "trials": len(results), "trials_passed": passed,
-        "max_abs_err": max((r["max_abs_err"] for r in errs), default=None),
-        "max_rel_err": max((r["max_rel_err"] for r in errs), default=None),
+        "max_abs_err": _largest([r.get("max_abs_err") for r in results]),
+        "max_rel_err": _largest([r.get("max_rel_err") for r in results]),
         "atol": info.get("atol"), "rtol": info.get("rtol"), "dtype": info.get("dtype"),
         "first_mismatch": first_bad and {"trial": first_bad["label"], "reason": first_bad["reason"],
                                          **(first_bad.get("first_mismatch") or {})},
