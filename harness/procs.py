@@ -78,7 +78,7 @@ class Worker:
             raise WorkerExit("protocol", None, f"sent {exc} on the result channel") from None
         if message.pop("token", None) != self.token:
             self.kill()
-            raise WorkerExit("protocol", None, "sent a message without the harness's token")
+            raise WorkerExit("protocol", None, "sent a message without the harness's token (a forged record?)")
         return message
 
     def wait(self, timeout: float) -> int | None:
