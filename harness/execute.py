@@ -155,8 +155,7 @@ def run_problem(group: list[Pair], ctx: Context, slot: Slot) -> None:
             run_pair(pair, record, reference, ctx, slot, problem_dir)
             lint = reference.info.get("lint") or {}
             if lint.get("degenerate"):
-                add_flag(record, "degenerate_problem")
-                record.setdefault("flag_details", {})["degenerate_problem"] = "; ".join(lint.get("reasons", []))
+                _flag(record, "degenerate_problem", "; ".join(lint.get("reasons", [])))
             ctx.emit(record)
             if (record["worker"] or {}).get("device_usable_after") is False:
                 reference.close()                       # the next pair gets a fresh reference process too

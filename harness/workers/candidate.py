@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from .common import (Conn, SkipCandidate, as_tensor_list, compiler_summary, describe, device_inputs, fingerprint,
-                     init_inputs, install_extension_hooks, load_module, problem_settings, setup_torch,
+                     init_inputs, is_oom, install_extension_hooks, load_module, problem_settings, setup_torch,
                      tail_traceback, timed_seed)
 
 
@@ -54,14 +54,10 @@ def _classify(exc: BaseException, log, stage: str) -> Failed:
     if log.compile_errors:
         line, detail = compiler_summary(log.compile_errors[-1])
         return Failed("compile_error", line, detail)
-    if _is_oom(exc):
+    if is_oom(exc):
         return Failed("oom", f"{stage}: {describe(exc)}", tail_traceback(exc))
     status = "load_error" if stage in ("import", "ModelNew(*get_init_inputs())") else "runtime_error"
     return Failed(status, f"{stage}: {describe(exc)}", tail_traceback(exc))
-
-
-def _is_oom(exc: BaseException) -> bool:
-    return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower()
 
 
 def _load_candidate(job, device, settings, init):

@@ -44,6 +44,15 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"[:500] if first else type(exc).__name__
 
 
+def is_oom(exc: BaseException | None) -> bool:
+    """An out-of-memory error, here or anywhere down the exception's cause chain."""
+    while exc is not None:
+        if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower():
+            return True
+        exc = exc.__cause__
+    return False
+
+
 def tail_traceback(exc: BaseException, limit: int = 4000) -> str:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return text[-limit:]

@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 from .common import (Conn, ProblemError, as_tensor_list, describe, device_inputs, fingerprint, init_inputs,
-                     load_module, problem_settings, setup_torch, tail_traceback, timed_seed)
+                     is_oom, load_module, problem_settings, setup_torch, tail_traceback, timed_seed)
 
 
 def run(conn: Conn, job: dict[str, Any]) -> None:
@@ -21,7 +21,7 @@ def run(conn: Conn, job: dict[str, Any]) -> None:
         problem, model, settings, inputs, expected, initial_state = _prepare(job, device)
     except BaseException as exc:                       # noqa: BLE001 - a broken problem is a message, not a crash
         conn.send("error", stage=getattr(exc, "stage", "problem"), error=describe(exc),
-                  oom=_is_oom(exc), traceback=tail_traceback(exc))
+                  oom=is_oom(exc), traceback=tail_traceback(exc))
         return
     hints = _EvalModeHint(model, initial_state, inputs, settings)
     info: dict[str, Any] = {
@@ -44,7 +44,7 @@ def run(conn: Conn, job: dict[str, Any]) -> None:
         else:
             expected64 = None
     except BaseException as exc:                       # noqa: BLE001
-        conn.send("error", stage="reference timing", error=describe(exc), oom=_is_oom(exc),
+        conn.send("error", stage="reference timing", error=describe(exc), oom=is_oom(exc),
                   traceback=tail_traceback(exc))
         return
     conn.send("ready", **info)
@@ -283,10 +283,3 @@ def _healthy(device: str) -> bool:
     except Exception:                                  # noqa: BLE001
         return False
 
-
-def _is_oom(exc: BaseException) -> bool:
-    while exc is not None:
-        if "out of memory" in str(exc).lower() or type(exc).__name__ == "OutOfMemoryError":
-            return True
-        exc = exc.__cause__
-    return False
