@@ -4,6 +4,8 @@
 #   tests: side by side, the GPU-marked tests on GPU 0 and lint of every problem on the other GPUs;
 #          then the harness overhead benchmark on the exploit set (cold, warm, defenses off) on the GPU;
 #   suite: `run_eval.py` over the whole suite with a cold build cache, on every GPU; then the same run, warm.
+# Builds run 16 at a time (JOBS=N to change): a cold build of every candidate at once on 64 cores starved the
+# machine once.
 # Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out.
 #   usage: bash scripts/gpu_check.sh [tests|suite|all]
 set -uo pipefail
@@ -33,11 +35,11 @@ fi
 
 echo "== phase 2: run_eval.py, cold build cache, GPUs $all"
 rm -rf .cache/builds
-/usr/bin/time -f "wall %e s" timeout 300 python run_eval.py --gpus "$all" --output-dir "$out/results" > "$out/run_cold.txt" 2>&1
+/usr/bin/time -f "wall %e s" timeout 300 python run_eval.py --gpus "$all" --jobs "${JOBS:-16}" --output-dir "$out/results" > "$out/run_cold.txt" 2>&1
 grep -E "^(pairs|geomean|wall|run )" "$out/run_cold.txt"
 
 echo "== phase 3: the same run, warm"
-/usr/bin/time -f "wall %e s" timeout 200 python run_eval.py --gpus "$all" --output-dir "$out/results" > "$out/run_warm.txt" 2>&1
+/usr/bin/time -f "wall %e s" timeout 200 python run_eval.py --gpus "$all" --jobs "${JOBS:-16}" --output-dir "$out/results" > "$out/run_warm.txt" 2>&1
 grep -E "^(pairs|geomean|wall|run )" "$out/run_warm.txt"
 python - "$out/results" <<'PY'
 import json, pathlib, sys
