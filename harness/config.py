@@ -38,6 +38,7 @@ class Config:
     jobs: int = 0                       # parallel builds; 0 = number of CPU cores
     cuda_arch: str | None = None        # TORCH_CUDA_ARCH_LIST for builds; None = the first GPU's capability
     defenses: bool = True               # anti-cheat checks (README: Hardening); off only to measure their cost
+    spare_workers: str = "auto"         # start the next worker ahead: auto (on GPU slots) | on | off
     timing: TimingConfig = field(default_factory=TimingConfig)
 
     def build_jobs(self) -> int:
@@ -119,6 +120,8 @@ def _coerce(key: str, value: Any, source: str, default: Any = dataclasses.MISSIN
         return _parse_gpus(value, source)
     if name in ("level", "cuda_arch"):
         return None if value is None else str(value)
+    if name == "spare_workers" and isinstance(value, bool):        # YAML reads a bare on/off as a boolean
+        return "on" if value else "off"
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
@@ -159,6 +162,7 @@ def _parse_gpus(value: Any, source: str) -> tuple[int, ...]:
 def _check_ranges(cfg: Config, source: str) -> None:
     checks = [
         (cfg.device in ("auto", "cuda", "cpu"), "'device' must be auto, cuda or cpu"),
+        (cfg.spare_workers in ("auto", "on", "off"), "'spare_workers' must be auto, on or off"),
         (cfg.trials >= 1, "'trials' must be at least 1"),
         (cfg.timeout > 0, "'timeout' must be positive"),
         (cfg.build_timeout > 0, "'build_timeout' must be positive"),

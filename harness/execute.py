@@ -20,7 +20,7 @@ from typing import Any, Callable
 from .build import BuildResult, Toolchain, build_env
 from .config import Config
 from .discover import Pair
-from .procs import Worker, WorkerExit, worker_env
+from .procs import SpareWorkers, Worker, WorkerExit, worker_env
 from .records import INVALIDATING_FLAGS, add_flag, finish, new_record
 
 
@@ -66,6 +66,8 @@ def run_all(pairs: list[Pair], ctx: Context, slots: list[Slot]) -> None:
     errors: list[BaseException] = []
 
     def serve(slot: Slot) -> None:
+        spares = SpareWorkers(worker_env(slot.env()), ctx.log_dir, slot.name.replace(":", ""),
+                              spares_enabled(ctx.cfg, slot))
         try:
             if slot.gpu is not None and ctx.cfg.defenses:
                 ctx.ceilings[slot.name] = measure_ceilings(ctx, slot)
@@ -74,10 +76,12 @@ def run_all(pairs: list[Pair], ctx: Context, slots: list[Slot]) -> None:
                     group = work.get_nowait()
                 except queue.Empty:
                     return
-                run_problem(group, ctx, slot)
+                run_problem(group, ctx, slot, spares)
         except BaseException as exc:                                 # noqa: BLE001 - re-raised in the caller
             errors.append(exc)
             ctx.stop.set()
+        finally:
+            spares.close()
 
     threads = [threading.Thread(target=serve, args=(slot,), name=slot.name, daemon=True) for slot in slots]
     for thread in threads:
@@ -87,6 +91,12 @@ def run_all(pairs: list[Pair], ctx: Context, slots: list[Slot]) -> None:
             thread.join(0.2)
     if errors:
         raise errors[0]
+
+
+def spares_enabled(cfg: Config, slot: Slot) -> bool:
+    """'auto': on GPU slots, where a starting worker only uses an idle core; off on the CPU, where it would
+    compete with the host-clock timing."""
+    return cfg.spare_workers == "on" or (cfg.spare_workers == "auto" and slot.gpu is not None)
 
 
 def measure_ceilings(ctx: Context, slot: Slot) -> dict[str, float]:
@@ -129,7 +139,7 @@ def _decided_without_running(pair: Pair, ctx: Context, slot: Slot) -> dict[str, 
     return finish(record, status, build.error)
 
 
-def run_problem(group: list[Pair], ctx: Context, slot: Slot) -> None:
+def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorkers) -> None:
     runnable = []
     for pair in group:
         record = _decided_without_running(pair, ctx, slot)
@@ -147,12 +157,12 @@ def run_problem(group: list[Pair], ctx: Context, slot: Slot) -> None:
             if ctx.stop.is_set():
                 return
             if reference is None:
-                reference = ReferenceSide(runnable[0], ctx, slot, problem_dir)
+                reference = ReferenceSide(runnable[0], ctx, slot, problem_dir, spares)
             record = _base_record(pair, ctx, slot)
             if reference.error is not None:
                 ctx.emit(finish(record, reference.error_status, reference.error))
                 continue
-            run_pair(pair, record, reference, ctx, slot, problem_dir)
+            run_pair(pair, record, reference, ctx, slot, problem_dir, spares)
             lint = reference.info.get("lint") or {}
             if lint.get("degenerate"):
                 _flag(record, "degenerate_problem", "; ".join(lint.get("reasons", [])))
@@ -169,7 +179,7 @@ def run_problem(group: list[Pair], ctx: Context, slot: Slot) -> None:
 class ReferenceSide:
     """The reference worker for one problem on one slot."""
 
-    def __init__(self, pair: Pair, ctx: Context, slot: Slot, problem_dir: Path):
+    def __init__(self, pair: Pair, ctx: Context, slot: Slot, problem_dir: Path, spares: SpareWorkers):
         self.ctx = ctx
         self.state_path = problem_dir / "reference_state.pt"
         self.error: str | None = None
@@ -177,7 +187,7 @@ class ReferenceSide:
         self.info: dict[str, Any] = {}
         cfg = ctx.cfg
         log = ctx.log_dir / f"{slug(pair.problem_id)}__reference.log"
-        self.worker = Worker("reference", worker_env(slot.env()), log)
+        self.worker = spares.take("reference", log)
         self.worker.send({"problem_path": str(pair.problem.path.resolve()), "device": slot.device,
                           "seed": cfg.seed, "trials": cfg.trials, "timing": _timing_job(cfg),
                           "scratch": str(problem_dir), "defenses": cfg.defenses})
@@ -238,16 +248,15 @@ def _last_line(text: str) -> str:
 
 
 def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, ctx: Context, slot: Slot,
-             problem_dir: Path) -> None:
+             problem_dir: Path, spares: SpareWorkers) -> None:
     cfg = ctx.cfg
     build = ctx.builds[pair.candidate.id]
     pair_dir = problem_dir / slug(pair.candidate.id.rsplit("/", 1)[-1])
     pair_dir.mkdir(parents=True, exist_ok=True)
-    env = worker_env({**slot.env(), **build_env(Path(build.build_dir), ctx.toolchain)})
-    worker = Worker("candidate", env, ctx.log_dir / f"{slug(pair.candidate.id)}.log")
+    worker = spares.take("candidate", ctx.log_dir / f"{slug(pair.candidate.id)}.log")
     started = time.monotonic()
     deadline = started + cfg.timeout
-    worker.send({"problem_path": str(pair.problem.path.resolve()), "candidate_path": build.candidate_path,
+    worker.send({"env": build_env(Path(build.build_dir), ctx.toolchain), "problem_path": str(pair.problem.path.resolve()), "candidate_path": build.candidate_path,
                  "device": slot.device, "seed": cfg.seed, "trials": cfg.trials, "timing": _timing_job(cfg),
                  "scratch": str(pair_dir), "state_path": str(reference.state_path), "defenses": cfg.defenses})
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import itertools
 import subprocess
 import sys
 import time
@@ -56,6 +57,21 @@ class Worker:
         self.cmd_w = cmd_w
         self.reader = LineReader(res_r)
         self.token = secrets.token_hex(16)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def move_log(self, path: Path) -> None:
+        """Give a spare worker its job's log name (the open file follows the rename)."""
+        target, n = path, 1
+        while target.exists():
+            n += 1
+            target = path.with_name(f"{path.stem}.{n}{path.suffix}")
+        try:
+            os.replace(self.log_path, target)
+            self.log_path = target
+        except OSError:
+            pass
 
     def send(self, message: dict[str, Any]) -> None:
         try:
@@ -119,6 +135,46 @@ class Worker:
                 return f.read().decode(errors="replace")
         except OSError:
             return ""
+
+
+class SpareWorkers:
+    """Workers started before they are needed, one per role. A new worker spends its first seconds importing
+    torch (no GPU work yet); a spare does that while the job before it runs, so the next job starts at once.
+    Every job still gets a process of its own that no earlier job has touched."""
+
+    _serial = itertools.count()
+
+    def __init__(self, env: dict[str, str], log_dir: Path, tag: str, enabled: bool):
+        self.env, self.log_dir, self.tag, self.enabled = env, log_dir, tag, enabled
+        self.spares: dict[str, Worker] = {}
+
+    def take(self, role: str, log_path: Path) -> Worker:
+        worker = self.spares.pop(role, None)
+        if worker is not None and worker.alive():
+            worker.move_log(log_path)
+        else:
+            if worker is not None:
+                self._discard(worker)
+            worker = Worker(role, self.env, log_path)
+        if self.enabled:
+            spare_log = self.log_dir / f"spare-{self.tag}-{role}-{next(self._serial)}.log"
+            self.spares[role] = Worker(role, self.env, spare_log)
+        return worker
+
+    def close(self) -> None:
+        for worker in self.spares.values():
+            self._discard(worker)
+        self.spares.clear()
+
+    @staticmethod
+    def _discard(worker: Worker) -> None:
+        worker.kill()                                   # a spare never got a job: nothing to wait for
+        worker.close()
+        try:
+            if worker.log_path.stat().st_size == 0:
+                worker.log_path.unlink()
+        except OSError:
+            pass
 
 
 def describe_exit(code: int | None) -> str:

@@ -3,9 +3,11 @@
 # 10-minute device command on a 4-GPU machine:
 #   tests: side by side, the GPU-marked tests on GPU 0 and lint of every problem on the other GPUs;
 #          then the harness overhead benchmark on the exploit set (cold, warm, defenses off) on the GPU;
-#   suite: `run_eval.py` over the whole suite with a cold build cache, on every GPU; then the same run, warm.
-# Builds run 16 at a time (JOBS=N to change): a cold build of every candidate at once on 64 cores starved the
-# machine once.
+#   suite: `run_eval.py` over the whole suite with a cold build cache, on every GPU, with lint of every problem
+#          running while the candidates build (the GPUs are idle then; lint takes about a minute on 4 GPUs);
+#          then the same run, warm.
+# Builds run 24 at a time (JOBS=N to change): a first attempt with one build per core (64) lost the machine,
+# maybe by coincidence.
 # Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out.
 #   usage: bash scripts/gpu_check.sh [tests|suite|all]
 set -uo pipefail
@@ -33,13 +35,17 @@ timeout 200 python benchmarks/harness_overhead.py --device cuda --samples 100 2>
 fi
 [ "$phase" = suite ] || [ "$phase" = all ] || exit 0
 
-echo "== phase 2: run_eval.py, cold build cache, GPUs $all"
+echo "== phase 2: run_eval.py, cold build cache, GPUs $all; lint of every problem while the candidates build"
 rm -rf .cache/builds
-/usr/bin/time -f "wall %e s" timeout 300 python run_eval.py --gpus "$all" --jobs "${JOBS:-16}" --output-dir "$out/results" > "$out/run_cold.txt" 2>&1
+(timeout 150 python run_eval.py lint --gpus "$all" --per-gpu 2 --output-dir "$out/lint_tmp" > "$out/lint_suite.txt" 2>&1;
+ mv "$out"/lint_tmp/lint-*.json "$out"/ 2>/dev/null; rm -rf "$out/lint_tmp") &
+/usr/bin/time -f "wall %e s" timeout "${COLD_TIMEOUT:-290}" python run_eval.py --gpus "$all" --jobs "${JOBS:-24}" --output-dir "$out/results" > "$out/run_cold.txt" 2>&1
 grep -E "^(pairs|geomean|wall|run )" "$out/run_cold.txt"
+wait
+tail -n 1 "$out/lint_suite.txt"
 
 echo "== phase 3: the same run, warm"
-/usr/bin/time -f "wall %e s" timeout 200 python run_eval.py --gpus "$all" --jobs "${JOBS:-16}" --output-dir "$out/results" > "$out/run_warm.txt" 2>&1
+/usr/bin/time -f "wall %e s" timeout "${WARM_TIMEOUT:-180}" python run_eval.py --gpus "$all" --jobs "${JOBS:-24}" --output-dir "$out/results" > "$out/run_warm.txt" 2>&1
 grep -E "^(pairs|geomean|wall|run )" "$out/run_warm.txt"
 python - "$out/results" <<'PY'
 import json, pathlib, sys

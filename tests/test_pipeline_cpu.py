@@ -18,7 +18,7 @@ from conftest import REPO, json_records, run_cli, run_dirs, write_config
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory, fixture_tree):
     tmp = tmp_path_factory.mktemp("run")
-    config = write_config(tmp, fixture_tree)
+    config = write_config(tmp, fixture_tree, spare_workers="on")     # workers started ahead, as on GPUs
     done = run_cli("--config", str(config), "--json", "--timeout", "20")
     assert done.returncode == 0, done.stderr
     return tmp, config, json_records(done.stdout), done
@@ -100,6 +100,9 @@ def test_run_files(first_run):
     board = (run_dir / "leaderboard.md").read_text()
     assert "| level1/001_linear_relu | correct_cpp |" in board
     assert "(no correct candidate)" in board                       # the broken problem
+    logs = sorted(p.name for p in (run_dir / "logs").iterdir())
+    assert "level1__001_linear_relu__segfault.log" in logs and "level1__001_linear_relu__reference.log" in logs
+    assert not [name for name in logs if name.startswith("spare-")]   # unused spares leave nothing behind
 
 
 def test_report_rerenders_a_past_run(first_run):

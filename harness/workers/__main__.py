@@ -1,4 +1,5 @@
-"""Entry point of every worker process: read the job from the command pipe, run the role, exit hard.
+"""Entry point of every worker process: import torch, read the job from the command pipe (with the variables
+that differ per job, such as the candidate's extension folder), run the role, exit hard.
 
 Exiting with os._exit skips candidate atexit handlers and leftover threads: once the role has sent its
 messages, nothing the candidate left behind can run or speak."""
@@ -28,7 +29,9 @@ def main(argv: list[str]) -> None:
     _die_with_parent()
     role, cmd_fd, res_fd = argv[0], int(argv[1]), int(argv[2])
     conn = Conn(cmd_fd, res_fd)
+    import torch  # noqa: F401 - before the job arrives: a spare worker pays for this while it waits (no CUDA yet)
     job = conn.recv()
+    os.environ.update({str(k): str(v) for k, v in (job.pop("env", None) or {}).items()})
     os.environ.setdefault("KB_DEVICE", job.get("device", "cpu"))
     try:
         if role == "build":

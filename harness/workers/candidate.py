@@ -118,10 +118,8 @@ def _inputs_changed(work: list, pristine: list) -> bool:
 
 
 def _save(outs: list, scratch: str, label: str) -> str:
-    import torch
-    path = os.path.join(scratch, f"{label}.pt")
-    torch.save([t.to("cpu").contiguous().clone() for t in outs], path)
-    return path
+    from .tensorfile import write_tensors
+    return write_tensors(outs, os.path.join(scratch, f"{label}.kbt"))
 
 
 def _forward(model, args, stage: str, log=None):
@@ -166,7 +164,7 @@ def _correctness(model, trial_inputs, job, device, settings) -> dict[str, Any]:
             path = _save(outs, job["scratch"], f"trial{k}")        # the values as the call left them
             if defenses:
                 unsynchronized = unsynchronized or _changed_after_return(outs, device)
-        except ValueError as exc:
+        except ValueError as exc:                      # not tensors, or a dtype no file can carry
             raise Failed("incorrect", f"trial {k}: {exc}") from None
         except BaseException as exc:                   # noqa: BLE001 - asynchronous CUDA errors surface here
             raise _classify(exc, _NoLog, f"forward (trial {k})") from None

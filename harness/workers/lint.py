@@ -87,10 +87,16 @@ def _lint(job: dict[str, Any]) -> dict[str, Any]:
         torch.manual_seed(s_in)
         return x, [o.clone() for o in as_tensor_list(model(*x))]
 
-    if device != "cpu":
-        torch.cuda.reset_peak_memory_stats()
     model = build(seed)
-    inputs, outs = forward(model, seed)
+    inputs = device_inputs(problem, seed, settings, device)
+    if device != "cpu":                                # the problem's own footprint: model, inputs, one forward
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    torch.manual_seed(seed)
+    raw = as_tensor_list(model(*inputs))
+    peak = torch.cuda.max_memory_allocated() if device != "cpu" else None
+    outs = [o.clone() for o in raw]
+    del raw
     _, outs_other_inputs = forward(model, seed + 1)
     _, outs_again = forward(build(seed), seed)
     _, outs_other_params = forward(build(seed + 1), seed)
@@ -106,7 +112,6 @@ def _lint(job: dict[str, Any]) -> dict[str, Any]:
     checks["degenerate"] = bool(checks["reasons"])
     stats = timing.time_calls(lambda i: inputs, lambda x: model(*x), device, 3, job.get("samples", 20),
                               device != "cpu")
-    peak = torch.cuda.max_memory_allocated() if device != "cpu" else None
     return {**checks, **scale(outs), "dtype": settings.dtype, "atol": atol, "rtol": rtol,
             "output_shapes": [list(o.shape) for o in outs], "eager_ms": stats["median_ms"],
             "peak_memory_gb": None if peak is None else peak / 1e9}

@@ -218,20 +218,18 @@ def _prepare(job: dict[str, Any], device: str):
 
 
 def _verify_file(item: dict[str, Any], expected, timed_full, settings, device: str, verify) -> dict[str, Any]:
-    import torch
+    from .tensorfile import read_tensors
     label, path, k = item["label"], item["path"], int(item["trial"])
     want = expected[k] if k >= 0 else timed_full.get(k)
     if want is None:
         _remove(path)
         return {"label": label, "ok": False, "reason": "no expected output for this call"}
     try:
-        outs = torch.load(path, map_location=device, weights_only=True)
+        outs = read_tensors(path, device)
     except Exception as exc:                           # noqa: BLE001 - a malformed file is a failed check
         return {"label": label, "ok": False, "reason": f"unreadable output file: {describe(exc)}"}
     finally:
         _remove(path)
-    if not isinstance(outs, list) or not all(isinstance(t, torch.Tensor) for t in outs):
-        return {"label": label, "ok": False, "reason": "output file does not hold a list of tensors"}
     result = verify.compare_outputs(outs, want, settings.atol, settings.rtol)
     return {"label": label, **result, "outputs": outs}
 
