@@ -1,4 +1,4 @@
-"""Matrix multiplication with a small inner dimension: C = A @ B, A (16384 x 32), B (32 x 16384); output-write bound."""
+"""Matrix multiplication with a small inner dimension: C = A @ B, A (24576 x 32), B (32 x 24576); output-write bound."""
 import torch
 import torch.nn as nn
 
@@ -11,9 +11,9 @@ class Model(nn.Module):
         return torch.matmul(A, B)
 
 
-M = 16384
+M = 24576
 K = 32
-N = 16384
+N = 24576
 
 
 def get_inputs():

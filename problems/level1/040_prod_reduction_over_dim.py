@@ -12,7 +12,7 @@ class Model(nn.Module):
         return torch.prod(x, dim=self.dim)
 
 
-batch_size = 512
+batch_size = 1536
 dim1 = 32
 dim2 = 32768
 reduce_dim = 1

@@ -12,7 +12,7 @@ class Model(nn.Module):
         return self.pool(x)
 
 
-batch_size = 64
+batch_size = 128
 channels = 128
 length = 32768
 kernel_size = 8

@@ -12,7 +12,7 @@ class Model(nn.Module):
         return self.pool(x)
 
 
-batch_size = 64
+batch_size = 112
 channels = 64
 height, width = 256, 256
 kernel_size = 3

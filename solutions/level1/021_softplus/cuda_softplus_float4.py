@@ -1,7 +1,7 @@
 # Custom CUDA softplus (beta 1, threshold 20): one elementwise pass, y = f(x), fp32.
 # Eager softplus is one elementwise kernel computing log1p(exp(x)) with accurate libm calls, which
 # makes it partly issue-bound; this uses the __expf/__logf hardware approximations (error < 1e-6,
-# far inside tolerance) so the op stays HBM-bound (1.5 GiB read + 1.5 GiB written). Measured ~1.03x.
+# far inside tolerance) so the op stays HBM-bound (2.5 GiB read + 2.5 GiB written). Measured ~1.03x.
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline

@@ -1,7 +1,7 @@
 # Custom CUDA SELU scale * (x > 0 ? x : alpha * expm1(x)): one elementwise pass, y = f(x), fp32.
 # Eager F.selu goes through the generic ELU kernel with runtime coefficients; this folds the SELU
 # constants in and uses expf(x) - 1 (abs. error ~1e-7) instead of the costlier expm1f.
-# Expect parity (~1.0x): the op is HBM-bound (1.5 GiB read + 1.5 GiB written), served by one float4
+# Expect parity (~1.0x): the op is HBM-bound (2.5 GiB read + 2.5 GiB written), served by one float4
 # load/store per thread.
 import torch
 import torch.nn as nn
