@@ -33,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", metavar="LIST")
     p.add_argument("--timeout", type=float, help="seconds per problem (default: reference_timeout)")
     p.add_argument("--per-gpu", type=int, default=1, metavar="N",
-                   help="lint N problems at once on each GPU (faster; eager times then overlap, default 1)")
+                   help="start N lint workers per GPU: they import torch side by side and take turns on the GPU, "
+                        "so eager times stay exclusive (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON line per problem instead of a table")
     return p
 
@@ -77,6 +78,7 @@ def lint_problems(problems: list[Problem], slots: list[Slot], seed: int, timeout
         todo.put(problem)
     results: list[dict[str, Any]] = []
     lock = threading.Lock()
+    gpu_turns = {slot.gpu: threading.Lock() for slot in slots}
 
     def serve(slot: Slot) -> None:
         while True:
@@ -84,7 +86,7 @@ def lint_problems(problems: list[Problem], slots: list[Slot], seed: int, timeout
                 problem = todo.get_nowait()
             except queue.Empty:
                 return
-            result = lint_one(problem, slot, seed, timeout, log_dir)
+            result = lint_one(problem, slot, seed, timeout, log_dir, gpu_turns[slot.gpu])
             with lock:
                 results.append(result)
 
@@ -96,14 +98,18 @@ def lint_problems(problems: list[Problem], slots: list[Slot], seed: int, timeout
     return sorted(results, key=lambda r: r["problem"])
 
 
-def lint_one(problem: Problem, slot: Slot, seed: int, timeout: float, log_dir: Path) -> dict[str, Any]:
+def lint_one(problem: Problem, slot: Slot, seed: int, timeout: float, log_dir: Path,
+             gpu_turn: threading.Lock) -> dict[str, Any]:
+    """Workers sharing a GPU (--per-gpu N) start side by side (the torch import), then take turns on the GPU,
+    so that eager times are measured on an otherwise idle device."""
     base = {"problem": problem.id, "device": slot.name}
     if problem.error:
         return {**base, "verdict": "error", "reasons": [problem.error]}
     worker = Worker("lint", worker_env(slot.env()), log_dir / f"{problem.id.replace('/', '__')}.log")
-    worker.send({"problem_path": str(problem.path.resolve()), "device": slot.device, "seed": seed})
     try:
-        message = worker.recv(time.monotonic() + timeout)
+        with gpu_turn:
+            worker.send({"problem_path": str(problem.path.resolve()), "device": slot.device, "seed": seed})
+            message = worker.recv(time.monotonic() + timeout)
     except WorkerExit as exc:
         return {**base, "verdict": "error", "reasons": [f"lint worker: {exc.detail}"]}
     finally:

@@ -8,7 +8,7 @@ from conftest import FIXTURES, json_records, run_cli, write_config
 
 def test_lint_verdicts(tmp_path):
     done = run_cli("lint", "--problems-dir", str(FIXTURES / "lint" / "problems"), "--device", "cpu",
-                   "--output-dir", str(tmp_path), "--json")
+                   "--output-dir", str(tmp_path), "--json", "--per-gpu", "2")     # two workers taking turns
     assert done.returncode == 0, done.stderr
     results = {json.loads(l)["problem"].split("/")[1]: json.loads(l) for l in done.stdout.splitlines()}
     wide = results["001_wide_softmax"]

@@ -1,4 +1,4 @@
-"""Mean over the last dimension of a (batch, 2048, 4096) tensor."""
+"""Mean over the last dimension of a (batch, 2048, 4096) tensor (batch 192: 6 GiB in)."""
 import torch
 import torch.nn as nn
 
@@ -12,7 +12,7 @@ class Model(nn.Module):
         return torch.mean(x, dim=self.dim)
 
 
-batch_size = 128
+batch_size = 192
 dim1 = 2048
 dim2 = 4096
 reduce_dim = -1
