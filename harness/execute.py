@@ -256,8 +256,10 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, ctx: 
     worker = spares.take("candidate", ctx.log_dir / f"{slug(pair.candidate.id)}.log")
     started = time.monotonic()
     deadline = started + cfg.timeout
-    worker.send({"env": build_env(Path(build.build_dir), ctx.toolchain), "problem_path": str(pair.problem.path.resolve()), "candidate_path": build.candidate_path,
-                 "device": slot.device, "seed": cfg.seed, "trials": cfg.trials, "timing": _timing_job(cfg),
+    env = {**build_env(Path(build.build_dir), ctx.toolchain), "TRITON_CACHE_DIR": str(pair_dir / "triton")}
+    worker.send({"env": env, "problem_path": str(pair.problem.path.resolve()),
+                 "candidate_path": build.candidate_path, "device": slot.device, "seed": cfg.seed,
+                 "trials": cfg.trials, "timing": _timing_job(cfg),
                  "scratch": str(pair_dir), "state_path": str(reference.state_path), "defenses": cfg.defenses})
     try:
         _drive(worker, record, reference, deadline, ctx.ceilings.get(slot.name, {}))
@@ -364,7 +366,8 @@ def _check_kernels(record: dict[str, Any], profile: Any) -> None:
         return
     record["kernels"] = {k: profile.get(k) for k in ("kernels", "custom_kernels", "custom_share", "other_kernels")}
     if not profile.get("custom_kernels"):
-        _flag(record, "no_custom_kernel", "no GPU kernel from the candidate's own extension ran during a profiled call")
+        _flag(record, "no_custom_kernel",
+              "no GPU kernel from the candidate's own extension or Triton kernels ran during a profiled call")
 
 
 def _check_physics(record: dict[str, Any], work: Any, ceilings: dict[str, float]) -> None:

@@ -187,3 +187,17 @@ def test_tensor_file_written_by_candidate_code_is_checked(tmp_path, mutate):
     path.write_bytes(data)
     with pytest.raises(TensorFileError, match=expected):
         read_tensors(str(path), "cpu")
+
+
+def test_own_kernels_include_triton_kernels_compiled_by_the_pair(tmp_path):
+    import json
+    from harness.workers.candidate import kernel_base_name, triton_kernel_names
+    entry = tmp_path / "triton" / "3f9a"
+    entry.mkdir(parents=True)
+    (entry / "fused_add_relu.json").write_text(json.dumps({"name": "fused_add_relu", "num_warps": 4}))
+    (entry / "__grp__fused_add_relu.json").write_text(json.dumps({"child_paths": {}}))
+    (entry / "broken.json").write_text("{not json")
+    assert triton_kernel_names(str(tmp_path / "triton")) == {"fused_add_relu"}
+    assert triton_kernel_names("") == set()
+    assert kernel_base_name("fused_add_relu") == "fused_add_relu"
+    assert kernel_base_name("void ns::scale_relu<float, 4>(float const*, int)") == "scale_relu"

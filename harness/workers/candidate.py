@@ -6,6 +6,7 @@ are written to files that the reference worker compares.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -234,11 +235,12 @@ def _timing(model, problem, settings, job, device, timing) -> dict[str, Any]:
 
 
 def _profile(model, prepare, device) -> dict[str, Any]:
-    """One call under torch.profiler: the GPU kernels it launched, and which come from the candidate's own
-    extensions (kernel names found in the extension libraries under TORCH_EXTENSIONS_DIR)."""
+    """One call under torch.profiler: the GPU kernels it launched, and which are the candidate's own: found in
+    its extension libraries (TORCH_EXTENSIONS_DIR) or compiled by Triton in this worker (TRITON_CACHE_DIR)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
-    own = extension_kernel_names(os.environ.get("TORCH_EXTENSIONS_DIR", ""))
+    own = (extension_kernel_names(os.environ.get("TORCH_EXTENSIONS_DIR", ""))
+           | triton_kernel_names(os.environ.get("TRITON_CACHE_DIR", "")))
     prepared = prepare(0)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -274,6 +276,23 @@ def extension_kernel_names(ext_dir: str) -> set[str]:
                     continue
                 for match in _MANGLED.finditer(data):
                     names.update(_identifiers(match.group(1)))
+    return names
+
+
+def triton_kernel_names(cache_dir: str) -> set[str]:
+    """Names of the Triton kernels this pair's worker compiled: each compiled kernel leaves <name>.json metadata
+    in TRITON_CACHE_DIR, which the harness points at a folder of the pair's own."""
+    names: set[str] = set()
+    for root, _, files in os.walk(cache_dir or "/nonexistent"):
+        for name in files:
+            if name.endswith(".json") and not name.startswith("__grp__"):
+                try:
+                    with open(os.path.join(root, name)) as f:
+                        meta = json.load(f)
+                except (OSError, ValueError):
+                    continue
+                if isinstance(meta, dict) and isinstance(meta.get("name"), str):
+                    names.add(meta["name"])
     return names
 
 
