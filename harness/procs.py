@@ -2,10 +2,10 @@
 read with deadlines, killed with their whole process group (ninja, nvcc, stray children)."""
 from __future__ import annotations
 
+import itertools
 import os
 import secrets
 import signal
-import itertools
 import subprocess
 import sys
 import time
