@@ -41,6 +41,13 @@ def level_dir_name(level: int) -> str:
     return f"kernelbench-level{level}"
 
 
+def _not_imported(level: int) -> str | None:
+    """Why a KernelBench level is not imported, or None for levels 1-3."""
+    if level == 4:
+        return LEVEL4_REASON
+    return None if level in LEVELS else f"unknown KernelBench level {level}; only levels 1-3 are imported"
+
+
 def _checkout_root(path: Path) -> Path | None:
     """The folder holding level<N>/ of a KernelBench checkout, or None when PATH is not one."""
     for root in (path / "KernelBench", path):
@@ -76,11 +83,8 @@ def _place(src: Path, dest: Path, report: ImportReport, dry_run: bool) -> None:
 def _import_checkout(root: Path, problems_dir: Path, report: ImportReport, dry_run: bool) -> None:
     for level_path in sorted(p for p in root.glob("level*") if p.is_dir() and LEVEL_DIR.match(p.name)):
         level = int(LEVEL_DIR.match(level_path.name).group(1))
-        if level == 4:
-            report.skipped.append((level_path, LEVEL4_REASON))
-            continue
-        if level not in LEVELS:
-            report.skipped.append((level_path, f"unknown KernelBench level {level}; only levels 1-3 are imported"))
+        if _not_imported(level):
+            report.skipped.append((level_path, _not_imported(level)))
             continue
         for src in sorted(p for p in level_path.glob("*.py") if p.is_file()):
             match = PROBLEM_NAME.match(src.name)
@@ -107,11 +111,8 @@ def _import_run(run_dir: Path, problems_dir: Path, solutions_dir: Path, report: 
     run_name = run_dir.resolve().name
     for src in _run_kernels(run_dir):
         level, number, sample = (int(g) for g in KERNEL_NAME.match(src.name).groups())
-        if level == 4:
-            report.skipped.append((src, LEVEL4_REASON))
-            continue
-        if level not in LEVELS:
-            report.skipped.append((src, f"unknown KernelBench level {level}; only levels 1-3 are imported"))
+        if _not_imported(level):
+            report.skipped.append((src, _not_imported(level)))
             continue
         problem, why = find_problem(problems_dir, level, number)
         if problem is None:

@@ -103,8 +103,10 @@ class _TimedReference:
                                  t["flush_l2"], after_call)
 
     def check(self, path: str, settings) -> dict[str, Any]:
-        """Compare the candidate's timed-output fingerprints with ours, sample by sample."""
+        """Compare the candidate's timed-output fingerprints with ours, sample by sample, by the same rule as full
+        outputs (tolerance, NaN/Inf at the same places)."""
         import torch
+        from ..verify import compare_tensor
         try:
             data = torch.load(path, map_location="cpu", weights_only=True)
             values, shapes = data["values"], data["shapes"]
@@ -117,11 +119,10 @@ class _TimedReference:
         for i, (got, want) in enumerate(zip(values, self.fingerprints)):
             if shapes[i] != self.shapes[i] or not isinstance(got, torch.Tensor) or got.shape != want.shape:
                 return {"checked": i + 1, "failed": i, "reason": f"timed call {i}: output shape changed"}
-            bad = ~((got - want).abs() <= settings.atol + settings.rtol * want.abs())
-            bad &= ~(torch.isnan(got) & torch.isnan(want))
-            if bool(bad.any()):
+            result = compare_tensor(got, want, settings.atol, settings.rtol)
+            if not result["ok"]:
                 return {"checked": i + 1, "failed": i,
-                        "reason": f"timed call {i}: {int(bad.sum())} of {want.numel()} sampled values differ "
+                        "reason": f"timed call {i}: {result['mismatches']} of {want.numel()} sampled values differ "
                                   f"from the reference's output for the same inputs"}
         return {"checked": len(values), "failed": None, "reason": None}
 

@@ -95,6 +95,7 @@ def read_tensors(path: str, device: str) -> list:
 
 
 def _checked_entries(header: Any, data_size: int) -> list[dict[str, Any]]:
+    import torch
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise TensorFileError("not a kb-tensors-1 file")
     entries = header.get("tensors")
@@ -109,13 +110,7 @@ def _checked_entries(header: Any, data_size: int) -> list[dict[str, Any]]:
             raise TensorFileError(f"bad shape {str(shape)[:80]}")
         if type(offset) is not int or type(nbytes) is not int or offset < end or offset % _ALIGN:
             raise TensorFileError("bad offset")
-        itemsize = _itemsize(e["dtype"])
-        if nbytes != math.prod(shape) * itemsize or offset + nbytes > data_size:
+        if nbytes != math.prod(shape) * getattr(torch, e["dtype"]).itemsize or offset + nbytes > data_size:
             raise TensorFileError("tensor size does not match its shape or the file")
         end = offset + nbytes
     return entries
-
-
-def _itemsize(dtype: str) -> int:
-    return {"float64": 8, "complex64": 8, "complex128": 16, "int64": 8, "float32": 4, "int32": 4, "float16": 2,
-            "bfloat16": 2, "int16": 2}.get(dtype, 1)
