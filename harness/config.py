@@ -12,11 +12,33 @@ import yaml
 from .errors import InputError, UsageError
 
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+TIMING_MODES = ("auto", "cold", "graph")
+
+
 @dataclass(frozen=True)
 class TimingConfig:
-    warmup: int = 10            # untimed calls before sampling
-    samples: int = 100          # timed calls (one sample each)
-    flush_l2: bool = True       # write a buffer of 2x the L2 size before every sample (GPU only)
+    """Paired, interleaved timing (README: How a speedup is measured)."""
+    warmup: int = 10                    # untimed calls per side before sampling
+    samples: int | None = None          # deprecated (schema 1): at least this many samples per side; sets min_rounds
+    flush_l2: bool = True               # write a buffer of 2x the L2 size before every sample (GPU only)
+    mode: str = "auto"                  # auto | cold | graph: auto = graph when the reference's call < graph_below_ms
+    graph_below_ms: float = 0.1         # auto mode: calls shorter than this are timed as CUDA-graph replays
+    graph_calls: int = 20               # graph mode: calls captured per graph (a sample = replay time / calls)
+    block_samples: int = 4              # samples per block; a round is blocks A B B A (A = reference, B = candidate)
+    min_rounds: int = 10                # rounds before the stopping rule is looked at
+    max_rounds: int = 400               # never more rounds than this
+    target_rel_ci: float = 0.005        # stop when the speedup's 95% CI half-width is within this fraction of it
+    max_pair_seconds: float = 30.0      # time cap for one pair's timed rounds; hitting it adds the flag `noisy`
+    baseline_blocks: int = 3            # reference blocks before and after each pair (the interference check)
+    interference_tolerance: float = 0.03  # reference slower during the pair than before and after by more: invalid
+    compile_modes: tuple[str, ...] = ("default", "max-autotune-no-cudagraphs")   # torch.compile baselines; [] = off
+
+    def rounds_floor(self) -> int:
+        """min_rounds, raised so that a deprecated `samples` still means at least that many samples per side."""
+        if self.samples is None:
+            return self.min_rounds
+        return max(self.min_rounds, -(-self.samples // (2 * self.block_samples)))
 
 
 @dataclass(frozen=True)
@@ -31,7 +53,8 @@ class Config:
     device: str = "auto"                # auto | cuda | cpu
     gpus: tuple[int, ...] = (0,)        # GPU indices pairs are scheduled over
     trials: int = 5                     # correctness trials, each with fresh inputs
-    seed: int = 42                      # base seed; trial k uses seed + k
+    seed: int | None = None             # base seed for weights and trials; None = drawn from os.urandom per run
+    cpu_threads: int = 1                # intra-op threads on both sides (torch, OpenMP, MKL), recorded
     timeout: float = 600.0              # seconds for one (problem, candidate) pair in its worker
     build_timeout: float = 900.0        # seconds for one candidate's build
     reference_timeout: float = 900.0    # seconds for the reference side of one problem
@@ -120,6 +143,12 @@ def _coerce(key: str, value: Any, source: str, default: Any = dataclasses.MISSIN
         return _parse_gpus(value, source)
     if name in ("level", "cuda_arch"):
         return None if value is None else str(value)
+    if name == "seed" or (name == "samples" and key.startswith("timing")):
+        if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+            return value
+        raise InputError(f"{source}: '{key}' must be an integer or null, got {value!r}")
+    if name == "compile_modes":
+        return _parse_compile_modes(value, source)
     if name == "spare_workers" and isinstance(value, bool):        # YAML reads a bare on/off as a boolean
         return "on" if value else "off"
     if isinstance(default, bool):
@@ -139,6 +168,16 @@ def _coerce(key: str, value: Any, source: str, default: Any = dataclasses.MISSIN
             return value
         raise InputError(f"{source}: '{key}' must be a non-empty string, got {value!r}")
     return value
+
+
+def _parse_compile_modes(value: Any, source: str) -> tuple[str, ...]:
+    if value is None or value in ("none", "off", ""):
+        return ()
+    items = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or any(not isinstance(v, str) or v not in COMPILE_MODES for v in items):
+        raise InputError(f"{source}: 'timing.compile_modes' must be a list of {', '.join(COMPILE_MODES)} "
+                         f"(or none), got {value!r}")
+    return tuple(dict.fromkeys(items))
 
 
 def _parse_gpus(value: Any, source: str) -> tuple[int, ...]:
@@ -168,8 +207,20 @@ def _check_ranges(cfg: Config, source: str) -> None:
         (cfg.build_timeout > 0, "'build_timeout' must be positive"),
         (cfg.reference_timeout > 0, "'reference_timeout' must be positive"),
         (cfg.jobs >= 0, "'jobs' must be 0 (all cores) or more"),
-        (cfg.timing.samples >= 1, "'timing.samples' must be at least 1"),
+        (cfg.timing.samples is None or cfg.timing.samples >= 1, "'timing.samples' must be at least 1"),
         (cfg.timing.warmup >= 0, "'timing.warmup' must be 0 or more"),
+        (cfg.seed is None or 0 <= cfg.seed < 2**31, "'seed' must be between 0 and 2**31 - 1"),
+        (cfg.cpu_threads >= 1, "'cpu_threads' must be at least 1"),
+        (cfg.timing.mode in TIMING_MODES, "'timing.mode' must be auto, cold or graph"),
+        (cfg.timing.graph_below_ms >= 0, "'timing.graph_below_ms' must be 0 or more"),
+        (cfg.timing.graph_calls >= 1, "'timing.graph_calls' must be at least 1"),
+        (cfg.timing.block_samples >= 1, "'timing.block_samples' must be at least 1"),
+        (cfg.timing.min_rounds >= 1, "'timing.min_rounds' must be at least 1"),
+        (cfg.timing.max_rounds >= cfg.timing.rounds_floor(), "'timing.max_rounds' must be at least min_rounds"),
+        (0 < cfg.timing.target_rel_ci < 1, "'timing.target_rel_ci' must be between 0 and 1"),
+        (cfg.timing.max_pair_seconds > 0, "'timing.max_pair_seconds' must be positive"),
+        (cfg.timing.baseline_blocks >= 1, "'timing.baseline_blocks' must be at least 1"),
+        (cfg.timing.interference_tolerance > 0, "'timing.interference_tolerance' must be positive"),
     ]
     for ok, message in checks:
         if not ok:
@@ -179,4 +230,5 @@ def _check_ranges(cfg: Config, source: str) -> None:
 def config_to_dict(cfg: Config) -> dict[str, Any]:
     data = dataclasses.asdict(cfg)
     data["gpus"] = list(cfg.gpus)
+    data["timing"]["compile_modes"] = list(cfg.timing.compile_modes)
     return data

@@ -104,6 +104,19 @@ class Worker:
             self.kill()
             return self.proc.returncode
 
+    def pause(self) -> None:
+        """Stop every process of this worker (SIGSTOP to its process group) while the other side is timed."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def resume(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGCONT)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def kill(self) -> None:
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
