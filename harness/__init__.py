@@ -1,3 +1,3 @@
 """KernelBench-style harness: discover, build, execute, verify, time, store, report."""
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2

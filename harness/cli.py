@@ -13,7 +13,7 @@ from . import report
 from .config import Config, load_config
 from .errors import HarnessError, UsageError
 
-SUBCOMMANDS = ("report", "lint", "import-kernelbench")
+SUBCOMMANDS = ("report", "lint", "import-kernelbench", "calibrate")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] == "lint":
             from .lint import cmd_lint
             return cmd_lint(argv[1:])
+        if argv and argv[0] == "calibrate":
+            return cmd_calibrate(argv[1:])
         if argv and argv[0] == "import-kernelbench":
             from .kbimport import cmd_import
             return cmd_import(argv[1:])
@@ -46,7 +48,7 @@ def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="run_eval.py",
         description="Build, verify and time candidate kernels (solutions/) against reference problems (problems/). "
-                    "Other commands: 'run_eval.py report RUN_ID' re-renders a past run; 'run_eval.py lint [selection]' checks "
+                    "Other commands: 'run_eval.py report RUN_ID' re-renders a past run; 'run_eval.py calibrate [selection]' runs the A/A test (each problem against itself); 'run_eval.py lint [selection]' checks "
                     "problems for degeneracy; 'run_eval.py import-kernelbench PATH' imports a KernelBench checkout "
                     "or run folder. Each has its own --help.",
         epilog="Every option can also be set in config.yaml; flags win. Exit codes: 0 run completed (whatever the "
@@ -63,7 +65,21 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), help="default: auto (cuda when a GPU exists)")
     p.add_argument("--gpus", metavar="LIST", help="GPU indices to schedule pairs over, e.g. 0,1 (default: 0)")
     p.add_argument("--trials", type=int, help="correctness trials per pair, each with fresh inputs (default: 5)")
-    p.add_argument("--samples", type=int, help="timed samples per side (default: 100)")
+    p.add_argument("--samples", type=int, help="deprecated: at least this many timed samples per side (raises "
+                   "--min-rounds); pairs are timed in rounds until the speedup's CI reaches --target-rel-ci")
+    p.add_argument("--seed", type=int, help="base seed, for a reproducible run (default: drawn from os.urandom per run)")
+    p.add_argument("--timing-mode", choices=("auto", "cold", "graph"),
+                   help="cold: one call per sample, L2 flushed; graph: CUDA-graph replay; auto (default): graph when "
+                        "the reference's call takes under timing.graph_below_ms")
+    p.add_argument("--target-rel-ci", type=float, metavar="X",
+                   help="stop a pair once its speedup's 95%% CI half-width is within X of it (default: 0.005)")
+    p.add_argument("--min-rounds", type=int, help="rounds (A B B A blocks) before the stopping rule applies (default: 10)")
+    p.add_argument("--max-pair-seconds", type=float, metavar="S",
+                   help="time cap on one pair's timed rounds; a pair that hits it is flagged noisy (default: 30)")
+    p.add_argument("--compile-modes", metavar="LIST",
+                   help="torch.compile baselines, e.g. default,max-autotune-no-cudagraphs, or none "
+                        "(default: both of those)")
+    p.add_argument("--cpu-threads", type=int, help="intra-op threads on both sides (default: 1)")
     p.add_argument("--timeout", type=float, help="seconds one pair may take in its worker (default: 600)")
     p.add_argument("--jobs", type=int, help="parallel builds (default: 0 = number of CPU cores)")
     p.add_argument("--resume", metavar="RUN_ID", help="continue a run: evaluate only pairs without a record")
@@ -73,10 +89,14 @@ def _run_parser() -> argparse.ArgumentParser:
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     keys = ("problems_dir", "solutions_dir", "output_dir", "level", "problem", "candidate", "device", "gpus",
-            "trials", "timeout", "jobs")
+            "trials", "timeout", "jobs", "seed", "cpu_threads")
     overrides = {k: getattr(args, k) for k in keys}
-    if args.samples is not None:
-        overrides["timing"] = {"samples": args.samples}
+    timing = {"samples": args.samples, "mode": args.timing_mode, "target_rel_ci": args.target_rel_ci,
+              "min_rounds": args.min_rounds, "max_pair_seconds": args.max_pair_seconds,
+              "compile_modes": args.compile_modes}
+    timing = {k: v for k, v in timing.items() if v is not None}
+    if timing:
+        overrides["timing"] = timing
     return overrides
 
 
@@ -96,6 +116,41 @@ def cmd_run(argv: list[str]) -> int:
         raise UsageError("--problem-file and --solution-file go together")
     cfg = load_run_config(args)
     return run_pipeline(cfg, args, argv)
+
+
+def cmd_calibrate(argv: list[str]) -> int:
+    """The A/A test: each selected problem's reference through the full candidate path against itself."""
+    from . import calibrate
+    from .discover import discover
+    from .pipeline import run_pipeline
+    p = _run_parser()
+    p.prog = "run_eval.py calibrate"
+    p.description = ("The A/A test: every selected problem's own Model, as the candidate `class ModelNew(Model): "
+                     "pass`, through the full candidate path against the reference. Prints each speedup with its "
+                     "95%% CI and writes <output-dir>/calibrate-<run-id>.json. torch.compile baselines are off "
+                     "unless --compile-modes is given.")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when any problem reads outside 1 +/- target_rel_ci or its CI excludes 1.0")
+    args = p.parse_args(argv)
+    if args.problem_file is not None or args.solution_file is not None:
+        raise UsageError("calibrate selects problems with --level/--problem, not --problem-file/--solution-file")
+    if args.compile_modes is None:
+        args.compile_modes = "none"
+    cfg = load_run_config(args)
+    problems, _ = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, "*")
+    if not problems:
+        raise UsageError(f"calibrate: no problem in {cfg.problems_dir} matches the selection")
+
+    def conclude(store) -> int:
+        target = cfg.timing.target_rel_ci
+        table = calibrate.rows(store.records(), target)
+        path = Path(cfg.output_dir) / f"calibrate-{store.run_id}.json"
+        calibrate.write(path, store.run_id, target, table)
+        calibrate.render(table, target, wide_console())
+        print(f"calibration: {path}", file=sys.stderr)
+        return 1 if args.strict and not calibrate.verdict(table)["passed"] else 0
+
+    return run_pipeline(cfg, args, ["calibrate", *argv], pairs=calibrate.aa_pairs(problems), conclude=conclude)
 
 
 def cmd_report(argv: list[str]) -> int:

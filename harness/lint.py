@@ -14,7 +14,7 @@ from . import meta
 from .config import load_config
 from .errors import UsageError
 from .discover import Problem, discover
-from .execute import Slot
+from .schedule import Slot
 from .procs import Worker, WorkerExit, worker_env
 from .store import new_run_id, write_json_atomic
 

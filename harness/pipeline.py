@@ -8,14 +8,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import meta
 from .build import Toolchain, build_all
 from .config import Config, config_to_dict
 from .discover import Pair, discover, single_pair
 from .errors import UsageError
-from .execute import Context, Slot, run_all
+from .schedule import Context, Slot, run_all
+from .seeds import RunSeed
 from .records import now
 from .store import RunStore
 
@@ -58,21 +59,27 @@ def scratch_root(run_id: str) -> Path:
     return base / f"kbharness-{run_id}"
 
 
-def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str]) -> int:
+def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: list[Pair] | None = None,
+                 conclude: Callable[[RunStore], int] | None = None) -> int:
+    """A run over the selected pairs (or `pairs`, e.g. calibrate's A/A pairs); `conclude` renders and chooses the
+    exit code instead of the default table."""
     from .cli import render, wide_console
     console = wide_console(stderr=True)
     gpu_list = meta.gpus()
     device, slots = resolve_slots(cfg, gpu_list)
-    pairs = select_pairs(cfg, args)
+    pairs = select_pairs(cfg, args) if pairs is None else pairs
     output_dir = Path(cfg.output_dir)
     if args.resume:
         store = RunStore.open(output_dir, args.resume)
         done = store.done_keys()
         pairs = [p for p in pairs if p.key not in done]
+        seed = RunSeed.resumed(store.metadata().get("seed"), cfg.seed)
         store.update_metadata(resumed_at=[*store.metadata().get("resumed_at", []), now()])
     else:
+        seed = RunSeed.resolve(cfg.seed)
         store = RunStore.create(output_dir, {**meta.collect(["run_eval.py", *argv], gpu_list), "device": device,
-                                             "started_at": now(), "config": config_to_dict(cfg)})
+                                             "started_at": now(), "config": config_to_dict(cfg),
+                                             "seed": seed.record()})
     console.print(f"run {store.run_id}: {len(pairs)} pairs on {', '.join(s.name for s in slots)}", highlight=False)
     started = time.monotonic()
     toolchain = toolchain_for(device, cfg, gpu_list)
@@ -80,7 +87,7 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str]) -> int:
     with _progress(console) as progress:
         build_task = progress.add_task("build", total=len(pairs))
         builds = build_all(pairs, Path(cfg.cache_dir) / "builds", toolchain, cfg.build_jobs(), cfg.build_timeout,
-                           cfg.seed, on_done=lambda pair, result: progress.advance(build_task))
+                           seed.base, on_done=lambda pair, result: progress.advance(build_task))
         progress.update(build_task, completed=len(pairs))
         store.update_metadata(builds_compiled=sum(1 for b in builds.values() if not b.cached),
                               builds_cached=sum(1 for b in builds.values() if b.cached),
@@ -96,7 +103,7 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str]) -> int:
 
         scratch = scratch_root(store.run_id)
         scratch.mkdir(parents=True, exist_ok=True)
-        ctx = Context(cfg, store.run_id, toolchain, builds, scratch, store.dir / "logs", emit)
+        ctx = Context(cfg, store.run_id, toolchain, builds, scratch, store.dir / "logs", emit, seed)
         try:
             run_all(pairs, ctx, slots)
         finally:
@@ -108,6 +115,8 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str]) -> int:
         from . import report
         for line in report.summary_lines(report.aggregate(store.records())):
             console.print(line, highlight=False)
+    if conclude is not None:
+        return conclude(store)
     render(store.records(), store, json_mode=False, console=None if args.json else wide_console())
     return 0
 

@@ -12,9 +12,9 @@ import re
 import time
 from typing import Any
 
-from .common import (Conn, SkipCandidate, as_tensor_list, compiler_summary, describe, device_inputs, fingerprint,
-                     init_inputs, is_oom, install_extension_hooks, load_module, problem_settings, setup_torch,
-                     tail_traceback, timed_seed)
+from .common import (Conn, SkipCandidate, as_tensor_list, compiler_summary, describe, device_inputs, init_inputs,
+                     is_oom, install_extension_hooks, load_module, problem_settings, setup_torch, tail_traceback)
+from .sampler import inputs_changed, not_plain, same_tensor
 
 
 class Failed(Exception):
@@ -24,7 +24,7 @@ class Failed(Exception):
 
 
 def run(conn: Conn, job: dict[str, Any]) -> None:
-    from .. import timing                              # binds the clocks now, before candidate code exists
+    from .. import timing  # noqa: F401 - binds the clocks now, before candidate code exists
     device = job["device"]
     try:
         problem, settings, init, trial_inputs = _problem_side(job, device)
@@ -32,9 +32,7 @@ def run(conn: Conn, job: dict[str, Any]) -> None:
         report = _correctness(model, trial_inputs, job, device, settings)
         conn.send("outputs", param_match=param_match, extensions=log.calls,
                   module_mode="train" if model.training else "eval", **report)
-        if conn.recv().get("op") != "time":
-            return
-        conn.send("timed", **_timing(model, problem, settings, job, device, timing))
+        _serve(conn, model, problem, settings, job, device)
     except Failed as f:
         conn.send("failed", status=f.status, error=f.error, detail=f.detail)
 
@@ -103,21 +101,6 @@ def _copy_reference_state(model, state_path: str) -> str:
     return "seed"
 
 
-def _same(a, b) -> bool:
-    import torch
-    if not isinstance(a, torch.Tensor):
-        return True
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.is_floating_point():
-        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
-    return bool(torch.equal(a, b))
-
-
-def _inputs_changed(work: list, pristine: list) -> bool:
-    return not all(_same(w, p) for w, p in zip(work, pristine))
-
-
 def _save(outs: list, scratch: str, label: str) -> str:
     from .tensorfile import write_tensors
     return write_tensors(outs, os.path.join(scratch, f"{label}.kbt"))
@@ -147,12 +130,12 @@ def _changed_after_return(outs: list, device: str, settle_s: float = 0.05) -> bo
     snapshot = [t.clone() for t in outs]
     time.sleep(settle_s)
     _sync(device)
-    return not all(_same(t, s) for t, s in zip(outs, snapshot))
+    return not all(same_tensor(t, s) for t, s in zip(outs, snapshot))
 
 
 def _correctness(model, trial_inputs, job, device, settings) -> dict[str, Any]:
     import torch
-    files, mutated, unsynchronized, not_plain = [], False, False, False
+    files, mutated, unsynchronized, lazy = [], False, False, False
     defenses = job.get("defenses", True)
     for k, pristine in enumerate(trial_inputs):
         work = [x.clone() if isinstance(x, torch.Tensor) else x for x in pristine]
@@ -160,7 +143,7 @@ def _correctness(model, trial_inputs, job, device, settings) -> dict[str, Any]:
         out = _forward(model, work, f"forward (trial {k})")
         try:
             _sync(device)
-            not_plain = not_plain or _not_plain(out)
+            lazy = lazy or not_plain(out)
             outs = as_tensor_list(out)
             path = _save(outs, job["scratch"], f"trial{k}")        # the values as the call left them
             if defenses:
@@ -169,82 +152,53 @@ def _correctness(model, trial_inputs, job, device, settings) -> dict[str, Any]:
             raise Failed("incorrect", f"trial {k}: {exc}") from None
         except BaseException as exc:                   # noqa: BLE001 - asynchronous CUDA errors surface here
             raise _classify(exc, _NoLog, f"forward (trial {k})") from None
-        mutated = mutated or (defenses and _inputs_changed(work, pristine))
+        mutated = mutated or (defenses and inputs_changed(work, pristine))
         files.append({"label": f"trial{k}", "trial": k, "path": path})
     return {"files": files, "mutates_inputs": mutated, "unsynchronized_work": unsynchronized,
-            "output_not_plain_tensor": not_plain}
+            "output_not_plain_tensor": lazy}
 
 
-def _not_plain(out) -> bool:
-    """A tensor subclass or a lazy object can defer its work past the end of the timed region."""
-    import torch
-    items = out if isinstance(out, (list, tuple)) else [out]
-    return any(type(t) is not torch.Tensor for t in items)
+def _serve(conn, model, problem, settings, job, device) -> None:
+    """Timed samples and checks on the parent's request (harness.workers.sampler, the path the reference goes
+    through too), one profiled call, until told to exit. A sample's seed arrives with the request for it."""
+    from .. import messages as m
+    from .sampler import Sampler
+    scratch = job["scratch"]
 
+    def keep_full(outs: list) -> str:
+        return _save(outs, scratch, "timed0")
 
-def _timing(model, problem, settings, job, device, timing) -> dict[str, Any]:
-    """Every timed call gets fresh inputs drawn on the device (seed + 1e6 + i), so no output cache keyed by
-    pointer, shape or values can hit; the reference worker drew the same inputs and kept fingerprints of its
-    outputs, which every timed output is checked against (and the first and last in full)."""
-    import torch
-    t = job["timing"]
-    samples, seed, defenses = t["samples"], job["seed"], job.get("defenses", True)
-    state = {"mutated": False, "not_plain": False, "files": [], "fingerprints": [], "shapes": []}
-    fixed = device_inputs(problem, timed_seed(seed, 0), settings, device) if not defenses else None
+    def call(x: list):
+        return model(*x)
 
-    def prepare(i):
-        if not defenses:
-            return fixed, None
-        work = device_inputs(problem, timed_seed(seed, i), settings, device)
-        return work, [x.clone() if isinstance(x, torch.Tensor) else x for x in work]
-
-    def call(prepared):
-        return model(*prepared[0])
-
-    def after_call(i, prepared, out):
-        if not defenses:
-            return
-        work, pristine = prepared
-        state["not_plain"] = state["not_plain"] or _not_plain(out)
+    sampler = Sampler({"candidate": call}, problem, settings, device, m.TimingSpec(**job["timing"]),
+                      job.get("defenses", True), keep_full)
+    while True:
+        message = conn.recv()
         try:
-            outs = as_tensor_list(out)
-        except ValueError as exc:
-            raise Failed("incorrect", f"timed call {i}: {exc}") from None
-        values, shapes = fingerprint(outs, seed)
-        state["fingerprints"].append(values)
-        state["shapes"].append(shapes)
-        if i in (0, samples - 1):                      # the first and last timed outputs, in full
-            label = f"timed{i}"
-            state["files"].append({"label": label, "trial": -1 - i, "path": _save(outs, job["scratch"], label)})
-        state["mutated"] = state["mutated"] or _inputs_changed(work, pristine)
-
-    try:
-        stats = timing.time_calls(prepare, call, device, t["warmup"], samples, t["flush_l2"], after_call)
-        profile = _profile(model, prepare, device) if defenses and device != "cpu" else None
-    except Failed:
-        raise
-    except BaseException as exc:                       # noqa: BLE001
-        raise _classify(exc, _NoLog, "forward (timing)") from None
-    fingerprint_path = None
-    if state["fingerprints"]:
-        fingerprint_path = os.path.join(job["scratch"], "fingerprints.pt")
-        torch.save({"values": state["fingerprints"], "shapes": state["shapes"]}, fingerprint_path)
-    return {"timing": stats, "files": state["files"], "fingerprints": fingerprint_path,
-            "mutates_inputs": state["mutated"], "output_not_plain_tensor": state["not_plain"],
-            "tampered_timers": timing.timers_tampered(), "profile": profile}
+            reply = sampler.handle(message)
+            if reply is None and message.get("op") == m.ProfileRequest.OP:
+                reply = {"kind": "profile", "profile": _profile(model, sampler, int(message["seed"]), device)}
+        except BaseException as exc:                   # noqa: BLE001 - candidate code raised under timing
+            raise _classify(exc, _NoLog, "forward (timing)") from None
+        if reply is None:
+            return
+        conn.send(reply.pop("kind"), **reply)
 
 
-def _profile(model, prepare, device) -> dict[str, Any]:
+def _profile(model, sampler, seed: int, device: str) -> dict[str, Any] | None:
     """One call under torch.profiler: the GPU kernels it launched, and which are the candidate's own: found in
     its extension libraries (TORCH_EXTENSIONS_DIR) or compiled by Triton in this worker (TRITON_CACHE_DIR)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
+    if device == "cpu":
+        return None
     own = (extension_kernel_names(os.environ.get("TORCH_EXTENSIONS_DIR", ""))
            | triton_kernel_names(os.environ.get("TRITON_CACHE_DIR", "")))
-    prepared = prepare(0)
+    inputs = sampler._inputs(seed)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        model(*prepared[0])
+        model(*inputs)
         torch.cuda.synchronize()
     kernels: dict[str, float] = {}
     for event in prof.events():

@@ -113,6 +113,9 @@ def setup_torch(settings: Settings) -> None:
     torch.backends.cudnn.allow_tf32 = settings.allow_tf32
     torch.set_float32_matmul_precision("high" if settings.allow_tf32 else "highest")
     torch.set_grad_enabled(False)
+    threads = os.environ.get("KB_CPU_THREADS")
+    if threads:                                    # the same on both sides (config cpu_threads)
+        torch.set_num_threads(int(threads))
 
 
 def init_inputs(problem) -> list:
@@ -236,12 +239,7 @@ def worker_device() -> str:
 
 # ---------------------------------------------------------------- timed inputs and output fingerprints
 
-TIMED_SEED_OFFSET = 1_000_000        # timed sample i draws its inputs with seed + 1_000_000 + i
 FINGERPRINT_POINTS = 2048
-
-
-def timed_seed(seed: int, i: int) -> int:
-    return seed + TIMED_SEED_OFFSET + i if i >= 0 else seed + 2 * TIMED_SEED_OFFSET - i
 
 
 def device_inputs(problem, seed: int, settings: Settings, device: str) -> list:
@@ -260,8 +258,8 @@ def device_inputs(problem, seed: int, settings: Settings, device: str) -> list:
 
 
 def fingerprint(outs: list, seed: int):
-    """Values of each output at FINGERPRINT_POINTS pseudo-random positions (the same positions on both sides for
-    the same shapes), as one float64 CPU tensor; plus the shapes."""
+    """Values of each output at FINGERPRINT_POINTS pseudo-random positions drawn from `seed` (the same positions
+    on both sides for the same seed and shapes), as one float64 CPU tensor; plus the shapes."""
     import torch
     parts = []
     for j, t in enumerate(outs):

@@ -1,20 +1,25 @@
 """The reference side of one problem: a process where candidate code never runs.
 
-It builds Model, computes the expected outputs of every trial, times eager PyTorch, writes the reference's
-parameters for candidate workers to copy, and then serves 'verify' requests: it loads the outputs a candidate
-worker wrote and compares them with the expected ones it kept.
+It builds Model, computes the expected outputs of every trial, compiles the torch.compile baselines, writes the
+reference's parameters for candidate workers to copy, and then serves the parent: timed samples of eager PyTorch
+and the baselines (harness.workers.sampler, the same path the candidate goes through, interleaved with it by the
+parent), and 'verify' requests: it loads the outputs a candidate worker wrote and compares them with the expected
+ones it kept.
 """
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
-from .common import (Conn, ProblemError, as_tensor_list, describe, device_inputs, fingerprint, init_inputs,
-                     is_oom, load_module, problem_settings, setup_torch, tail_traceback, timed_seed)
+from .common import (Conn, ProblemError, as_tensor_list, describe, device_inputs, init_inputs, is_oom,
+                     load_module, problem_settings, setup_torch, tail_traceback)
 
 
 def run(conn: Conn, job: dict[str, Any]) -> None:
     from .. import verify
+    from .. import messages as m
+    from .sampler import Sampler
 
     device = job["device"]
     try:
@@ -33,10 +38,17 @@ def run(conn: Conn, job: dict[str, Any]) -> None:
     from .lint import degenerate_checks
     info["lint"] = degenerate_checks(expected[0], expected[1] if len(expected) > 1 else None, inputs[0],
                                      settings.atol, settings.rtol)
-    timed = _TimedReference(problem, model, settings, job, device)
+    kept: dict[int, list] = {}                         # full timed outputs kept to compare the candidate's with
+
+    def keep_full(outs: list) -> None:
+        kept[-1] = [o.clone() for o in outs]
+
     try:
-        info["timing"] = timed.run()
+        calls, info["compile"] = _variants(model, job.get("compile_modes", []), inputs[0], expected[0], settings)
         info["timer_floor_ms"] = _timer_floor(device)
+        spec = m.TimingSpec(**job["timing"])
+        sampler = Sampler(calls, problem, settings, device, spec, job.get("defenses", True), keep_full)
+        info["cold_probe_ms"] = _probe(sampler, job["probe_seeds"])
         if job.get("defenses", True):
             info["work"] = _work(model, inputs[0], expected[0])
             expected64 = _float64_reference(model, initial_state, inputs[0])
@@ -51,9 +63,11 @@ def run(conn: Conn, job: dict[str, Any]) -> None:
     while True:
         message = conn.recv()
         op = message.get("op")
-        if op == "verify":
-            results = [_verify_file(item, expected, timed.full, settings, device, verify)
-                       for item in message["files"]]
+        reply = sampler.handle(message)
+        if reply is not None:
+            conn.send(reply.pop("kind"), **reply)
+        elif op == "verify":
+            results = [_verify_file(item, expected, kept, settings, device, verify) for item in message["files"]]
             for result, item in zip(results, message["files"]):
                 if item["trial"] == 0 and result.get("outputs") is not None and expected64 is not None:
                     result["fp64_max_abs_err"] = _max_abs(result["outputs"], expected64)
@@ -61,70 +75,45 @@ def run(conn: Conn, job: dict[str, Any]) -> None:
                     result["hint"] = hints.explain(int(item["trial"]), result["outputs"], verify)
                 result.pop("outputs", None)
             conn.send("verified", results=results)
-        elif op == "fingerprints":
-            conn.send("fingerprints", **timed.check(message["path"], settings))
         elif op == "health":
             conn.send("health", ok=_healthy(device))
         else:
             return
 
 
-class _TimedReference:
-    """Times eager PyTorch over the same fresh per-sample inputs the candidate will get, keeping fingerprints of
-    every output and the first and last outputs in full, to check the candidate's timed outputs against."""
-
-    def __init__(self, problem, model, settings, job, device):
-        self.problem, self.model, self.settings, self.job, self.device = problem, model, settings, job, device
-        self.fingerprints: list = []
-        self.shapes: list = []
-        self.full: dict[int, list] = {}
-
-    def run(self) -> dict[str, Any]:
-        from .. import timing
-        t, seed = self.job["timing"], self.job["seed"]
-        samples = t["samples"]
-        defenses = self.job.get("defenses", True)
-        fixed = device_inputs(self.problem, timed_seed(seed, 0), self.settings, self.device)
-
-        def prepare(i):
-            return device_inputs(self.problem, timed_seed(seed, i), self.settings, self.device) if defenses else fixed
-
-        def after_call(i, prepared, out):
-            if not defenses:
-                return
-            outs = as_tensor_list(out)
-            values, shapes = fingerprint(outs, seed)
-            self.fingerprints.append(values)
-            self.shapes.append(shapes)
-            if i in (0, samples - 1):
-                self.full[-1 - i] = [o.clone() for o in outs]
-
-        return timing.time_calls(prepare, lambda x: self.model(*x), self.device, t["warmup"], samples,
-                                 t["flush_l2"], after_call)
-
-    def check(self, path: str, settings) -> dict[str, Any]:
-        """Compare the candidate's timed-output fingerprints with ours, sample by sample, by the same rule as full
-        outputs (tolerance, NaN/Inf at the same places)."""
-        import torch
-        from ..verify import compare_tensor
+def _variants(model, modes: list[str], inputs: list, expected: list, settings) -> tuple[dict, dict]:
+    """The calls the reference side times: eager, and torch.compile in each mode that compiles and computes the
+    same outputs as eager on trial 0's inputs (a failure is noted, not fatal)."""
+    import torch
+    from ..verify import compare_outputs
+    calls = {"eager": lambda x: model(*x)}
+    notes: dict[str, Any] = {}
+    for mode in modes:
+        started = time.monotonic()
         try:
-            data = torch.load(path, map_location="cpu", weights_only=True)
-            values, shapes = data["values"], data["shapes"]
-        except Exception as exc:                       # noqa: BLE001
-            return {"checked": 0, "failed": None, "reason": f"unreadable fingerprints: {describe(exc)}"}
-        finally:
-            _remove(path)
-        if not isinstance(values, list) or len(values) != len(self.fingerprints):
-            return {"checked": 0, "failed": None, "reason": "fingerprints for a different number of samples"}
-        for i, (got, want) in enumerate(zip(values, self.fingerprints)):
-            if shapes[i] != self.shapes[i] or not isinstance(got, torch.Tensor) or got.shape != want.shape:
-                return {"checked": i + 1, "failed": i, "reason": f"timed call {i}: output shape changed"}
-            result = compare_tensor(got, want, settings.atol, settings.rtol)
+            compiled = torch.compile(model, mode=mode)
+            torch.manual_seed(0)
+            result = compare_outputs(as_tensor_list(compiled(*inputs)), expected, settings.atol, settings.rtol)
             if not result["ok"]:
-                return {"checked": i + 1, "failed": i,
-                        "reason": f"timed call {i}: {result['mismatches']} of {want.numel()} sampled values differ "
-                                  f"from the reference's output for the same inputs"}
-        return {"checked": len(values), "failed": None, "reason": None}
+                raise ValueError(f"its outputs differ from eager: {result['reason']}")
+        except Exception as exc:                       # noqa: BLE001 - a baseline that fails is noted
+            notes[mode] = {"error": describe(exc), "compile_seconds": round(time.monotonic() - started, 2)}
+            continue
+        calls[f"compile:{mode}"] = lambda x, c=compiled: c(*x)
+        notes[mode] = {"error": None, "compile_seconds": round(time.monotonic() - started, 2)}
+    return calls, notes
+
+
+def _probe(sampler, seeds: list[int]) -> float | None:
+    """The eager call's median over a few cold samples: what timing mode `auto` decides on."""
+    import statistics
+    from .. import messages as m
+    saved, sampler.mode = sampler.mode, ("host" if sampler.device == "cpu" else "cold")
+    times = [sampler.sample(m.SampleRequest("eager", s)).ms for s in seeds]
+    sampler.last = None
+    sampler.mode = saved
+    sampler.meters.clear()
+    return statistics.median(times) if times else None
 
 
 def _timer_floor(device: str) -> float:
@@ -218,10 +207,10 @@ def _prepare(job: dict[str, Any], device: str):
     return problem, model, settings, inputs, expected, state
 
 
-def _verify_file(item: dict[str, Any], expected, timed_full, settings, device: str, verify) -> dict[str, Any]:
+def _verify_file(item: dict[str, Any], expected, kept, settings, device: str, verify) -> dict[str, Any]:
     from .tensorfile import read_tensors
     label, path, k = item["label"], item["path"], int(item["trial"])
-    want = expected[k] if k >= 0 else timed_full.get(k)
+    want = expected[k] if k >= 0 else kept.get(k)
     if want is None:
         _remove(path)
         return {"label": label, "ok": False, "reason": "no expected output for this call"}

@@ -1,0 +1,131 @@
+"""The defense checks the parent makes on what the workers sent, each turning into a flag on the record (README,
+Hardening). Pure functions over records and messages: no processes, no torch."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .interleave import CANDIDATE, Collected
+from .paired import Interference
+from .records import add_flag
+
+FLAG_DETAILS = {
+    "mutates_inputs": "the candidate changed its input tensors",
+    "unsynchronized_work": "outputs kept changing after the call returned and the device was idle",
+    "output_not_plain_tensor": "the call returned a tensor subclass or lazy object, not a plain tensor",
+    "tampered_timer": "candidate code replaced clock functions",
+}
+
+
+def flag(record: dict[str, Any], name: str, detail: str) -> None:
+    add_flag(record, name)
+    record.setdefault("flag_details", {})[name] = detail
+
+
+def flag_from(record: dict[str, Any], message: dict[str, Any]) -> None:
+    """Flags a candidate worker's correctness message carries."""
+    for key in ("mutates_inputs", "unsynchronized_work", "output_not_plain_tensor"):
+        if message.get(key):
+            flag(record, key, FLAG_DETAILS[key])
+
+
+def flag_timing(record: dict[str, Any], out: Collected) -> None:
+    """Flags from the timed samples: inputs changed, lazy outputs, replaced clocks."""
+    if out.mutated:
+        flag(record, "mutates_inputs", FLAG_DETAILS["mutates_inputs"])
+    if out.not_plain:
+        flag(record, "output_not_plain_tensor", FLAG_DETAILS["output_not_plain_tensor"])
+    if out.tampered:
+        flag(record, "tampered_timer", f"{FLAG_DETAILS['tampered_timer']}: {', '.join(sorted(out.tampered))}")
+
+
+def _number(value: Any) -> float | None:
+    """A number from a worker message: JSON carries NaN/Inf as the strings 'nan'/'inf'; anything else is None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if value in ("nan", "inf", "-inf"):
+        return float(value)
+    return None
+
+
+def values_match(got: list[Any], want: list[Any], atol: float, rtol: float) -> tuple[bool, int]:
+    """(ok, mismatches) by the rule full outputs are compared with: NaN and Inf at the same places, elsewhere
+    |got - want| <= atol + rtol * |want|."""
+    if len(got) != len(want):
+        return False, max(len(got), len(want))
+    bad = 0
+    for g_raw, w_raw in zip(got, want):
+        g, w = _number(g_raw), _number(w_raw)
+        if g is None or w is None:
+            bad += 1
+        elif math.isnan(w) or math.isinf(w) or math.isnan(g) or math.isinf(g):
+            bad += not ((math.isnan(w) and math.isnan(g)) or g == w)
+        elif abs(g - w) > atol + rtol * abs(w):
+            bad += 1
+    return bad == 0, bad
+
+
+def check_timed_outputs(out: Collected, atol: float, rtol: float) -> tuple[int, str | None]:
+    """Every timed output of the candidate against the reference's output for the same inputs, at positions the
+    parent chose after the call returned: (samples checked, the first failure or None)."""
+    checked = 0
+    for n, (seed, sides) in enumerate(out.checks.items()):
+        cand, ref = sides.get(CANDIDATE), sides.get("reference")
+        if cand is None or ref is None:
+            continue
+        checked += 1
+        if cand.shapes != ref.shapes:
+            return checked, f"timed call {n}: output shape {cand.shapes} != the reference's {ref.shapes}"
+        ok, bad = values_match(cand.values, ref.values, atol, rtol)
+        if not ok:
+            return checked, (f"timed call {n}: {bad} of {len(ref.values)} sampled values differ from the reference's "
+                             f"output for the same inputs")
+    if out.output_errors:
+        return checked, out.output_errors[0]
+    return checked, None
+
+
+def flag_interference(record: dict[str, Any], found: Interference) -> None:
+    if found.found:
+        flag(record, "interference", found.detail())
+
+
+def check_kernels(record: dict[str, Any], profile: Any) -> None:
+    if not isinstance(profile, dict):
+        return
+    record["kernels"] = {k: profile.get(k) for k in ("kernels", "custom_kernels", "custom_share", "other_kernels")}
+    if not profile.get("custom_kernels"):
+        flag(record, "no_custom_kernel",
+             "no GPU kernel from the candidate's own extension or Triton kernels ran during a profiled call")
+
+
+def check_physics(record: dict[str, Any], work: Any, ceilings: dict[str, float]) -> None:
+    """Achieved rates for every timed pair; `faster_than_physics` below 60% of the roofline floor (the floor
+    uses the measured copy bandwidth and the bf16 tensor-core rate, the fastest the device goes; the 40% margin
+    covers output writes that stay in the 60 MB L2 and copy-measured bandwidth under the true peak)."""
+    cand = (record.get("timing") or {}).get("candidate") or {}
+    ms = cand.get("median_ms")
+    if not isinstance(work, dict) or not ms:
+        return
+    flops, moved = work.get("flops"), work.get("bytes")
+    perf: dict[str, Any] = {"flops": flops, "bytes": moved, "ceilings": ceilings or None,
+                            "achieved_tflops": flops / (ms * 1e-3) / 1e12 if flops else None,
+                            "achieved_gbps": moved / (ms * 1e-3) / 1e9 if moved else None}
+    bw, peak = ceilings.get("copy_gbps"), ceilings.get("matmul_tflops_bf16")
+    if bw and peak:
+        floor_ms = max((flops or 0) / (peak * 1e12), (moved or 0) / (bw * 1e9)) * 1e3
+        perf.update(floor_ms=floor_ms,
+                    pct_of_peak_bandwidth=100 * perf["achieved_gbps"] / bw if perf["achieved_gbps"] else None,
+                    pct_of_peak_flops=100 * perf["achieved_tflops"] / peak if perf["achieved_tflops"] else None)
+        if ms < 0.6 * floor_ms:
+            flag(record, "faster_than_physics", f"{ms:.4f} ms is under 60% of the roofline floor {floor_ms:.4f} ms")
+    record["performance"] = perf
+
+
+def largest(values: list[Any]) -> float | None:
+    numbers = [v for v in map(_number, values) if v is not None]
+    if any(v != v for v in numbers):
+        return float("nan")
+    return max(numbers, default=None)

@@ -1,0 +1,379 @@
+"""One problem's reference side and one pair's protocol, from the parent's side.
+
+Per problem, on one slot: the reference worker (it imports the problem only) computes the expected outputs,
+compiles the torch.compile baselines, probes the eager call's time and then serves samples and verifications.
+Per pair:
+  1. reference blocks alone (the `before` bracket of the interference check);
+  2. a fresh candidate worker imports the candidate and runs the correctness trials; the reference verifies;
+  3. paired, interleaved rounds (harness.interleave) until the speedup's CI reaches its target or the time cap;
+  4. one profiled call; the candidate's first timed output verified whole; the candidate worker is killed;
+  5. reference blocks alone again (the `after` bracket), then the verdict.
+"""
+from __future__ import annotations
+
+import shutil
+import statistics
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import defenses, paired
+from .build import build_env
+from .config import Config
+from .discover import Pair
+from .interleave import CANDIDATE, EAGER, CandidateFailed, Collected, GraphFallback, Interleaver, fastest, ratios
+from .messages import ProfileRequest, TimingSpec
+from .procs import SpareWorkers, Worker, WorkerExit
+from .records import INVALIDATING_FLAGS, finish
+from .seeds import RunSeed
+from .timing import summarize
+
+
+@dataclass
+class PairContext:
+    """What one pair needs from the run."""
+    cfg: Config
+    seed: RunSeed
+    builds: dict
+    toolchain: Any
+    ceilings: dict[str, float]
+    log_dir: Path
+
+
+def slug(text: str) -> str:
+    return text.replace("/", "__")
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "(no output)"
+
+
+def timing_spec(cfg: Config, device: str, mode: str, variants: list[str] | None = None) -> dict[str, Any]:
+    t = cfg.timing
+    spec = TimingSpec("host" if device == "cpu" else mode, t.warmup, t.flush_l2, t.graph_calls,
+                      variants or [EAGER])
+    return {"mode": spec.mode, "warmup": spec.warmup, "flush_l2": spec.flush_l2, "graph_calls": spec.graph_calls,
+            "variants": spec.variants}
+
+
+class ReferenceSide:
+    """The reference worker for one problem on one slot."""
+
+    def __init__(self, pair: Pair, pc: PairContext, device: str, problem_dir: Path, spares: SpareWorkers):
+        self.pc, self.device = pc, device
+        self.state_path = problem_dir / "reference_state.pt"
+        self.error: str | None = None
+        self.error_status = "load_error"
+        self.info: dict[str, Any] = {}
+        self.mode = "host" if device == "cpu" else "cold"
+        self.variants = [EAGER]
+        cfg = pc.cfg
+        self.worker = spares.take("reference", pc.log_dir / f"{slug(pair.problem_id)}__reference.log")
+        probe = pc.seed.stream("probe", pair.problem_id).take(5)
+        self.worker.send({"problem_path": str(pair.problem.path.resolve()), "device": device,
+                          "seed": pc.seed.base, "trials": cfg.trials, "timing": timing_spec(cfg, device, "cold"),
+                          "compile_modes": list(cfg.timing.compile_modes), "probe_seeds": probe,
+                          "scratch": str(problem_dir), "defenses": cfg.defenses})
+        try:
+            message = self.worker.recv(time.monotonic() + cfg.reference_timeout)
+        except WorkerExit as exc:
+            self._fail(exc, cfg.reference_timeout)
+            return
+        if message.get("kind") != "ready":
+            self.error_status = "oom" if message.get("oom") else "load_error"
+            self.error = f"problem {pair.problem_id}: {message.get('stage', 'problem')}: {message.get('error')}"
+            return
+        self.info = message
+        compiled = message.get("compile") if isinstance(message.get("compile"), dict) else {}
+        self.variants += [f"compile:{mode}" for mode in cfg.timing.compile_modes
+                          if isinstance(compiled.get(mode), dict) and compiled[mode].get("error") is None]
+        self.mode = self._choose_mode(message.get("cold_probe_ms"))
+
+    def _choose_mode(self, probe_ms: Any) -> str:
+        t = self.pc.cfg.timing
+        if self.device == "cpu":
+            return "host"
+        if t.mode != "auto":
+            return t.mode
+        fast = isinstance(probe_ms, (int, float)) and probe_ms < t.graph_below_ms
+        return "graph" if fast else "cold"
+
+    def _fail(self, exc: WorkerExit, timeout: float) -> None:
+        if exc.kind == "timeout":
+            self.error = f"reference side did not finish within {timeout:g} s"
+            self.error_status = "timeout"
+        else:
+            self.error = f"reference side: {exc.detail}: {last_line(self.worker.log_tail())}"
+            self.error_status = "crashed"
+
+    def verify(self, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        self.worker.resume()
+        self.worker.send({"op": "verify", "files": files})
+        message = self.worker.recv(time.monotonic() + self.pc.cfg.reference_timeout)
+        if message.get("kind") != "verified" or not isinstance(message.get("results"), list):
+            raise WorkerExit("protocol", None, f"reference answered {message.get('kind')!r} to verify")
+        return message["results"]
+
+    def healthy(self) -> bool:
+        if self.error is not None or not self.worker.alive():
+            return False
+        try:
+            self.worker.resume()
+            self.worker.send({"op": "health"})
+            return bool(self.worker.recv(time.monotonic() + 60).get("ok"))
+        except WorkerExit:
+            return False
+
+    def close(self) -> None:
+        self.worker.resume()
+        self.worker.close()
+
+
+# ---------------------------------------------------------------- one pair
+
+def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: PairContext, device: str,
+             problem_dir: Path, spares: SpareWorkers) -> None:
+    cfg = pc.cfg
+    record["seed"] = pc.seed.record()
+    pair_dir = problem_dir / slug(pair.candidate.id.rsplit("/", 1)[-1])
+    pair_dir.mkdir(parents=True, exist_ok=True)
+    phases: dict[str, float] = {}
+    started = time.monotonic()
+    deadline = started + cfg.timeout
+    inter = Interleaver(reference.worker, reference.variants, cfg.timing.block_samples,
+                        pc.seed.stream("samples", pair.key[0], pair.key[1]),
+                        pc.seed.stream("checks", pair.key[0], pair.key[1]), deadline)
+    try:
+        inter.set_mode(reference.worker, reference.mode)
+        before = inter.reference_blocks(cfg.timing.baseline_blocks)
+    except WorkerExit as exc:
+        finish(record, "crashed", f"reference side: {exc.detail}; last output: {last_line(reference.worker.log_tail())}")
+        record["worker"] = {"exit_code": None, "seconds": 0.0, "log_tail": None, "device_usable_after": False}
+        return
+    phases["baseline_before"] = time.monotonic() - started
+    t_start = time.monotonic()
+    worker = spares.take("candidate", pc.log_dir / f"{slug(pair.candidate.id)}.log")
+    build = pc.builds[pair.candidate.id]
+    env = {**build_env(Path(build.build_dir), pc.toolchain), "TRITON_CACHE_DIR": str(pair_dir / "triton")}
+    worker.send({"env": env, "problem_path": str(pair.problem.path.resolve()),
+                 "candidate_path": build.candidate_path, "device": device, "seed": pc.seed.base,
+                 "trials": cfg.trials, "timing": timing_spec(cfg, device, reference.mode, [CANDIDATE]),
+                 "scratch": str(pair_dir), "state_path": str(reference.state_path), "defenses": cfg.defenses})
+    phases["start"] = time.monotonic() - t_start
+    collected = None
+    try:
+        collected = _drive(worker, record, reference, inter, pc, phases)
+    except WorkerExit as exc:
+        if not reference.worker.alive():
+            finish(record, "crashed", f"reference side: {exc.detail}; last output: {last_line(reference.worker.log_tail())}")
+        elif exc.kind == "timeout":
+            finish(record, "timeout", f"killed after the pair timeout of {cfg.timeout:g} s")
+        else:
+            finish(record, "crashed", f"{exc.detail}; last output: {last_line(worker.log_tail())}")
+    except CandidateFailed as failed:
+        finish(record, str(failed.message.get("status", "crashed")), failed.message.get("error"))
+        record["error_detail"] = failed.message.get("detail")
+    except Exception as exc:                           # noqa: BLE001 - one pair's fault must not end the run
+        record["error_detail"] = traceback.format_exc()[-4000:]
+        finish(record, "crashed", f"harness fault while evaluating this pair: {type(exc).__name__}: {exc}")
+    finally:
+        inter.release()
+        code = worker.close()
+        record["worker"] = {"exit_code": code, "seconds": round(time.monotonic() - started, 3),
+                            "log_tail": None, "phases": phases}
+        shutil.rmtree(pair_dir, ignore_errors=True)
+    if collected is not None and record["status"] is None:
+        _conclude(record, reference, inter, collected, before, pc, phases)
+    record["worker"]["phases"] = {k: round(v, 3) for k, v in phases.items()}
+    record["worker"]["phases"]["total"] = round(time.monotonic() - started, 3)
+    if record["status"] != "ok":
+        record["worker"]["log_tail"] = worker.log_tail()
+    if record["status"] in ("crashed", "timeout", "oom", "runtime_error"):
+        record["worker"]["device_usable_after"] = reference.healthy()
+
+
+def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, inter: Interleaver, pc: PairContext,
+           phases: dict[str, float]) -> Collected | None:
+    """Correctness trials, then the timed rounds. Returns what the rounds collected, or None when the record was
+    finished here (a failure or an incorrect result)."""
+    t0 = time.monotonic()
+    message = worker.recv(inter.deadline)
+    phases["trials"] = time.monotonic() - t0
+    if message.get("kind") == "failed":
+        finish(record, message.get("status", "crashed"), message.get("error"))
+        record["error_detail"] = message.get("detail")
+        return None
+    if message.get("kind") != "outputs":
+        raise WorkerExit("protocol", None, f"worker sent {message.get('kind')!r}: {message.get('error')}")
+    t0 = time.monotonic()
+    results = reference.verify(_files(message))
+    phases["checks"] = time.monotonic() - t0
+    record["correctness"] = _correctness(results, message, reference.info, pc)
+    defenses.flag_from(record, message)
+    failing = [r for r in results if not r.get("ok")]
+    if failing:
+        first = failing[0]
+        hint = f"{first['hint']}; " if first.get("hint") else ""
+        reason = f"{str(first.get('label')).replace('trial', 'trial ')}: {hint}{first.get('reason')}"
+        if "unsynchronized_work" in record["flags"]:          # the values checked were not the final ones
+            finish(record, "invalid",
+                   f"unsynchronized_work: {defenses.FLAG_DETAILS['unsynchronized_work']}; {reason}")
+        else:
+            finish(record, "incorrect", reason)
+        return None
+    t0 = time.monotonic()
+    rule = paired.StopRule(pc.cfg.timing.rounds_floor(), pc.cfg.timing.max_rounds, pc.cfg.timing.target_rel_ci,
+                           pc.cfg.timing.max_pair_seconds)
+    try:
+        collected = inter.rounds(worker, rule)
+    except GraphFallback as fell:
+        collected = _cold_again(worker, reference, inter, rule, fell)
+    phases["timing"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    if pc.cfg.defenses and reference.device != "cpu":
+        inter.release()
+        worker.send({"op": ProfileRequest.OP, "seed": inter.samples.next()})
+        answer = worker.recv(inter.deadline)
+        if answer.get("kind") == "failed":
+            raise CandidateFailed(answer)
+        defenses.check_kernels(record, answer.get("profile"))
+    if collected.full_path:
+        full = reference.verify([{"label": "timed0", "path": str(collected.full_path), "trial": -1}])
+        record["correctness"]["timed_outputs_full_checked"] = len(full)
+        bad = next((r for r in full if not r.get("ok")), None)
+        if bad is not None and pc.cfg.defenses:
+            defenses.flag(record, "output_changed_under_timing", f"timed call 0: {bad.get('reason')}")
+    phases["checks"] += time.monotonic() - t0
+    return collected
+
+
+def _cold_again(worker: Worker, reference: ReferenceSide, inter: Interleaver, rule: paired.StopRule,
+                fell: GraphFallback) -> Collected:
+    """One side could not be captured in a CUDA graph: both go back to cold timing for this pair (and the
+    reference for the rest of the problem when it was the reference)."""
+    if fell.side != CANDIDATE:
+        reference.mode = "cold"
+    inter.release()
+    inter.set_mode(reference.worker, "cold")
+    inter.set_mode(worker, "cold")
+    collected = inter.rounds(worker, rule)
+    collected.graph_error = f"{fell.side}: {fell.error}"
+    return collected
+
+
+def _conclude(record: dict[str, Any], reference: ReferenceSide, inter: Interleaver, out: Collected,
+              before: list[float], pc: PairContext, phases: dict[str, float]) -> None:
+    """The candidate is gone: the `after` bracket, the estimates and the verdict."""
+    t0 = time.monotonic()
+    inter.candidate = None
+    inter.deadline = time.monotonic() + pc.cfg.reference_timeout
+    try:
+        after = inter.reference_blocks(pc.cfg.timing.baseline_blocks)
+    except WorkerExit as exc:
+        finish(record, "crashed", f"reference side: {exc.detail}")
+        return
+    finally:
+        inter.release()
+    phases["baseline_after"] = time.monotonic() - t0
+    _timing_record(record, reference, out, before, after, pc)
+    defenses.flag_timing(record, out)
+    if pc.cfg.defenses:
+        checked, failure = defenses.check_timed_outputs(out, reference.info.get("atol", 0.0),
+                                                       reference.info.get("rtol", 0.0))
+        record["correctness"]["timed_outputs_checked"] = checked
+        if failure is not None:
+            defenses.flag(record, "output_changed_under_timing", failure)
+        during = _block_medians(out, EAGER, pc.cfg.timing.block_samples)
+        found = paired.interference(before, during, after, pc.cfg.timing.interference_tolerance)
+        record["timing"]["interference"] = {"before_ms": before, "after_ms": after, "during_ms": found.during_ms,
+                                            "tolerance": found.tolerance, "found": found.found}
+        defenses.flag_interference(record, found)
+    if out.noisy:
+        est = record["speedup_ci"]
+        defenses.flag(record, "noisy", f"the speedup's 95% CI [{est[0]:.4g}, {est[1]:.4g}] did not reach "
+                                       f"+/-{pc.cfg.timing.target_rel_ci:.1%} within the time cap")
+    defenses.check_physics(record, reference.info.get("work"), pc.ceilings)
+    invalid = [f for f in record["flags"] if f in INVALIDATING_FLAGS]
+    if invalid:
+        finish(record, "invalid", f"{invalid[0]}: {record.get('flag_details', {}).get(invalid[0], '')}".rstrip(": "))
+    else:
+        finish(record, "ok")
+
+
+def _block_medians(out: Collected, variant: str, block: int) -> list[float]:
+    medians = []
+    for r in out.rounds:
+        samples = r.get(variant, [])
+        medians += [statistics.median(samples[i:i + block]) for i in range(0, len(samples), block)]
+    return medians
+
+
+def _side_stats(out: Collected, variant: str) -> dict[str, Any]:
+    stats = summarize(out.samples(variant))
+    if out.host_ms.get(variant):
+        stats["host_median_ms"] = statistics.median(out.host_ms[variant])
+        stats["stream_lag_median_ms"] = statistics.median(out.lag_ms[variant])
+    return stats
+
+
+def _timing_record(record: dict[str, Any], reference: ReferenceSide, out: Collected, before: list[float],
+                   after: list[float], pc: PairContext) -> None:
+    t = pc.cfg.timing
+    main = paired.estimate(ratios(out, EAGER))
+    record["speedup"], record["speedup_ci"] = main.value, main.ci()
+    baselines: dict[str, Any] = {}
+    compiled = reference.info.get("compile") if isinstance(reference.info.get("compile"), dict) else {}
+    for mode, note in compiled.items():
+        variant = f"compile:{mode}"
+        entry = {"error": note.get("error"), "compile_seconds": note.get("compile_seconds")}
+        if variant in reference.variants and out.samples(variant):
+            est = paired.estimate(ratios(out, variant))
+            entry.update(median_ms=statistics.median(out.samples(variant)), speedup=est.value, speedup_ci=est.ci())
+        baselines[variant] = entry
+    best = fastest(out, [v for v in reference.variants if v != EAGER])
+    if best is not None:
+        est = paired.estimate(ratios(out, best))
+        record["speedup_vs_compile"], record["speedup_vs_compile_ci"] = est.value, est.ci()
+    record["timing"] = {
+        "clock": "host" if reference.device == "cpu" else "cuda_event",
+        "mode": "host" if reference.device == "cpu" else "cold" if out.graph_error else reference.mode,
+        "l2_flush": bool(t.flush_l2 and reference.device != "cpu"),
+        "timer_floor_ms": reference.info.get("timer_floor_ms"),
+        "cold_probe_ms": reference.info.get("cold_probe_ms"),
+        "graph_error": out.graph_error,
+        "cpu_threads": pc.cfg.cpu_threads,
+        "block_samples": t.block_samples, "rounds": main.rounds, "seconds": round(out.seconds, 3),
+        "target_rel_ci": t.target_rel_ci, "rel_ci_half_width": main.rel_half_width, "noisy": out.noisy,
+        "round_ratios": [round(r, 6) for r in ratios(out, EAGER)],
+        "reference": _side_stats(out, EAGER), "candidate": _side_stats(out, CANDIDATE),
+        "baselines": baselines, "baseline_before_ms": before, "baseline_after_ms": after,
+    }
+
+
+def _files(message: dict[str, Any]) -> list[dict[str, Any]]:
+    files = message.get("files")
+    if not isinstance(files, list) or not all(isinstance(f, dict) and {"label", "path", "trial"} <= f.keys()
+                                              for f in files):
+        raise WorkerExit("protocol", None, "worker sent a malformed file list")
+    return [{"label": str(f["label"]), "path": str(f["path"]), "trial": int(f["trial"])} for f in files]
+
+
+def _correctness(results, message, info, pc: PairContext) -> dict[str, Any]:
+    passed = sum(1 for r in results if r.get("ok"))
+    first_bad = next((r for r in results if not r.get("ok")), None)
+    return {
+        "trials": len(results), "trials_passed": passed,
+        "max_abs_err": defenses.largest([r.get("max_abs_err") for r in results]),
+        "max_rel_err": defenses.largest([r.get("max_rel_err") for r in results]),
+        "atol": info.get("atol"), "rtol": info.get("rtol"), "dtype": info.get("dtype"),
+        "first_mismatch": first_bad and {"trial": first_bad.get("label"), "reason": first_bad.get("reason"),
+                                         **(first_bad.get("first_mismatch") or {})},
+        "param_match": message.get("param_match"), "module_mode": message.get("module_mode"),
+        "fp64_max_abs_err": next((r.get("fp64_max_abs_err") for r in results if r.get("label") == "trial0"), None),
+        "fp64_reference_max_abs_err": info.get("fp64_reference_max_abs_err"),
+        "reference_module_mode": info.get("module_mode"), "seed": pc.seed.base,
+        "timed_outputs_checked": 0, "timed_outputs_full_checked": 0,
+    }

@@ -1,0 +1,190 @@
+"""The parent's side of paired, interleaved timing: it alternates the reference worker and the candidate worker in
+short blocks on the same device, one of them at a time (the other's processes are stopped), and collects every
+sample and every output check. The arithmetic lives in harness.paired; the verdicts in harness.defenses.
+
+Round r, with reference variants E (eager) and C1.. (torch.compile modes) and the candidate K:
+    E C1 .. K   on seeds X (block_samples fresh seeds)     then     K .. C1 E   on seeds Y
+so every variant sees the same inputs as the candidate, and each side's samples are centred on the round.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import messages as m
+from .paired import StopRule, should_stop
+from .procs import Worker, WorkerExit
+from .seeds import SeedStream
+
+CANDIDATE = "candidate"
+EAGER = "eager"
+
+
+class GraphFallback(Exception):
+    """A side could not capture its call in a CUDA graph: the pair goes back to cold timing."""
+
+    def __init__(self, side: str, error: str):
+        super().__init__(error)
+        self.side, self.error = side, error
+
+
+@dataclass
+class Checked:
+    """One side's output check of one sample."""
+    values: list[Any]
+    shapes: list[list[int]]
+
+
+@dataclass
+class Collected:
+    """Everything the rounds produced."""
+    rounds: list[dict[str, list[float]]] = field(default_factory=list)     # per round: variant -> its samples
+    host_ms: dict[str, list[float]] = field(default_factory=dict)
+    lag_ms: dict[str, list[float]] = field(default_factory=dict)
+    checks: dict[int, dict[str, Checked]] = field(default_factory=dict)    # sample seed -> side -> values
+    mutated: bool = False
+    not_plain: bool = False
+    output_errors: list[str] = field(default_factory=list)
+    tampered: set[str] = field(default_factory=set)
+    full_path: str | None = None            # the candidate's first timed output, whole
+    noisy: bool = False
+    seconds: float = 0.0
+    graph_error: str | None = None          # graph capture failed on a side: these rounds are cold
+
+    def samples(self, variant: str) -> list[float]:
+        return [s for r in self.rounds for s in r.get(variant, [])]
+
+
+class Interleaver:
+    def __init__(self, reference: Worker, variants: list[str], block: int, samples: SeedStream,
+                 checks: SeedStream, deadline: float):
+        self.reference, self.variants, self.block = reference, variants, block
+        self.samples, self.check_seeds = samples, checks
+        self.deadline = deadline
+        self.candidate: Worker | None = None
+        self.active: Worker | None = None
+        self.check_for: dict[int, int] = {}
+
+    # ------------------------------------------------------------ one side at a time
+
+    def _activate(self, worker: Worker) -> None:
+        if self.active is worker:
+            return
+        for other in (self.reference, self.candidate):
+            if other is not None and other is not worker:
+                other.pause()
+        worker.resume()
+        self.active = worker
+
+    def release(self) -> None:
+        """Both sides running again (to verify, profile or close)."""
+        for worker in (self.reference, self.candidate):
+            if worker is not None:
+                worker.resume()
+        self.active = None
+
+    def _ask(self, worker: Worker, message: Any, reply: type) -> Any:
+        worker.send(m.wire(message))
+        data = worker.recv(self.deadline)
+        try:
+            return m.parse(reply, data)
+        except m.ProtocolError as exc:
+            if data.get("kind") == "failed":
+                raise CandidateFailed(data) from None
+            raise WorkerExit("protocol", None, f"sent a malformed {reply.KIND!r} reply: {exc}") from None
+
+    def set_mode(self, worker: Worker, mode: str) -> None:
+        worker.send(m.wire(m.ModeRequest(mode)))
+        answer = worker.recv(self.deadline)
+        if answer.get("kind") != "mode":
+            raise WorkerExit("protocol", None, f"answered {answer.get('kind')!r} to a mode change")
+
+    # ------------------------------------------------------------ blocks
+
+    def _sample(self, worker: Worker, side: str, variant: str, seed: int, keep_full: bool,
+                out: Collected, times: list[float]) -> None:
+        result = self._ask(worker, m.SampleRequest(variant, seed), m.SampleResult)
+        if result.error:
+            raise GraphFallback(side, result.error)
+        if not result.ms > 0:
+            raise WorkerExit("protocol", None, f"reported a sample of {result.ms} ms")
+        times.append(result.ms)
+        out.host_ms.setdefault(variant, []).append(result.host_ms)
+        out.lag_ms.setdefault(variant, []).append(result.lag_ms)
+        out.tampered.update(result.tampered)
+        check_seed = self.check_for.setdefault(seed, self.check_seeds.next())
+        checked = self._ask(worker, m.CheckRequest(check_seed, keep_full), m.CheckResult)
+        out.mutated = out.mutated or checked.mutated
+        out.not_plain = out.not_plain or checked.not_plain
+        if checked.error:
+            out.output_errors.append(f"timed call ({side}): {checked.error}")
+        if variant in (EAGER, CANDIDATE):
+            out.checks.setdefault(seed, {})[side] = Checked(checked.values, checked.shapes)
+        if keep_full and side == CANDIDATE:
+            out.full_path = checked.path
+
+    def _block(self, side: str, variant: str, seeds: list[int], out: Collected, round_samples: dict,
+               keep_first: bool = False) -> None:
+        worker = self.candidate if side == CANDIDATE else self.reference
+        self._activate(worker)
+        times = round_samples.setdefault(variant, [])
+        for i, seed in enumerate(seeds):
+            self._sample(worker, side, variant, seed, keep_first and i == 0, out, times)
+
+    def reference_blocks(self, count: int) -> list[float]:
+        """Medians of `count` eager blocks of the reference alone (before the candidate starts, after it died)."""
+        import statistics
+        scratch = Collected()
+        medians = []
+        for _ in range(count):
+            samples: dict[str, list[float]] = {}
+            self._block("reference", EAGER, self.samples.take(self.block), scratch, samples)
+            medians.append(statistics.median(samples[EAGER]))
+        return medians
+
+    # ------------------------------------------------------------ rounds
+
+    def rounds(self, candidate: Worker, rule: StopRule) -> Collected:
+        """Rounds until the speedup's CI reaches the target, the time cap or max_rounds."""
+        from .paired import round_ratio
+        self.candidate = candidate
+        out = Collected()
+        started = time.monotonic()
+        order = [("reference", v) for v in self.variants] + [(CANDIDATE, CANDIDATE)]
+        ratios: list[float] = []
+        while True:
+            samples: dict[str, list[float]] = {}
+            first = not out.rounds
+            forward, backward = self.samples.take(self.block), self.samples.take(self.block)
+            for side, variant in order:
+                self._block(side, variant, forward, out, samples, keep_first=first and variant in (EAGER, CANDIDATE))
+            for side, variant in reversed(order):
+                self._block(side, variant, backward, out, samples)
+            out.rounds.append(samples)
+            ratios.append(round_ratio(samples[EAGER], samples[CANDIDATE]))
+            out.seconds = time.monotonic() - started
+            stop, noisy = should_stop(ratios, out.seconds, rule)
+            if stop:
+                out.noisy = noisy
+                return out
+
+
+class CandidateFailed(Exception):
+    """The candidate worker reported a failure (its code raised) in the middle of the timing."""
+
+    def __init__(self, message: dict[str, Any]):
+        super().__init__(message.get("error"))
+        self.message = message
+
+
+def ratios(out: Collected, variant: str) -> list[float]:
+    from .paired import round_ratio
+    return [round_ratio(r[variant], r[CANDIDATE]) for r in out.rounds if r.get(variant) and r.get(CANDIDATE)]
+
+
+def fastest(out: Collected, variants: list[str]) -> str | None:
+    """The variant with the smallest median over the pair (the strongest baseline)."""
+    import statistics
+    timed = [(statistics.median(out.samples(v)), v) for v in variants if out.samples(v)]
+    return min(timed)[1] if timed else None

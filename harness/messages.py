@@ -1,0 +1,132 @@
+"""The messages of the timing protocol between the parent and its workers, one dataclass each.
+
+Requests go parent -> worker (they carry `op`), replies worker -> parent (they carry `kind`). `wire(msg)` makes the
+dict the channel sends; `parse(cls, dict)` checks a received dict field by field against the dataclass (a worker
+is untrusted: a wrong type is a protocol error, never a crash of the parent). A new timing mode or baseline is a
+field or a message here, and nowhere else in the protocol.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+class ProtocolError(Exception):
+    """A message that does not have the shape its dataclass says."""
+
+
+@dataclass(frozen=True)
+class TimingSpec:
+    """How both sides time a call. Sent once, in the job."""
+    mode: str                   # "cold" | "graph" | "host" (the CPU path)
+    warmup: int
+    flush_l2: bool
+    graph_calls: int
+    variants: list[str] = field(default_factory=lambda: ["eager"])   # reference: eager and compile:<mode>
+
+
+# ---------------------------------------------------------------- requests (parent -> worker)
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """Time one call of `variant` on inputs drawn with `seed`: the worker learns the seed only now."""
+    OP: ClassVar[str] = "sample"
+    variant: str
+    seed: int
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """After a sample: the output values at positions drawn from `check_seed` (known only after the call
+    returned), whether the inputs changed, and with `keep_full` the whole output (reference: kept in memory;
+    candidate: written to a file the reference compares)."""
+    OP: ClassVar[str] = "check"
+    check_seed: int
+    keep_full: bool = False
+
+
+@dataclass(frozen=True)
+class ModeRequest:
+    """Switch the timing mode (graph capture failed on one side: both go back to cold)."""
+    OP: ClassVar[str] = "mode"
+    mode: str
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    """One call under torch.profiler, to see whose kernels ran."""
+    OP: ClassVar[str] = "profile"
+    seed: int
+
+
+# ---------------------------------------------------------------- replies (worker -> parent)
+
+@dataclass(frozen=True)
+class SampleResult:
+    KIND: ClassVar[str] = "sample"
+    ms: float                   # the sample: device time (cuda events) or host time (CPU path)
+    host_ms: float              # host clock around the same region
+    lag_ms: float               # device end minus current-stream end (work left on other streams)
+    tampered: list[str]         # harness clock functions found replaced after the sample
+    error: str | None = None    # the sample could not run in this mode (e.g. "graph capture failed: ...")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    KIND: ClassVar[str] = "checked"
+    values: list[Any]           # floats, with NaN/Inf as strings ("nan", "inf", "-inf")
+    shapes: list[list[int]]
+    mutated: bool
+    not_plain: bool
+    path: str | None = None     # keep_full on the candidate side: the output file
+    error: str | None = None    # the output is not a list of tensors (one line)
+
+
+def wire(message: Any) -> dict[str, Any]:
+    data = dataclasses.asdict(message)
+    tag = getattr(message, "OP", None)
+    return {"op": tag, **data} if tag else {"kind": message.KIND, **data}
+
+
+def parse(cls: type, data: dict[str, Any]) -> Any:
+    """The dataclass `cls` from a received dict, or ProtocolError naming the first wrong field."""
+    tag = getattr(cls, "KIND", None)
+    if tag is not None and data.get("kind") != tag:
+        raise ProtocolError(f"expected a {tag!r} message, got {data.get('kind')!r}: {str(data.get('error'))[:200]}")
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+                continue
+            raise ProtocolError(f"{cls.__name__}: missing field {f.name!r}")
+        value = data[f.name]
+        if not _fits(value, hints[f.name]):
+            raise ProtocolError(f"{cls.__name__}: field {f.name!r} has a {type(value).__name__}")
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+        return any(_fits(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is Any:
+        return True
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if hint is str:
+        return isinstance(value, str)
+    if origin is list:
+        (item,) = typing.get_args(hint) or (Any,)
+        return isinstance(value, list) and all(_fits(v, item) for v in value)
+    return isinstance(value, hint)

@@ -1,0 +1,113 @@
+"""The arithmetic of paired, interleaved timing: per-round ratios, a confidence interval on the speedup, the
+stopping rule and the interference test. Pure functions over sample times; no torch, no processes.
+
+A round is four blocks, A B B A (A = the reference, B = the candidate; with torch.compile baselines, every
+reference variant takes A's place in order, E C1 C2 B | B C2 C1 E). Within a round each side's samples are
+symmetric in time around the round's centre, so a linear drift of the machine's speed cancels in the ratio.
+The round's ratio is the median of the reference's samples over the median of the candidate's; the speedup is the
+median of the rounds' ratios, and its confidence interval is the distribution-free one for a median (order
+statistics of the rounds' ratios, from the binomial distribution: the sign test), which assumes only that rounds
+are independent.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Estimate:
+    value: float                    # median of the rounds' ratios
+    lo: float                       # 95% confidence interval
+    hi: float
+    rounds: int
+
+    @property
+    def rel_half_width(self) -> float:
+        """Half the CI's width relative to the estimate (what `target_rel_ci` bounds)."""
+        return (self.hi - self.lo) / 2 / self.value if self.value > 0 else math.inf
+
+    def ci(self) -> list[float]:
+        return [self.lo, self.hi]
+
+
+def round_ratio(reference_ms: list[float], candidate_ms: list[float]) -> float:
+    """One round's speedup: the reference's median over the candidate's."""
+    return statistics.median(reference_ms) / statistics.median(candidate_ms)
+
+
+def median_ci_ranks(n: int, level: float = 0.95) -> tuple[int, int]:
+    """1-based ranks (k, n + 1 - k) of the order statistics that bound the median with coverage >= level
+    (largest k with P(Binomial(n, 1/2) < k) <= (1 - level) / 2); (1, n) when n is too small for the level."""
+    alpha = (1 - level) / 2
+    cumulative, k = 0.0, 0
+    for i in range(n + 1):
+        cumulative += math.comb(n, i) / 2 ** n
+        if cumulative > alpha:
+            break
+        k = i + 1
+    k = max(1, k)
+    return k, n + 1 - k
+
+
+def estimate(ratios: list[float], level: float = 0.95) -> Estimate:
+    if not ratios:
+        raise ValueError("no rounds")
+    ordered = sorted(ratios)
+    lo_rank, hi_rank = median_ci_ranks(len(ordered), level)
+    return Estimate(statistics.median(ordered), ordered[lo_rank - 1], ordered[hi_rank - 1], len(ordered))
+
+
+def min_rounds_for(level: float = 0.95) -> int:
+    """The fewest rounds whose extreme order statistics reach the coverage (6 for 95%)."""
+    n = 1
+    while 2 * 0.5 ** n > 1 - level:
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class StopRule:
+    min_rounds: int
+    max_rounds: int
+    target_rel_ci: float
+    max_seconds: float
+
+
+def should_stop(ratios: list[float], elapsed_s: float, rule: StopRule) -> tuple[bool, bool]:
+    """(stop, noisy): stop once the CI is within the target after at least min_rounds rounds; stop noisy when
+    the time cap or max_rounds comes first."""
+    n = len(ratios)
+    if n >= max(rule.min_rounds, min_rounds_for()) and estimate(ratios).rel_half_width <= rule.target_rel_ci:
+        return True, False
+    if elapsed_s >= rule.max_seconds or n >= rule.max_rounds:
+        return True, True
+    return False, False
+
+
+@dataclass(frozen=True)
+class Interference:
+    found: bool
+    before_ms: float
+    during_ms: float
+    after_ms: float
+    tolerance: float                # the relative slowdown allowed (the larger of the configured one and the noise)
+
+    def detail(self) -> str:
+        return (f"the reference ran {self.during_ms / max(self.before_ms, self.after_ms) - 1:+.1%} slower while "
+                f"the candidate was alive ({self.during_ms:.4g} ms) than before ({self.before_ms:.4g} ms) and after "
+                f"it ({self.after_ms:.4g} ms); allowed {self.tolerance:.1%}")
+
+
+def interference(before: list[float], during: list[float], after: list[float], tolerance: float) -> Interference:
+    """Block medians of the reference measured before the candidate started, while it was alive (interleaved with
+    it) and after it was killed. A candidate that leaves work running to slow the reference down would make
+    `during` slower than both brackets; a drifting machine moves the brackets too. The tolerance grows with
+    the noise of the bracket blocks (four robust standard deviations)."""
+    b, d, a = statistics.median(before), statistics.median(during), statistics.median(after)
+    brackets = before + after
+    centre = statistics.median(brackets)
+    mad = statistics.median(abs(x - centre) for x in brackets) * 1.4826
+    allowed = max(tolerance, 4 * mad / centre if centre > 0 else 0.0)
+    return Interference(d > max(b, a) * (1 + allowed), b, d, a, allowed)

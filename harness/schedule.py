@@ -1,0 +1,177 @@
+"""Stage 3, execute: schedule problems over the devices (one slot per GPU, or the CPU), one reference worker per
+problem and a fresh candidate worker per pair (harness.evaluate), and turn whatever happens into exactly one
+record per pair."""
+from __future__ import annotations
+
+import queue
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from . import defenses
+from .build import BuildResult, Toolchain
+from .config import Config
+from .discover import Pair
+from .evaluate import PairContext, ReferenceSide, run_pair, slug
+from .procs import SpareWorkers, Worker, WorkerExit, worker_env
+from .records import finish, new_record
+from .seeds import RunSeed
+
+
+@dataclass
+class Slot:
+    name: str                       # "cuda:3" or "cpu"
+    gpu: int | None
+    gpu_name: str | None = None
+
+    @property
+    def device(self) -> str:
+        return "cpu" if self.gpu is None else "cuda:0"   # each worker sees only its own GPU
+
+    def env(self, cpu_threads: int = 1) -> dict[str, str]:
+        threads = str(cpu_threads)
+        return {"CUDA_VISIBLE_DEVICES": "" if self.gpu is None else str(self.gpu), "KB_DEVICE": self.device,
+                "KB_CPU_THREADS": threads, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+
+
+@dataclass
+class Context:
+    cfg: Config
+    run_id: str
+    toolchain: Toolchain
+    builds: dict[str, BuildResult]
+    scratch: Path
+    log_dir: Path
+    emit: Callable[[dict[str, Any]], None]
+    seed: RunSeed
+    stop: threading.Event = field(default_factory=threading.Event)
+    ceilings: dict[str, dict[str, float]] = field(default_factory=dict)   # slot name -> measured ceilings
+
+    def for_slot(self, slot: "Slot") -> PairContext:
+        return PairContext(self.cfg, self.seed, self.builds, self.toolchain, self.ceilings.get(slot.name, {}),
+                           self.log_dir)
+
+
+def run_all(pairs: list[Pair], ctx: Context, slots: list[Slot]) -> None:
+    """Every pair gets a record through ctx.emit; problems are spread over the slots."""
+    groups: dict[str, list[Pair]] = {}
+    for pair in pairs:
+        groups.setdefault(pair.problem_id, []).append(pair)
+    work: queue.Queue = queue.Queue()
+    for pid in sorted(groups, key=lambda p: -len(groups[p])):      # big groups first: better balance
+        work.put(groups[pid])
+    errors: list[BaseException] = []
+
+    def serve(slot: Slot) -> None:
+        spares = SpareWorkers(worker_env(slot.env(ctx.cfg.cpu_threads)), ctx.log_dir, slot.name.replace(":", ""),
+                              spares_enabled(ctx.cfg, slot))
+        try:
+            if slot.gpu is not None and ctx.cfg.defenses:
+                ctx.ceilings[slot.name] = measure_ceilings(ctx, slot)
+            while not ctx.stop.is_set():
+                try:
+                    group = work.get_nowait()
+                except queue.Empty:
+                    return
+                run_problem(group, ctx, slot, spares)
+        except BaseException as exc:                                 # noqa: BLE001 - re-raised in the caller
+            errors.append(exc)
+            ctx.stop.set()
+        finally:
+            spares.close()
+
+    threads = [threading.Thread(target=serve, args=(slot,), name=slot.name, daemon=True) for slot in slots]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.2)
+    if errors:
+        raise errors[0]
+
+
+def spares_enabled(cfg: Config, slot: Slot) -> bool:
+    """'auto': on GPU slots, where a starting worker only uses an idle core; off on the CPU, where it would
+    compete with the host-clock timing."""
+    return cfg.spare_workers == "on" or (cfg.spare_workers == "auto" and slot.gpu is not None)
+
+
+def measure_ceilings(ctx: Context, slot: Slot) -> dict[str, float]:
+    """Copy bandwidth and matmul throughput of this GPU, once per run (a worker of its own)."""
+    worker = Worker("ceilings", worker_env(slot.env(ctx.cfg.cpu_threads)), ctx.log_dir / f"ceilings_{slot.name.replace(':', '')}.log")
+    worker.send({"device": slot.device})
+    try:
+        message = worker.recv(time.monotonic() + 300)
+    except WorkerExit:
+        return {}
+    finally:
+        worker.close()
+    return {k: v for k, v in message.items() if k != "kind" and isinstance(v, (int, float))}
+
+
+def _base_record(pair: Pair, ctx: Context, slot: Slot) -> dict[str, Any]:
+    record = new_record(pair.problem_id, pair.candidate.id, slot.device.split(":")[0], ctx.run_id)
+    if slot.gpu is not None:
+        record["gpu"] = {"index": slot.gpu, "name": slot.gpu_name}
+    build = ctx.builds.get(pair.candidate.id)
+    record["build"] = build.record() if build else None
+    return record
+
+
+def _decided_without_running(pair: Pair, ctx: Context, slot: Slot) -> dict[str, Any] | None:
+    """A record for pairs that cannot run: missing/broken problem, unloadable candidate, failed build."""
+    record = _base_record(pair, ctx, slot)
+    if pair.problem is None:
+        return finish(record, "load_error", f"no problem file for this candidate ({pair.problem_id}.py)")
+    if pair.problem.error:
+        return finish(record, "load_error", f"problem: {pair.problem.error}")
+    if pair.candidate.error:
+        return finish(record, "load_error", pair.candidate.error)
+    build = ctx.builds.get(pair.candidate.id)
+    if build is None:
+        return finish(record, "crashed", "no build result (harness fault)")
+    if build.status == "built":
+        return None
+    status = {"compile_error": "compile_error", "skipped": "skipped", "timeout": "timeout"}.get(build.status, "crashed")
+    return finish(record, status, build.error)
+
+
+def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorkers) -> None:
+    runnable = []
+    for pair in group:
+        record = _decided_without_running(pair, ctx, slot)
+        if record is None:
+            runnable.append(pair)
+        else:
+            ctx.emit(record)
+    if not runnable:
+        return
+    problem_dir = ctx.scratch / slot.name.replace(":", "") / slug(runnable[0].problem_id)
+    problem_dir.mkdir(parents=True, exist_ok=True)
+    pc = ctx.for_slot(slot)
+    reference = None
+    try:
+        for pair in runnable:
+            if ctx.stop.is_set():
+                return
+            if reference is None:
+                reference = ReferenceSide(runnable[0], pc, slot.device, problem_dir, spares)
+            record = _base_record(pair, ctx, slot)
+            if reference.error is not None:
+                ctx.emit(finish(record, reference.error_status, reference.error))
+                continue
+            run_pair(pair, record, reference, pc, slot.device, problem_dir, spares)
+            lint = reference.info.get("lint") or {}
+            if lint.get("degenerate"):
+                defenses.flag(record, "degenerate_problem", "; ".join(lint.get("reasons", [])))
+            ctx.emit(record)
+            if (record["worker"] or {}).get("device_usable_after") is False or not reference.worker.alive():
+                reference.close()                       # the next pair gets a fresh reference process too
+                reference = None
+    finally:
+        if reference is not None:
+            reference.close()
+        shutil.rmtree(problem_dir, ignore_errors=True)

@@ -1,0 +1,118 @@
+"""The one timing path both sides go through. The reference worker and the candidate worker each hold a Sampler
+and serve the same requests with the same per-sample work, so an A/A candidate is indistinguishable from the
+reference by construction:
+
+  sample(variant, seed): draw the inputs for `seed` on the device (the worker learns the seed only now), keep a
+      copy for the mutation check, time one call with the mode's measurement object (harness.timing), keep the
+      output until the check;
+  check(check_seed, keep_full): the output's values at positions drawn from `check_seed` (chosen by the parent
+      after the call returned), whether the inputs changed, and optionally the whole output.
+
+Runs only inside worker processes.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .. import messages as m
+from .common import as_tensor_list, device_inputs, fingerprint
+
+
+def same_tensor(a, b) -> bool:
+    import torch
+    if not isinstance(a, torch.Tensor):
+        return True
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+    return bool(torch.equal(a, b))
+
+
+def inputs_changed(work: list, pristine: list) -> bool:
+    return not all(same_tensor(w, p) for w, p in zip(work, pristine))
+
+
+def not_plain(out) -> bool:
+    """A tensor subclass or a lazy object can defer its work past the end of the timed region."""
+    import torch
+    items = out if isinstance(out, (list, tuple)) else [out]
+    return any(type(t) is not torch.Tensor for t in items)
+
+
+WARMUP_SEED = 7_777_777          # warm-up calls are not checked; their inputs need not be secret
+
+
+class Sampler:
+    def __init__(self, calls: dict[str, Callable[[list], Any]], problem, settings, device: str,
+                 spec: m.TimingSpec, defenses: bool, keep_full: Callable[[list], str | None]):
+        from .. import timing
+        self.calls, self.problem, self.settings, self.device = calls, problem, settings, device
+        self.spec, self.defenses, self.keep_full = spec, defenses, keep_full
+        self.timing = timing
+        self.flusher = timing.L2Flusher(_torch_device(device)) if spec.flush_l2 and device != "cpu" else None
+        self.meters: dict[str, Any] = {}
+        self.mode = spec.mode
+        self.last: tuple[list, list | None, Any] | None = None
+        self.fixed = None if defenses else device_inputs(problem, WARMUP_SEED, settings, device)
+
+    def handle(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        """The reply to a timing request, or None when the message is not one."""
+        op = message.get("op")
+        if op == m.SampleRequest.OP:
+            return m.wire(self.sample(m.SampleRequest(str(message["variant"]), int(message["seed"]))))
+        if op == m.CheckRequest.OP:
+            return m.wire(self.check(m.CheckRequest(int(message["check_seed"]), bool(message.get("keep_full")))))
+        if op == m.ModeRequest.OP:
+            self.mode = str(message["mode"])
+            self.meters.clear()
+            return {"kind": "mode", "mode": self.mode}
+        return None
+
+    def _inputs(self, seed: int) -> list:
+        return self.fixed if self.fixed is not None else device_inputs(self.problem, seed, self.settings, self.device)
+
+    def _meter(self, variant: str):
+        meter = self.meters.get(variant)
+        if meter is None:
+            call = self.calls[variant]
+            for _ in range(self.spec.warmup):
+                call(self._inputs(WARMUP_SEED))
+            meter = self.timing.measurement(self.mode, self.device, self.flusher, self.spec.graph_calls)
+            self.meters[variant] = meter
+        return meter
+
+    def sample(self, req: m.SampleRequest) -> m.SampleResult:
+        import torch
+        self.last = None
+        call = self.calls[req.variant]
+        meter = self._meter(req.variant)
+        inputs = self._inputs(req.seed)
+        pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs] if self.defenses else None
+        try:
+            times, out, used = meter.measure(call, inputs)
+        except self.timing.GraphCaptureError as exc:
+            return m.SampleResult(0.0, 0.0, 0.0, self.timing.timers_tampered(), f"graph capture failed: {exc}")
+        self.last = (used, pristine, out)
+        return m.SampleResult(times.ms, times.host_ms, times.lag_ms, self.timing.timers_tampered())
+
+    def check(self, req: m.CheckRequest) -> m.CheckResult:
+        if self.last is None:
+            return m.CheckResult([], [], False, False, None, "no sample to check")
+        used, pristine, out = self.last
+        self.last = None
+        plain = not not_plain(out)
+        try:
+            outs = as_tensor_list(out)
+        except ValueError as exc:
+            return m.CheckResult([], [], False, not plain, None, str(exc))
+        values, shapes = fingerprint(outs, req.check_seed)
+        mutated = pristine is not None and inputs_changed(used, pristine)
+        path = self.keep_full(outs) if req.keep_full else None
+        from ..channel import clean_json
+        return m.CheckResult(clean_json(values.tolist()), shapes, mutated, not plain, path)
+
+
+def _torch_device(device: str):
+    import torch
+    return torch.device(device)
