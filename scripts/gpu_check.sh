@@ -1,57 +1,78 @@
 #!/usr/bin/env bash
-# Everything that needs the GPU. Phases (default: all), each bounded so that `tests` and `suite` each fit one
-# 10-minute device command on a 4-GPU machine:
-#   tests: side by side, the GPU-marked tests on GPU 0 and lint of every problem on the other GPUs;
-#          then the harness overhead benchmark on the exploit set (cold, warm, defenses off) on the GPU;
-#   suite: `run_eval.py` over the whole suite with a cold build cache, on every GPU, with lint of every problem
-#          running while the candidates build (the GPUs are idle then; lint takes about a minute on 4 GPUs);
-#          then the same run, warm.
-# Builds run 24 at a time (JOBS=N to change): a first attempt with one build per core (64) lost the machine,
-# maybe by coincidence.
+# Everything that needs the GPU, in phases that each fit one 10-minute device command on a 2-GPU machine:
+#   smoke:     the GPU-marked tests on GPU 0, beside an A/A calibration of six problems (all levels) on GPU 1;
+#              then three honest candidates with the torch.compile baselines (default mode)
+#   calibrate: `run_eval.py calibrate` over the whole suite on every GPU (LEVEL=level1 etc. to split it)
+#   suite:     `run_eval.py` over every shipped candidate on every GPU (COMPILE=none|default|... for the
+#              torch.compile baselines; default: default mode only, to bound the time)
+#   tests:     the GPU-marked tests alone
 # Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out.
-#   usage: bash scripts/gpu_check.sh [tests|suite|all]
+#   usage: bash scripts/gpu_check.sh [smoke|calibrate|suite|tests]
 set -uo pipefail
-phase=${1:-all}
+phase=${1:-smoke}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out=${OUT:-gpu_check_out}
 mkdir -p "$out"
 n=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
 all=$(seq -s, 0 $((n - 1)))
-rest=$( [ "$n" -gt 1 ] && seq -s, 1 $((n - 1)) || echo 0)
-nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$out/gpus.txt"
+last=$((n - 1))
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/gpus.txt"
 cat "$out/gpus.txt"
+level_args=()
+[ -n "${LEVEL:-}" ] && level_args=(--level "$LEVEL")
+[ -n "${PROBLEM:-}" ] && level_args+=(--problem "$PROBLEM")
 
-if [ "$phase" = tests ] || [ "$phase" = all ]; then
-echo "== phase 1: GPU tests (GPU 0) | lint (GPUs $rest)"
-(timeout 280 python run_eval.py lint --gpus "$rest" --per-gpu 2 --output-dir "$out/lint_tmp" > "$out/lint.txt" 2>&1;
- mv "$out"/lint_tmp/lint-*.json "$out"/ 2>/dev/null; rm -rf "$out/lint_tmp") &
-lint_pid=$!
-timeout 280 python -m pytest -q -m gpu tests/ 2>&1 | tail -n 40 > "$out/gpu_tests.txt"
-wait $lint_pid
-tail -n 25 "$out/gpu_tests.txt"
-tail -n 3 "$out/lint.txt"
-echo "== harness overhead on the exploit set, GPU"
-timeout 200 python benchmarks/harness_overhead.py --device cuda --samples 100 2>&1 | tee "$out/overhead.txt"
-fi
-[ "$phase" = suite ] || [ "$phase" = all ] || exit 0
-
-echo "== phase 2: run_eval.py, cold build cache, GPUs $all; lint of every problem while the candidates build"
-rm -rf .cache/builds
-(timeout 150 python run_eval.py lint --gpus "$all" --per-gpu 2 --output-dir "$out/lint_tmp" > "$out/lint_suite.txt" 2>&1;
- mv "$out"/lint_tmp/lint-*.json "$out"/ 2>/dev/null; rm -rf "$out/lint_tmp") &
-/usr/bin/time -f "wall %e s" timeout "${COLD_TIMEOUT:-290}" python run_eval.py --gpus "$all" --jobs "${JOBS:-24}" --output-dir "$out/results" > "$out/run_cold.txt" 2>&1
-grep -E "^(pairs|geomean|wall|run )" "$out/run_cold.txt"
-wait
-tail -n 1 "$out/lint_suite.txt"
-
-echo "== phase 3: the same run, warm"
-/usr/bin/time -f "wall %e s" timeout "${WARM_TIMEOUT:-180}" python run_eval.py --gpus "$all" --jobs "${JOBS:-24}" --output-dir "$out/results" > "$out/run_warm.txt" 2>&1
-grep -E "^(pairs|geomean|wall|run )" "$out/run_warm.txt"
-python - "$out/results" <<'PY'
+summary() {   # the one-line summary of each run folder under $1
+    python - "$1" <<'PY'
 import json, pathlib, sys
-for run in sorted(pathlib.Path(sys.argv[1]).iterdir()):
-    meta = json.loads((run / "run.json").read_text())
-    print(run.name, "wall", meta.get("wall_seconds"), "s; build stage", meta.get("build_seconds"), "s; compiled",
-          meta.get("builds_compiled"), "cached", meta.get("builds_cached"), "; ceilings", meta.get("ceilings"))
+for run in sorted(pathlib.Path(sys.argv[1]).glob("*/run.json")):
+    meta = json.loads(run.read_text())
+    print(run.parent.name, "wall", meta.get("wall_seconds"), "s; builds compiled", meta.get("builds_compiled"),
+          "cached", meta.get("builds_cached"), "; ceilings", meta.get("ceilings"))
 PY
-(cd "$out/results" && tar czf ../results.tgz . && cd .. && rm -rf results)
+}
+
+case "$phase" in
+smoke)
+    echo "== GPU tests (GPU 0) | calibrate six problems (GPU $last)"
+    (timeout 400 python run_eval.py calibrate --gpus "$last" --output-dir "$out/cal" \
+        --problem '*00[2-3]_*' > "$out/cal_smoke.txt" 2>&1) &
+    timeout 400 python -m pytest -q -m gpu tests/test_gpu.py -x 2>&1 | tail -n 40 > "$out/gpu_tests.txt"
+    wait
+    tail -n 30 "$out/gpu_tests.txt"
+    tail -n 40 "$out/cal_smoke.txt"
+    echo "== three honest candidates with the torch.compile baseline (default mode)"
+    timeout 150 python run_eval.py --gpus "$all" --output-dir "$out/res" --compile-modes default \
+        --problem '*03[03]_*' --level level1 > "$out/compile_smoke.txt" 2>&1
+    tail -n 12 "$out/compile_smoke.txt"
+    ;;
+calibrate)
+    echo "== calibrate ${LEVEL:-the whole suite} on GPUs $all"
+    /usr/bin/time -f "wall %e s" timeout "${CAL_TIMEOUT:-560}" python run_eval.py calibrate --gpus "$all" \
+        --jobs 16 --output-dir "$out/cal" "${level_args[@]}" > "$out/calibrate.txt" 2>&1
+    grep -v "━" "$out/calibrate.txt" | tail -n 140
+    summary "$out/cal"
+    ;;
+suite)
+    echo "== every shipped candidate on GPUs $all (compile baselines: ${COMPILE:-default})"
+    /usr/bin/time -f "wall %e s" timeout "${SUITE_TIMEOUT:-560}" python run_eval.py --gpus "$all" --jobs 16 \
+        --output-dir "$out/res" --compile-modes "${COMPILE:-default}" "${level_args[@]}" --json \
+        > "$out/suite.jsonl" 2> "$out/suite.txt"
+    tail -n 4 "$out/suite.txt"
+    python - "$out/suite.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+for r in sorted(rows, key=lambda r: r["problem"]):
+    t = r.get("timing") or {}
+    ci, cc = r.get("speedup_ci"), r.get("speedup_vs_compile_ci")
+    fmt = lambda s, c: "-" if s is None else f"{s:.3f} [{c[0]:.3f},{c[1]:.3f}]"
+    print(f"{r['problem'][:48]:48} {r['solution'].rsplit('/',1)[-1][:34]:34} {r['status']:13} "
+          f"{fmt(r.get('speedup'), ci):24} {fmt(r.get('speedup_vs_compile'), cc):24} {t.get('mode','-'):5} "
+          f"{t.get('rounds','-')!s:>4} {','.join(r.get('flags') or [])}")
+PY
+    summary "$out/res"
+    ;;
+tests)
+    timeout 560 python -m pytest -q -m gpu tests/ 2>&1 | tail -n 40
+    ;;
+esac

@@ -13,10 +13,17 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+# Tests check behaviour, not speed: 6 rounds of 2-sample blocks (24 samples per side), a CI target loose enough
+# to stop there on a busy machine, no torch.compile baselines (each costs seconds of compilation per problem).
+TEST_TIMING = ["  block_samples: 2", "  min_rounds: 6", "  target_rel_ci: 0.5", "  max_pair_seconds: 20",
+               "  compile_modes: []"]
+SAMPLES_PER_SIDE = 24
+
+
 def write_config(tmp: Path, tree: Path, **extra) -> Path:
     lines = [f"problems_dir: {tree / 'problems'}", f"solutions_dir: {tree / 'solutions'}",
              f"output_dir: {tmp / 'results'}", f"cache_dir: {tmp / 'cache'}", "device: cpu", "trials: 3",
-             "timeout: 30", "timing:", "  warmup: 2", "  samples: 20"]
+             "timeout: 30", "timing:", "  warmup: 2", *TEST_TIMING]
     lines += [f"{k}: {v}" for k, v in extra.items()]
     path = tmp / "config.yaml"
     path.write_text("\n".join(lines) + "\n")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import FIXTURES, cuda_available, json_records, run_cli, write_config
+from conftest import FIXTURES, SAMPLES_PER_SIDE, cuda_available, json_records, run_cli, write_config
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")]
 
@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="
 def gpu_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gpu")
     config = write_config(tmp, FIXTURES / "gpu_tree")
-    done = run_cli("--config", str(config), "--device", "cuda", "--json", "--timeout", "40", "--samples", "50")
+    done = run_cli("--config", str(config), "--device", "cuda", "--json", "--timeout", "40", "--timing-mode", "cold")
     assert done.returncode == 0, done.stderr
     return json_records(done.stdout)
 
@@ -43,7 +43,8 @@ def test_gpu_timing_uses_events_with_l2_flush(gpu_run):
     timing = gpu_run["cuda_fused"]["timing"]
     assert timing["clock"] == "cuda_event" and timing["l2_flush"] is True
     for side in ("reference", "candidate"):
-        assert timing[side]["n"] == 50 and timing[side]["median_ms"] > 0
+        assert timing[side]["n"] == SAMPLES_PER_SIDE and timing[side]["median_ms"] > 0
+    assert timing["mode"] == "cold"
     assert gpu_run["cuda_fused"]["gpu"]["name"]
 
 
@@ -71,7 +72,7 @@ def test_roofline_and_ceilings_recorded(gpu_run):
 def test_exploits_on_the_gpu(tmp_path):
     """The CPU-reproducible exploit set, run on the GPU path: same verdicts."""
     config = write_config(tmp_path, FIXTURES / "exploits")
-    done = run_cli("--config", str(config), "--device", "cuda", "--json", "--timeout", "60", "--samples", "30")
+    done = run_cli("--config", str(config), "--device", "cuda", "--json", "--timeout", "60")
     assert done.returncode == 0, done.stderr
     records = json_records(done.stdout)
     expected = {"gc_steal": "incorrect", "fd_forge": "crashed", "mutate_inputs": "invalid",
@@ -83,3 +84,57 @@ def test_exploits_on_the_gpu(tmp_path):
     assert got == expected
     for name in ("control_plain", "control_train_bn", "patch_reference"):
         assert set(records[name]["flags"]) <= {"no_custom_kernel"}
+
+
+def test_work_left_running_to_slow_the_reference_is_interference(gpu_run):
+    record = gpu_run["slow_the_reference"]
+    assert record["status"] == "invalid" and "interference" in record["flags"], (record["error"], record["timing"])
+    assert "slower while the candidate was alive" in record["error"]
+
+
+def test_honest_pairs_show_no_interference(gpu_run):
+    for name in ("cuda_fused", "side_stream", "fallback"):
+        assert gpu_run[name]["timing"]["interference"]["found"] is False
+
+
+def test_tiny_call_is_timed_as_graph_replay_within_1_2x_of_graph_time(tmp_path):
+    """A 1K-element relu: auto mode picks graph replay, and the time it reports is within 1.2x of the op's own
+    CUDA-graph replay time measured here, outside the harness."""
+    import statistics
+    import torch
+    config = write_config(tmp_path, FIXTURES / "gpu_small")
+    done = run_cli("--config", str(config), "--device", "cuda", "--json", "--timeout", "60")
+    assert done.returncode == 0, done.stderr
+    record = json_records(done.stdout)["same_as_reference"]
+    assert record["status"] == "ok", record["error"]
+    timing = record["timing"]
+    assert timing["mode"] == "graph" and timing["cold_probe_ms"] > timing["reference"]["median_ms"]
+    x = torch.randn(1024, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    torch.relu(x)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        for _ in range(20):
+            torch.relu(x)
+    per_call = []
+    for _ in range(50):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        per_call.append(start.elapsed_time(end) / 20)
+    graph_ms = statistics.median(per_call)
+    assert timing["candidate"]["median_ms"] <= 1.2 * graph_ms, (timing["candidate"]["median_ms"], graph_ms)
+    assert timing["reference"]["median_ms"] <= 1.2 * graph_ms
+
+
+def test_calibrate_on_the_gpu_reads_one(tmp_path):
+    config = write_config(tmp_path, FIXTURES / "gpu_tree")
+    done = run_cli("calibrate", "--config", str(config), "--device", "cuda", "--target-rel-ci", "0.01",
+                   "--max-pair-seconds", "20", "--timing-mode", "cold")
+    assert done.returncode == 0, done.stderr
+    (path,) = (tmp_path / "results").glob("calibrate-*.json")
+    import json
+    row = json.loads(path.read_text())["rows"][0]
+    assert row["status"] == "ok" and abs(row["speedup"] - 1) < 0.03 and row["ci"][0] <= 1.0 <= row["ci"][1], row

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
 
 import pytest
 
-from conftest import REPO, json_records, run_cli, run_dirs, write_config
+from conftest import REPO, SAMPLES_PER_SIDE, json_records, run_cli, run_dirs, write_config
 
 
 @pytest.fixture(scope="module")
@@ -69,12 +70,17 @@ def test_correct_record_has_correctness_and_timing_details(first_run):
     assert c["max_abs_err"] <= c["atol"] + 10 * c["rtol"]
     for side in ("reference", "candidate"):
         stats = record["timing"][side]
-        assert stats["n"] == 20 and len(stats["samples_ms"]) == 20
+        assert stats["n"] == SAMPLES_PER_SIDE and len(stats["samples_ms"]) == SAMPLES_PER_SIDE
         assert 0 < stats["min_ms"] <= stats["median_ms"] <= stats["max_ms"]
         assert stats["iqr_ms"] >= 0 and stats["stdev_ms"] >= 0
     assert record["timing"]["clock"] == "host"
-    assert record["speedup"] == pytest.approx(record["timing"]["reference"]["median_ms"]
-                                              / record["timing"]["candidate"]["median_ms"])
+    timing = record["timing"]
+    assert timing["rounds"] == 6 and len(timing["round_ratios"]) == 6
+    lo, hi = record["speedup_ci"]
+    assert lo <= record["speedup"] <= hi
+    assert record["speedup"] == pytest.approx(statistics.median(timing["round_ratios"]), rel=1e-5)
+    assert timing["cpu_threads"] == 1 and timing["mode"] == "host"
+    assert record["seed"]["fixed"] is False and record["correctness"]["seed"] == record["seed"]["base"]
     assert record["build"]["extensions"] == ["fixture_relu_cpp"]
 
 
