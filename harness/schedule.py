@@ -26,6 +26,7 @@ class Slot:
     name: str                       # "cuda:3" or "cpu"
     gpu: int | None
     gpu_name: str | None = None
+    cpus: tuple[int, ...] = ()      # the cores every worker of this slot runs on (both sides on the same ones)
 
     @property
     def device(self) -> str:
@@ -34,7 +35,18 @@ class Slot:
     def env(self, cpu_threads: int = 1) -> dict[str, str]:
         threads = str(cpu_threads)
         return {"CUDA_VISIBLE_DEVICES": "" if self.gpu is None else str(self.gpu), "KB_DEVICE": self.device,
-                "KB_CPU_THREADS": threads, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+                "KB_CPU_THREADS": threads, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+                "KB_CPUS": ",".join(map(str, self.cpus))}
+
+
+def assign_cpus(slots: list[Slot]) -> None:
+    """Split this process's cores evenly over the slots: the reference and the candidate of a pair run on the same
+    cores, so neither gets a faster or nearer core than the other."""
+    import os
+    cores = sorted(os.sched_getaffinity(0))
+    share = max(1, len(cores) // max(1, len(slots)))
+    for i, slot in enumerate(slots):
+        slot.cpus = tuple(cores[i * share:(i + 1) * share] or cores)
 
 
 @dataclass
@@ -83,6 +95,7 @@ def run_all(pairs: list[Pair], ctx: Context, slots: list[Slot]) -> None:
         finally:
             spares.close()
 
+    assign_cpus(slots)
     threads = [threading.Thread(target=serve, args=(slot,), name=slot.name, daemon=True) for slot in slots]
     for thread in threads:
         thread.start()

@@ -59,7 +59,7 @@ def test_side_stream_work_is_timed(gpu_run):
     side = gpu_run["side_stream"]["timing"]["candidate"]["median_ms"]
     fused = gpu_run["cuda_fused"]["timing"]["candidate"]["median_ms"]
     assert side > 0.7 * fused
-    assert gpu_run["side_stream"]["timing"]["candidate"]["stream_lag_median_ms"] > 0.5 * side
+    assert gpu_run["side_stream"]["timing"]["candidate"]["stream_lag_median_ms"] > 0.25 * side
 
 
 def test_roofline_and_ceilings_recorded(gpu_run):

@@ -173,6 +173,7 @@ def _serve(conn, model, problem, settings, job, device) -> None:
 
     sampler = Sampler({"candidate": call}, problem, settings, device, m.TimingSpec(**job["timing"]),
                       job.get("defenses", True), keep_full)
+    sampler.settle()
     while True:
         message = conn.recv()
         try:

@@ -116,6 +116,12 @@ def setup_torch(settings: Settings) -> None:
     threads = os.environ.get("KB_CPU_THREADS")
     if threads:                                    # the same on both sides (config cpu_threads)
         torch.set_num_threads(int(threads))
+    cpus = os.environ.get("KB_CPUS")
+    if cpus:                                       # both sides of a pair on the same cores
+        try:
+            os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+        except (OSError, ValueError):
+            pass
 
 
 def init_inputs(problem) -> list:

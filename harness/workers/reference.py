@@ -59,6 +59,7 @@ def run(conn: Conn, job: dict[str, Any]) -> None:
         conn.send("error", stage="reference timing", error=describe(exc), oom=is_oom(exc),
                   traceback=tail_traceback(exc))
         return
+    sampler.settle()
     conn.send("ready", **info)
     while True:
         message = conn.recv()

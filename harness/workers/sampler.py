@@ -56,6 +56,14 @@ class Sampler:
         self.last: tuple[list, list | None, Any] | None = None
         self.fixed = None if defenses else device_inputs(problem, WARMUP_SEED, settings, device)
 
+    def settle(self) -> None:
+        """Called by both sides right before the parent starts timing: the device idle and the allocator's cache
+        empty, so neither side starts from a different memory state."""
+        if self.device != "cpu":
+            import torch
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+
     def handle(self, message: dict[str, Any]) -> dict[str, Any] | None:
         """The reply to a timing request, or None when the message is not one."""
         op = message.get("op")
