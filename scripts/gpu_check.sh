@@ -2,6 +2,8 @@
 # Everything that needs the GPU, in phases that each fit one 10-minute device command on a 2-GPU machine:
 #   smoke:     the GPU-marked tests on GPU 0, beside an A/A calibration of six problems (all levels) on GPU 1;
 #              then three honest candidates with the torch.compile baselines (default mode)
+#   validate:  the GPU-marked tests on GPU 0 beside `calibrate --level level3` on GPU 1, then `calibrate --level
+#              level2` on every GPU
 #   calibrate: `run_eval.py calibrate` over the whole suite on every GPU (LEVEL=level1 etc. to split it)
 #   suite:     `run_eval.py` over every shipped candidate on every GPU (COMPILE=none|default|... for the
 #              torch.compile baselines; default: default mode only, to bound the time)
@@ -46,10 +48,23 @@ smoke)
         --problem '*03[03]_*' --level level1 > "$out/compile_smoke.txt" 2>&1
     tail -n 12 "$out/compile_smoke.txt"
     ;;
+validate)
+    echo "== GPU tests (GPU 0) | calibrate level3 (GPU $last)"
+    (timeout 330 python run_eval.py calibrate --gpus "$last" --trials 1 --output-dir "$out/cal" --level level3 \
+        > "$out/cal_level3.txt" 2>&1) &
+    timeout 330 python -m pytest -q -m gpu tests/test_gpu.py 2>&1 | tail -n 40 > "$out/gpu_tests.txt"
+    wait
+    tail -n 30 "$out/gpu_tests.txt"
+    grep -v "━" "$out/cal_level3.txt" | tail -n 24
+    echo "== calibrate level2 (GPUs $all)"
+    timeout 250 python run_eval.py calibrate --gpus "$all" --trials 1 --jobs 16 --output-dir "$out/cal" \
+        --level level2 > "$out/cal_level2.txt" 2>&1
+    grep -v "━" "$out/cal_level2.txt" | tail -n 50
+    ;;
 calibrate)
     echo "== calibrate ${LEVEL:-the whole suite} on GPUs $all"
     /usr/bin/time -f "wall %e s" timeout "${CAL_TIMEOUT:-560}" python run_eval.py calibrate --gpus "$all" \
-        --jobs 16 --output-dir "$out/cal" "${level_args[@]}" > "$out/calibrate.txt" 2>&1
+        --jobs 16 --trials 1 --output-dir "$out/cal" "${level_args[@]}" > "$out/calibrate.txt" 2>&1
     grep -v "━" "$out/calibrate.txt" | tail -n 140
     summary "$out/cal"
     ;;
