@@ -11,7 +11,7 @@ import json
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -81,7 +81,52 @@ def _prepare_dir(pair: Pair, root: Path, toolchain: Toolchain) -> tuple[str, Pat
     return key, build_dir, candidate_path
 
 
-def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed: int) -> BuildResult:
+class BuildCancelled(Exception):
+    """The build stage was interrupted (Ctrl-C): no new build worker starts."""
+
+
+class LiveBuilds:
+    """The build workers running now, so that an interrupted stage kills them at once instead of waiting."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.workers: set[Worker] = set()
+        self.cancelled = False
+
+    def add(self, worker: Worker) -> None:
+        with self.lock:
+            if not self.cancelled:
+                self.workers.add(worker)
+                return
+        worker.kill()
+        raise BuildCancelled()
+
+    def discard(self, worker: Worker) -> None:
+        with self.lock:
+            self.workers.discard(worker)
+
+    def cancel(self) -> None:
+        with self.lock:
+            self.cancelled = True
+            workers = list(self.workers)
+        for worker in workers:
+            worker.kill()
+
+
+def _remove_stale_locks(build_dir: Path, older_than: float | None = None) -> None:
+    """torch.utils.cpp_extension waits, without a timeout, for a `lock` file that a killed build left in its
+    extension folder: remove those of a build we killed, and (before building) any older than the build timeout."""
+    now = time.time()
+    for lock in (build_dir / "ext").glob("*/lock"):
+        try:
+            if older_than is None or now - lock.stat().st_mtime > older_than:
+                lock.unlink()
+        except OSError:
+            pass
+
+
+def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed: int,
+              live: LiveBuilds | None = None) -> BuildResult:
     key, build_dir, candidate_path = _prepare_dir(pair, root, toolchain)
     base = {"key": key, "build_dir": str(build_dir), "candidate_path": str(candidate_path)}
     marker = build_dir / "build.json"
@@ -91,19 +136,29 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
             return BuildResult(**{**saved, **base, "cached": True})
         except (ValueError, TypeError):
             marker.unlink()
+    if live is not None and live.cancelled:
+        raise BuildCancelled()
     started = time.monotonic()
+    _remove_stale_locks(build_dir, older_than=timeout)
     env = worker_env({**build_env(build_dir, toolchain), "CUDA_VISIBLE_DEVICES": "", "KB_DEVICE": "cpu"})
     worker = Worker("build", env, build_dir / "build.log")
-    worker.send({"candidate_path": str(candidate_path), "problem_path": str(pair.problem.path.resolve()),
-                 "device_kind": toolchain.device_kind, "seed": seed})
     try:
+        if live is not None:
+            live.add(worker)
+        worker.send({"candidate_path": str(candidate_path), "problem_path": str(pair.problem.path.resolve()),
+                     "device_kind": toolchain.device_kind, "seed": seed})
         message = worker.recv(time.monotonic() + timeout)
     except WorkerExit as exc:
-        status = "timeout" if exc.kind == "timeout" else "crashed"
+        _remove_stale_locks(build_dir)
+        if live is not None and live.cancelled:
+            raise BuildCancelled() from None
+        status = {"timeout": "timeout", "oom": "oom"}.get(exc.kind, "crashed")
         error = (f"build did not finish within {timeout:g} s" if status == "timeout"
                  else f"build {exc.detail}: {worker.log_tail(300).strip().splitlines()[-1:]}")
         return BuildResult(status, error, worker.log_tail(), seconds=round(time.monotonic() - started, 3), **base)
     finally:
+        if live is not None:
+            live.discard(worker)
         worker.close()
     result = BuildResult(status=message.get("status", "crashed"), error=message.get("error"),
                          compiler_output=message.get("compiler_output"), extensions=message.get("extensions", []),
@@ -127,14 +182,28 @@ def build_all(pairs: list[Pair], root: Path, toolchain: Toolchain, jobs: int, ti
     for pair in todo:                                   # identical sources share one build directory
         locks.setdefault(build_key(pair.candidate.source or "", toolchain), threading.Lock())
 
+    live = LiveBuilds()
+
     def task(pair: Pair) -> None:
-        with locks[build_key(pair.candidate.source or "", toolchain)]:
-            result = build_one(pair, root, toolchain, timeout, seed)
+        try:
+            with locks[build_key(pair.candidate.source or "", toolchain)]:
+                result = build_one(pair, root, toolchain, timeout, seed, live)
+        except BuildCancelled:
+            return
         results[pair.candidate.id] = result
         if on_done:
             on_done(pair, result)
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for future in [pool.submit(task, pair) for pair in todo]:
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    futures = [pool.submit(task, pair) for pair in todo]
+    try:
+        for future in futures:
             future.result()
+    except BaseException:
+        # Ctrl-C (or a harness fault): queued builds never start, running ones are killed now, not awaited.
+        pool.shutdown(wait=False, cancel_futures=True)
+        live.cancel()
+        wait([f for f in futures if not f.cancelled()], timeout=10)   # (wait() never counts a cancelled one)
+        raise
+    pool.shutdown()
     return results

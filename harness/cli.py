@@ -13,7 +13,7 @@ from . import report
 from .config import Config, load_config
 from .errors import HarnessError, UsageError
 
-SUBCOMMANDS = ("report", "lint", "import-kernelbench", "calibrate")
+SUBCOMMANDS = ("report", "compare", "lint", "import-kernelbench", "calibrate")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,6 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv and argv[0] == "report":
             return cmd_report(argv[1:])
+        if argv and argv[0] == "compare":
+            from .compare import cmd_compare
+            return cmd_compare(argv[1:])
         if argv and argv[0] == "lint":
             from .lint import cmd_lint
             return cmd_lint(argv[1:])
@@ -44,11 +47,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is a UsageError: one line (with --help pointed at), not the usage block."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
 def _run_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="run_eval.py",
         description="Build, verify and time candidate kernels (solutions/) against reference problems (problems/). "
-                    "Other commands: 'run_eval.py report RUN_ID' re-renders a past run; 'run_eval.py calibrate [selection]' runs the A/A test (each problem against itself); 'run_eval.py lint [selection]' checks "
+                    "Other commands: 'run_eval.py report RUN_ID' re-renders a past run; 'run_eval.py compare RUN_A RUN_B' compares two runs pair by pair (exit 1 when a pair got slower or broke); 'run_eval.py calibrate [selection]' runs the A/A test (each problem against itself); 'run_eval.py lint [selection]' checks "
                     "problems for degeneracy; 'run_eval.py import-kernelbench PATH' imports a KernelBench checkout "
                     "or run folder. Each has its own --help.",
         epilog="Every option can also be set in config.yaml; flags win. Exit codes: 0 run completed (whatever the "
@@ -101,12 +111,16 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def load_run_config(args: argparse.Namespace) -> Config:
+    from .resume import flag_names, resumed_config
     path = args.config
     if path is None and Path("config.yaml").is_file():
         path = Path("config.yaml")
     elif path is not None and not path.is_file():
         raise UsageError(f"{path}: no such config file")
-    return load_config(path, _overrides(args))
+    if args.resume is not None:             # the run's own config and selection; today's only say where it is
+        output_dir = Path(args.output_dir or (load_config(path, {}).output_dir if path else "results"))
+        return resumed_config(args, _run_parser(), _overrides, output_dir)
+    return load_config(path, _overrides(args), flag_names(_run_parser(), _overrides))
 
 
 def cmd_run(argv: list[str]) -> int:
@@ -155,7 +169,7 @@ def cmd_calibrate(argv: list[str]) -> int:
 
 def cmd_report(argv: list[str]) -> int:
     from .store import RunStore
-    p = argparse.ArgumentParser(prog="run_eval.py report", description="Re-render the table, summary and "
+    p = OneLineParser(prog="run_eval.py report", description="Re-render the table, summary and "
                                 "leaderboard.md of a past run from its results.jsonl.")
     p.add_argument("run_id")
     p.add_argument("--output-dir", default=None, help="where runs are (default: output_dir in config, or results)")
@@ -192,7 +206,7 @@ def render(records: list[dict[str, Any]], store, json_mode: bool, console) -> No
         return
     if console is None:
         return
-    console.print(report.table(records, f"run {store.run_id}"))
+    console.print(report.table(records, f"run {store.run_id}", width=console.width))
     for line in report.summary_lines(agg):
         console.print(line, highlight=False)
     console.print(f"results: {store.results_path}   leaderboard: {store.dir / 'leaderboard.md'}", highlight=False)

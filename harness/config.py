@@ -62,6 +62,7 @@ class Config:
     cuda_arch: str | None = None        # TORCH_CUDA_ARCH_LIST for builds; None = the first GPU's capability
     defenses: bool = True               # anti-cheat checks (README: Hardening); off only to measure their cost
     spare_workers: str = "auto"         # start the next worker ahead: auto (on GPU slots) | on | off
+    worker_memory_gb: float | None = None   # memory cap per worker (RLIMIT_DATA); None = 0.8 x RAM, 0 = none
     timing: TimingConfig = field(default_factory=TimingConfig)
 
     def build_jobs(self) -> int:
@@ -72,12 +73,35 @@ _FIELD_TYPES = {f.name: f for f in dataclasses.fields(Config)}
 _TIMING_FIELDS = {f.name: f for f in dataclasses.fields(TimingConfig)}
 
 
-def load_config(path: Path | None, overrides: dict[str, Any]) -> Config:
-    """Defaults <- YAML file (if any) <- overrides (flags). Raises InputError/UsageError naming the bad key."""
+def load_config(path: Path | None, overrides: dict[str, Any], flags: dict[str, str] | None = None) -> Config:
+    """Defaults <- YAML file (if any) <- overrides (flags). Raises InputError/UsageError naming the bad key: a bad
+    flag value names the flag (`flags` maps a dotted key such as 'timing.samples' to its flag, '--samples')."""
     values: dict[str, Any] = {}
     if path is not None:
         values.update(_read_yaml(path))
     source = str(path) if path else "defaults"
+    merged = merge_overrides(values, overrides)
+    try:
+        return _build(merged, source)
+    except UsageError:
+        for key, value in flatten(overrides).items():       # a flag whose value is bad on its own takes the blame
+            flag = (flags or {}).get(key) or "--" + key.split(".")[-1].replace("_", "-")
+            try:
+                _build(merge_overrides({}, _nest(key, value)), flag)
+            except UsageError as exc:
+                raise type(exc)(_flag_message(str(exc), flag, key, value)) from None
+        raise
+
+
+def config_from_dict(values: Any, source: str) -> Config:
+    """A Config from a recorded config (run.json's "config"), checked like a config file."""
+    if not isinstance(values, dict):
+        raise InputError(f"{source}: a recorded config must be a mapping, got {type(values).__name__}")
+    return _build(values, source)
+
+
+def merge_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """values with every non-None override on top ('timing' merged key by key)."""
     merged = dict(values)
     for key, value in overrides.items():
         if value is None:
@@ -86,14 +110,42 @@ def load_config(path: Path | None, overrides: dict[str, Any]) -> Config:
             merged["timing"] = {**(merged.get("timing") or {}), **value}
         else:
             merged[key] = value
-    return _build(merged, source)
+    return merged
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'timing': {'samples': 3}} -> {'timing.samples': 3}; None values are left out."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        elif value is not None:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _nest(key: str, value: Any) -> dict[str, Any]:
+    """'timing.samples', 3 -> {'timing': {'samples': 3}}."""
+    head, _, rest = key.partition(".")
+    return {head: _nest(rest, value) if rest else value}
+
+
+def _flag_message(message: str, flag: str, key: str, value: Any) -> str:
+    """'--samples: 'timing.samples' must be at least 1' -> '--samples: must be at least 1, got -1'."""
+    own = f"{flag}: '{key}' "
+    if message.startswith(own):
+        rest = message[len(own):]
+        return f"{flag}: {rest}" if ", got " in rest else f"{flag}: {rest}, got {value}"
+    return f"{flag} {value}: {message[len(flag) + 2:] if message.startswith(flag + ': ') else message}"
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"{path}: cannot read config: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not a UTF-8 text file (byte {exc.start}: {exc.object[exc.start]:#04x})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -149,6 +201,10 @@ def _coerce(key: str, value: Any, source: str, default: Any = dataclasses.MISSIN
         raise InputError(f"{source}: '{key}' must be an integer or null, got {value!r}")
     if name == "compile_modes":
         return _parse_compile_modes(value, source)
+    if name == "worker_memory_gb":
+        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0):
+            return None if value is None else float(value)
+        raise InputError(f"{source}: 'worker_memory_gb' must be a number of GB (0 = no cap) or null, got {value!r}")
     if name == "spare_workers" and isinstance(value, bool):        # YAML reads a bare on/off as a boolean
         return "on" if value else "off"
     if isinstance(default, bool):

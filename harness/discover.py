@@ -176,6 +176,56 @@ def discover(problems_dir: Path, solutions_dir: Path, level: str | None = None,
     return list(problems.values()), pairs
 
 
+def check_trees(problems_dir: Path, solutions_dir: Path) -> tuple[list[Path], list[Path]]:
+    """The problem and candidate files of the two trees; InputError naming a directory that is missing or empty."""
+    if not problems_dir.is_dir():
+        raise InputError(f"{problems_dir}: problems directory does not exist")
+    problem_files = [p for p in sorted(problems_dir.glob("*/*.py")) if not p.name.startswith("_")]
+    if not problem_files:
+        raise InputError(f"{problems_dir}: no problem files here (expected <level>/<NNN>_<name>.py)")
+    if not solutions_dir.is_dir():
+        what = "is not a directory" if solutions_dir.exists() else "directory does not exist"
+        raise InputError(f"{solutions_dir}: solutions {what}")
+    candidates = [p for p in sorted(solutions_dir.glob("*/*/*")) if p.suffix in CANDIDATE_SUFFIXES
+                  and not p.name.startswith(("_", ".")) and p.is_file()]
+    if not candidates:
+        raise InputError(f"{solutions_dir}: no candidate files here (expected <level>/<problem>/<candidate>.py)")
+    return problem_files, candidates
+
+
+def check_selection(problems_dir: Path, solutions_dir: Path, level: str | None, problem_glob: str,
+                    candidate_glob: str) -> None:
+    """Called when a selection gave no pair: raise InputError naming the flag that matched nothing and what there
+    is instead."""
+    problem_files, candidates = check_trees(problems_dir, solutions_dir)
+    levels = sorted({p.parent.name for p in problem_files} | {p.parent.parent.name for p in candidates})
+    if level is not None and not any(_level_matches(name, level) for name in levels):
+        raise InputError(f"--level: no level '{level}'; levels here: {', '.join(levels)}")
+    pids = [f"{p.parent.name}/{p.stem}" for p in problem_files if _level_matches(p.parent.name, level)]
+    cids = [f"{p.parent.parent.name}/{p.parent.name}/{p.stem}" for p in candidates
+            if _level_matches(p.parent.parent.name, level)]
+    where = f" of --level {level}" if level is not None else ""
+    chosen = [c for c in cids if _glob_matches(c.rsplit("/", 1)[0], problem_glob)]
+    if not chosen:
+        if not any(_glob_matches(pid, problem_glob) for pid in pids):
+            raise InputError(f"--problem '{problem_glob}' matches no problem{where} in {problems_dir} "
+                             f"({len(pids)} problems; e.g. {pids[0] if pids else 'none'})")
+        raise InputError(f"no candidate in {solutions_dir} for the problems{where} matching '{problem_glob}' "
+                         f"(candidates go in {solutions_dir}/<level>/<problem>/<candidate>.py)")
+    raise InputError(f"--candidate '{candidate_glob}' matches no candidate of the selected problems in "
+                     f"{solutions_dir} ({len(chosen)} candidates; e.g. {chosen[0]})")
+
+
+_CUDA_CODE = re.compile(r"cuda_sources|\.cuh?['\"]|with_cuda\s*=\s*True|^\s*(?:import|from)\s+triton\b|"
+                        r"@triton\.jit", re.M)
+
+
+def needs_cuda(candidate: Candidate) -> bool:
+    """A static look at the source: CUDA sources for load_inline, .cu files, with_cuda=True or Triton. Such a
+    candidate is skipped on the CPU."""
+    return bool(candidate.source and _CUDA_CODE.search(candidate.source))
+
+
 def single_pair(problem_file: Path, solution_file: Path) -> Pair:
     """--problem-file/--solution-file: one pair; a missing or malformed problem is a usage error."""
     for path in (problem_file, solution_file):

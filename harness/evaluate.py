@@ -105,6 +105,9 @@ class ReferenceSide:
         if exc.kind == "timeout":
             self.error = f"reference side did not finish within {timeout:g} s"
             self.error_status = "timeout"
+        elif exc.kind == "oom":
+            self.error = f"reference side: {exc.detail}"
+            self.error_status = "oom"
         else:
             self.error = f"reference side: {exc.detail}: {last_line(self.worker.log_tail())}"
             self.error_status = "crashed"
@@ -171,6 +174,8 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
             finish(record, "crashed", f"reference side: {exc.detail}; last output: {last_line(reference.worker.log_tail())}")
         elif exc.kind == "timeout":
             finish(record, "timeout", f"killed after the pair timeout of {cfg.timeout:g} s")
+        elif exc.kind == "oom":
+            finish(record, "oom", f"{exc.detail}; last output: {last_line(worker.log_tail())}")
         else:
             finish(record, "crashed", f"{exc.detail}; last output: {last_line(worker.log_tail())}")
     except CandidateFailed as failed:
@@ -337,10 +342,11 @@ def _timing_record(record: dict[str, Any], reference: ReferenceSide, out: Collec
     if best is not None:
         est = paired.estimate(ratios(out, best))
         record["speedup_vs_compile"], record["speedup_vs_compile_ci"] = est.value, est.ci()
+    mode = "host" if reference.device == "cpu" else "cold" if out.graph_error else reference.mode
     record["timing"] = {
         "clock": "host" if reference.device == "cpu" else "cuda_event",
-        "mode": "host" if reference.device == "cpu" else "cold" if out.graph_error else reference.mode,
-        "l2_flush": bool(t.flush_l2 and reference.device != "cpu"),
+        "mode": mode,
+        "l2_flush": bool(t.flush_l2 and mode == "cold"),
         "timer_floor_ms": reference.info.get("timer_floor_ms"),
         "cold_probe_ms": reference.info.get("cold_probe_ms"),
         "graph_error": out.graph_error,

@@ -8,14 +8,15 @@ import queue
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import meta
 from .config import load_config
 from .errors import UsageError
 from .discover import Problem, discover
 from .schedule import Slot
-from .procs import Worker, WorkerExit, worker_env
+from .seeds import RunSeed
+from .procs import Worker, WorkerExit, set_worker_memory_gb, worker_env
 from .store import new_run_id, write_json_atomic
 
 
@@ -56,9 +57,15 @@ def cmd_lint(argv: list[str]) -> int:
     log_dir = out_dir / ".lint-logs"
     log_dir.mkdir(exist_ok=True)
     started = time.monotonic()
-    results = lint_problems(problems, slots, cfg.seed, args.timeout or cfg.reference_timeout, log_dir)
+    seed = RunSeed.resolve(cfg.seed).base              # seed: null draws one (written to the lint file)
+    set_worker_memory_gb(cfg.worker_memory_gb)
+    with _progress(wide_console(stderr=True)) as progress:
+        task = progress.add_task("lint", total=len(problems))
+        results = lint_problems(problems, slots, seed, args.timeout or cfg.reference_timeout, log_dir,
+                                on_done=lambda result: progress.advance(task))
     path = out_dir / f"lint-{new_run_id()}.json"
-    write_json_atomic(path, {"problems": results, "wall_seconds": round(time.monotonic() - started, 1)})
+    write_json_atomic(path, {"problems": results, "seed": seed,
+                             "wall_seconds": round(time.monotonic() - started, 1)})
     if args.json:
         for r in results:
             print(json.dumps(r))
@@ -71,8 +78,16 @@ def cmd_lint(argv: list[str]) -> int:
     return 0
 
 
+def _progress(console):
+    """Like the run's progress bar (harness.pipeline), with the time left: problems done so far, extrapolated."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+    return Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False)
+
+
 def lint_problems(problems: list[Problem], slots: list[Slot], seed: int, timeout: float,
-                  log_dir: Path) -> list[dict[str, Any]]:
+                  log_dir: Path, on_done: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     todo: queue.Queue = queue.Queue()
     for problem in problems:
         todo.put(problem)
@@ -89,6 +104,8 @@ def lint_problems(problems: list[Problem], slots: list[Slot], seed: int, timeout
             result = lint_one(problem, slot, seed, timeout, log_dir, gpu_turns[slot.gpu])
             with lock:
                 results.append(result)
+                if on_done is not None:
+                    on_done(result)
 
     threads = [threading.Thread(target=serve, args=(s,), daemon=True) for s in slots]
     for t in threads:
@@ -111,10 +128,15 @@ def lint_one(problem: Problem, slot: Slot, seed: int, timeout: float, log_dir: P
             worker.send({"problem_path": str(problem.path.resolve()), "device": slot.device, "seed": seed})
             message = worker.recv(time.monotonic() + timeout)
     except WorkerExit as exc:
+        if exc.kind == "oom":
+            return {**base, "verdict": "oom", "reasons": [f"oom: lint worker: {exc.detail}"]}
         return {**base, "verdict": "error", "reasons": [f"lint worker: {exc.detail}"]}
     finally:
         worker.close()
     if message.get("kind") != "lint":
+        if message.get("oom"):
+            where = f" during {message['stage']}" if message.get("stage") else ""
+            return {**base, "verdict": "oom", "reasons": [f"oom: out of memory{where}: {message.get('error')}"]}
         return {**base, "verdict": "error", "reasons": [str(message.get("error"))]}
     message.pop("kind", None)
     return {**base, "verdict": "degenerate" if message.get("degenerate") else "ok", **message}

@@ -13,18 +13,26 @@ from typing import Any, Callable
 from . import meta
 from .build import Toolchain, build_all
 from .config import Config, config_to_dict
-from .discover import Pair, discover, single_pair
+from .resume import selection_record
+from .discover import Pair, check_selection, check_trees, discover, needs_cuda, single_pair
 from .errors import UsageError
 from .schedule import Context, Slot, run_all
 from .seeds import RunSeed
 from .records import now
 from .store import RunStore
 
+CPU_EXAMPLES = "examples/cpu"           # problems and candidates that run on a machine without a GPU
 
-def resolve_slots(cfg: Config, gpu_list: list[dict[str, Any]]) -> tuple[str, list[Slot]]:
+
+def resolve_slots(cfg: Config, gpu_list: list[dict[str, Any]], gpus_given: bool = False) -> tuple[str, list[Slot]]:
+    """The device and its slots. `gpus_given`: --gpus was on the command line, so device auto without a GPU is an
+    error rather than a quiet run on the CPU."""
     import torch
     has_cuda = torch.version.cuda is not None and bool(gpu_list)
     device = cfg.device if cfg.device != "auto" else ("cuda" if has_cuda else "cpu")
+    if device == "cpu" and gpus_given and cfg.device == "auto":
+        why = "this torch build has no CUDA support" if torch.version.cuda is None else "nvidia-smi lists no GPU"
+        raise UsageError(f"--gpus {','.join(map(str, cfg.gpus))}: no GPU here ({why}); --device cpu runs on the CPU")
     if device == "cpu":
         return "cpu", [Slot("cpu", None)]
     if torch.version.cuda is None:
@@ -49,8 +57,29 @@ def toolchain_for(device: str, cfg: Config, gpu_list: list[dict[str, Any]]) -> T
 def select_pairs(cfg: Config, args: argparse.Namespace) -> list[Pair]:
     if args.problem_file is not None:
         return [single_pair(args.problem_file, args.solution_file)]
+    check_trees(Path(cfg.problems_dir), Path(cfg.solutions_dir))
     _, pairs = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate)
+    if not pairs:
+        check_selection(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate)
     return pairs
+
+
+def cpu_notice(pairs: list[Pair], gpu_list: list[dict[str, Any]]) -> str | None:
+    """On the CPU: one line saying how many candidates hold CUDA code (skipped here) and where a tree is that runs."""
+    cuda = sum(1 for p in pairs if needs_cuda(p.candidate))
+    if not cuda:
+        return None
+    where = "no GPU here" if not gpu_list else "running on the CPU"
+    return (f"{where}: {cuda} of {len(pairs)} candidates hold CUDA code (cuda_sources, .cu files or Triton) and will "
+            f"be skipped; a tree that runs on the CPU: python run_eval.py --problems-dir {CPU_EXAMPLES}/problems "
+            f"--solutions-dir {CPU_EXAMPLES}/solutions")
+
+
+def make_dir(path: Path, key: str) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{key} {path}: cannot create it: {exc.strerror}") from None
 
 
 def scratch_root(run_id: str) -> Path:
@@ -65,12 +94,19 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
     exit code instead of the default table."""
     from .cli import render, wide_console
     console = wide_console(stderr=True)
+    from .procs import set_worker_memory_gb
+    set_worker_memory_gb(cfg.worker_memory_gb)         # the memory cap of every worker this run starts
     gpu_list = meta.gpus()
-    device, slots = resolve_slots(cfg, gpu_list)
+    device, slots = resolve_slots(cfg, gpu_list, gpus_given=getattr(args, "gpus", None) is not None)
     pairs = select_pairs(cfg, args) if pairs is None else pairs
     output_dir = Path(cfg.output_dir)
+    make_dir(Path(cfg.cache_dir) / "builds", "cache_dir")
+
+    def warn(message: str) -> None:
+        console.print(f"warning: {message}", highlight=False, markup=False, soft_wrap=True)
+
     if args.resume:
-        store = RunStore.open(output_dir, args.resume)
+        store = RunStore.resume(output_dir, args.resume, warn)
         done = store.done_keys()
         pairs = [p for p in pairs if p.key not in done]
         seed = RunSeed.resumed(store.metadata().get("seed"), cfg.seed)
@@ -79,7 +115,11 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
         seed = RunSeed.resolve(cfg.seed)
         store = RunStore.create(output_dir, {**meta.collect(["run_eval.py", *argv], gpu_list), "device": device,
                                              "started_at": now(), "config": config_to_dict(cfg),
-                                             "seed": seed.record()})
+                                             "selection": selection_record(cfg, args),
+                                             "seed": seed.record()}, warn)
+    notice = cpu_notice(pairs, gpu_list) if device == "cpu" else None
+    if notice:
+        print(notice, file=sys.stderr, flush=True)
     console.print(f"run {store.run_id}: {len(pairs)} pairs on {', '.join(s.name for s in slots)}", highlight=False)
     started = time.monotonic()
     toolchain = toolchain_for(device, cfg, gpu_list)
@@ -111,6 +151,7 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
             shutil.rmtree(scratch, ignore_errors=True)
     store.update_metadata(finished_at=now(), wall_seconds=round(time.monotonic() - started, 3),
                           ceilings=ctx.ceilings)
+    store.finish()                                     # results.jsonl and run.json hold what this run wrote
     if args.json:
         from . import report
         for line in report.summary_lines(report.aggregate(store.records())):

@@ -1,17 +1,25 @@
 """Worker processes as the parent sees them: launched with a whitelisted environment and two private pipes,
-read with deadlines, killed with their whole process group (ninja, nvcc, stray children)."""
+read with deadlines, killed with every process they started (harness.containment: process group, process tree,
+tagged and re-parented descendants), their output drained into a log of bounded size."""
 from __future__ import annotations
 
+import collections
+import fcntl
 import itertools
 import os
+import queue
 import secrets
+import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from . import containment
 from .channel import (ChannelClosed, ChannelProtocolError, ChannelTimeout, LineReader, encode, write_all)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -22,13 +30,230 @@ ENV_WHITELIST = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "CUDA_HOME"
                  "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONHOME")
 
 
+# A worker's log keeps its first LOG_HEAD_BYTES and, once it passes LOG_CAP_BYTES, only its last
+# LOG_CAP_BYTES / 2 beyond those (a line in between says how much was dropped): a candidate printing 100 MB
+# leaves a log of at most LOG_CAP_BYTES.
+LOG_CAP_BYTES = 8 << 20
+LOG_HEAD_BYTES = 64 << 10
+DEFAULT_MEMORY_FRACTION = 0.8       # worker_memory_gb unset: each worker may use 0.8 x this machine's RAM
+
+_memory_gb: float | None = None
+
+
+def set_worker_memory_gb(gb: float | None) -> None:
+    """The config's worker_memory_gb (None: DEFAULT_MEMORY_FRACTION of MemTotal; 0: no cap), for every worker
+    started from now on. Called once per run (pipeline, lint)."""
+    global _memory_gb
+    _memory_gb = gb
+
+
+def memory_cap_bytes() -> int:
+    if _memory_gb is None:
+        total = containment.mem_total_bytes()
+        return int(total * DEFAULT_MEMORY_FRACTION) if total else 0
+    return max(0, int(_memory_gb * 1e9))
+
+
 def worker_env(extra: dict[str, str]) -> dict[str, str]:
     env = {k: os.environ[k] for k in ENV_WHITELIST if k in os.environ}
     env["PYTHONPATH"] = str(REPO_ROOT)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["KB_MEMORY_CAP_BYTES"] = str(memory_cap_bytes())    # applied by the worker (containment.apply_memory_cap)
     env.update(extra)
     return env
+
+
+class _Spawner:
+    """Every worker is started from one thread that lives as long as the process: PR_SET_PDEATHSIG fires when the
+    *thread* that forked a process ends, so a worker started from a build-pool or slot thread would be killed when
+    that thread finishes."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+
+    def popen(self, *args: Any, **kwargs: Any) -> subprocess.Popen:
+        with self.lock:
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="kb-spawner", daemon=True)
+                self.thread.start()
+        if threading.current_thread() is self.thread:
+            return self._start(*args, **kwargs)
+        future: Future = Future()
+        self.jobs.put((future, args, kwargs))
+        return future.result()
+
+    def _run(self) -> None:
+        while True:
+            future, args, kwargs = self.jobs.get()
+            try:
+                future.set_result(self._start(*args, **kwargs))
+            except BaseException as exc:                # noqa: BLE001 - handed to the caller
+                future.set_exception(exc)
+
+    @staticmethod
+    def _start(*args: Any, **kwargs: Any) -> subprocess.Popen:
+        with containment.spawn_lock:                    # registered before any sweep can see it
+            proc = subprocess.Popen(*args, **kwargs)
+            containment.registry.add(proc.pid)
+        return proc
+
+
+_spawner = _Spawner()
+
+
+class LogSink:
+    """One worker's stdout and stderr: a pipe the parent drains (the log pump thread, or flush()) into a file of
+    bounded size. A pipe, not the file itself, because a child writing to fd 1/2 from C could not be capped."""
+
+    def __init__(self, path: Path, fd: int):
+        self.path, self.fd = path, fd
+        self.lock = threading.Lock()
+        os.set_blocking(fd, False)
+        try:
+            fcntl.fcntl(fd, 1031, 1 << 20)              # F_SETPIPE_SZ: fewer wake-ups for a chatty worker
+        except OSError:
+            pass
+        self.out = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.size = os.fstat(self.out).st_size
+        self.marker_len = 0
+        self.dropped = 0
+
+    def pump(self, budget: int = 8 << 20) -> bool:
+        """Move what the pipe holds into the file (at most `budget` bytes); False once the pipe is closed."""
+        with self.lock:
+            while self.fd is not None and budget > 0:
+                try:
+                    data = os.read(self.fd, 1 << 20)
+                except BlockingIOError:
+                    return True
+                except OSError:
+                    data = b""
+                if not data:
+                    return False
+                budget -= len(data)
+                self._write(data)
+            return self.fd is not None
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self.out, view)
+            view = view[n:]
+        self.size += len(data)
+        if self.size > LOG_CAP_BYTES:
+            self._compact()
+
+    def _compact(self) -> None:
+        head_len = min(LOG_HEAD_BYTES, self.size)
+        tail_len = LOG_CAP_BYTES // 2
+        head = os.pread(self.out, head_len, 0)
+        tail = os.pread(self.out, tail_len, self.size - tail_len)
+        self.dropped += (self.size - tail_len) - (head_len + self.marker_len)
+        marker = (f"\n[kb-harness: {self.dropped} bytes of output dropped here; a log keeps its first "
+                  f"{LOG_HEAD_BYTES >> 10} KiB and last {tail_len >> 20} MiB]\n").encode()
+        os.ftruncate(self.out, 0)
+        data = memoryview(head + marker + tail)
+        while data:
+            n = os.write(self.out, data)
+            data = data[n:]
+        self.size = head_len + len(marker) + len(tail)
+        self.marker_len = len(marker)
+
+    def flush(self) -> None:
+        """Whatever the worker wrote so far, into the file now (before reading its tail)."""
+        self.pump(budget=LOG_CAP_BYTES)
+
+    def finish(self) -> None:
+        """The worker and its descendants are gone: drain the rest, stop watching, close the file."""
+        self.pump(budget=4 * LOG_CAP_BYTES)
+        _pump.remove(self)
+
+    def close_fds(self) -> None:
+        with self.lock:
+            for fd in (self.fd, self.out):
+                if fd is not None:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            self.fd = self.out = None
+
+
+class _LogPump:
+    """One thread draining every worker's output pipe into its log (epoll over all of them)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pending: collections.deque = collections.deque()
+        self.selector: selectors.BaseSelector | None = None
+        self.wake_r = self.wake_w = -1
+        self.thread: threading.Thread | None = None
+
+    def _send(self, op: str, sink: LogSink) -> None:
+        with self.lock:
+            if self.thread is None:
+                self.selector = selectors.DefaultSelector()
+                self.wake_r, self.wake_w = os.pipe()
+                os.set_blocking(self.wake_r, False)
+                os.set_blocking(self.wake_w, False)
+                self.selector.register(self.wake_r, selectors.EVENT_READ, None)
+                self.thread = threading.Thread(target=self._run, name="kb-log-pump", daemon=True)
+                self.thread.start()
+            self.pending.append((op, sink))
+        try:
+            os.write(self.wake_w, b"x")
+        except BlockingIOError:
+            pass
+
+    def add(self, sink: LogSink) -> None:
+        self._send("add", sink)
+
+    def remove(self, sink: LogSink) -> None:
+        if self.thread is None:
+            sink.close_fds()
+        else:
+            self._send("remove", sink)
+
+    def _run(self) -> None:
+        assert self.selector is not None
+        while True:
+            for key, _ in self.selector.select():
+                if key.data is None:
+                    self._commands()
+                elif not key.data.pump():
+                    self._drop(key.data, close=False)
+
+    def _commands(self) -> None:
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        while True:
+            with self.lock:
+                if not self.pending:
+                    return
+                op, sink = self.pending.popleft()
+            if op == "add":
+                if sink.fd is not None:
+                    self.selector.register(sink.fd, selectors.EVENT_READ, sink)
+            else:
+                self._drop(sink, close=True)
+
+    def _drop(self, sink: LogSink, close: bool) -> None:
+        """Stop watching a sink's pipe (at EOF, or when its worker is closed); its fds close on `remove`."""
+        try:
+            self.selector.unregister(sink.fd)
+        except (KeyError, ValueError, TypeError):
+            pass
+        if close:
+            sink.close_fds()
+
+
+_pump = _LogPump()
 
 
 class WorkerExit(Exception):
@@ -36,24 +261,50 @@ class WorkerExit(Exception):
 
     def __init__(self, kind: str, returncode: int | None, detail: str):
         super().__init__(detail)
-        self.kind = kind                    # "exited" | "timeout" | "protocol"
+        self.kind = kind                    # "exited" | "timeout" | "protocol" | "oom" (an exit judged out of memory)
         self.returncode = returncode
         self.detail = detail
 
 
 class Worker:
+    """One worker process. Every process it starts belongs to it (harness.containment): pause() and resume() stop
+    and continue all of them, kill() and close() end all of them."""
+
     def __init__(self, role: str, env: dict[str, str], log_path: Path):
+        containment.setup_parent()
+        self.role = role
+        self.tag = containment.new_tag()
+        env = {**env, containment.TAG_VAR: self.tag, containment.PARENT_VAR: str(os.getpid())}
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
+        out_r, out_w = os.pipe()
         self.log_path = log_path
         self.started = time.monotonic()
-        with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen(
+        self.oom_kills_at_start = containment.oom_kills()
+        self.killed = False                 # the harness ended it (kill(), timeout): its exit is no fault
+        self._strays: set[int] = set()      # escaped descendants attributed to this worker (pause/resume cache)
+        self._stopped: set[int] = set()
+        try:
+            self.sink = LogSink(log_path, out_r)
+        except BaseException:
+            for fd in (cmd_r, cmd_w, res_r, res_w, out_r, out_w):
+                os.close(fd)
+            raise
+        try:
+            self.proc = _spawner.popen(
                 [sys.executable, "-m", "harness.workers", role, str(cmd_r), str(res_w)],
-                pass_fds=(cmd_r, res_w), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                pass_fds=(cmd_r, res_w), stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
                 env=env, cwd=str(REPO_ROOT), start_new_session=True)
-        os.close(cmd_r)
-        os.close(res_w)
+        except BaseException:
+            self.sink.close_fds()
+            for fd in (cmd_r, cmd_w, res_r, res_w, out_w):
+                os.close(fd)
+            raise
+        for fd in (cmd_r, res_w, out_w):
+            os.close(fd)
+        st = containment.stat(self.proc.pid)
+        self.since = st[4] if st else 0    # its start time (clock ticks since boot): descendants start later
+        _pump.add(self.sink)
         self.cmd_w = cmd_w
         self.reader = LineReader(res_r)
         self.token = secrets.token_hex(16)
@@ -70,6 +321,7 @@ class Worker:
         try:
             os.replace(self.log_path, target)
             self.log_path = target
+            self.sink.path = target
         except OSError:
             pass
 
@@ -88,7 +340,7 @@ class Worker:
             raise WorkerExit("timeout", None, "no answer before the timeout") from None
         except ChannelClosed:
             code = self.wait(5.0)
-            raise WorkerExit("exited", code, describe_exit(code)) from None
+            raise WorkerExit(*self.death(code)) from None
         except ChannelProtocolError as exc:
             self.kill()
             raise WorkerExit("protocol", None, f"sent {exc} on the result channel") from None
@@ -97,38 +349,66 @@ class Worker:
             raise WorkerExit("protocol", None, "sent a message without the harness's token (a forged record?)")
         return message
 
+    def death(self, code: int | None) -> tuple[str, int | None, str]:
+        """(kind, code, detail) for a worker that ended on its own. Out of memory when (1) it died of a SIGKILL the
+        harness did not send and the kernel's OOM-kill count (/proc/vmstat oom_kill, host-wide) rose while it
+        lived, or (2) the end of its log names an allocation failure (MemoryError, std::bad_alloc, "can't allocate
+        memory", "out of memory"): what a process under the RLIMIT_DATA cap dies of when it cannot handle it."""
+        text = describe_exit(code)
+        if code is None or self.killed:
+            return "exited", code, text
+        before, now = self.oom_kills_at_start, containment.oom_kills()
+        if code == -signal.SIGKILL and before is not None and now is not None and now > before:
+            return "oom", code, f"out of memory: {text} (the kernel's OOM killer ran while it lived)"
+        if containment.log_says_oom(self.log_tail(3000)):
+            return "oom", code, f"out of memory: {text} after an allocation failure (see its log)"
+        return "exited", code, text
+
     def wait(self, timeout: float) -> int | None:
         try:
-            return self.proc.wait(timeout)
+            code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            return self.proc.returncode
+            code = self.proc.returncode
+        if code is not None:
+            containment.registry.discard(self.proc.pid)
+        return code
 
     def pause(self) -> None:
-        """Stop every process of this worker (SIGSTOP to its process group) while the other side is timed."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGSTOP)
-        except (ProcessLookupError, PermissionError):
-            pass
+        """Stop every process of this worker with SIGSTOP (while the other side is timed): its process group, its
+        process tree and any escaped descendant already attributed to it. No /proc scan: a few file reads when it
+        has no children."""
+        if self.proc.returncode is not None:
+            return
+        self._stopped = containment.signal_tree(self.proc.pid, self.proc.pid, self.tag, signal.SIGSTOP,
+                                                self._strays)
 
     def resume(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGCONT)
-        except (ProcessLookupError, PermissionError):
-            pass
+        """SIGCONT to everything pause() stopped and everything of this worker found now."""
+        if self.proc.returncode is not None:
+            return
+        found = containment.signal_tree(self.proc.pid, self.proc.pid, self.tag, signal.SIGCONT, self._strays)
+        for pid in self._stopped - found:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self._stopped = set()
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        """SIGKILL to every process of this worker (containment.sweep: group, tree, tagged, strays), reap it."""
+        self.killed = True
+        root = self.proc.pid if self.proc.returncode is None else None   # a reaped pid may be someone else's
+        containment.sweep(root, self.proc.pid, self.tag, self.since)
         try:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             pass
+        if self.proc.returncode is not None:
+            containment.registry.discard(self.proc.pid)
 
     def close(self) -> int | None:
-        """Tell the worker to stop, give it a moment, then make sure the whole group is gone."""
+        """Tell the worker to stop, give it a moment, then make sure every process of it is gone."""
         self.send({"op": "exit"})
         code = self.wait(10.0)
         self.kill()
@@ -137,9 +417,11 @@ class Worker:
                 os.close(fd)
             except OSError:
                 pass
+        self.sink.finish()
         return code
 
     def log_tail(self, limit: int = 2000) -> str:
+        self.sink.flush()
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(0, os.SEEK_END)

@@ -13,7 +13,7 @@ STATUSES = ("ok", "incorrect", "compile_error", "load_error", "runtime_error", "
 # Flags that mean the output or the timing cannot be trusted: a pair carrying one is `invalid`, not `ok`, and
 # stays out of fast_p and the geometric mean. Other flags (no_custom_kernel, degenerate_problem) only warn.
 INVALIDATING_FLAGS = ("mutates_inputs", "output_changed_under_timing", "unsynchronized_work", "tampered_timer",
-                      "faster_than_physics", "output_not_plain_tensor")
+                      "faster_than_physics", "output_not_plain_tensor", "interference")
 
 REQUIRED_FIELDS = ("schema_version", "problem", "solution", "status", "correct", "flags", "error", "speedup",
                    "device")

@@ -39,21 +39,170 @@ def aggregate(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def table(records: list[dict[str, Any]], title: str):
+def fmt_ci(ci: Any) -> str | None:
+    """"[lo, hi]" for a sound confidence interval, else None (schema 1 records have none: unknown)."""
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2:
+        return None
+    lo, hi = ci
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in (lo, hi)):
+        return None
+    return f"[{lo:.2f}, {hi:.2f}]"
+
+
+def fmt_speedup(value: Any, ci: Any = None, with_ci: bool = True) -> str:
+    """"1.23x [1.21, 1.25]"; "1.23x" without a CI; "-" without a speedup."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "-"
+    text = f"{value:.2f}x"
+    interval = fmt_ci(ci) if with_ci else None
+    return f"{text} {interval}" if interval else text
+
+
+def _has_compile(records: list[dict[str, Any]]) -> bool:
+    return any(isinstance(r.get("speedup_vs_compile"), (int, float)) for r in records)
+
+
+def abbreviate(text: str, limit: int) -> str:
+    """text cut to `limit` characters, the cut marked with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    return text[: max(0, limit - 1)] + "\u2026" if limit > 0 else ""
+
+
+def abbreviate_problem(problem: str, limit: int) -> str:
+    """"<level>/<stem>" within `limit` characters: the stem is shortened first (its number prefix survives), then
+    a long level is cut in its middle."""
+    if len(problem) <= limit:
+        return problem
+    level, sep, stem = problem.rpartition("/")
+    if not sep:
+        return abbreviate(problem, limit)
+    if len(level) > 10:
+        level = level[:4] + "\u2026" + level[-5:]
+    room = limit - len(level) - 1
+    if room < 6:
+        return abbreviate(stem, limit)
+    return f"{level}/{abbreviate(stem, room)}"
+
+
+def split_names(room: int, problem: int, candidate: int, problem_min: int, candidate_min: int) -> tuple[int, int]:
+    """Widths for the problem and candidate columns within `room` characters: their natural widths when both fit,
+    else 3:2, never under the minimums, never over the natural widths."""
+    if problem + candidate <= room:
+        return problem, candidate
+    c = min(candidate, max(candidate_min, room * 2 // 5))
+    p = min(problem, max(problem_min, room - c))
+    return p, min(candidate, max(candidate_min, room - p))
+
+
+COMPACT_BELOW = 120         # console width under which the table is compact
+
+
+def table(records: list[dict[str, Any]], title: str, width: int | None = None):
+    """The run's table. `width` is the console's width: under COMPACT_BELOW columns the table is compact (no max
+    err, no ref/cand ms, names abbreviated, one line per row); None or wider keeps every column."""
     from rich.table import Table
-    t = Table(title=title, title_justify="left")
-    for name, justify in (("problem", "left"), ("candidate", "left"), ("status", "left"), ("max err", "right"),
-                          ("ref ms", "right"), ("cand ms", "right"), ("speedup", "right"), ("flags", "left"),
-                          ("error", "left")):
-        t.add_column(name, justify=justify, overflow="fold")
+    from rich.text import Text
+    compile_col = _has_compile(records)
     style = {"ok": "green", "incorrect": "red", "skipped": "dim"}
-    for r in sorted(records, key=lambda r: (r["problem"], r["solution"])):
+    records = sorted(records, key=lambda r: (r["problem"], r["solution"]))
+    if width is not None and width < COMPACT_BELOW:
+        return _compact_table(records, title, width, compile_col, style)
+    t = Table(title=title, title_justify="left")
+    columns = [("problem", "left"), ("candidate", "left"), ("status", "left"), ("max err", "right"),
+               ("ref ms", "right"), ("cand ms", "right"), ("speedup [95% CI]", "right")]
+    if compile_col:
+        columns.append(("vs compile [95% CI]", "right"))
+    columns += [("flags", "left"), ("error", "left")]
+    for name, justify in columns:
+        t.add_column(name, justify=justify, overflow="fold")
+    for r in records:
         timing = r.get("timing") or {}
-        speedup = r.get("speedup")
-        t.add_row(r["problem"], r["solution"].rsplit("/", 1)[-1], f"[{style.get(r['status'], 'yellow')}]{r['status']}",
-                  _fmt_err(r), _fmt_ms(timing.get("reference")), _fmt_ms(timing.get("candidate")),
-                  "-" if speedup is None else f"{speedup:.2f}x", ",".join(r.get("flags") or []) or "",
-                  (r.get("error") or "")[:160])
+        row = [Text(r["problem"]), Text(r["solution"].rsplit("/", 1)[-1]),
+               Text(r["status"], style=style.get(r["status"], "yellow")), _fmt_err(r),
+               _fmt_ms(timing.get("reference")), _fmt_ms(timing.get("candidate")),
+               fmt_speedup(r.get("speedup"), r.get("speedup_ci"))]
+        if compile_col:
+            row.append(fmt_speedup(r.get("speedup_vs_compile"), r.get("speedup_vs_compile_ci")))
+        row += [_flags_text(r), Text((r.get("error") or "")[:160])]
+        t.add_row(*row)
+    return t
+
+
+def _flags_text(record: dict[str, Any]):
+    from rich.text import Text
+    text = Text()
+    for i, flag in enumerate(record.get("flags") or []):
+        if i:
+            text.append(",")
+        text.append(flag, style="yellow" if flag == "noisy" else "")
+    return text
+
+
+def _compact_table(records: list[dict[str, Any]], title: str, width: int, compile_col: bool,
+                   style: dict[str, str]):
+    """One line per record within `width`: problem, candidate, status, speedup [CI], then (where room is left)
+    speedup vs compile, flags and the error. Names are cut to fit with an ellipsis; no cell ever wraps."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+    gap = 2                                             # SIMPLE_HEAD, collapsed padding: " " + pad
+    cells: dict[str, list[str]] = {
+        "problem": [r["problem"] for r in records],
+        "candidate": [r["solution"].rsplit("/", 1)[-1] for r in records],
+        "status": [r["status"] for r in records],
+        "speedup [CI]": [fmt_speedup(r.get("speedup"), r.get("speedup_ci")) for r in records],
+        "vs compile": [fmt_speedup(r.get("speedup_vs_compile"), None) for r in records],
+        "flags": [",".join(r.get("flags") or []) for r in records],
+        "error": [" ".join((r.get("error") or "").split()) for r in records],
+    }
+
+    def natural(name: str) -> int:
+        return max([len(name), *map(len, cells[name])])
+
+    names_min = {"problem": min(natural("problem"), 14), "candidate": min(natural("candidate"), 8)}
+
+    def used(ws: dict[str, int]) -> int:
+        return sum(ws.values()) + gap * (len(ws) - 1)
+
+    widths = {name: natural(name) for name in ("status", "speedup [CI]")}
+    if used({**widths, **names_min}) > width:           # very narrow: the speedup without its CI
+        cells["speedup [CI]"] = [fmt_speedup(r.get("speedup"), None) for r in records]
+        widths["speedup [CI]"] = natural("speedup [CI]")
+    optional = [("flags", min(natural("flags"), 12))] if any(cells["flags"]) else []
+    if compile_col:
+        optional.append(("vs compile", natural("vs compile")))
+    for name, w in optional:                            # keep an optional column only when the names still fit
+        if used({**widths, **names_min, name: w}) <= width:
+            widths[name] = w
+    rest = width - used({**widths, "problem": 0, "candidate": 0})
+    widths["problem"], widths["candidate"] = split_names(rest, natural("problem"), natural("candidate"),
+                                                         names_min["problem"], names_min["candidate"])
+    error_room = width - used(widths) - gap
+    if any(cells["error"]) and error_room >= 12:
+        widths["error"] = min(natural("error"), error_room)
+    order = [n for n in ("problem", "candidate", "status", "speedup [CI]", "vs compile", "flags", "error")
+             if n in widths]
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+              padding=(0, 1), collapse_padding=True)
+    for name in order:
+        t.add_column(name, justify="right" if name in ("speedup [CI]", "vs compile") else "left",
+                     width=widths[name], no_wrap=True, overflow="ellipsis")
+    for i, r in enumerate(records):
+        row = []
+        for name in order:
+            w = widths[name]
+            if name == "problem":
+                row.append(Text(abbreviate_problem(cells[name][i], w)))
+            elif name == "status":
+                row.append(Text(abbreviate(cells[name][i], w), style=style.get(r["status"], "yellow")))
+            elif name == "flags":
+                flags = _flags_text(r)
+                flags.truncate(w, overflow="ellipsis")
+                row.append(flags)
+            else:
+                row.append(Text(abbreviate(cells[name][i], w)))
+        t.add_row(*row)
     return t
 
 
@@ -77,17 +226,23 @@ def leaderboard(records: list[dict[str, Any]], run_id: str) -> str:
         current = best.get(r["problem"])
         if current is None or (r.get("speedup") or 0) > (current.get("speedup") or 0):
             best[r["problem"]] = r
-    lines = [f"# Leaderboard — run {run_id}", "", "| problem | best candidate | speedup | candidate ms | reference ms |",
-             "| --- | --- | ---: | ---: | ---: |"]
+    compile_col = _has_compile(records)
+    header = "| problem | best candidate | speedup [95% CI] |" + (" vs torch.compile [95% CI] |" if compile_col else "")
+    header += " candidate ms | reference ms | flags |"
+    lines = [f"# Leaderboard — run {run_id}", "", header,
+             "| --- | --- | ---: |" + (" ---: |" if compile_col else "") + " ---: | ---: | --- |"]
     for pid in problems:
         r = best.get(pid)
         if r is None:
-            lines.append(f"| {pid} | (no correct candidate) | - | - | - |")
+            lines.append(f"| {pid} | (no correct candidate) | - |" + (" - |" if compile_col else "") + " - | - | |")
             continue
         timing = r.get("timing") or {}
-        speed = "-" if r.get("speedup") is None else f"{r['speedup']:.2f}x"
-        lines.append(f"| {pid} | {r['solution'].rsplit('/', 1)[-1]} | {speed} | {_fmt_ms(timing.get('candidate'))} "
-                     f"| {_fmt_ms(timing.get('reference'))} |")
+        cells = [pid, r["solution"].rsplit("/", 1)[-1], fmt_speedup(r.get("speedup"), r.get("speedup_ci"))]
+        if compile_col:
+            cells.append(fmt_speedup(r.get("speedup_vs_compile"), r.get("speedup_vs_compile_ci")))
+        cells += [_fmt_ms(timing.get("candidate")), _fmt_ms(timing.get("reference")),
+                  ", ".join(r.get("flags") or [])]
+        lines.append("| " + " | ".join(cells) + " |")
     agg = aggregate(records)
     lines += ["", *[f"- {line}" for line in summary_lines(agg)], ""]
     return "\n".join(lines)

@@ -148,7 +148,7 @@ def _decided_without_running(pair: Pair, ctx: Context, slot: Slot) -> dict[str, 
         return finish(record, "crashed", "no build result (harness fault)")
     if build.status == "built":
         return None
-    status = {"compile_error": "compile_error", "skipped": "skipped", "timeout": "timeout"}.get(build.status, "crashed")
+    status = {"compile_error": "compile_error", "skipped": "skipped", "timeout": "timeout", "oom": "oom"}.get(build.status, "crashed")
     return finish(record, status, build.error)
 
 

@@ -1,14 +1,18 @@
 """Stage 6, store: <output-dir>/<run-id>/run.json (metadata, written atomically) and results.jsonl (one line per
-pair, appended and fsync'ed as each pair ends, so a killed run loses nothing it finished)."""
+pair, appended and fsync'ed as each pair ends, so a killed run loses nothing it finished). The parent keeps its own
+copy of both and writes them again if anyone else deletes, truncates or appends to them during the run."""
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import secrets
+import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from . import SCHEMA_VERSION
 from .errors import InputError, UsageError
@@ -26,74 +30,252 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def _stderr_warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class FileMark:
+    """What this process last wrote to a file: enough to notice that someone else deleted, truncated, replaced or
+    appended to it."""
+    inode: int
+    size: int
+    sha256: str | None              # None: only inode and size were taken (the cheap check before an append)
+
+    @classmethod
+    def of(cls, path: Path, full: bool = True) -> "FileMark | None":
+        try:
+            if not full:
+                st = path.stat()
+                return cls(st.st_ino, st.st_size, None)
+            with open(path, "rb") as f:
+                data = f.read()
+                return cls(os.fstat(f.fileno()).st_ino, len(data), hashlib.sha256(data).hexdigest())
+        except FileNotFoundError:
+            return None
+
+    def change(self, now: "FileMark | None") -> str | None:
+        """How the file differs from this mark, in words, or None."""
+        if now is None:
+            return "was deleted"
+        if now.inode != self.inode:
+            return "was replaced by another file"
+        if now.size < self.size:
+            return "was truncated"
+        if now.size > self.size:
+            return "was appended to by another process"
+        if now.sha256 is not None and self.sha256 is not None and now.sha256 != self.sha256:
+            return "was overwritten"
+        return None
+
+
 class RunStore:
-    def __init__(self, output_dir: Path, run_id: str):
+    """One run's folder. A store that writes (create, resume) keeps every line of results.jsonl and the whole of
+    run.json in memory, checks before each write and at the end (finish) that the files still hold exactly what it
+    wrote, and when they do not, says so in one line and writes them again from its own copy; it never stops the
+    run for it. A store that only reads (open, for report) reads the files."""
+
+    def __init__(self, output_dir: Path, run_id: str, warn: Callable[[str], None] | None = None):
         self.dir = output_dir / run_id
         self.run_id = run_id
         self.results_path = self.dir / "results.jsonl"
+        self.run_json = self.dir / "run.json"
         self.lock = threading.Lock()
+        self.warn = warn or _stderr_warn
+        self._lines: list[bytes] | None = None      # results.jsonl as this store holds it (writing stores only)
+        self._records: list[dict[str, Any]] = []
+        self._meta: dict[str, Any] | None = None
+        self._results_mark: FileMark | None = None
+        self._meta_mark: FileMark | None = None
 
     @classmethod
-    def create(cls, output_dir: Path, metadata: dict[str, Any]) -> "RunStore":
-        store = cls(output_dir, new_run_id())
-        store.dir.mkdir(parents=True, exist_ok=False)
-        (store.dir / "logs").mkdir()
-        write_json_atomic(store.dir / "run.json", {"schema_version": SCHEMA_VERSION, "run_id": store.run_id,
-                                                   **metadata})
-        store.results_path.touch()
+    def create(cls, output_dir: Path, metadata: dict[str, Any],
+               warn: Callable[[str], None] | None = None) -> "RunStore":
+        store = cls(output_dir, new_run_id(), warn)
+        try:
+            store.dir.mkdir(parents=True, exist_ok=False)
+            (store.dir / "logs").mkdir()
+        except OSError as exc:
+            raise UsageError(f"output_dir {output_dir}: cannot create a run folder there: {exc.strerror}") from None
+        store._meta = {"schema_version": SCHEMA_VERSION, "run_id": store.run_id, **metadata}
+        store._lines = []
+        store._write_meta()
+        store._write_results()
         return store
 
     @classmethod
     def open(cls, output_dir: Path, run_id: str) -> "RunStore":
+        """A past run, to read (report)."""
+        check_run_id(run_id)
         store = cls(output_dir, run_id)
-        if not (store.dir / "run.json").is_file():
+        if not store.run_json.is_file():
             raise UsageError(f"{store.dir}: no such run (no run.json)")
         (store.dir / "logs").mkdir(exist_ok=True)
         store.results_path.touch()
         return store
 
+    @classmethod
+    def resume(cls, output_dir: Path, run_id: str, warn: Callable[[str], None] | None = None) -> "RunStore":
+        """A past run, to continue: its run.json and results.jsonl are taken into memory; a torn last line (a run
+        killed mid-write) is cut away, so its pair runs again and the next record starts on a line of its own."""
+        store = cls.open(output_dir, run_id)
+        store.warn = warn or _stderr_warn
+        store._meta = store.metadata()
+        data = original = store.results_path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            tail = data[cut:]
+            if _parse(tail) is None:
+                number = data.count(b"\n") + 1
+                store.warn(f"{store.results_path}:{number}: torn last line (a run killed while writing it) "
+                           f"removed; its pair runs again")
+                data = data[:cut]
+            else:
+                data += b"\n"
+        store._lines = data.splitlines(keepends=True)
+        store._records = [r for r, _ in _good_records(store._lines, store.results_path, store.warn)]
+        if data != original:
+            store._write_results()
+        store._results_mark = FileMark.of(store.results_path, full=False)
+        store._meta_mark = FileMark.of(store.run_json)
+        return store
+
     def metadata(self) -> dict[str, Any]:
+        if self._meta is not None:
+            return json.loads(json.dumps(self._meta, default=str))
         try:
-            return json.loads((self.dir / "run.json").read_text())
+            data = json.loads(self.run_json.read_text())
         except (OSError, ValueError) as exc:
-            raise InputError(f"{self.dir / 'run.json'}: unreadable: {exc}") from None
+            raise InputError(f"{self.run_json}: unreadable: {exc}") from None
+        if not isinstance(data, dict):
+            raise InputError(f"{self.run_json}: not a run.json (a JSON object), got {type(data).__name__}")
+        return data
 
     def update_metadata(self, **fields: Any) -> None:
         with self.lock:
-            data = self.metadata()
-            data.update(fields)
-            write_json_atomic(self.dir / "run.json", data)
+            if self._meta is None:
+                raise RuntimeError("update_metadata on a store opened for reading")
+            self._check(self.run_json, self._meta_mark, "run.json")
+            self._meta.update(fields)
+            self._write_meta()
 
     def append(self, record: dict[str, Any]) -> None:
-        line = json.dumps(clean_json(record), default=str, allow_nan=False) + "\n"
+        line = (json.dumps(clean_json(record), default=str, allow_nan=False) + "\n").encode()
         with self.lock:
-            with open(self.results_path, "a") as f:
+            if self._lines is None:
+                raise RuntimeError("append on a store opened for reading")
+            if self._check(self.results_path, self._results_mark, "results.jsonl", full=False):
+                self._write_results()
+            with open(self.results_path, "ab") as f:
                 f.write(line)
                 f.flush()
                 os.fsync(f.fileno())
+            self._lines.append(line)
+            self._records.append(json.loads(line))
+            self._results_mark = FileMark.of(self.results_path, full=False)
+
+    def finish(self) -> None:
+        """The end of a run: both files must hold exactly what this store wrote; rewrite any that does not."""
+        with self.lock:
+            if self._lines is None:
+                return
+            mark = self._results_mark
+            digest = hashlib.sha256(b"".join(self._lines)).hexdigest()
+            expected = FileMark(mark.inode, mark.size, digest) if mark else None
+            if self._check(self.results_path, expected, "results.jsonl"):
+                self._write_results()
+            if self._check(self.run_json, self._meta_mark, "run.json"):
+                self._write_meta()
 
     def records(self) -> list[dict[str, Any]]:
-        return list(read_records(self.results_path))
+        if self._lines is not None:
+            return list(self._records)
+        return list(read_records(self.results_path, self.warn))
 
     def done_keys(self) -> set[tuple[str, str]]:
         return {(r["problem"], r["solution"]) for r in self.records()}
 
+    def _check(self, path: Path, mark: FileMark | None, name: str, full: bool = True) -> bool:
+        """True (and one line said) when the file is no longer what this store last wrote."""
+        if mark is None:
+            return False
+        now = FileMark.of(path, full=full and mark.sha256 is not None)
+        change = mark.change(now)
+        if change is None and not full and now is not None and self._lines:
+            change = self._last_line_changed()
+        if change is None:
+            return False
+        held = f"the {len(self._records)} records" if name == "results.jsonl" else "the copy"
+        self.warn(f"{path}: {change} during the run; writing it again from {held} this run holds")
+        return True
 
-def read_records(path: Path) -> Iterator[dict[str, Any]]:
-    """Records of a results file; a torn last line (a run killed mid-write) is skipped, other damage is named."""
-    if not path.is_file():
-        raise UsageError(f"{path}: no such results file")
-    lines = path.read_text().splitlines()
+    def _last_line_changed(self) -> str | None:
+        last = self._lines[-1]
+        try:
+            with open(self.results_path, "rb") as f:
+                f.seek(-len(last), os.SEEK_END)
+                return None if f.read(len(last)) == last else "was overwritten"
+        except OSError:
+            return "was overwritten"
+
+    def _write_results(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.results_path.with_name(self.results_path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(b"".join(self._lines))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.results_path)
+        self._results_mark = FileMark.of(self.results_path, full=False)
+
+    def _write_meta(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.run_json, self._meta)
+        self._meta_mark = FileMark.of(self.run_json)
+
+
+def check_run_id(run_id: str) -> None:
+    """A run id names a folder directly under the output directory."""
+    if not run_id or run_id in (".", "..") or "/" in run_id or "\\" in run_id or "\0" in run_id:
+        raise UsageError(f"{run_id!r} is not a run id (a folder name directly under the output directory)")
+
+
+def _parse(line: bytes) -> dict[str, Any] | None:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _good_records(lines: list[bytes], path: Path,
+                  warn: Callable[[str], None]) -> Iterator[tuple[dict[str, Any], int]]:
+    """(record, line number) for each well-formed line; each other non-blank line is named in one warning and
+    skipped. A torn last line (no newline: a run killed mid-write, or one still writing) is skipped silently."""
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except ValueError:
-            if number == len(lines):
+            if number == len(lines) and not line.endswith(b"\n"):
                 continue
-            raise InputError(f"{path}:{number}: not a JSON line") from None
+            warn(f"{path}:{number}: not a JSON line; skipped")
+            continue
         problems = check_record(record)
         if problems:
-            raise InputError(f"{path}:{number}: bad record: {problems[0]}")
+            warn(f"{path}:{number}: bad record ({problems[0]}); skipped")
+            continue
+        yield record, number
+
+
+def read_records(path: Path, warn: Callable[[str], None] | None = None) -> Iterator[dict[str, Any]]:
+    """Records of a results file; a line that is not a record is named in a warning and skipped."""
+    if not path.is_file():
+        raise UsageError(f"{path}: no such results file")
+    try:
+        lines = path.read_bytes().splitlines(keepends=True)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    for record, _ in _good_records(lines, path, warn or _stderr_warn):
         yield record

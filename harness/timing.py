@@ -2,12 +2,14 @@
 
 - `ColdCuda` (mode `cold`): the device is idle, the L2 is flushed (a write of twice its size), a start event is
   recorded, the call runs, an event on the current stream marks where that stream ended, the whole device is
-  synchronized and a second end event is recorded: the sample is start -> device end, so work the call left on
-  other streams counts. The gap between the two end events is kept too: a large one means the call returned
-  before its work was done.
+  synchronized and a second end event is recorded. The sample is start -> stream end, plus any device work that
+  outlasted the stream by more than an empty sample's sync tail (measured once per meter): work the call left on
+  other streams counts, while the constant cost of the host's synchronize and the end event's launch (several
+  microseconds, which would shrink every speedup toward 1) does not.
 - `GraphCuda` (mode `graph`, for calls so short that launch overhead dominates): `graph_calls` calls are captured
-  once in a CUDA graph over static input buffers; a sample copies fresh inputs into those buffers, flushes the
-  L2, replays the graph between the same events and divides by `graph_calls`.
+  once in a CUDA graph over static input buffers; a sample copies fresh inputs into those buffers, queues a short
+  spin kernel (so the graph's launch hides behind it), replays the graph between the same events and divides by
+  `graph_calls`. No L2 flush: a replay is a hot batch, as in nvbench's batch measurements.
 - `HostClock` (the CPU path): perf_counter_ns around the call.
 
 The clock functions are bound when this module is imported, before any candidate code runs in the worker, so a
@@ -30,6 +32,7 @@ _event_elapsed = torch.cuda.Event.elapsed_time
 _event_synchronize = torch.cuda.Event.synchronize
 _synchronize = torch.cuda.synchronize
 _graph_replay = torch.cuda.CUDAGraph.replay
+_spin = torch.cuda._sleep
 _ORIGINALS = {
     "time.perf_counter_ns": (time, "perf_counter_ns", _perf_counter_ns),
     "time.perf_counter": (time, "perf_counter", time.perf_counter),
@@ -68,7 +71,10 @@ def summarize(samples_ms: list[float]) -> dict[str, Any]:
 class SampleTimes:
     ms: float                   # what the sample is worth: device time (events) or host time (CPU)
     host_ms: float
-    lag_ms: float = 0.0
+    lag_ms: float = 0.0         # device work past the stream's end, beyond an empty sample's sync tail
+
+TAIL_SLACK_MS = 0.005           # off-stream work shorter than this past the stream's end is not told from jitter
+TAIL_CAP_MS = 0.2               # the most a sync tail (and its slack) may discount, whatever was running meanwhile
 
 
 class L2Flusher:
@@ -100,26 +106,57 @@ class HostClock:
 class ColdCuda:
     mode = "cold"
     clock = "cuda_event"
+    TAIL_SAMPLES = 15
 
     def __init__(self, device: torch.device, flusher: L2Flusher | None):
         self.device, self.flusher = device, flusher
         self.start, self.stream_end, self.device_end = (_Event(enable_timing=True) for _ in range(3))
+        self.tail: tuple[float, float] | None = None     # (median, slack) of an empty sample's sync tail, ms
 
-    def measure(self, call: Call, inputs: list) -> tuple[SampleTimes, Any, list]:
+    def _begin(self) -> int:
         _synchronize(self.device)
         if self.flusher is not None:
             self.flusher()
         h0 = _perf_counter_ns()
         _event_record(self.start)
-        out = call(inputs)
+        return h0
+
+    def _end(self, h0: int, calls: int = 1) -> SampleTimes:
+        """Stream time, plus whatever device work outlasted the stream by more than an empty sample's tail (the
+        host's synchronize and the end event's launch, which every sample would otherwise carry as a constant)."""
         _event_record(self.stream_end)
         _synchronize(self.device)
         _event_record(self.device_end)
         h1 = _perf_counter_ns()
         _event_synchronize(self.device_end)
-        total = _event_elapsed(self.start, self.device_end)
-        lag = total - _event_elapsed(self.start, self.stream_end)
-        return SampleTimes(total, (h1 - h0) / 1e6, lag), out, inputs
+        stream = _event_elapsed(self.start, self.stream_end)
+        lag = _event_elapsed(self.stream_end, self.device_end)
+        tail, slack = self.tail if self.tail is not None else (lag, 0.0)
+        beyond = lag - tail
+        total = stream + (beyond if beyond > slack else 0.0)
+        return SampleTimes(total / calls, (h1 - h0) / 1e6 / calls, beyond / calls)
+
+    def calibrate(self) -> None:
+        """The sync tail of an empty sample, measured the way samples are (flush, events, synchronize)."""
+        if self.tail is not None:
+            return
+        lags = []
+        for _ in range(self.TAIL_SAMPLES):
+            self._begin()
+            _event_record(self.stream_end)
+            _synchronize(self.device)
+            _event_record(self.device_end)
+            _event_synchronize(self.device_end)
+            lags.append(_event_elapsed(self.stream_end, self.device_end))
+        centre = statistics.median(lags)
+        spread = statistics.median(abs(x - centre) for x in lags) * 1.4826
+        self.tail = (min(centre, TAIL_CAP_MS), min(max(TAIL_SLACK_MS, 4 * spread), TAIL_CAP_MS))
+
+    def measure(self, call: Call, inputs: list) -> tuple[SampleTimes, Any, list]:
+        self.calibrate()
+        h0 = self._begin()
+        out = call(inputs)
+        return self._end(h0), out, inputs
 
 
 class GraphCaptureError(Exception):
@@ -135,6 +172,18 @@ class GraphCuda(ColdCuda):
         self.graph = None
         self.static_inputs: list = []
         self.static_out: Any = None
+
+    LAUNCH_COVER_CYCLES = 100_000                    # ~50 us of spinning at 2 GHz: longer than a graph launch
+
+    def _begin(self) -> int:
+        """No L2 flush: a replay is a hot batch (calls 2..n find their data in the L2 anyway, as in nvbench's
+        batch measurements). A short spin kernel goes first so the host's graph launch overlaps it and the
+        start event sees the graph's first kernel start at once."""
+        _synchronize(self.device)
+        _spin(self.LAUNCH_COVER_CYCLES)
+        h0 = _perf_counter_ns()
+        _event_record(self.start)
+        return h0
 
     def capture(self, call: Call, inputs: list) -> None:
         try:
@@ -159,24 +208,13 @@ class GraphCuda(ColdCuda):
     def measure(self, call: Call, inputs: list) -> tuple[SampleTimes, Any, list]:
         if self.graph is None:
             self.capture(call, inputs)
+        self.calibrate()
         for static, fresh in zip(self.static_inputs, inputs):
             if isinstance(static, torch.Tensor):
                 static.copy_(fresh)
-        _synchronize(self.device)
-        if self.flusher is not None:
-            self.flusher()
-        h0 = _perf_counter_ns()
-        _event_record(self.start)
+        h0 = self._begin()
         _graph_replay(self.graph)
-        _event_record(self.stream_end)
-        _synchronize(self.device)
-        _event_record(self.device_end)
-        h1 = _perf_counter_ns()
-        _event_synchronize(self.device_end)
-        total = _event_elapsed(self.start, self.device_end)
-        lag = total - _event_elapsed(self.start, self.stream_end)
-        n = self.calls
-        return SampleTimes(total / n, (h1 - h0) / 1e6 / n, lag / n), self.static_out, self.static_inputs
+        return self._end(h0, self.calls), self.static_out, self.static_inputs
 
 
 def measurement(mode: str, device: str, flusher: L2Flusher | None, graph_calls: int):
@@ -205,6 +243,6 @@ def time_calls(prepare: Callable[[int], list], call: Call, device: str, warmup: 
 
 
 def timer_floor(device: str, samples: int = 50) -> float:
-    """Median time of an empty sample: the fixed cost every sample carries (sync latency, event launch)."""
+    """Median time of an empty sample: the smallest time the clock reads (two events with nothing between)."""
     stats = time_calls(lambda i: [], lambda inputs: None, device, warmup=5, samples=samples, flush_l2=False)
     return stats["median_ms"]

@@ -7,9 +7,10 @@
 #   calibrate: `run_eval.py calibrate` over the whole suite on every GPU (LEVEL=level1 etc. to split it)
 #   suite:     `run_eval.py` over every shipped candidate on every GPU (COMPILE=none|default|... for the
 #              torch.compile baselines; default: default mode only, to bound the time)
+#   spread:    A/A of two problems calibrated REPEAT times each (fresh process pairs), beside two GPU tests
 #   tests:     the GPU-marked tests alone
 # Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out.
-#   usage: bash scripts/gpu_check.sh [smoke|calibrate|suite|tests]
+#   usage: bash scripts/gpu_check.sh [smoke|validate|calibrate|suite|spread|tests]
 set -uo pipefail
 phase=${1:-smoke}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -57,7 +58,7 @@ validate)
     tail -n 30 "$out/gpu_tests.txt"
     grep -v "━" "$out/cal_level3.txt" | tail -n 24
     echo "== calibrate level2 (GPUs $all)"
-    timeout 250 python run_eval.py calibrate --gpus "$all" --trials 1 --jobs 16 --output-dir "$out/cal" \
+    timeout 220 python run_eval.py calibrate --gpus "$all" --trials 1 --jobs 16 --output-dir "$out/cal" \
         --level level2 > "$out/cal_level2.txt" 2>&1
     grep -v "━" "$out/cal_level2.txt" | tail -n 50
     ;;
@@ -86,6 +87,17 @@ for r in sorted(rows, key=lambda r: r["problem"]):
           f"{t.get('rounds','-')!s:>4} {','.join(r.get('flags') or [])}")
 PY
     summary "$out/res"
+    ;;
+spread)
+    echo "== A/A spread across process pairs: the same problem calibrated ${REPEAT:-4} times per GPU"
+    (for i in $(seq "${REPEAT:-4}"); do timeout 120 python run_eval.py calibrate --gpus "$last" --trials 1 \
+        --output-dir "$out/spread" --level level2 --problem '*024_conv2d_batchnorm_relu' 2>&1 | grep "level2/"; done \
+        > "$out/spread_024.txt") &
+    timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -k "graph_replay or calibrate_on_the_gpu" 2>&1 | tail -n 20
+    for i in $(seq "${REPEAT:-4}"); do timeout 120 python run_eval.py calibrate --gpus 0 --trials 1 \
+        --output-dir "$out/spread" --level level3 --problem '*009_gru' 2>&1 | grep "level3/"; done
+    wait
+    cat "$out/spread_024.txt"
     ;;
 tests)
     timeout 560 python -m pytest -q -m gpu tests/ 2>&1 | tail -n 40

@@ -88,8 +88,9 @@ def test_exploits_on_the_gpu(tmp_path):
 
 def test_work_left_running_to_slow_the_reference_is_interference(gpu_run):
     record = gpu_run["slow_the_reference"]
-    assert record["status"] == "invalid" and "interference" in record["flags"], (record["error"], record["timing"])
-    assert "slower while the candidate was alive" in record["error"]
+    assert record["status"] == "invalid" and "interference" in record["flags"], (record["error"], record["flags"],
+                                                                                  record["timing"]["interference"])
+    assert "slower while the candidate was alive" in record["flag_details"]["interference"]
 
 
 def test_honest_pairs_show_no_interference(gpu_run):
@@ -125,8 +126,9 @@ def test_tiny_call_is_timed_as_graph_replay_within_1_2x_of_graph_time(tmp_path):
         end.synchronize()
         per_call.append(start.elapsed_time(end) / 20)
     graph_ms = statistics.median(per_call)
-    assert timing["candidate"]["median_ms"] <= 1.2 * graph_ms, (timing["candidate"]["median_ms"], graph_ms)
-    assert timing["reference"]["median_ms"] <= 1.2 * graph_ms
+    sides = {side: {k: v for k, v in timing[side].items() if k != "samples_ms"} for side in ("reference", "candidate")}
+    assert timing["candidate"]["median_ms"] <= 1.2 * graph_ms, (graph_ms, sides)
+    assert timing["reference"]["median_ms"] <= 1.2 * graph_ms, (graph_ms, sides)
 
 
 def test_calibrate_on_the_gpu_reads_one(tmp_path):
@@ -137,4 +139,5 @@ def test_calibrate_on_the_gpu_reads_one(tmp_path):
     (path,) = (tmp_path / "results").glob("calibrate-*.json")
     import json
     row = json.loads(path.read_text())["rows"][0]
-    assert row["status"] == "ok" and abs(row["speedup"] - 1) < 0.03 and row["ci"][0] <= 1.0 <= row["ci"][1], row
+    # A 95% CI misses 1.0 one time in twenty even without bias: ask for the CI to reach within 1% of it.
+    assert row["status"] == "ok" and abs(row["speedup"] - 1) < 0.02 and row["ci"][0] <= 1.01 and row["ci"][1] >= 0.99, row

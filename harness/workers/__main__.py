@@ -5,28 +5,20 @@ Exiting with os._exit skips candidate atexit handlers and leftover threads: once
 messages, nothing the candidate left behind can run or speak."""
 import os
 import sys
-import threading
-import time
 
+from .. import containment
+from . import common
 from .common import Conn, describe, tail_traceback
 
 
-def _die_with_parent() -> None:
-    """A worker outlives nothing: when the parent is gone (killed run), end at once, whatever the candidate is
-    doing in the main thread."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(0.5)
-            if os.getppid() != parent:
-                os._exit(3)
-
-    threading.Thread(target=watch, name="kb-parent-watch", daemon=True).start()
-
-
 def main(argv: list[str]) -> None:
-    _die_with_parent()
+    # A worker outlives nothing: SIGKILL when the parent dies (checked against the PID the parent passed, in case it
+    # died before the prctl); a subreaper, so that what it starts stays in its tree (harness.containment).
+    containment.setup_worker()
+    containment.apply_memory_cap()      # RLIMIT_DATA; see containment.apply_memory_cap for why not RLIMIT_AS
+    # Host allocation failures (MemoryError, torch's "DefaultCPUAllocator: can't allocate memory") are `oom` too;
+    # the roles bind common.is_oom when they are imported below.
+    common.is_oom = containment.is_memory_error
     role, cmd_fd, res_fd = argv[0], int(argv[1]), int(argv[2])
     conn = Conn(cmd_fd, res_fd)
     import torch  # noqa: F401 - before the job arrives: a spare worker pays for this while it waits (no CUDA yet)

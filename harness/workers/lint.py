@@ -63,13 +63,16 @@ def scale(outs: list) -> dict[str, float]:
 
 
 def run(conn: Conn, job: dict[str, Any]) -> None:
+    from ..containment import is_memory_error
+    stage = ["loading the problem"]                    # what was being done, for the error (an oom says where)
     try:
-        conn.send("lint", **_lint(job))
+        conn.send("lint", **_lint(job, stage))
     except BaseException as exc:                       # noqa: BLE001 - a broken problem is a lint result
-        conn.send("error", error=describe(exc), traceback=tail_traceback(exc))
+        conn.send("error", error=describe(exc), stage=stage[0], oom=is_memory_error(exc),
+                  traceback=tail_traceback(exc))
 
 
-def _lint(job: dict[str, Any]) -> dict[str, Any]:
+def _lint(job: dict[str, Any], stage: list[str]) -> dict[str, Any]:
     import torch
     from .. import timing
     device, seed = job["device"], job["seed"]
@@ -79,27 +82,33 @@ def _lint(job: dict[str, Any]) -> dict[str, Any]:
     dtype = getattr(torch, settings.dtype)
 
     def build(s):
+        stage[0] = "Model(*get_init_inputs())"
         torch.manual_seed(s)
         return problem.Model(*init_inputs(problem)).to(device=device, dtype=dtype)
 
-    def forward(model, s_in):
+    def forward(model, s_in, what):
+        stage[0] = f"get_inputs() ({what})"
         x = device_inputs(problem, s_in, settings, device)
+        stage[0] = f"forward ({what})"
         torch.manual_seed(s_in)
         return x, [o.clone() for o in as_tensor_list(model(*x))]
 
     model = build(seed)
+    stage[0] = "get_inputs()"
     inputs = device_inputs(problem, seed, settings, device)
     if device != "cpu":                                # the problem's own footprint: model, inputs, one forward
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
+    stage[0] = "forward"
     torch.manual_seed(seed)
     raw = as_tensor_list(model(*inputs))
     peak = torch.cuda.max_memory_allocated() if device != "cpu" else None
     outs = [o.clone() for o in raw]
     del raw
-    _, outs_other_inputs = forward(model, seed + 1)
-    _, outs_again = forward(build(seed), seed)
-    _, outs_other_params = forward(build(seed + 1), seed)
+    _, outs_other_inputs = forward(model, seed + 1, "other inputs")
+    _, outs_again = forward(build(seed), seed, "second identical run")
+    _, outs_other_params = forward(build(seed + 1), seed, "other weights")
+    stage[0] = "checks"
     atol, rtol = settings.atol, settings.rtol
     checks = degenerate_checks(outs, outs_other_inputs, inputs, atol, rtol)
     has_params = any(True for _ in model.parameters())
@@ -110,6 +119,7 @@ def _lint(job: dict[str, Any]) -> dict[str, Any]:
     if not checks["deterministic"]:
         checks["reasons"].append("two identical runs disagree beyond the tolerance")
     checks["degenerate"] = bool(checks["reasons"])
+    stage[0] = "timing"
     stats = timing.time_calls(lambda i: inputs, lambda x: model(*x), device, 3, job.get("samples", 20),
                               device != "cpu")
     return {**checks, **scale(outs), "dtype": settings.dtype, "atol": atol, "rtol": rtol,

@@ -1,0 +1,165 @@
+"""Where a pair's time goes: runs `run_eval.py` over a tree twice, cold (empty build cache in a temp dir) then warm
+(every build cached), and prints per run the wall time, the pairs, and the mean per-pair split read from the
+records: `build.seconds` (cold run only) and the parts of `worker.phases` -- `start` (worker process start until it
+got its job), `trials` (candidate import and correctness trials), `timing` (interleaved timed rounds), `checks`
+(verification and defense checks), `baseline` (reference-only blocks before and after the pair, for the
+interference check), `total` (the whole pair) and `other` (total minus the parts). A part no record has (records
+written before phases existed) prints as "-". Last column: the harness overhead per pair, wall time / pairs minus
+the time inside timed samples (timing.reference.samples_ms + timing.candidate.samples_ms).
+
+    python benchmarks/pair_time.py                                  # tests/fixtures/tree on the CPU
+    python benchmarks/pair_time.py --problems-dir problems --solutions-dir solutions [--device cuda]
+    python benchmarks/pair_time.py -- --max-pair-seconds 5 --compile-modes none   # more run_eval.py flags
+
+Nothing here is asserted; it prints figures (performance targets live in benchmarks, not tests).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE_TREE = REPO / "tests" / "fixtures" / "tree"
+PARTS = ("start", "trials", "timing", "checks", "baseline", "total")
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _phases(record: dict[str, Any]) -> dict[str, float] | None:
+    """The record's worker.phases with baseline_before + baseline_after folded into `baseline`; None without."""
+    phases = (record.get("worker") or {}).get("phases")
+    if not isinstance(phases, dict):
+        return None
+    out = {k: v for k, v in ((k, _num(phases.get(k))) for k in PARTS if k != "baseline") if v is not None}
+    baseline = [v for v in (_num(phases.get("baseline_before")), _num(phases.get("baseline_after")),
+                            _num(phases.get("baseline"))) if v is not None]
+    if baseline:
+        out["baseline"] = sum(baseline)
+    return out
+
+
+def _sampled_s(record: dict[str, Any]) -> float:
+    timing = record.get("timing") or {}
+    total = 0.0
+    for side in ("reference", "candidate"):
+        samples = (timing.get(side) or {}).get("samples_ms") or []
+        total += sum(s for s in samples if _num(s) is not None) / 1e3
+    return total
+
+
+def summarize(records: Iterable[dict[str, Any]], wall_s: float, cold: bool) -> dict[str, Any]:
+    """Per-run figures from its records: pairs, mean build seconds (cold runs), the mean of each worker phase over
+    the pairs that report phases (a part a pair never reached counts 0; a part no pair reports is None), the time
+    inside timed samples and the overhead per pair."""
+    records = list(records)
+    pairs = len(records)
+    builds = [_num((r.get("build") or {}).get("seconds")) for r in records]
+    builds = [b for b in builds if b is not None]
+    phased = [p for p in (_phases(r) for r in records) if p is not None]
+    means: dict[str, float | None] = {}
+    for part in PARTS:
+        if any(part in p for p in phased):
+            means[part] = sum(p.get(part, 0.0) for p in phased) / len(phased)
+        else:
+            means[part] = None
+    parts = [means[k] for k in PARTS if k != "total" and means[k] is not None]
+    means["other"] = means["total"] - sum(parts) if means["total"] is not None and parts else None
+    in_samples = sum(_sampled_s(r) for r in records)
+    return {
+        "wall_s": wall_s, "pairs": pairs,
+        "build_s": (sum(builds) / len(builds) if builds else None) if cold else None,
+        "builds_cached": sum(1 for r in records if (r.get("build") or {}).get("cached")),
+        "phases": means, "pairs_with_phases": len(phased),
+        "in_samples_s": in_samples,
+        "overhead_per_pair_s": (wall_s - in_samples) / pairs if pairs else None,
+    }
+
+
+def _cell(x: float | None, width: int, digits: int = 2) -> str:
+    return f"{'-':>{width}}" if x is None else f"{x:>{width}.{digits}f}"
+
+
+def format_rows(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The printed table: one line per run, seconds."""
+    columns = ["build", *PARTS, "other"]
+    lines = [f"{'run':24} {'wall s':>8} {'pairs':>5} " + " ".join(f"{c:>8}" for c in columns)
+             + f" {'in samples s':>12} {'overhead/pair s':>15}",
+             f"{'':24} {'':>8} {'':>5} " + "mean seconds per pair".center(9 * len(columns) - 1, "-")]
+    for name, s in rows:
+        values = [s["build_s"], *(s["phases"].get(c) for c in PARTS), s["phases"].get("other")]
+        lines.append(f"{name:24} {s['wall_s']:>8.1f} {s['pairs']:>5} " + " ".join(_cell(v, 8) for v in values)
+                     + f" {_cell(s['in_samples_s'], 12)} {_cell(s['overhead_per_pair_s'], 15)}")
+    return lines
+
+
+def _config(tmp: Path, problems: Path, solutions: Path, device: str, timeout: float | None) -> Path:
+    """The repository's config.yaml (if any) with the trees, the device and a private output and build cache."""
+    import yaml
+    base = REPO / "config.yaml"
+    values = (yaml.safe_load(base.read_text()) or {}) if base.is_file() else {}
+    values.update(problems_dir=str(problems), solutions_dir=str(solutions), output_dir=str(tmp / "results"),
+                  cache_dir=str(tmp / "cache"), device=device)
+    if timeout is not None:
+        values["timeout"] = timeout
+    path = tmp / "config.yaml"
+    path.write_text(yaml.safe_dump(values, sort_keys=False))
+    return path
+
+
+def run(config: Path, results: Path, extra: list[str]) -> tuple[float, list[dict[str, Any]]]:
+    before = set(results.glob("*")) if results.exists() else set()
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(REPO / "run_eval.py"), "--config", str(config), "--json", *extra],
+                          cwd=REPO, capture_output=True, text=True)
+    wall = time.monotonic() - started
+    if done.returncode != 0:
+        raise SystemExit(f"run_eval.py failed ({done.returncode}): {done.stderr[-2000:]}")
+    (run_dir,) = set(results.glob("*")) - before
+    lines = (run_dir / "results.jsonl").read_text().splitlines()
+    return wall, [json.loads(line) for line in lines if line.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--problems-dir", type=Path, help="default: tests/fixtures/tree/problems")
+    p.add_argument("--solutions-dir", type=Path, help="default: tests/fixtures/tree/solutions")
+    p.add_argument("--device", choices=("cpu", "cuda"),
+                   help="default: cpu on the fixture tree, cuda on a given tree")
+    p.add_argument("--timeout", type=float,
+                   help="seconds per pair (default: 20 on the fixture tree, whose `hang` candidate waits for it; "
+                        "else the config's)")
+    p.add_argument("extra", nargs="*", help="after --: more run_eval.py flags, e.g. --max-pair-seconds 5")
+    args = p.parse_args(argv)
+    fixture = args.problems_dir is None and args.solutions_dir is None
+    problems = args.problems_dir or (FIXTURE_TREE / "problems" if fixture else REPO / "problems")
+    solutions = args.solutions_dir or (FIXTURE_TREE / "solutions" if fixture else REPO / "solutions")
+    device = args.device or ("cpu" if fixture else "cuda")
+    timeout = args.timeout if args.timeout is not None else (20.0 if fixture else None)
+    with tempfile.TemporaryDirectory(prefix="pair_time-") as tmp_name:
+        tmp = Path(tmp_name)
+        config = _config(tmp, problems.resolve(), solutions.resolve(), device, timeout)
+        rows = []
+        for name, cold in (("cold (empty build cache)", True), ("warm (all builds cached)", False)):
+            wall, records = run(config, tmp / "results", args.extra)
+            rows.append((name, summarize(records, wall, cold)))
+    print(f"problems {problems}  solutions {solutions}  device {device}"
+          + (f"  extra {' '.join(args.extra)}" if args.extra else ""))
+    for line in format_rows(rows):
+        print(line)
+    for name, s in rows:
+        if s["pairs"] and s["pairs_with_phases"] < s["pairs"]:
+            print(f"{name}: {s['pairs'] - s['pairs_with_phases']} of {s['pairs']} pairs have no worker.phases "
+                  f"(never reached a worker, or an older record)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

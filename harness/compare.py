@@ -1,0 +1,284 @@
+"""`run_eval.py compare RUN_A RUN_B`: what changed between two runs, pair by pair.
+
+Pairs are matched by (problem, solution). Two correct pairs are compared by the 95% confidence intervals of their
+speedups (nvbench's compare, on ratios): FASTER when B's interval lies entirely above A's, SLOWER when entirely
+below, else SAME. A record without an interval (schema 1, or a v2 record that has none) gets
+[s / (1 + tol), s * (1 + tol)] around its speedup s. A pair correct in only one run is FIXED (not ok in A, ok in B)
+or BROKEN (ok in A, not ok in B); a pair failing in both is FAILING; a pair in one run only is ONLY_A or ONLY_B.
+Exit code 1 when any pair is SLOWER or BROKEN (for CI), 0 otherwise, 2 for a usage error.
+
+Everything but `cmd_compare` is a pure function over lists of records."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import UsageError
+
+SAME, FASTER, SLOWER = "SAME", "FASTER", "SLOWER"
+FIXED, BROKEN, FAILING = "FIXED", "BROKEN", "FAILING"
+ONLY_A, ONLY_B = "ONLY_A", "ONLY_B"
+VERDICTS = (SLOWER, BROKEN, FASTER, FIXED, SAME, FAILING, ONLY_A, ONLY_B)
+GATING = (SLOWER, BROKEN)                 # verdicts that make the exit code 1
+DEFAULT_TOLERANCE = 0.02
+
+_STYLE = {SLOWER: "bold red", BROKEN: "bold red", FASTER: "green", FIXED: "green", SAME: "", FAILING: "dim",
+          ONLY_A: "yellow", ONLY_B: "yellow"}
+
+
+@dataclass(frozen=True)
+class Side:
+    """One run's view of a pair."""
+    status: str
+    speedup: float | None
+    ci: tuple[float, float] | None        # the interval the verdict used
+    ci_source: str | None                 # "record" (the record's speedup_ci) | "tolerance" (none in the record)
+    speedup_vs_compile: float | None
+    flags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Row:
+    problem: str
+    solution: str
+    verdict: str
+    a: Side | None
+    b: Side | None
+    change: float | None                  # B's speedup / A's speedup - 1, when both have one
+
+    @property
+    def candidate(self) -> str:
+        return self.solution.rsplit("/", 1)[-1]
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key in ("a", "b"):
+            if out[key] is not None:
+                out[key]["ci"] = list(out[key]["ci"]) if out[key]["ci"] is not None else None
+                out[key]["flags"] = list(out[key]["flags"])
+        return out
+
+
+def _number(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return None
+    return float(x)
+
+
+def record_ci(record: dict[str, Any], tolerance: float) -> tuple[tuple[float, float] | None, str | None]:
+    """(interval, source) for a record's speedup: its own speedup_ci when it has a sound one, else the tolerance
+    band around the speedup; (None, None) without a positive speedup."""
+    s = _number(record.get("speedup"))
+    if s is None or s <= 0:
+        return None, None
+    ci = record.get("speedup_ci")
+    if isinstance(ci, (list, tuple)) and len(ci) == 2:
+        lo, hi = _number(ci[0]), _number(ci[1])
+        if lo is not None and hi is not None and lo <= hi:
+            return (lo, hi), "record"
+    return (s / (1 + tolerance), s * (1 + tolerance)), "tolerance"
+
+
+def side(record: dict[str, Any], tolerance: float) -> Side:
+    ci, source = record_ci(record, tolerance)
+    return Side(str(record.get("status")), _number(record.get("speedup")), ci, source,
+                _number(record.get("speedup_vs_compile")), tuple(record.get("flags") or ()))
+
+
+def is_ok(record: dict[str, Any]) -> bool:
+    return record.get("status") == "ok" and bool(record.get("correct", True))
+
+
+def by_ci(a: tuple[float, float] | None, b: tuple[float, float] | None) -> str:
+    """FASTER when b lies entirely above a, SLOWER when entirely below, else (overlap or unknown) SAME."""
+    if a is None or b is None:
+        return SAME
+    if b[0] > a[1]:
+        return FASTER
+    if b[1] < a[0]:
+        return SLOWER
+    return SAME
+
+
+def compare_pair(a: dict[str, Any] | None, b: dict[str, Any] | None, tolerance: float = DEFAULT_TOLERANCE) -> Row:
+    if a is None and b is None:
+        raise ValueError("compare_pair needs at least one record")
+    key = a if a is not None else b
+    sa = side(a, tolerance) if a is not None else None
+    sb = side(b, tolerance) if b is not None else None
+    change = None                         # only between two correct pairs: other speedups are not trusted
+    if a is not None and b is not None and is_ok(a) and is_ok(b) and sa.speedup and sb.speedup:
+        change = sb.speedup / sa.speedup - 1
+    if a is None:
+        verdict = ONLY_B
+    elif b is None:
+        verdict = ONLY_A
+    elif is_ok(a) and is_ok(b):
+        verdict = by_ci(sa.ci, sb.ci)
+    elif is_ok(b):
+        verdict = FIXED
+    elif is_ok(a):
+        verdict = BROKEN
+    else:
+        verdict = FAILING
+    return Row(key["problem"], key["solution"], verdict, sa, sb, change)
+
+
+def _index(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(problem, solution) -> record; a later record of the same pair replaces an earlier one."""
+    return {(r["problem"], r["solution"]): r for r in records}
+
+
+def compare_runs(records_a: Iterable[dict[str, Any]], records_b: Iterable[dict[str, Any]],
+                 tolerance: float = DEFAULT_TOLERANCE) -> list[Row]:
+    a, b = _index(records_a), _index(records_b)
+    return [compare_pair(a.get(k), b.get(k), tolerance) for k in sorted(a.keys() | b.keys())]
+
+
+def counts(rows: Iterable[Row]) -> dict[str, int]:
+    c = Counter(r.verdict for r in rows)
+    return {v: c.get(v, 0) for v in VERDICTS}
+
+
+def exit_code(rows: Iterable[Row]) -> int:
+    return 1 if any(r.verdict in GATING for r in rows) else 0
+
+
+def summary_line(rows: list[Row]) -> str:
+    c = counts(rows)
+    shown = ", ".join(f"{k} {v}" for k, v in c.items() if v or k in (SAME, FASTER, SLOWER))
+    return f"pairs {len(rows)}: {shown}"
+
+
+# ---------------------------------------------------------------- rendering
+
+def fmt_side(s: Side | None, with_ci: bool = True) -> str:
+    """"1.23x [1.21, 1.25]"; "1.23x [?]" when the record had no CI (the --tolerance band was used); the status
+    for a pair that is not ok (an invalid pair's speedup is not to be trusted)."""
+    if s is None:
+        return "(absent)"
+    if s.status != "ok" or s.speedup is None:
+        return s.status
+    text = f"{s.speedup:.2f}x"
+    if with_ci and s.ci is not None:
+        text += f" [{s.ci[0]:.2f}, {s.ci[1]:.2f}]" if s.ci_source == "record" else " [?]"
+    return text
+
+
+def fmt_change(change: float | None) -> str:
+    return "-" if change is None else f"{change:+.1%}"
+
+
+HEADERS = ("problem", "candidate", "A speedup [CI]", "B speedup [CI]", "change", "verdict")
+
+
+def table(rows: list[Row], title: str, width: int | None = None):
+    """A rich table. Under 120 columns it is compact: one line per pair, names cut with an ellipsis (and, when
+    even that does not fit, the speedups without their CIs)."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+    from .report import COMPACT_BELOW, abbreviate, abbreviate_problem, split_names
+    compact = width is not None and width < COMPACT_BELOW
+    cells = [[r.problem, r.candidate, fmt_side(r.a), fmt_side(r.b), fmt_change(r.change), r.verdict] for r in rows]
+    widths: list[int | None] = [None] * len(HEADERS)
+    if compact:
+        gap = 2                                         # SIMPLE_HEAD, collapsed padding: " " + pad
+
+        def natural(i: int) -> int:
+            return max([len(HEADERS[i]), *(len(c[i]) for c in cells)])
+
+        fixed = sum(natural(i) for i in range(2, 6)) + gap * 5
+        if fixed + 12 + 6 > width:
+            for c, r in zip(cells, rows):
+                c[2], c[3] = fmt_side(r.a, with_ci=False), fmt_side(r.b, with_ci=False)
+            fixed = sum(natural(i) for i in range(2, 6)) + gap * 5
+        problem_w, candidate_w = split_names(max(width - fixed, 0), natural(0), natural(1), 12, 6)
+        widths = [problem_w, candidate_w, *(natural(i) for i in range(2, 6))]
+        for c in cells:
+            c[0], c[1] = abbreviate_problem(c[0], problem_w), abbreviate(c[1], candidate_w)
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
+              show_edge=not compact, pad_edge=not compact, collapse_padding=compact)
+    for name, w in zip(HEADERS, widths):
+        justify = "right" if name in HEADERS[2:5] else "left"
+        if compact:
+            t.add_column(name, justify=justify, width=w, no_wrap=True, overflow="ellipsis")
+        else:
+            t.add_column(name, justify=justify, overflow="fold")
+    for c, r in zip(cells, rows):
+        t.add_row(*map(Text, c[:5]), Text(c[5], style=_STYLE.get(r.verdict, "")))
+    return t
+
+
+# ---------------------------------------------------------------- the command
+
+def resolve_run(spec: str, output_dir: Path) -> Path:
+    """A run's results.jsonl from a run folder, a results.jsonl path, or a run id under output_dir."""
+    path = Path(spec)
+    if path.is_file() and path.suffix == ".jsonl":
+        return path
+    if (path / "results.jsonl").is_file():
+        return path / "results.jsonl"
+    if (output_dir / spec / "results.jsonl").is_file():
+        return output_dir / spec / "results.jsonl"
+    raise UsageError(f"unknown run '{spec}': not a run folder, and no {output_dir / spec / 'results.jsonl'}")
+
+
+def load_run(spec: str, output_dir: Path) -> tuple[str, list[dict[str, Any]]]:
+    from .store import read_records
+    path = resolve_run(spec, output_dir)
+    return path.parent.name, list(read_records(path))
+
+
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (0 <= value < 1):
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="run_eval.py compare",
+        description="Compare two runs pair by pair (matched by problem and candidate). Verdicts: FASTER / SLOWER "
+                    "when B's speedup CI lies entirely above / below A's, else SAME; FIXED (not ok in A, ok in B), "
+                    "BROKEN (ok in A, not ok in B), FAILING (not ok in both), ONLY_A / ONLY_B.",
+        epilog="Exit codes: 1 when any pair is SLOWER or BROKEN, 0 otherwise, 2 for a usage error.")
+    p.add_argument("run_a", metavar="RUN_A", help="the baseline: a run id under --output-dir, or a run folder")
+    p.add_argument("run_b", metavar="RUN_B", help="the new run: a run id under --output-dir, or a run folder")
+    p.add_argument("--output-dir", default=None, help="where run ids are looked up (default: output_dir in "
+                                                      "config, or results)")
+    p.add_argument("--config", type=Path, help="config file for the default --output-dir")
+    p.add_argument("--tolerance", type=_tolerance, default=DEFAULT_TOLERANCE, metavar="TOL",
+                   help="a record without a CI (schema 1) gets [s/(1+TOL), s*(1+TOL)] (default: 0.02)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per pair instead of a table")
+    return p
+
+
+def cmd_compare(argv: list[str]) -> int:
+    from .cli import _config_output_dir, wide_console
+    args = parser().parse_args(argv)
+    if args.config is not None and not args.config.is_file():
+        raise UsageError(f"{args.config}: no such config file")
+    output_dir = Path(args.output_dir or _config_output_dir(args.config))
+    name_a, records_a = load_run(args.run_a, output_dir)
+    name_b, records_b = load_run(args.run_b, output_dir)
+    rows = compare_runs(records_a, records_b, args.tolerance)
+    if args.json:
+        for r in rows:
+            print(json.dumps(r.to_json()))
+        print(summary_line(rows), file=sys.stderr)
+    else:
+        console = wide_console()
+        console.print(table(rows, f"compare A = {name_a}  B = {name_b}", width=console.width))
+        console.print(summary_line(rows), highlight=False)
+    return exit_code(rows)

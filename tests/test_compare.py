@@ -1,0 +1,210 @@
+"""`run_eval.py compare`, the report's table and leaderboard with speedup CIs, and the pair_time benchmark's
+summary: pure functions over synthetic records (no worker, no GPU)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+from rich.console import Console
+
+from conftest import REPO
+from harness import compare, report
+from harness.cli import main
+
+
+def rec(problem="level1/001_linear_relu", cand="a", status="ok", speedup=1.0, ci=None, version=2, **extra):
+    r = {"schema_version": version, "run_id": "r", "problem": problem, "solution": f"{problem}/{cand}",
+         "status": status, "correct": status == "ok", "flags": [], "error": None if status == "ok" else "boom",
+         "speedup": speedup, "device": "cpu"}
+    if version >= 2:
+        r["speedup_ci"] = ci
+    r.update(extra)
+    return r
+
+
+# ---------------------------------------------------------------- verdicts
+
+def test_ci_rule_is_strict_separation():
+    assert compare.by_ci((1.0, 1.1), (1.11, 1.2)) == compare.FASTER
+    assert compare.by_ci((1.0, 1.1), (0.8, 0.99)) == compare.SLOWER
+    assert compare.by_ci((1.0, 1.1), (1.1, 1.3)) == compare.SAME         # touching intervals: no change shown
+    assert compare.by_ci((1.0, 1.1), (0.5, 2.0)) == compare.SAME
+    assert compare.by_ci(None, (2.0, 3.0)) == compare.SAME
+
+
+def test_every_verdict_and_the_exit_code():
+    p = "level1/001_linear_relu"
+    a = [rec(p, "same", speedup=1.00, ci=[0.98, 1.02]), rec(p, "faster", speedup=1.0, ci=[0.99, 1.01]),
+         rec(p, "slower", speedup=2.0, ci=[1.9, 2.1]), rec(p, "fixed", status="incorrect", speedup=None),
+         rec(p, "broken", speedup=1.5, ci=[1.4, 1.6]), rec(p, "failing", status="timeout", speedup=None),
+         rec(p, "gone", speedup=1.0, ci=[0.9, 1.1])]
+    b = [rec(p, "same", speedup=1.01, ci=[1.00, 1.03]), rec(p, "faster", speedup=1.3, ci=[1.25, 1.35]),
+         rec(p, "slower", speedup=1.5, ci=[1.45, 1.55]), rec(p, "fixed", speedup=1.2, ci=[1.1, 1.3]),
+         rec(p, "broken", status="invalid", speedup=1.5, ci=[1.4, 1.6], flags=["interference"]),
+         rec(p, "failing", status="crashed", speedup=None), rec(p, "new", speedup=1.0, ci=[0.9, 1.1])]
+    rows = {r.candidate: r for r in compare.compare_runs(a, b)}
+    assert {k: r.verdict for k, r in rows.items()} == {
+        "same": "SAME", "faster": "FASTER", "slower": "SLOWER", "fixed": "FIXED", "broken": "BROKEN",
+        "failing": "FAILING", "gone": "ONLY_A", "new": "ONLY_B"}
+    assert rows["faster"].change == pytest.approx(0.3) and rows["fixed"].change is None
+    assert compare.exit_code(rows.values()) == 1
+    assert compare.exit_code([rows["same"], rows["faster"], rows["fixed"], rows["gone"]]) == 0
+    assert compare.counts(rows.values())["SLOWER"] == 1
+    assert "pairs 8" in compare.summary_line(list(rows.values()))
+
+
+def test_missing_ci_uses_the_tolerance_band():
+    a, b = rec(version=1, speedup=1.0), rec(version=1, speedup=1.05)          # schema 1: no speedup_ci at all
+    assert compare.compare_pair(a, b, 0.02).verdict == compare.FASTER         # [0.980, 1.020] vs [1.029, 1.071]
+    assert compare.compare_pair(a, b, 0.05).verdict == compare.SAME
+    row = compare.compare_pair(a, rec(speedup=1.3, ci=[1.28, 1.32]), 0.02)   # v1 against v2
+    assert row.a.ci_source == "tolerance" and row.b.ci_source == "record" and row.verdict == compare.FASTER
+    assert compare.compare_pair(rec(ci=None), rec(ci=[0.5, 0.4])).b.ci_source == "tolerance"   # null / unsound CI
+
+
+# ---------------------------------------------------------------- the command
+
+def write_run(root, run_id, records):
+    d = root / run_id
+    d.mkdir(parents=True)
+    (d / "run.json").write_text(json.dumps({"schema_version": 2, "run_id": run_id}))
+    (d / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return d
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    a = [rec(cand="x", speedup=2.0, ci=[1.9, 2.1]), rec(cand="y", speedup=1.0, ci=[0.99, 1.01])]
+    b = [rec(cand="x", speedup=1.5, ci=[1.45, 1.55]), rec(cand="y", speedup=1.0, ci=[0.99, 1.01])]
+    write_run(tmp_path / "results", "run-a", a)
+    other = write_run(tmp_path / "elsewhere", "run-b", b)
+    return tmp_path, other
+
+
+def test_cli_compare_table_json_and_run_folders(two_runs, capsys):
+    tmp, run_b_dir = two_runs
+    out_dir = str(tmp / "results")
+    assert main(["compare", "run-a", str(run_b_dir), "--output-dir", out_dir]) == 1       # x got slower
+    out = capsys.readouterr().out
+    assert "SLOWER" in out and "SAME" in out and "2.00x [1.90, 2.10]" in out and "-25.0%" in out
+    assert "SLOWER 1" in out
+    assert main(["compare", "run-a", "run-a", "--output-dir", out_dir]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(tmp / "results" / "run-a"), str(run_b_dir / "results.jsonl"), "--json"]) == 1
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(d["solution"].rsplit("/", 1)[-1], d["verdict"]) for d in lines] == [("x", "SLOWER"), ("y", "SAME")]
+    assert lines[0]["a"]["ci"] == [1.9, 2.1] and lines[0]["change"] == pytest.approx(-0.25)
+
+
+def test_cli_compare_unknown_run_is_a_one_line_usage_error(two_runs, capsys):
+    tmp, _ = two_runs
+    assert main(["compare", "run-a", "no-such-run", "--output-dir", str(tmp / "results")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown run 'no-such-run'" in err and len(err.strip().splitlines()) == 1
+    assert main(["compare", "run-a"]) == 2                                      # argparse: missing RUN_B
+
+
+def test_compare_table_compact_keeps_one_line_per_pair():
+    rows = compare.compare_runs([rec(f"level1/{i:03d}_a_rather_long_problem_name_here", f"cand_{i:02d}_long",
+                                     speedup=1.0, ci=[0.9, 1.1]) for i in range(12)],
+                                [rec(f"level1/{i:03d}_a_rather_long_problem_name_here", f"cand_{i:02d}_long",
+                                     speedup=1.5, ci=[1.4, 1.6]) for i in range(12)])
+    console = Console(record=True, width=80)
+    console.print(compare.table(rows, "compare", width=80))
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert sum("FASTER" in line for line in lines) == 12 and len(lines) <= 12 + 4
+
+
+# ---------------------------------------------------------------- the report
+
+STATUSES = ["ok", "incorrect", "compile_error", "runtime_error", "timeout", "invalid", "ok", "ok"]
+
+
+def synthetic(n=39):
+    records = []
+    for i in range(n):
+        status = STATUSES[i % len(STATUSES)]
+        s = 0.5 + 0.37 * i if status in ("ok", "invalid") else None
+        records.append(rec(f"kernelbench-level{1 + i % 3}/{i:03d}_conv_transpose3d_batchnorm_gelu_quite_long_name",
+                           f"c{i:02d}_candidate_with_a_long_name", status=status, speedup=s,
+                           ci=[s * 0.98, s * 1.02] if s and i % 4 else None,
+                           speedup_vs_compile=s * 0.8 if s else None,
+                           speedup_vs_compile_ci=[s * 0.78, s * 0.82] if s else None,
+                           flags=["noisy"] if i % 5 == 0 else [],
+                           error=None if status == "ok" else "RuntimeError: went wrong in the kernel " * 4,
+                           correctness={"max_abs_err": 1e-5},
+                           timing={"mode": "cold", "rounds": 10, "reference": {"median_ms": 1.234},
+                                   "candidate": {"median_ms": 0.9}}))
+    return records
+
+
+def render(records, width):
+    console = Console(record=True, width=width)
+    console.print(report.table(records, "run X", width=width))
+    return console.export_text()
+
+
+def test_narrow_table_is_one_line_per_record():
+    records = synthetic()
+    lines = render(records, 80).splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    for i in range(len(records)):
+        assert sum(f"c{i:02d}_" in line for line in lines) == 1, i
+    assert len(lines) <= len(records) + 4                    # title, header, rule: no row took a second line
+    header = next(line for line in lines if "problem" in line)
+    assert "max err" not in header and "ref ms" not in header and "speedup" in header and "flags" in header
+    assert "noisy" in "\n".join(lines) and "\u2026" in lines[3]          # names cut with an ellipsis
+
+
+def test_wide_table_keeps_todays_columns_and_shows_cis():
+    text = render(synthetic(), 200)
+    header = text.splitlines()[2]
+    for column in ("problem", "candidate", "status", "max err", "ref ms", "cand ms", "speedup", "vs compile",
+                   "flags", "error"):
+        assert column in header, column
+    assert "2.72x [2.67, 2.77]" in text and "0.50x " in text        # record 0 has no CI: the bare speedup
+    assert "noisy" in text
+    assert "vs compile" not in render([rec(speedup=1.2, ci=[1.1, 1.3])], 200)      # no compile baselines
+
+
+def test_v1_records_render_without_ci_and_leaderboard_shows_ci_compile_and_flags():
+    assert "1.23x" in render([rec(version=1, speedup=1.23)], 80)
+    board = report.leaderboard([rec(cand="a", speedup=1.2, ci=[1.18, 1.22], speedup_vs_compile=0.9,
+                                    speedup_vs_compile_ci=[0.88, 0.92], flags=["noisy"]),
+                                rec(cand="b", speedup=1.1, ci=[1.0, 1.2]),
+                                rec("level1/002_other", "c", status="incorrect", speedup=None)], "r")
+    assert "| level1/001_linear_relu | a | 1.20x [1.18, 1.22] | 0.90x [0.88, 0.92] | - | - | noisy |" in board
+    assert "| level1/002_other | (no correct candidate) |" in board
+    assert report.aggregate([rec(speedup=2.0, ci=[1.9, 2.1]), rec(speedup=0.5)])["geomean_speedup"] == 1.0
+
+
+def test_abbreviate_problem_keeps_level_and_number():
+    assert report.abbreviate_problem("level1/001_x", 40) == "level1/001_x"
+    short = report.abbreviate_problem("level1/023_conv_transpose3d_batchnorm", 16)
+    assert short.startswith("level1/023_") and short.endswith("\u2026") and len(short) == 16
+    assert len(report.abbreviate_problem("kernelbench-level2/023_conv_transpose3d", 20)) == 20
+
+
+# ---------------------------------------------------------------- benchmarks/pair_time.py
+
+def test_pair_time_summarizes_records():
+    spec = importlib.util.spec_from_file_location("pair_time", REPO / "benchmarks" / "pair_time.py")
+    pair_time = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pair_time)
+    records = [rec(cand="a", build={"seconds": 4.0, "cached": False},
+                   worker={"phases": {"start": 0.5, "trials": 1.0, "timing": 2.0, "checks": 0.5,
+                                      "baseline_before": 0.1, "baseline_after": 0.1, "total": 4.5}},
+                   timing={"reference": {"samples_ms": [500.0, 500.0]}, "candidate": {"samples_ms": [250.0]}}),
+               rec(cand="b", status="compile_error", speedup=None, build={"seconds": 2.0, "cached": False},
+                   worker=None, timing=None)]
+    cold = pair_time.summarize(records, wall_s=10.0, cold=True)
+    assert cold["pairs"] == 2 and cold["build_s"] == 3.0 and cold["pairs_with_phases"] == 1
+    assert cold["phases"]["timing"] == 2.0 and cold["phases"]["baseline"] == pytest.approx(0.2)
+    assert cold["phases"]["other"] == pytest.approx(0.3)
+    assert cold["in_samples_s"] == 1.25 and cold["overhead_per_pair_s"] == pytest.approx((10.0 - 1.25) / 2)
+    old = pair_time.summarize([rec(worker={"exit_code": 0})], wall_s=1.0, cold=False)     # before phases existed
+    assert old["build_s"] is None and old["phases"]["start"] is None
+    lines = pair_time.format_rows([("cold", cold), ("warm", old)])
+    assert len(lines) == 4 and " - " in lines[3]

@@ -1,0 +1,386 @@
+"""Issue 12, "Nothing lost, nothing left behind": CI in a fresh environment, --resume with the run's own settings,
+torn and tampered result files, one clear line for every bad input, and a tree that runs on a machine without a
+GPU (examples/cpu)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TEST_TIMING, cuda_available, run_cli
+
+EXAMPLES = REPO / "examples" / "cpu"
+
+
+def example_config(tmp: Path, cache: Path, **extra) -> Path:
+    """The examples tree with the test timing; device auto where there is no GPU (the default gpus [0] must still
+    run on the CPU there)."""
+    lines = [f"problems_dir: {EXAMPLES / 'problems'}", f"solutions_dir: {EXAMPLES / 'solutions'}",
+             f"output_dir: {tmp / 'results'}", f"cache_dir: {cache}",
+             f"device: {'cpu' if cuda_available() else 'auto'}", "trials: 3", "timeout: 60",
+             *[f"{k}: {v}" for k, v in extra.items()], "timing:", "  warmup: 2", *TEST_TIMING]
+    path = tmp / "config.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def json_records(stdout: str) -> dict[str, dict]:
+    """Records printed by --json, by solution id (the examples' candidate names repeat across problems)."""
+    records = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    return {r["solution"]: r for r in records}
+
+
+def lines_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def keys_of(records: list[dict]) -> list[tuple[str, str]]:
+    return [(r["problem"], r["solution"]) for r in records]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def example_run(tmp_path_factory, cache):
+    """One run of examples/cpu; tests that resume or damage it work on copies of its folder."""
+    tmp = tmp_path_factory.mktemp("examples")
+    done = run_cli("--config", str(example_config(tmp, cache)), "--json")
+    assert done.returncode == 0, done.stderr
+    (run_dir,) = [p for p in (tmp / "results").iterdir() if p.is_dir()]
+    return run_dir, json_records(done.stdout), done
+
+
+def copy_run(run_dir: Path, tmp: Path) -> Path:
+    dest = tmp / "out" / run_dir.name
+    shutil.copytree(run_dir, dest)
+    return dest
+
+
+# --- 1. CI: a fresh environment, the README's commands --------------------------------------------------------
+
+def readme_commands() -> tuple[str, str]:
+    text = (REPO / "README.md").read_text()
+    install = re.search(r"^(pip install .*?)\s+#", text, re.M).group(1).strip()
+    test = re.search(r"^(python -m pytest[^\n]*)$", text, re.M).group(1).strip()
+    return install, test
+
+
+def test_ci_installs_only_the_readme_command_in_a_fresh_venv():
+    script = (REPO / ".ci" / "run").read_text()
+    install, test = readme_commands()
+    body = [line.split("#")[0].strip() for line in script.splitlines() if line.split("#")[0].strip()]
+    venv = next(i for i, line in enumerate(body) if "-m venv" in line)
+    path = next(i for i, line in enumerate(body) if line.startswith("export PATH=") and "$VENV/bin" in line)
+    plain = [line.replace(" --quiet", "") for line in body]
+    assert venv < path < plain.index(install) < plain.index(test + ' "$@"')
+    assert [line for line in plain if "pip install" in line] == [install]     # nothing else is installed
+
+
+def test_requirements_bring_numpy_and_keep_torch_floor():
+    reqs = (REPO / "requirements.txt").read_text().split()
+    assert "numpy" in reqs and "torch>=2.11" in reqs
+    deps = re.search(r"^dependencies = \[(.*)\]", (REPO / "pyproject.toml").read_text(), re.M).group(1)
+    assert '"numpy"' in deps and '"torch>=2.11"' in deps
+
+
+# --- 6. a tree that runs on the CPU ---------------------------------------------------------------------------
+
+def test_examples_tree_runs_on_the_cpu_and_every_pair_is_ok(example_run):
+    run_dir, records, done = example_run
+    assert len(records) == 6 and {r["status"] for r in records.values()} == {"ok"}, \
+        {k: r["error"] for k, r in records.items()}
+    assert sorted(records)[0] == "level1/001_relu_scale/aa_same_ops"
+    assert {r["device"] for r in records.values()} == {"cpu"}
+    assert all(r["build"]["extensions"] for k, r in records.items() if k.endswith("/cpp_loop"))
+    assert "CUDA code" not in done.stderr
+    for log in (run_dir / "logs").iterdir():
+        assert "Failed to initialize NumPy" not in log.read_text(errors="replace"), log
+
+
+def test_no_example_candidate_needs_cuda():
+    from harness.discover import discover, needs_cuda
+    problems, pairs = discover(EXAMPLES / "problems", EXAMPLES / "solutions")
+    assert len(problems) == 3 and len(pairs) == 6
+    assert not [p.candidate.id for p in pairs if needs_cuda(p.candidate) or p.candidate.error]
+    cpp = [p for p in pairs if "load_inline(" in (p.candidate.source or "")]
+    assert len(cpp) == 3 and all("cpp_sources=" in p.candidate.source for p in cpp)
+
+
+def test_cpu_notice_counts_cuda_candidates_of_the_default_trees():
+    from harness.discover import discover
+    from harness.pipeline import cpu_notice
+    _, pairs = discover(REPO / "problems", REPO / "solutions")
+    notice = cpu_notice(pairs, [])
+    assert notice is not None and "\n" not in notice
+    assert notice.startswith("no GPU here: ") and f"of {len(pairs)} candidates" in notice
+    assert "--problems-dir examples/cpu/problems --solutions-dir examples/cpu/solutions" in notice
+    _, cpu_pairs = discover(EXAMPLES / "problems", EXAMPLES / "solutions")
+    assert cpu_notice(cpu_pairs, []) is None
+
+
+@pytest.mark.skipif(cuda_available(), reason="the notice is for a machine without a GPU")
+def test_default_run_on_a_cpu_machine_says_so_first(tmp_path):
+    config = tmp_path / "config.yaml"                      # the default trees; only the output goes elsewhere
+    config.write_text(f"output_dir: {tmp_path / 'results'}\ncache_dir: {tmp_path / 'cache'}\n")
+    done = run_cli("--config", str(config), "--level", "level1", timeout=900)
+    assert done.returncode == 0, done.stderr
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("no GPU here: ") and "will be skipped" in first and "examples/cpu" in first
+
+
+# --- 2. --resume with the run's own settings ------------------------------------------------------------------
+
+def test_run_json_records_the_selection(example_run):
+    meta = json.loads((example_run[0] / "run.json").read_text())
+    assert meta["selection"] == {"problems_dir": str(EXAMPLES / "problems"),
+                                 "solutions_dir": str(EXAMPLES / "solutions"), "level": None, "problem": "*",
+                                 "candidate": "*", "problem_file": None, "solution_file": None}
+
+
+def test_resume_uses_the_recorded_config_and_selection(example_run, tmp_path, cache):
+    run_dir = copy_run(example_run[0], tmp_path)
+    results = run_dir / "results.jsonl"
+    kept = results.read_text().splitlines(keepends=True)[:4]
+    results.write_text("".join(kept))
+    today = tmp_path / "today"
+    today.mkdir()
+    other = example_config(today, cache, candidate="nothing*")
+    other.write_text(other.read_text().replace("trials: 3", "trials: 4")
+                     .replace(str(EXAMPLES), str(REPO / "tests" / "fixtures" / "tree")))
+    done = run_cli("--config", str(other), "--output-dir", str(run_dir.parent), "--resume", run_dir.name, "--json",
+                   "--jobs", "1", "--timeout", "50")
+    assert done.returncode == 0, done.stderr
+    new = json_records(done.stdout)
+    assert len(new) == 2 and all(r["correctness"]["trials"] == 3 for r in new.values())
+    assert all(r["problem"].startswith("level1/00") and r["status"] == "ok" for r in new.values())
+    after = lines_of(results)
+    assert len(after) == 6 and len(set(keys_of(after))) == 6
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--trials", "7"], "--trials 7 differs from the run's recorded trials 3; --resume continues a run with its "
+                        "own settings"),
+    (["--samples", "9"], "--samples 9 differs from the run's recorded timing.samples null"),
+    (["--target-rel-ci", "0.01"], "--target-rel-ci 0.01 differs from the run's recorded timing.target_rel_ci 0.5"),
+    (["--seed", "3"], "--seed 3 differs from the run's recorded seed null"),
+    (["--problem", "*relu*"], "--problem *relu* differs from the run's recorded problem *"),
+    (["--problems-dir", str(REPO / "problems")], "--problems-dir"),
+    (["--level", "2"], "--level 2 differs from the run's recorded level null"),
+])
+def test_resume_refuses_a_flag_that_changes_what_is_measured(example_run, flags, words):
+    run_dir = example_run[0]
+    done = run_cli("--output-dir", str(run_dir.parent), "--resume", run_dir.name, *flags)
+    assert done.returncode == 2 and words in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_resume_accepts_the_recorded_values_and_runtime_flags(example_run, tmp_path):
+    run_dir = copy_run(example_run[0], tmp_path)
+    before = (run_dir / "results.jsonl").read_bytes()
+    done = run_cli("--output-dir", str(run_dir.parent), "--resume", run_dir.name, "--trials", "3", "--jobs", "1",
+                   "--timeout", "99", "--target-rel-ci", "0.5", "--json")
+    assert done.returncode == 0, done.stderr
+    assert (run_dir / "results.jsonl").read_bytes() == before               # nothing left to run, nothing touched
+    assert len(json.loads((run_dir / "run.json").read_text())["resumed_at"]) == 1
+
+
+# --- 3. a torn last line --------------------------------------------------------------------------------------
+
+def test_resume_cuts_a_torn_last_line_and_runs_its_pair_again(example_run, tmp_path):
+    run_dir = copy_run(example_run[0], tmp_path)
+    results = run_dir / "results.jsonl"
+    lines = results.read_text().splitlines(keepends=True)
+    torn = json.loads(lines[-1])
+    results.write_text("".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])      # killed mid-write
+    done = run_cli("--output-dir", str(run_dir.parent), "--resume", run_dir.name, "--json")
+    assert done.returncode == 0, done.stderr
+    assert f"results.jsonl:{len(lines)}: torn last line" in done.stderr
+    after = lines_of(results)                                                        # every line parses
+    assert len(after) == 6 and len(set(keys_of(after))) == 6
+    assert keys_of(after)[-1] == (torn["problem"], torn["solution"])
+    assert list(json_records(done.stdout)) == [torn["solution"]]
+
+
+# --- 4. the parent's own copy ---------------------------------------------------------------------------------
+
+def _record(i: int) -> dict:
+    from harness.records import finish, new_record
+    return finish(new_record("level1/001_x", f"level1/001_x/c{i}", "cpu", "r"), "ok")
+
+
+def _tamper(path: Path, how: str) -> None:
+    if how == "delete":
+        path.unlink()
+    elif how == "truncate":
+        with open(path, "r+b") as f:
+            f.truncate(max(0, path.stat().st_size - 7))
+    elif how == "append":
+        with open(path, "ab") as f:
+            f.write(b'{"someone": "else"}\n')
+    elif how == "replace":
+        tmp = path.with_name("other")
+        tmp.write_bytes(path.read_bytes())
+        os.replace(tmp, path)
+        with open(path, "ab") as f:
+            f.write(b" ")
+    elif how == "overwrite":
+        data = bytearray(path.read_bytes())
+        data[-3] = ord("X")
+        path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("target", ["results.jsonl", "run.json"])
+@pytest.mark.parametrize("how", ["delete", "truncate", "append", "replace", "overwrite"])
+def test_store_notices_tampering_and_rewrites_from_its_own_copy(tmp_path, target, how):
+    from harness.store import RunStore
+    other = tmp_path / "other-run"
+    other.mkdir()
+    (other / "results.jsonl").write_text("not ours\n")
+    warnings: list[str] = []
+    store = RunStore.create(tmp_path, {"config": {"trials": 1}}, warnings.append)
+    store.append(_record(0))
+    store.append(_record(1))
+    _tamper(store.dir / target, how)
+    store.append(_record(2))
+    store.update_metadata(finished_at="now")
+    store.finish()
+    assert len(warnings) >= 1 and all("\n" not in w for w in warnings)
+    assert f"{store.dir / target}: " in warnings[0] and "during the run" in warnings[0]
+    assert [r["solution"] for r in lines_of(store.results_path)] == [f"level1/001_x/c{i}" for i in range(3)]
+    meta = json.loads(store.run_json.read_text())
+    assert meta["config"] == {"trials": 1} and meta["finished_at"] == "now"
+    assert (other / "results.jsonl").read_text() == "not ours\n"                   # other runs: never touched
+    assert store.records() == lines_of(store.results_path)
+
+
+def test_store_without_tampering_says_nothing(tmp_path):
+    from harness.store import RunStore
+    warnings: list[str] = []
+    store = RunStore.create(tmp_path, {"config": {}}, warnings.append)
+    for i in range(3):
+        store.append(_record(i))
+        store.update_metadata(step=i)
+    store.finish()
+    assert warnings == [] and len(lines_of(store.results_path)) == 3
+
+
+def test_results_deleted_during_a_real_run_are_written_again(tmp_path, cache):
+    config = example_config(tmp_path, cache)
+    args = [sys.executable, str(REPO / "run_eval.py"), "--config", str(config), "--problem", "*001*"]
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 600
+    deleted = False
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list((tmp_path / "results").glob("*/results.jsonl"))
+        if found and found[0].read_text().strip():
+            found[0].unlink()
+            (found[0].parent / "run.json").unlink()
+            deleted = True
+            break
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=600)
+    assert deleted and proc.returncode == 0, err
+    (run_dir,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
+    assert len(set(keys_of(lines_of(run_dir / "results.jsonl")))) == 2
+    assert json.loads((run_dir / "run.json").read_text())["finished_at"]
+    assert "results.jsonl: was deleted during the run" in err and "run.json: was deleted during the run" in err
+
+
+def test_report_skips_a_garbage_line_with_a_warning(example_run, tmp_path):
+    run_dir = copy_run(example_run[0], tmp_path)
+    results = run_dir / "results.jsonl"
+    lines = results.read_text().splitlines(keepends=True)
+    results.write_text("".join(lines[:2]) + "}{ garbage\n" + "".join(lines[2:]))
+    done = run_cli("report", run_dir.name, "--output-dir", str(run_dir.parent))
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.strip()]
+    assert warnings == [f"warning: {results}:3: not a JSON line; skipped"]
+    assert "pairs 6, correct 6" in done.stdout
+
+
+# --- 5. bad inputs: one line, exit 2, the right culprit -------------------------------------------------------
+
+BAD_FILES = {
+    "nonutf8.yaml": b"trials: 3\n\xff\xfe\n",
+    "unknown.yaml": b"device: cpu\ntrails: 5\n",
+    "timing5.yaml": b"timing: 5\n",
+    "list.yaml": b"- a\n- b\n",
+    "samples0.yaml": b"timing:\n  samples: 0\n",
+    "seedtrue.yaml": b"seed: true\n",
+}
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--samples", "-1"], "error: --samples: must be at least 1, got -1"),
+    (["--gpus", "x"], "error: --gpus: must be GPU indices like 0,1, got 'x'"),
+    (["--timeout", "-5"], "error: --timeout: must be positive, got -5.0"),
+    (["--jobs", "-1"], "error: --jobs: must be 0 (all cores) or more, got -1"),
+    (["--trials", "0"], "error: --trials: must be at least 1, got 0"),
+    (["--seed", "-1"], "error: --seed: must be between 0 and 2**31 - 1, got -1"),
+    (["--target-rel-ci", "2"], "error: --target-rel-ci: must be between 0 and 1, got 2.0"),
+    (["--compile-modes", "bogus"], "error: --compile-modes: must be a list of"),
+    (["--trails", "5"], "error: unrecognized arguments: --trails 5"),
+    (["--config", "{tmp}/nonutf8.yaml"], "nonutf8.yaml: not a UTF-8 text file (byte 10: 0xff)"),
+    (["--config", "{tmp}/unknown.yaml"], "unknown.yaml: unknown config key 'trails'"),
+    (["--config", "{tmp}/timing5.yaml"], "timing5.yaml: 'timing' must be a mapping, got int"),
+    (["--config", "{tmp}/list.yaml"], "list.yaml: config must be a mapping of keys to values, got list"),
+    (["--config", "{tmp}/samples0.yaml"], "samples0.yaml: 'timing.samples' must be at least 1"),
+    (["--config", "{tmp}/seedtrue.yaml"], "seedtrue.yaml: 'seed' must be an integer or null, got True"),
+    (["--problems-dir", "{tmp}/empty/problems"], "empty/problems: no problem files here"),
+    (["--solutions-dir", "{tmp}/empty/solutions"], "empty/solutions: no candidate files here"),
+    (["--solutions-dir", "{tmp}/nowhere"], "nowhere: solutions directory does not exist"),
+    (["--level", "9"], "error: --level: no level '9'; levels here: level1, level2, level3"),
+    (["--problem", "*foo*"], "error: --problem '*foo*' matches no problem in problems ("),
+    (["--candidate", "zzz"], "error: --candidate 'zzz' matches no candidate of the selected problems"),
+    (["--resume", "no-such-run"], "no-such-run: no such run (no run.json)"),
+    (["--resume", "../etc"], "error: '../etc' is not a run id"),
+    (["--resume", "broken"], "broken/run.json: unreadable"),
+    (["--resume", "listjson"], "listjson/run.json: not a run.json (a JSON object), got list"),
+    (["--output-dir", "{tmp}/a-file"], "a-file: cannot create a run folder there"),
+    (["report", "{tmp}/x"], "is not a run id"),
+])
+def test_bad_input_gives_one_line_and_exit_2(tmp_path, args, words):
+    for name, data in BAD_FILES.items():
+        (tmp_path / name).write_bytes(data)
+    for sub in ("empty/problems", "empty/solutions", "results/broken", "results/listjson"):
+        (tmp_path / sub).mkdir(parents=True)
+    (tmp_path / "results/broken/run.json").write_text("{oops")
+    (tmp_path / "results/listjson/run.json").write_text("[]")
+    (tmp_path / "a-file").write_text("")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if "--output-dir" not in args:
+        args += ["--output-dir", str(tmp_path / "results")]
+    done = run_cli(*args)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert words in lines[0] and lines[0].startswith("error: ")
+
+
+@pytest.mark.skipif(cuda_available(), reason="needs a machine without a GPU")
+def test_gpus_on_a_machine_without_a_gpu_is_an_error_not_a_cpu_run(tmp_path):
+    done = run_cli("--gpus", "0,1", "--output-dir", str(tmp_path))
+    assert done.returncode == 2 and "--gpus 0,1: no GPU here" in done.stderr
+    assert not list(tmp_path.iterdir())                                              # no run folder left behind
+
+
+def test_flag_errors_blame_the_flag_not_the_config_file(tmp_path):
+    from harness.config import load_config
+    from harness.errors import UsageError
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("trials: 2\n")
+    with pytest.raises(UsageError, match=r"^--samples: must be at least 1, got -1$"):
+        load_config(cfg, {"timing": {"samples": -1}}, {"timing.samples": "--samples"})
+    cfg.write_text("trials: 0\n")
+    with pytest.raises(UsageError, match=rf"^{re.escape(str(cfg))}: 'trials' must be at least 1$"):
+        load_config(cfg, {"jobs": 2})
+    assert load_config(cfg, {"trials": 4}).trials == 4                              # a flag may fix the file

@@ -1,0 +1,320 @@
+"""Nothing lost, nothing left behind: no worker or descendant outlives its run (even a SIGKILLed one), pause/resume
+reach escaped descendants, memory caps end in `oom` records, logs stay bounded, Ctrl-C does not wait for builds,
+lint shows progress."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, REPO, json_records, run_dirs, write_config
+
+ORPHANS = FIXTURES / "orphans"
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process containment is Linux-only")
+
+
+# ---------------------------------------------------------------- looking at /proc
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _state(pid: int) -> str | None:
+    data = _read(f"/proc/{pid}/stat")
+    return data[data.rfind(b")") + 2:].split()[0].decode() if data else None
+
+
+def _utime(pid: int) -> int:
+    data = _read(f"/proc/{pid}/stat")
+    return int(data[data.rfind(b")") + 2:].split()[11])
+
+
+def _alive(pid: int) -> bool:
+    return _state(pid) not in (None, "Z", "X")
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else []:
+        out += [int(x) for x in _read(f"/proc/{pid}/task/{tid}/children").split()]
+    return out
+
+
+def _pipe_bytes(pid: int, fd: int) -> int:
+    """Bytes waiting in a pipe another process reads from (FIONREAD on its /proc fd link)."""
+    try:
+        ours = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return 0
+    try:
+        return struct.unpack("i", fcntl.ioctl(ours, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except OSError:
+        return 0
+    finally:
+        os.close(ours)
+
+
+def _ours(run_tag: str) -> list[tuple[int, str]]:
+    """Live processes of a run: its KB_WORKER_TAG in the environment, or (the double-forked grandchild that
+    cleared its environment) in the command line."""
+    needle = f"{run_tag}.".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        pid = int(name)
+        env = _read(f"/proc/{pid}/environ")
+        cmd = _read(f"/proc/{pid}/cmdline")
+        if (b"KB_WORKER_TAG=" + needle in env or b"kb-orphan-marker=" + needle in cmd) and _alive(pid):
+            found.append((pid, cmd.replace(b"\0", b" ").decode(errors="replace")[:200]))
+    return found
+
+
+def _wait_none_left(run_tag: str, pids: list[int], seconds: float) -> list:
+    deadline = time.monotonic() + seconds
+    while True:
+        left = _ours(run_tag) + [(p, "pid file") for p in pids if _alive(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+def _pidfiles(folder: Path, pattern: str = "kb-orphan-*.pid") -> dict[str, int]:
+    return {p.name: int(p.read_text()) for p in folder.glob(pattern) if p.read_text().strip()}
+
+
+def _start(tmp: Path, run_tag: str, *args: str, **config) -> tuple[subprocess.Popen, Path]:
+    pids = tmp / "pids"
+    pids.mkdir(exist_ok=True)
+    cfg = write_config(tmp, ORPHANS, **config)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "KB_RUN_TAG": run_tag, "TMPDIR": str(pids)}
+    proc = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "--config", str(cfg), *args], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    return proc, pids
+
+
+def _tag() -> str:
+    return f"kbtest{secrets.token_hex(4)}"
+
+
+# ---------------------------------------------------------------- a whole run: no orphans, bounded logs
+
+@pytest.fixture(scope="module")
+def orphan_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("orphans")
+    tag = _tag()
+    proc, pids = _start(tmp, tag, "--json", "--problem", "*001*", "--timeout", "120", jobs=2)
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    return tmp, tag, pids, json_records(out)
+
+
+def test_run_leaves_no_descendant_behind(orphan_run):
+    tmp, tag, pids, records = orphan_run
+    assert {r: records[r]["status"] for r in records} == {"setsid_sleeper": "ok", "double_fork": "ok",
+                                                          "chatty": "ok"}
+    escaped = _pidfiles(pids)
+    # each escape ran twice: at import in the build worker and in the candidate worker
+    assert {name.rsplit("-", 1)[0] for name in escaped} == {
+        "kb-orphan-setsid-build", "kb-orphan-setsid-candidate", "kb-orphan-double-build", "kb-orphan-double-candidate"}
+    left = _wait_none_left(tag, list(escaped.values()), 0.0)       # at once: the run itself cleaned up
+    assert not left, f"left behind: {left}"
+
+
+def test_logs_are_capped(orphan_run):
+    from harness.procs import LOG_CAP_BYTES
+    tmp, _, _, _ = orphan_run
+    (run_dir,) = run_dirs(tmp)
+    log = run_dir / "logs" / "level1__001_linear_relu__chatty.log"
+    build_logs = [p for p in (tmp / "cache" / "builds").glob("*/build.log") if b"kb-chatty" in p.read_bytes()[:100]]
+    assert len(build_logs) == 1
+    for path in (log, build_logs[0]):
+        data = path.read_bytes()
+        assert len(data) <= LOG_CAP_BYTES + 4096, (path, len(data))       # 100 MiB were written
+        assert b"kb-chatty-last-line" in data                               # the tail is kept ...
+        assert data.startswith(b"kb-chatty-output")                         # ... and the head
+        assert b"bytes of output dropped here" in data
+
+
+# ---------------------------------------------------------------- the parent SIGKILLed at the worst moment
+
+@pytest.mark.parametrize("moment", ["candidate worker just started", "candidate's setsid grandchild running"])
+def test_killed_parent_leaves_nothing(tmp_path, moment):
+    """The candidate spins at import in its worker (after starting a setsid grandchild): a worker that missed its
+    parent's death would spin forever."""
+    tag = _tag()
+    proc, pids = _start(tmp_path, tag, "--problem", "*004*", "--timeout", "120", spare_workers="on")
+    deadline = time.monotonic() + 300
+    hit = None
+    while hit is None and time.monotonic() < deadline and proc.poll() is None:
+        if moment.startswith("candidate worker"):
+            # the worst moment: its job is in its command pipe, and it is still starting (not yet reading it)
+            for child in _children(proc.pid):
+                argv = _read(f"/proc/{child}/cmdline").split(b"\0")
+                if argv[2:4] == [b"harness.workers", b"candidate"] and _pipe_bytes(child, int(argv[4])) > 0:
+                    hit = child
+                    break
+            else:
+                time.sleep(0.0005)
+        else:
+            found = [p for name, p in _pidfiles(pids).items() if "-candidate-" in name]
+            hit = found[0] if found else None
+            time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)                  # the parent only, not its group
+    proc.wait()
+    assert hit is not None, "never reached the moment"
+    left = _wait_none_left(tag, list(_pidfiles(pids).values()) + [hit], 10.0)
+    assert not left, f"left behind after the parent died: {left}"
+
+
+# ---------------------------------------------------------------- pause / resume
+
+def test_pause_and_resume_reach_a_setsid_grandchild(tmp_path):
+    from harness import procs
+    env = procs.worker_env({"KB_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path)})
+    worker = procs.Worker("build", env, tmp_path / "worker.log")
+    try:
+        time.sleep(0.5)
+        costs = []
+        for _ in range(200):                           # no children yet: the cheap path
+            t0 = time.perf_counter()
+            worker.pause()
+            costs.append(time.perf_counter() - t0)
+            worker.resume()
+        assert statistics.median(costs) < 1e-3, f"pause() took {statistics.median(costs) * 1e6:.0f} us"
+        worker.send({"candidate_path": str(ORPHANS / "spin_child.py"),
+                     "problem_path": str(ORPHANS / "problems" / "level1" / "001_linear_relu.py"),
+                     "device_kind": "cpu", "seed": 0})
+        pidfile = tmp_path / "kb-spin-child.pid"
+        deadline = time.monotonic() + 60
+        while not pidfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        grandchild = int(pidfile.read_text())
+        assert os.getsid(grandchild) != os.getsid(worker.proc.pid)   # out of the worker's session and group
+        time.sleep(0.3)
+        worker.pause()
+        time.sleep(0.1)
+        assert _state(worker.proc.pid) == "T" and _state(grandchild) == "T"
+        before = _utime(grandchild), _utime(worker.proc.pid)
+        time.sleep(0.5)
+        assert (_utime(grandchild), _utime(worker.proc.pid)) == before     # no CPU time while paused
+        worker.resume()
+        time.sleep(0.5)
+        assert _state(worker.proc.pid) in ("R", "S") and _state(grandchild) in ("R", "S")
+        assert _utime(grandchild) > before[0]
+        worker.pause()
+        t0 = time.perf_counter()
+        worker.kill()                                  # a paused worker and its grandchild die too
+        assert time.perf_counter() - t0 < 5
+        assert not _alive(grandchild) and not worker.alive()
+    finally:
+        worker.kill()
+        worker.close()
+
+
+def test_untagged_escapee_of_a_worker_is_killed(tmp_path):
+    """A descendant that cleared its environment and escaped the worker's tree lands on the parent (a subreaper);
+    closing the worker kills it."""
+    from harness import procs
+    env = procs.worker_env({"KB_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path)})
+    worker = procs.Worker("build", env, tmp_path / "worker.log")
+    try:
+        worker.send({"candidate_path": str(ORPHANS / "escape_untagged.py"),
+                     "problem_path": str(ORPHANS / "problems" / "level1" / "001_linear_relu.py"),
+                     "device_kind": "cpu", "seed": 0})
+        assert worker.recv(time.monotonic() + 60)["kind"] == "built"
+        escapee = int((tmp_path / "kb-escapee.pid").read_text())
+        assert b"KB_WORKER_TAG" not in _read(f"/proc/{escapee}/environ") and _alive(escapee)
+    finally:
+        worker.close()
+    deadline = time.monotonic() + 2
+    while _alive(escapee) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(escapee)
+
+
+# ---------------------------------------------------------------- memory
+
+def test_run_out_of_memory_is_an_oom_record(tmp_path):
+    proc, _ = _start(tmp_path, _tag(), "--json", "--problem", "*003*", worker_memory_gb=1)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    record = json_records(out)["plain"]
+    assert record["status"] == "oom", record["error"]
+    assert "reference forward" in record["error"] and "allocate" in record["error"]
+    assert "SIGKILL" not in record["error"]
+
+
+def test_lint_out_of_memory_is_oom_and_shows_progress(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("worker_memory_gb: 1\n")
+    done = subprocess.run([sys.executable, str(REPO / "run_eval.py"), "lint", "--config", str(config),
+                           "--problems-dir", str(ORPHANS / "problems"), "--problem", "*00[13]*", "--device", "cpu",
+                           "--output-dir", str(tmp_path), "--json"], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    results = {json.loads(l)["problem"].split("/")[1]: json.loads(l) for l in done.stdout.splitlines()}
+    big = results["003_big_output"]
+    assert big["verdict"] == "oom", big
+    assert big["reasons"][0].startswith("oom: out of memory during forward") and "SIGKILL" not in big["reasons"][0]
+    assert results["001_linear_relu"]["verdict"] == "ok"                  # a 1 GB cap leaves room for torch
+    assert "lint" in done.stderr and "2/2" in done.stderr and "ETA" in done.stderr      # the progress bar
+
+
+def test_death_after_an_allocation_failure_is_oom(tmp_path):
+    """A worker that dies of a failed allocation it could not handle (std::bad_alloc, then abort) is `oom`."""
+    from harness import procs
+    script = tmp_path / "bad_alloc.py"
+    script.write_text("import os, sys\nprint(\"terminate called after throwing an instance of 'std::bad_alloc'\")\n"
+                      "sys.stdout.flush()\nos.abort()\n")
+    worker = procs.Worker("build", procs.worker_env({"KB_DEVICE": "cpu"}), tmp_path / "worker.log")
+    try:
+        worker.send({"candidate_path": str(script), "problem_path": str(script), "device_kind": "cpu", "seed": 0})
+        with pytest.raises(procs.WorkerExit) as exc:
+            worker.recv(time.monotonic() + 60)
+        assert exc.value.kind == "oom" and "SIGABRT" in exc.value.detail
+    finally:
+        worker.close()
+
+
+# ---------------------------------------------------------------- Ctrl-C during the build
+
+def test_ctrl_c_during_builds_ends_at_once(tmp_path):
+    tag = _tag()
+    proc, _ = _start(tmp_path, tag, "--problem", "*002*", jobs=2)
+    deadline = time.monotonic() + 120
+    builds: list[int] = []
+    while time.monotonic() < deadline and len(builds) < 2:
+        builds = [c for c in _children(proc.pid) if b"harness.workers\0build" in _read(f"/proc/{c}/cmdline")]
+        time.sleep(0.05)
+    assert len(builds) == 2, "two build workers never ran"
+    time.sleep(3)                                      # both inside their 60 s import
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 130
+    assert elapsed < 5, f"Ctrl-C took {elapsed:.1f} s"
+    left = _wait_none_left(tag, builds, 2.0)
+    assert not left, f"left behind: {left}"
+    assert not list((tmp_path / "cache" / "builds").glob("*/build.json"))   # nothing recorded as built
