@@ -141,7 +141,7 @@ def cmd_calibrate(argv: list[str]) -> int:
     p.prog = "run_eval.py calibrate"
     p.description = ("The A/A test: every selected problem's own Model, as the candidate `class ModelNew(Model): "
                      "pass`, through the full candidate path against the reference. Prints each speedup with its "
-                     "95%% CI and writes <output-dir>/calibrate-<run-id>.json. torch.compile baselines are off "
+                     "95% CI and writes <output-dir>/calibrate-<run-id>.json. torch.compile baselines are off "
                      "unless --compile-modes is given.")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when any problem reads outside 1 +/- target_rel_ci or its CI excludes 1.0")
