@@ -8,9 +8,10 @@
 #   suite:     `run_eval.py` over every shipped candidate on every GPU (COMPILE=none|default|... for the
 #              torch.compile baselines; default: default mode only, to bound the time)
 #   spread:    A/A of two problems calibrated REPEAT times each (fresh process pairs), beside two GPU tests
+#   placement: benchmarks/placement.py on four problems whose A/A moved between process pairs
 #   tests:     the GPU-marked tests alone
 # Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out.
-#   usage: bash scripts/gpu_check.sh [smoke|validate|calibrate|suite|spread|tests]
+#   usage: bash scripts/gpu_check.sh [smoke|validate|calibrate|suite|spread|placement|tests]
 set -uo pipefail
 phase=${1:-smoke}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -98,6 +99,15 @@ spread)
         --output-dir "$out/spread" --level level3 --problem '*009_gru' 2>&1 | grep "level3/"; done
     wait
     cat "$out/spread_024.txt"
+    ;;
+placement)
+    echo "== does memory placement move a call's time? (benchmarks/placement.py; GPU 0 and GPU $last)"
+    (for p in problems/level2/024_conv2d_batchnorm_relu.py problems/level2/012_gemm_bias_leakyrelu_gelu.py; do
+        echo "-- $p"; CUDA_VISIBLE_DEVICES=$last timeout 200 python benchmarks/placement.py "$p"; done > "$out/placement_b.txt" 2>&1) &
+    for p in problems/level3/009_gru.py problems/level3/010_lstm_last_hidden.py; do
+        echo "-- $p"; CUDA_VISIBLE_DEVICES=0 timeout 200 python benchmarks/placement.py "$p"; done 2>&1
+    wait
+    cat "$out/placement_b.txt"
     ;;
 tests)
     timeout 560 python -m pytest -q -m gpu tests/ 2>&1 | tail -n 40
