@@ -18,6 +18,7 @@ from typing import Callable
 
 from .discover import Pair
 from .procs import Worker, WorkerExit, worker_env
+from .signing import RunKey
 
 BUILD_FORMAT = 2        # bump when the build recipe below changes, to invalidate every cached build
 
@@ -45,10 +46,17 @@ class BuildResult:
     key: str = ""
     build_dir: str = ""
     candidate_path: str = ""        # the file the execute worker imports
+    sandbox: dict | None = None     # what confined the build worker (harness.sandbox's report)
 
     def record(self) -> dict:
         return {"status": self.status, "cached": self.cached, "seconds": self.seconds, "key": self.key,
-                "extensions": self.extensions, "compiler_output": self.compiler_output}
+                "extensions": self.extensions, "compiler_output": self.compiler_output, "sandbox": self.sandbox}
+
+
+def _report(message: dict) -> dict | None:
+    """The sandbox report a worker's first message carries (a dict, or None)."""
+    report = message.get("sandbox")
+    return report if isinstance(report, dict) else None
 
 
 def build_key(source: str, toolchain: Toolchain) -> str:
@@ -146,7 +154,8 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
         if live is not None:
             live.add(worker)
         worker.send({"candidate_path": str(candidate_path), "problem_path": str(pair.problem.path.resolve()),
-                     "device_kind": toolchain.device_kind, "seed": seed})
+                     "device_kind": toolchain.device_kind, "seed": seed,
+                     "hide": [str(RunKey.keys_dir(root.parent))]})     # root: <cache_dir>/builds
         message = worker.recv(time.monotonic() + timeout)
     except WorkerExit as exc:
         _remove_stale_locks(build_dir)
@@ -162,7 +171,7 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
         worker.close()
     result = BuildResult(status=message.get("status", "crashed"), error=message.get("error"),
                          compiler_output=message.get("compiler_output"), extensions=message.get("extensions", []),
-                         seconds=round(time.monotonic() - started, 3), **base)
+                         seconds=round(time.monotonic() - started, 3), sandbox=_report(message), **base)
     if result.status in ("built", "compile_error", "skipped"):
         saved = {k: v for k, v in asdict(result).items() if k not in base and k != "cached"}
         tmp = marker.with_suffix(".tmp")

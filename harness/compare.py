@@ -231,8 +231,13 @@ def resolve_run(spec: str, output_dir: Path) -> Path:
 
 
 def load_run(spec: str, output_dir: Path) -> tuple[str, list[dict[str, Any]]]:
+    return load_results(resolve_run(spec, output_dir))
+
+
+def load_results(path: Path) -> tuple[str, list[dict[str, Any]]]:
+    """(run name, records) of a results.jsonl, through the store's one reader: lines are verified with the run's
+    key, and a line that fails, or a second line for a pair, is named in a warning and left out."""
     from .store import read_records
-    path = resolve_run(spec, output_dir)
     return path.parent.name, list(read_records(path))
 
 
@@ -270,8 +275,8 @@ def cmd_compare(argv: list[str]) -> int:
     if args.config is not None and not args.config.is_file():
         raise UsageError(f"{args.config}: no such config file")
     output_dir = Path(args.output_dir or _config_output_dir(args.config))
-    name_a, records_a = load_run(args.run_a, output_dir)
-    name_b, records_b = load_run(args.run_b, output_dir)
+    paths = [resolve_run(spec, output_dir) for spec in (args.run_a, args.run_b)]     # both found before either is read
+    (name_a, records_a), (name_b, records_b) = map(load_results, paths)
     rows = compare_runs(records_a, records_b, args.tolerance)
     if args.json:
         for r in rows:

@@ -6,14 +6,14 @@ import math
 from typing import Any
 
 from .interleave import CANDIDATE, Collected
-from .paired import Interference
+from .paired import Consistency, Interference
 from .records import add_flag
 
 FLAG_DETAILS = {
     "mutates_inputs": "the candidate changed its input tensors",
     "unsynchronized_work": "outputs kept changing after the call returned and the device was idle",
     "output_not_plain_tensor": "the call returned a tensor subclass or lazy object, not a plain tensor",
-    "tampered_timer": "candidate code replaced clock functions",
+    "tampered_timer": "candidate code replaced clock or harness functions",
 }
 
 
@@ -87,6 +87,11 @@ def check_timed_outputs(out: Collected, atol: float, rtol: float) -> tuple[int, 
     return checked, None
 
 
+def flag_inconsistent(record: dict[str, Any], found: Consistency) -> None:
+    if found.found:
+        flag(record, "timing_inconsistent", found.detail())
+
+
 def flag_interference(record: dict[str, Any], found: Interference) -> None:
     if found.found:
         flag(record, "interference", found.detail())
@@ -99,6 +104,28 @@ def check_kernels(record: dict[str, Any], profile: Any) -> None:
     if not profile.get("custom_kernels"):
         flag(record, "no_custom_kernel",
              "no GPU kernel from the candidate's own extension or Triton kernels ran during a profiled call")
+
+
+PRECISION_FACTOR = 64         # the most a candidate's float64 error may exceed eager fp32's (README, Hardening)
+FP32_EPS = 2.0 ** -23
+
+
+def check_precision(record: dict[str, Any], info: dict[str, Any]) -> None:
+    """`reduced_precision` for an fp32 problem that does not allow TF32, when the candidate's error against the
+    float64 reference (trial 0) is more than PRECISION_FACTOR times eager fp32's own error (or, where eager is
+    exact, than that many fp32 roundings of the output's largest value): TF32 (~2^13 times fp32's error), bf16
+    or fp16 arithmetic hidden inside a loose tolerance. An honest fp32 kernel that sums in another order stays
+    well inside the factor."""
+    corr = record.get("correctness") or {}
+    cand, eager = _number(corr.get("fp64_max_abs_err")), _number(corr.get("fp64_reference_max_abs_err"))
+    scale = _number(info.get("fp64_output_scale"))
+    if info.get("dtype") != "float32" or info.get("allow_tf32") or cand is None or eager is None:
+        return
+    floor = max(eager, (scale or 0.0) * FP32_EPS)
+    if floor > 0 and cand > PRECISION_FACTOR * floor:
+        flag(record, "reduced_precision",
+             f"its error against float64 ({cand:.3g}) is {cand / floor:.0f}x eager fp32's ({floor:.3g}); an fp32 "
+             f"problem without ALLOW_TF32 allows at most {PRECISION_FACTOR}x")
 
 
 def check_physics(record: dict[str, Any], work: Any, ceilings: dict[str, float]) -> None:

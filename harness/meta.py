@@ -9,6 +9,7 @@ import subprocess
 import sys
 from typing import Any
 
+from . import sandbox
 from .procs import REPO_ROOT
 
 
@@ -57,4 +58,5 @@ def collect(argv: list[str], gpu_list: list[dict[str, Any]]) -> dict[str, Any]:
         "gpus": gpu_list,
         "gpu_count": len(gpu_list),
         "driver": gpu_list[0]["driver"] if gpu_list else None,
+        "sandbox": sandbox.describe(),          # what confines the workers that run candidate code, here
     }

@@ -27,7 +27,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # Variables a worker inherits; everything else in the parent's environment stays behind.
 ENV_WHITELIST = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
                  "CC", "CXX", "NVCC", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
-                 "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONHOME")
+                 "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONHOME",
+                 "KB_SANDBOX")      # harness.sandbox's mode (auto, off, require), read by the worker it confines
 
 
 # The same heap behaviour in every worker, whatever its history. glibc's mmap threshold is otherwise dynamic: it

@@ -13,7 +13,8 @@ STATUSES = ("ok", "incorrect", "compile_error", "load_error", "runtime_error", "
 # Flags that mean the output or the timing cannot be trusted: a pair carrying one is `invalid`, not `ok`, and
 # stays out of fast_p and the geometric mean. Other flags (no_custom_kernel, degenerate_problem) only warn.
 INVALIDATING_FLAGS = ("mutates_inputs", "output_changed_under_timing", "unsynchronized_work", "tampered_timer",
-                      "faster_than_physics", "output_not_plain_tensor", "interference")
+                      "faster_than_physics", "output_not_plain_tensor", "interference",
+                      "reduced_precision", "timing_inconsistent")
 
 REQUIRED_FIELDS = ("schema_version", "problem", "solution", "status", "correct", "flags", "error", "speedup",
                    "device")
@@ -40,6 +41,7 @@ def new_record(problem: str, solution: str, device: str, run_id: str) -> dict[st
         "correctness": None,
         "timing": None,
         "worker": None,
+        "sandbox": None,
         "started_at": now(),
         "finished_at": None,
     }

@@ -1,7 +1,8 @@
 """--resume RUN_ID: a run goes on with the configuration and the selection it recorded in run.json ("config",
 "selection"), never with today's config.yaml or flags. Flags that only say where and how the work is spread
 (--output-dir, --jobs, --gpus, --timeout, --json, --config) may be given; any other flag that differs from what the
-run recorded is refused, because the records would no longer measure one thing."""
+run recorded is refused, because the records would no longer measure one thing. New lines are signed with the run's
+own key, read back from the key file run.json names; a run whose key file is gone cannot be resumed (exit 2)."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +11,7 @@ from typing import Any, Callable
 
 from .config import Config, config_from_dict, config_to_dict, flatten, load_config, merge_overrides
 from .errors import InputError, UsageError
+from .signing import key_to_resume
 
 FREE_FLAGS = ("resume", "output_dir", "json", "config", "jobs", "gpus", "timeout", "strict", "help")
 RUNTIME_KEYS = ("output_dir", "jobs", "gpus", "timeout")
@@ -62,6 +64,7 @@ def resumed_config(args: argparse.Namespace, parser: argparse.ArgumentParser, ov
     recorded = meta.get("config")
     if not isinstance(recorded, dict):
         raise InputError(f"{store.run_json}: no recorded \"config\"; this run cannot be resumed")
+    key_to_resume(meta, store.run_json)                     # new lines are signed with the run's own key
     base = config_from_dict(recorded, f"{store.run_json} (recorded config)")
     selection = meta.get("selection")
     if not isinstance(selection, dict):                     # a run recorded before "selection" existed

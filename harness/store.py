@@ -1,9 +1,13 @@
 """Stage 6, store: <output-dir>/<run-id>/run.json (metadata, written atomically) and results.jsonl (one line per
 pair, appended and fsync'ed as each pair ends, so a killed run loses nothing it finished). The parent keeps its own
-copy of both and writes them again if anyone else deletes, truncates or appends to them during the run."""
+copy of both and writes them again if anyone else deletes, truncates or appends to them during the run. Each line
+is signed with the run's key (harness/signing.py), which only the parent holds; `check_lines` is the one reader
+of results.jsonl (report, compare, --resume): it skips, naming file:line, a line that is not a record, not signed
+by the run, or a second line for the same (problem, solution)."""
 from __future__ import annotations
 
 import datetime as _dt
+import enum
 import hashlib
 import json
 import os
@@ -14,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import SCHEMA_VERSION
+from . import SCHEMA_VERSION, signing
 from .errors import InputError, UsageError
 from .channel import clean_json
 from .records import check_record
+from .signing import KeyLookup, RunKey, Verdict
 
 
 def new_run_id() -> str:
@@ -87,6 +92,7 @@ class RunStore:
         self._meta: dict[str, Any] | None = None
         self._results_mark: FileMark | None = None
         self._meta_mark: FileMark | None = None
+        self._key: RunKey | None = None             # the run's signing key (writing stores only)
 
     @classmethod
     def create(cls, output_dir: Path, metadata: dict[str, Any],
@@ -97,7 +103,14 @@ class RunStore:
             (store.dir / "logs").mkdir()
         except OSError as exc:
             raise UsageError(f"output_dir {output_dir}: cannot create a run folder there: {exc.strerror}") from None
-        store._meta = {"schema_version": SCHEMA_VERSION, "run_id": store.run_id, **metadata}
+        try:
+            store._key = RunKey.create(_cache_dir(metadata), store.run_id)
+        except UsageError:
+            (store.dir / "logs").rmdir()                    # the empty folder made just now
+            store.dir.rmdir()
+            raise
+        store._meta = {"schema_version": SCHEMA_VERSION, "run_id": store.run_id, **metadata,
+                       "signing": store._key.record()}
         store._lines = []
         store._write_meta()
         store._write_results()
@@ -117,10 +130,13 @@ class RunStore:
     @classmethod
     def resume(cls, output_dir: Path, run_id: str, warn: Callable[[str], None] | None = None) -> "RunStore":
         """A past run, to continue: its run.json and results.jsonl are taken into memory; a torn last line (a run
-        killed mid-write) is cut away, so its pair runs again and the next record starts on a line of its own."""
+        killed mid-write) is cut away, so its pair runs again and the next record starts on a line of its own. New
+        lines are signed with the run's own key; a line it does not verify, or a second line for a pair, is removed
+        (KeyFileError, exit 2, when the key file is gone)."""
         store = cls.open(output_dir, run_id)
         store.warn = warn or _stderr_warn
         store._meta = store.metadata()
+        store._key = signing.key_to_resume(store._meta, store.run_json)
         data = original = store.results_path.read_bytes()
         if data and not data.endswith(b"\n"):
             cut = data.rfind(b"\n") + 1
@@ -132,9 +148,18 @@ class RunStore:
                 data = data[:cut]
             else:
                 data += b"\n"
-        store._lines = data.splitlines(keepends=True)
-        store._records = [r for r, _ in _good_records(store._lines, store.results_path, store.warn)]
-        if data != original:
+        lines = data.splitlines(keepends=True)
+        checked = check_lines(lines, KeyLookup(store._key))
+        removed = set()
+        for issue in checked.issues:
+            if issue.kind is Issue.NOT_A_RECORD:
+                store.warn(f"{store.results_path}:{issue.number}: {issue.why}; skipped")
+            else:
+                store.warn(f"{store.results_path}:{issue.number}: {issue.why}; removed")
+                removed.add(issue.number)
+        store._lines = [line for number, line in enumerate(lines, 1) if number not in removed]
+        store._records = [r for r, _ in checked.records]
+        if data != original or removed:
             store._write_results()
         store._results_mark = FileMark.of(store.results_path, full=False)
         store._meta_mark = FileMark.of(store.run_json)
@@ -160,10 +185,10 @@ class RunStore:
             self._write_meta()
 
     def append(self, record: dict[str, Any]) -> None:
-        line = (json.dumps(clean_json(record), default=str, allow_nan=False) + "\n").encode()
+        if self._lines is None or self._key is None:
+            raise RuntimeError("append on a store opened for reading")
+        line = signing.signed_line(clean_json(record), self._key)
         with self.lock:
-            if self._lines is None:
-                raise RuntimeError("append on a store opened for reading")
             if self._check(self.results_path, self._results_mark, "results.jsonl", full=False):
                 self._write_results()
             with open(self.results_path, "ab") as f:
@@ -206,8 +231,26 @@ class RunStore:
         if change is None:
             return False
         held = f"the {len(self._records)} records" if name == "results.jsonl" else "the copy"
-        self.warn(f"{path}: {change} during the run; writing it again from {held} this run holds")
+        foreign = self._foreign_note() if name == "results.jsonl" and now is not None else ""
+        self.warn(f"{path}: {change} during the run{foreign}; writing it again from {held} this run holds")
         return True
+
+    def _foreign_note(self) -> str:
+        """" (2 lines not signed by this run: 3, 4)" for the lines of results.jsonl this run's key does not
+        verify, or ""."""
+        try:
+            lines = self.results_path.read_bytes().splitlines()
+        except OSError:
+            return ""
+        foreign = [n for n, line in enumerate(lines, 1) if line.strip() and not self._signed_here(line)]
+        if not foreign:
+            return ""
+        shown = ", ".join(map(str, foreign[:5])) + (", ..." if len(foreign) > 5 else "")
+        return f" ({len(foreign)} line{'s' if len(foreign) > 1 else ''} not signed by this run: {shown})"
+
+    def _signed_here(self, line: bytes) -> bool:
+        record = _parse(line)
+        return record is not None and signing.verify_line(record, self._key) is Verdict.VALID
 
     def _last_line_changed(self) -> str | None:
         last = self._lines[-1]
@@ -248,34 +291,112 @@ def _parse(line: bytes) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
-def _good_records(lines: list[bytes], path: Path,
-                  warn: Callable[[str], None]) -> Iterator[tuple[dict[str, Any], int]]:
-    """(record, line number) for each well-formed line; each other non-blank line is named in one warning and
-    skipped. A torn last line (no newline: a run killed mid-write, or one still writing) is skipped silently."""
+def _cache_dir(metadata: dict[str, Any]) -> str:
+    """Where a new run's key goes: the run's cache_dir (config), else the default."""
+    config = metadata.get("config")
+    cache_dir = config.get("cache_dir") if isinstance(config, dict) else None
+    return cache_dir if isinstance(cache_dir, str) and cache_dir else signing.DEFAULT_CACHE_DIR
+
+
+class Issue(enum.Enum):
+    NOT_A_RECORD = "not a record"           # not JSON, or not a record's shape
+    FOREIGN = "foreign"                     # a record the run's key does not verify
+    DUPLICATE = "duplicate"                 # a second line for a (problem, solution) already read
+
+
+@dataclass(frozen=True)
+class LineIssue:
+    number: int                             # 1-based line number in results.jsonl
+    why: str                                # "bad signature", "unsigned line in a signed run", ...
+    kind: Issue
+
+
+@dataclass(frozen=True)
+class CheckedLines:
+    records: list[tuple[dict[str, Any], int]]       # (record, line number), each pair once
+    issues: list[LineIssue]
+    unverified: str | None                  # why no line could be verified (no key), or None
+
+
+def check_lines(lines: list[bytes], keys: KeyLookup) -> CheckedLines:
+    """The one reader of results.jsonl lines: the records to use, and every other non-blank line with why. A line
+    is used when it is a record, carries the run's signature (or the run has no key to check it with: then
+    `unverified` says why), and is the first valid line for its (problem, solution). A torn last line (no newline:
+    a run killed mid-write, or one still writing) is left out silently."""
+    records: list[tuple[dict[str, Any], int]] = []
+    issues: list[LineIssue] = []
+    first: dict[str, int] = {}
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            if number == len(lines) and not line.endswith(b"\n"):
-                continue
-            warn(f"{path}:{number}: not a JSON line; skipped")
+        record, why = _record_of(line)
+        torn = number == len(lines) and not line.endswith(b"\n") and why == NOT_JSON
+        if record is None:
+            if not torn:
+                issues.append(LineIssue(number, why, Issue.NOT_A_RECORD))
             continue
-        problems = check_record(record)
-        if problems:
-            warn(f"{path}:{number}: bad record ({problems[0]}); skipped")
+        verdict = signing.verify_line(record, keys.key)
+        if verdict in (Verdict.BAD_SIGNATURE, Verdict.UNSIGNED):
+            issues.append(LineIssue(number, verdict.value, Issue.FOREIGN))
             continue
-        yield record, number
+        pair = json.dumps([record["problem"], record["solution"]])
+        if pair in first:
+            issues.append(LineIssue(number, f"a second line for ({record['problem']}, {record['solution']}); "
+                                            f"the first, line {first[pair]}, is kept", Issue.DUPLICATE))
+            continue
+        first[pair] = number
+        records.append((record, number))
+    return CheckedLines(records, issues, _unverified(keys, records))
+
+
+NOT_JSON = "not a JSON line"
+
+
+def _record_of(line: bytes) -> tuple[dict[str, Any] | None, str]:
+    """(record, "") for a well-formed record line, else (None, why)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None, NOT_JSON
+    problems = check_record(record)
+    if problems:
+        return None, f"bad record ({problems[0]})"
+    return record, ""
+
+
+def _unverified(keys: KeyLookup, records: list[tuple[dict[str, Any], int]]) -> str | None:
+    if keys.key is not None or not records:
+        return None
+    if not keys.names_key and any(signing.FIELD in r for r, _ in records):
+        return "its lines carry signatures but its run.json names no signing key"
+    return keys.unverified_because
+
+
+def run_keys(results_path: Path) -> KeyLookup:
+    """The signing key of the run whose results.jsonl this is, from the run.json beside it; never raises."""
+    try:
+        meta = json.loads((results_path.parent / "run.json").read_text())
+    except (OSError, ValueError):
+        meta = None
+    return signing.lookup(meta if isinstance(meta, dict) else None)
 
 
 def read_records(path: Path, warn: Callable[[str], None] | None = None) -> Iterator[dict[str, Any]]:
-    """Records of a results file; a line that is not a record is named in a warning and skipped."""
+    """Records of a results file (report, compare), verified with its run's key: a line that is not a record,
+    not signed by the run, or a second line for a pair is named in a warning (file:line, why) and skipped; a run
+    without a key to verify with (one from before records were signed, or its key file gone) gets a one-line
+    notice that its records are unverified."""
     if not path.is_file():
         raise UsageError(f"{path}: no such results file")
     try:
         lines = path.read_bytes().splitlines(keepends=True)
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
-    for record, _ in _good_records(lines, path, warn or _stderr_warn):
-        yield record
+    warn = warn or _stderr_warn
+    checked = check_lines(lines, run_keys(path))
+    for issue in checked.issues:
+        warn(f"{path}:{issue.number}: {issue.why}; skipped")
+    if checked.unverified:
+        count = len(checked.records)
+        warn(f"{path}: {count} record{'s' if count != 1 else ''} unverified: {checked.unverified}")
+    return iter([record for record, _ in checked.records])

@@ -103,7 +103,9 @@ def _start(tmp: Path, run_tag: str, *args: str, **config) -> tuple[subprocess.Po
     pids = tmp / "pids"
     pids.mkdir(exist_ok=True)
     cfg = write_config(tmp, ORPHANS, **config)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "KB_RUN_TAG": run_tag, "TMPDIR": str(pids)}
+    # KB_SANDBOX=off: the process tree must hold where no sandbox can be applied, and the escapees write their pid
+    # files to $TMPDIR, which a confined worker cannot (test_sandbox covers setsid grandchildren under confinement)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "KB_RUN_TAG": run_tag, "TMPDIR": str(pids), "KB_SANDBOX": "off"}
     proc = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "--config", str(cfg), *args], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -188,7 +190,7 @@ def test_killed_parent_leaves_nothing(tmp_path, moment):
 
 def test_pause_and_resume_reach_a_setsid_grandchild(tmp_path):
     from harness import procs
-    env = procs.worker_env({"KB_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path)})
+    env = procs.worker_env({"KB_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path), "KB_SANDBOX": "off"})
     worker = procs.Worker("build", env, tmp_path / "worker.log")
     try:
         time.sleep(0.5)
@@ -233,7 +235,7 @@ def test_untagged_escapee_of_a_worker_is_killed(tmp_path):
     """A descendant that cleared its environment and escaped the worker's tree lands on the parent (a subreaper);
     closing the worker kills it."""
     from harness import procs
-    env = procs.worker_env({"KB_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path)})
+    env = procs.worker_env({"KB_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path), "KB_SANDBOX": "off"})
     worker = procs.Worker("build", env, tmp_path / "worker.log")
     try:
         worker.send({"candidate_path": str(ORPHANS / "escape_untagged.py"),

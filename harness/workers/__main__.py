@@ -1,12 +1,13 @@
 """Entry point of every worker process: import torch, read the job from the command pipe (with the variables
-that differ per job, such as the candidate's extension folder), run the role, exit hard.
+that differ per job, such as the candidate's extension folder), confine the roles that run candidate code
+(harness.sandbox), run the role, exit hard.
 
 Exiting with os._exit skips candidate atexit handlers and leftover threads: once the role has sent its
 messages, nothing the candidate left behind can run or speak."""
 import os
 import sys
 
-from .. import containment
+from .. import containment, sandbox
 from . import common
 from .common import Conn, describe, tail_traceback
 
@@ -21,11 +22,19 @@ def main(argv: list[str]) -> None:
     common.is_oom = containment.is_memory_error
     role, cmd_fd, res_fd = argv[0], int(argv[1]), int(argv[2])
     conn = Conn(cmd_fd, res_fd)
+    if role in sandbox.ROLES and sandbox.mode() != "off":
+        # The sandbox binds the threads that exist when it is applied and those they start: numpy's OpenBLAS
+        # would otherwise start a thread pool at `import torch`, threads candidate code could later run in.
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     import torch  # noqa: F401 - before the job arrives: a spare worker pays for this while it waits (no CUDA yet)
     job = conn.recv()
     os.environ.update({str(k): str(v) for k, v in (job.pop("env", None) or {}).items()})
     os.environ.setdefault("KB_DEVICE", job.get("device", "cpu"))
     try:
+        if role in sandbox.ROLES:
+            # Confined now that the job has said which folders are its own, before anything of the candidate (or
+            # CUDA) runs; the first message to the parent says what was applied (`sandbox`).
+            _report_with_first_message(conn, sandbox.confine_worker(role, job))
         if role == "build":
             from .build import run
         elif role == "reference":
@@ -45,12 +54,27 @@ def main(argv: list[str]) -> None:
         except OSError:
             pass
     finally:
+        sandbox.cleanup()
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except Exception:                          # noqa: BLE001
                 pass
         os._exit(0)
+
+
+def _report_with_first_message(conn: Conn, report: dict) -> None:
+    """The sandbox's report rides on the worker's first message (`built`, `outputs`, `failed`, `harness_error`);
+    a protection that could not be applied is also said in the log."""
+    if report.get("mode") != "off" and (report.get("error") or not report.get("filesystem")):
+        print(f"kb-harness: sandbox incomplete: {report.get('error')}", file=sys.stderr, flush=True)
+    send = conn.send
+
+    def send_first(kind: str, **payload) -> None:
+        conn.send = send
+        send(kind, sandbox=report, **payload)
+
+    conn.send = send_first
 
 
 if __name__ == "__main__":

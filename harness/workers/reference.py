@@ -53,6 +53,7 @@ def run(conn: Conn, job: dict[str, Any]) -> None:
             info["work"] = _work(model, inputs[0], expected[0])
             expected64 = _float64_reference(model, initial_state, inputs[0])
             info["fp64_reference_max_abs_err"] = _max_abs(expected[0], expected64)
+            info["fp64_output_scale"] = _max_magnitude(expected64)
         else:
             expected64 = None
     except BaseException as exc:                       # noqa: BLE001
@@ -154,6 +155,15 @@ def _float64_reference(model, initial_state, inputs):
         del model64
         return out
     except Exception:                                  # noqa: BLE001 - some ops have no float64 kernel
+        return None
+
+
+def _max_magnitude(outs) -> float | None:
+    """The largest |value| of the float64 outputs (the scale one fp32 rounding error is measured against)."""
+    try:
+        vals = [float(o.abs().max()) for o in outs or [] if o.numel() and o.is_floating_point()]
+        return max(vals) if vals else None
+    except Exception:                                  # noqa: BLE001
         return None
 
 

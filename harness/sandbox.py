@@ -1,0 +1,422 @@
+"""Confinement of the workers that run candidate code (the `build` and `candidate` roles), Linux only.
+
+A confined worker may write only beneath its own folders: the pair's scratch folder (where its output files for
+the reference go), its build folder's extension directory (TORCH_EXTENSIONS_DIR: load_inline compiles and locks
+there), its Triton cache and a private temporary folder (TMPDIR, made inside one of those). Besides those it may
+write existing device files the runtime needs (/dev/null, /dev/zero, /dev/full, /dev/random, /dev/urandom,
+/dev/tty, /dev/nvidia*, /dev/dri, /dev/kfd) and the files of its own /proc/<pid> (the CUDA driver names its
+threads by writing /proc/<pid>/task/<tid>/comm, and cuInit fails with error 304 when it cannot). Everything else
+stays readable (Python, torch, the CUDA toolkit, the problem and solution trees, the build cache) but is not
+writable: not the run's output folder (results.jsonl, run.json, logs), not the rest of /dev/shm (other pairs'
+scratch, the reference's state), not other candidates' builds, not the trees, not /tmp or $HOME.
+
+How (each where the kernel has it; the worker reports what it actually applied):
+  * Landlock (Linux >= 5.13, the ctypes binding below): only write-type accesses are handled (write, truncate,
+    create, remove, rename/link across folders), so reading and executing stay as they were; ioctl on devices is
+    never handled (the CUDA driver drives /dev/nvidia* through ioctl). ABI >= 4: TCP bind and connect are
+    handled with no port allowed (no TCP at all; UDP is not covered); ABI >= 6: no signals to, and no abstract
+    unix sockets of, processes outside the sandbox (the parent, the reference worker, other pairs).
+  * PR_SET_NO_NEW_PRIVS: no setuid binary gives the worker or its children more rights.
+  * Without Landlock's network rules (ABI < 4): a new user and network namespace (its only interface, loopback,
+    is down) where the kernel lets an unprivileged process make one.
+The restrictions hold for every thread created after them and every child process (fork, setsid, exec), and
+cannot be lifted. They are applied when the job arrives (the paths come with it), before any candidate code or
+CUDA runs; the worker is single-threaded then (a thread already running would keep its freedom: the report
+counts such threads in `unconfined_threads`).
+
+/proc/<pid>: a Landlock rule binds to an inode, and procfs makes a new inode for /proc/<pid> once its dentry has
+been dropped (memory pressure, drop_caches), which would silently lose the rule: the worker keeps an O_PATH
+descriptor of it open, which keeps the dentry. Only the worker's own entry is covered: a child process of a
+candidate that initializes CUDA itself cannot name its threads.
+
+KB_SANDBOX selects the mode: `auto` (default: whatever the kernel allows), `off` (nothing is applied, for
+debugging), `require` (a worker that cannot confine its filesystem writes refuses the job).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import shutil
+import stat
+import sys
+import tempfile
+from typing import Any
+
+MODE_VAR = "KB_SANDBOX"
+MODES = ("auto", "off", "require")
+ROLES = ("build", "candidate")          # the workers where candidate code runs
+
+# Landlock's syscalls have the same numbers on every architecture with the unified syscall table.
+_SYSCALLS = {arch: (444, 445, 446) for arch in ("x86_64", "amd64", "aarch64", "arm64", "riscv64", "ppc64le",
+                                                 "ppc64", "s390x", "loongarch64")}
+
+FS_WRITE_FILE = 1 << 1
+FS_REMOVE_DIR = 1 << 4
+FS_REMOVE_FILE = 1 << 5
+FS_MAKE_CHAR = 1 << 6
+FS_MAKE_DIR = 1 << 7
+FS_MAKE_REG = 1 << 8
+FS_MAKE_SOCK = 1 << 9
+FS_MAKE_FIFO = 1 << 10
+FS_MAKE_BLOCK = 1 << 11
+FS_MAKE_SYM = 1 << 12
+FS_REFER = 1 << 13                      # ABI 2
+FS_TRUNCATE = 1 << 14                   # ABI 3
+FS_FILE_RIGHTS = (1 << 0) | FS_WRITE_FILE | (1 << 2) | FS_TRUNCATE | (1 << 15)   # what a rule on a file may hold
+NET_BIND_TCP = 1 << 0                   # ABI 4
+NET_CONNECT_TCP = 1 << 1
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0     # ABI 6
+SCOPE_SIGNAL = 1 << 1
+_CREATE_RULESET_VERSION = 1 << 0
+_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_GET_NO_NEW_PRIVS = 39
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNET = 0x40000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REC, _MS_PRIVATE = 0x4000, 1 << 18
+
+# Device files a confined worker may still open for writing (top level of /dev; a folder counts with what is in
+# it). Not /dev/shm: that is where other pairs' scratch lives.
+DEVICE_NAMES = ("null", "zero", "full", "random", "urandom", "tty", "dri", "kfd")
+DEVICE_PREFIXES = ("nvidia",)           # nvidiactl, nvidia0.., nvidia-uvm, nvidia-uvm-tools, nvidia-caps/
+
+
+class SandboxError(RuntimeError):
+    """The sandbox was required (KB_SANDBOX=require) and cannot be applied, or KB_SANDBOX is not a mode."""
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+_libc: Any = None
+_applied: dict[str, Any] | None = None  # what confine_worker applied in this process
+_pinned: list[int] = []                 # the O_PATH fd that keeps /proc/<pid>'s dentry, and so its rule, alive
+_remove_at_exit: list[str] = []
+
+
+def mode() -> str:
+    return (os.environ.get(MODE_VAR) or "auto").strip().lower()
+
+
+def _lib():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.syscall.restype = ctypes.c_long
+    return _libc
+
+
+def _syscall(number: int, *args: Any) -> int:
+    """The raw syscall; raises OSError with its errno on failure."""
+    result = _lib().syscall(ctypes.c_long(number), *args)
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return result
+
+
+def _numbers() -> tuple[int, int, int] | None:
+    return _SYSCALLS.get(platform.machine().lower()) if sys.platform.startswith("linux") else None
+
+
+def landlock_abi() -> tuple[int | None, str | None]:
+    """(Landlock ABI version, None), or (None, why not): not Linux, an architecture without the numbers here, a
+    kernel without Landlock (ENOSYS), Landlock disabled at boot (EOPNOTSUPP), a seccomp filter refusing it."""
+    numbers = _numbers()
+    if numbers is None:
+        return None, f"no Landlock binding for {sys.platform}/{platform.machine()}"
+    try:
+        return _syscall(numbers[0], None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION)), None
+    except OSError as exc:
+        return None, f"Landlock unavailable: {exc.strerror} (errno {exc.errno})"
+
+
+def handled_fs(abi: int) -> int:
+    rights = (FS_WRITE_FILE | FS_REMOVE_DIR | FS_REMOVE_FILE | FS_MAKE_CHAR | FS_MAKE_DIR | FS_MAKE_REG
+              | FS_MAKE_SOCK | FS_MAKE_FIFO | FS_MAKE_BLOCK | FS_MAKE_SYM)
+    if abi >= 2:
+        rights |= FS_REFER
+    if abi >= 3:
+        rights |= FS_TRUNCATE
+    return rights
+
+
+def _writable_rights(abi: int) -> int:
+    return handled_fs(abi) & ~(FS_MAKE_CHAR | FS_MAKE_BLOCK)
+
+
+def _device_rights(abi: int) -> int:
+    return FS_WRITE_FILE | (FS_TRUNCATE if abi >= 3 else 0)
+
+
+def _scoped(abi: int) -> list[str]:
+    return ["abstract_unix_socket", "signal"] if abi >= 6 else []
+
+
+_netns_probe: bool | None = None
+
+
+def _netns_possible() -> bool:
+    """Whether this process could enter a new user + network namespace (tried in a forked child)."""
+    global _netns_probe
+    if _netns_probe is None:
+        _netns_probe = False
+        if sys.platform.startswith("linux"):
+            try:
+                pid = os.fork()
+            except OSError:
+                return False
+            if pid == 0:
+                ok = _lib().unshare(ctypes.c_int(_CLONE_NEWUSER | _CLONE_NEWNET)) == 0
+                os._exit(0 if ok else 1)
+            try:
+                _, status = os.waitpid(pid, 0)
+            except ChildProcessError:                   # reaped by someone else: no answer
+                return False
+            _netns_probe = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    return _netns_probe
+
+
+def describe() -> dict[str, Any]:
+    """What a confined worker gets on this machine under the current mode, without applying anything (for
+    run.json)."""
+    current = mode()
+    abi, why = landlock_abi()
+    linux = sys.platform.startswith("linux")
+    info: dict[str, Any] = {"mode": current, "landlock_abi": abi, "filesystem": False, "network": False,
+                            "network_via": None, "no_new_privs": False, "scoped": [], "reason": why}
+    if current not in MODES:
+        info["reason"] = f"{MODE_VAR}={current!r} is not one of {', '.join(MODES)}"
+        return info
+    if current == "off":
+        info["reason"] = f"{MODE_VAR}=off"
+        return info
+    info["no_new_privs"] = linux
+    if abi is not None:
+        info.update(filesystem=True, scoped=_scoped(abi))
+        if abi >= 4:
+            info.update(network=True, network_via="landlock (TCP)")
+    if not info["network"] and linux and _netns_possible():
+        info.update(network=True, network_via="network namespace")
+    return info
+
+
+def applied() -> dict[str, Any] | None:
+    """What confine_worker applied in this process (None before)."""
+    return _applied
+
+
+# ---------------------------------------------------------------- the worker's side
+
+def worker_paths(role: str, job: dict[str, Any], environ: os._Environ | dict) -> tuple[list[str], str | None]:
+    """(the folders a worker of `role` may write, the parent folder of its private temporary folder)."""
+    ext = environ.get("TORCH_EXTENSIONS_DIR")
+    if role == "candidate":
+        scratch = job.get("scratch")
+        writable = [p for p in (scratch, ext, environ.get("TRITON_CACHE_DIR")) if p]
+        return writable, scratch or ext
+    return [p for p in (ext,) if p], ext
+
+
+def _private_tmp(parent: str | None) -> str | None:
+    if not parent:
+        return None
+    os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix=".kb-tmp-", dir=parent)
+
+
+def _use_tmp(tmp: str) -> None:
+    """Point everything that writes temporary or cache files at the private folder, before the runtime reads its
+    settings (the CUDA driver reads CUDA_CACHE_PATH at initialization, after confinement)."""
+    for var in ("TMPDIR", "TMP", "TEMP"):
+        os.environ[var] = tmp
+    tempfile.tempdir = tmp
+    os.environ["CUDA_CACHE_PATH"] = os.path.join(tmp, "nv")
+    os.environ["XDG_CACHE_HOME"] = os.path.join(tmp, "cache")
+    os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(tmp, "triton"))
+
+
+def confine_worker(role: str, job: dict[str, Any]) -> dict[str, Any]:
+    """Called by the worker when its job arrives, before anything of the candidate runs. Returns the report of
+    what was applied; raises SandboxError under KB_SANDBOX=require when the filesystem cannot be confined."""
+    global _applied
+    current = mode()
+    if current not in MODES:
+        raise SandboxError(f"{MODE_VAR}={current!r} is not one of {', '.join(MODES)}")
+    if current == "off":
+        _applied = {"mode": "off", "landlock_abi": None, "filesystem": False, "network": False,
+                    "network_via": None, "no_new_privs": False, "scoped": [], "writable": [], "hidden": [],
+                    "error": None, "unconfined_threads": None}
+        return _applied
+    writable, tmp_parent = worker_paths(role, job, os.environ)
+    hide = [str(p) for p in job.get("hide") or [] if isinstance(p, str)]
+    tmp = _private_tmp(tmp_parent)
+    if tmp is not None:
+        _use_tmp(tmp)
+        writable.append(tmp)
+        if tmp_parent != job.get("scratch"):    # a pair's scratch is removed by the parent
+            _remove_at_exit.append(tmp)
+    for path in writable:
+        os.makedirs(path, exist_ok=True)
+    _applied = confine(writable, require=current == "require", hide=hide)
+    _applied["mode"] = current
+    return _applied
+
+
+def cleanup() -> None:
+    """Remove the private temporary folders this worker made outside its scratch (at the worker's exit)."""
+    for path in _remove_at_exit:
+        shutil.rmtree(path, ignore_errors=True)
+    _remove_at_exit.clear()
+
+
+def confine(writable: list[str], require: bool = False, max_abi: int | None = None,
+            hide: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """Confine this process (and all it starts from now on) to writing beneath `writable`, the device files above
+    and its own /proc/<pid>; no TCP; the folders in `hide` (the run keys) seen empty. `max_abi` pretends the kernel
+    has at most that Landlock ABI (tests)."""
+    report: dict[str, Any] = {"mode": "require" if require else "auto", "landlock_abi": None, "filesystem": False,
+                              "network": False, "network_via": None, "no_new_privs": False, "scoped": [],
+                              "writable": [os.path.realpath(p) for p in writable], "hidden": [], "error": None,
+                              "unconfined_threads": _threads() - 1}
+    errors: list[str] = []
+    abi, why = landlock_abi()
+    if abi is not None and max_abi is not None:
+        abi = min(abi, max_abi)
+    report["landlock_abi"] = abi
+    if why:
+        errors.append(why)
+    if require and abi is None:
+        raise SandboxError(f"{MODE_VAR}=require: {why}")
+    if sys.platform.startswith("linux"):
+        if _lib().prctl(ctypes.c_int(_PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), ctypes.c_ulong(0),
+                        ctypes.c_ulong(0), ctypes.c_ulong(0)) == 0:
+            report["no_new_privs"] = _lib().prctl(ctypes.c_int(_PR_GET_NO_NEW_PRIVS), ctypes.c_ulong(0),
+                                                  ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) == 1
+        else:
+            errors.append(f"PR_SET_NO_NEW_PRIVS: {os.strerror(ctypes.get_errno())}")
+    network_ns = (abi is None or abi < 4) and sys.platform.startswith("linux")
+    hide = [os.path.realpath(p) for p in hide if os.path.isdir(p)] if sys.platform.startswith("linux") else []
+    if network_ns or hide:
+        try:                                    # before Landlock: the uid map is written through /proc/self
+            _enter_namespaces(network_ns, hide)
+            if network_ns:
+                report.update(network=True, network_via="network namespace")
+            report["hidden"] = hide
+        except OSError as exc:
+            errors.append(f"no {'network' if network_ns else 'mount'} namespace: {exc.strerror or exc}")
+    if abi is not None:
+        try:
+            _landlock(abi, writable)
+            report.update(filesystem=True, scoped=_scoped(abi))
+            if abi >= 4:
+                report.update(network=True, network_via="landlock (TCP)")
+        except OSError as exc:
+            if require:
+                raise SandboxError(f"{MODE_VAR}=require: Landlock failed: {exc.strerror or exc}") from None
+            errors.append(f"Landlock failed: {exc.strerror or exc}")
+    report["error"] = "; ".join(errors) or None
+    return report
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def _enter_namespaces(network: bool, hide: list[str]) -> None:
+    """`network`: a new user namespace (mapping only our own uid and gid) holding a new network namespace: no
+    interface is up, so nothing can be reached, not even 127.0.0.1. `hide`: a private mount namespace (with a user
+    namespace unless we are root) where each folder is covered by an empty read-only tmpfs; under Landlock the
+    process can no longer change the mount topology, so it cannot uncover them. Needs a single-threaded process."""
+    user = network or os.geteuid() != 0
+    flags = (_CLONE_NEWNET if network else 0) | (_CLONE_NEWNS if hide else 0) | (_CLONE_NEWUSER if user else 0)
+    uid, gid = os.getuid(), os.getgid()
+    if _lib().unshare(ctypes.c_int(flags)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    if user:
+        _map_ids(uid, gid)
+    if hide:
+        _mount(None, "/", None, _MS_REC | _MS_PRIVATE, None)     # nothing done here reaches the parent's mounts
+        for path in hide:
+            _mount("kb-hidden", path, "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "size=4k,mode=0")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    enc = (lambda v: v.encode() if v is not None else None)
+    if _lib().mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount on {target}: {os.strerror(err)}")
+
+
+def _map_ids(uid: int, gid: int) -> None:
+    # From here on a failure leaves us in the namespace with no uid mapped (files then belong to "nobody" and
+    # writes to our own folders fail): the writes below are to our own fresh namespace and do not fail in practice.
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        try:
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+        except FileNotFoundError:               # setgroups: kernels before 3.19
+            continue
+
+
+def _add_rule(ruleset: int, path: str, access: int, abi: int) -> bool:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            access &= FS_FILE_RIGHTS
+        if not access:
+            return False
+        attr = _PathBeneathAttr(access, fd)
+        _syscall(_numbers()[1], ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(attr),
+                 ctypes.c_uint32(0))
+        return True
+    finally:
+        os.close(fd)
+
+
+def _device_paths() -> list[str]:
+    try:
+        names = sorted(os.listdir("/dev"))
+    except OSError:
+        return []
+    return [f"/dev/{n}" for n in names if n in DEVICE_NAMES or n.startswith(DEVICE_PREFIXES)]
+
+
+def _landlock(abi: int, writable: list[str]) -> None:
+    create, _, restrict = _numbers()
+    attr = _RulesetAttr(handled_fs(abi), (NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0,
+                        (SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0)
+    size = 8 if abi < 4 else 16 if abi < 6 else 24   # the struct as this ABI knows it
+    ruleset = _syscall(create, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    try:
+        for path in writable:
+            if not _add_rule(ruleset, path, _writable_rights(abi), abi):
+                raise OSError(2, f"cannot add a rule for {path}")
+        for path in _device_paths():
+            _add_rule(ruleset, path, _device_rights(abi), abi)
+        own = f"/proc/{os.getpid()}"
+        if _add_rule(ruleset, own, _device_rights(abi), abi):      # write and truncate: open(..., "w")
+            try:
+                _pinned.append(os.open(own, os.O_PATH | os.O_CLOEXEC))
+            except OSError:
+                pass
+        _syscall(restrict, ctypes.c_int(ruleset), ctypes.c_uint32(0))
+    finally:
+        os.close(ruleset)
