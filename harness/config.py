@@ -32,6 +32,7 @@ class TimingConfig:
     max_pair_seconds: float = 30.0      # time cap for one pair's timed rounds; hitting it adds the flag `noisy`
     baseline_blocks: int = 3            # reference blocks before and after each pair (the interference check)
     interference_tolerance: float = 0.03  # reference slower during the pair than before and after by more: invalid
+    consistency_tolerance: float = 0.25   # parent's clock vs the candidate's reported time (timing_inconsistent)
     compile_modes: tuple[str, ...] = ("default", "max-autotune-no-cudagraphs")   # torch.compile baselines; [] = off
 
     def rounds_floor(self) -> int:
@@ -277,6 +278,7 @@ def _check_ranges(cfg: Config, source: str) -> None:
         (cfg.timing.max_pair_seconds > 0, "'timing.max_pair_seconds' must be positive"),
         (cfg.timing.baseline_blocks >= 1, "'timing.baseline_blocks' must be at least 1"),
         (cfg.timing.interference_tolerance > 0, "'timing.interference_tolerance' must be positive"),
+        (cfg.timing.consistency_tolerance > 0, "'timing.consistency_tolerance' must be positive"),
     ]
     for ok, message in checks:
         if not ok:

@@ -28,6 +28,7 @@ from .messages import ProfileRequest, TimingSpec
 from .procs import SpareWorkers, Worker, WorkerExit
 from .records import INVALIDATING_FLAGS, finish
 from .seeds import RunSeed
+from .signing import RunKey
 from .timing import summarize
 
 
@@ -138,8 +139,11 @@ class ReferenceSide:
 # ---------------------------------------------------------------- one pair
 
 def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: PairContext, device: str,
-             problem_dir: Path, spares: SpareWorkers) -> None:
+             problem_dir: Path, spares: SpareWorkers, attempt: int = 0) -> None:
+    """One pair, start to verdict, into `record`. `attempt` > 0 is a second try (after interference): its timed
+    samples and checks come from streams of their own, so nothing the first try saw repeats."""
     cfg = pc.cfg
+    tags = (pair.key[0], pair.key[1]) + ((f"attempt {attempt}",) if attempt else ())
     record["seed"] = pc.seed.record()
     pair_dir = problem_dir / slug(pair.candidate.id.rsplit("/", 1)[-1])
     pair_dir.mkdir(parents=True, exist_ok=True)
@@ -147,10 +151,10 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
     started = time.monotonic()
     deadline = started + cfg.timeout
     inter = Interleaver(reference.worker, reference.variants, cfg.timing.block_samples,
-                        pc.seed.stream("samples", pair.key[0], pair.key[1]),
-                        pc.seed.stream("checks", pair.key[0], pair.key[1]), deadline)
+                        pc.seed.stream("samples", *tags), pc.seed.stream("checks", *tags), deadline)
     try:
         inter.set_mode(reference.worker, reference.mode)
+        inter.calls_per_sample = cfg.timing.graph_calls if reference.mode == "graph" else 1
         before = inter.reference_blocks(cfg.timing.baseline_blocks)
     except WorkerExit as exc:
         finish(record, "crashed", f"reference side: {exc.detail}; last output: {last_line(reference.worker.log_tail())}")
@@ -164,7 +168,8 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
     worker.send({"env": env, "problem_path": str(pair.problem.path.resolve()),
                  "candidate_path": build.candidate_path, "device": device, "seed": pc.seed.base,
                  "trials": cfg.trials, "timing": timing_spec(cfg, device, reference.mode, [CANDIDATE]),
-                 "scratch": str(pair_dir), "state_path": str(reference.state_path), "defenses": cfg.defenses})
+                 "scratch": str(pair_dir), "state_path": str(reference.state_path), "defenses": cfg.defenses,
+                 "hide": [str(RunKey.keys_dir(cfg.cache_dir))]})
     phases["start"] = time.monotonic() - t_start
     collected = None
     try:
@@ -207,6 +212,7 @@ def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, int
     t0 = time.monotonic()
     message = worker.recv(inter.deadline)
     phases["trials"] = time.monotonic() - t0
+    record["sandbox"] = message.get("sandbox") if isinstance(message.get("sandbox"), dict) else None
     if message.get("kind") == "failed":
         finish(record, message.get("status", "crashed"), message.get("error"))
         record["error_detail"] = message.get("detail")
@@ -229,6 +235,11 @@ def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, int
         else:
             finish(record, "incorrect", reason)
         return None
+    if pc.cfg.defenses:
+        defenses.check_precision(record, reference.info)
+        if "reduced_precision" in record["flags"]:          # inside the tolerance, but not fp32 arithmetic
+            finish(record, "invalid", f"reduced_precision: {record['flag_details']['reduced_precision']}")
+            return None
     t0 = time.monotonic()
     rule = paired.StopRule(pc.cfg.timing.rounds_floor(), pc.cfg.timing.max_rounds, pc.cfg.timing.target_rel_ci,
                            pc.cfg.timing.max_pair_seconds)
@@ -264,6 +275,7 @@ def _cold_again(worker: Worker, reference: ReferenceSide, inter: Interleaver, ru
     inter.release()
     inter.set_mode(reference.worker, "cold")
     inter.set_mode(worker, "cold")
+    inter.calls_per_sample = 1
     collected = inter.rounds(worker, rule)
     collected.graph_error = f"{fell.side}: {fell.error}"
     return collected
@@ -296,6 +308,7 @@ def _conclude(record: dict[str, Any], reference: ReferenceSide, inter: Interleav
         record["timing"]["interference"] = {"before_ms": before, "after_ms": after, "during_ms": found.during_ms,
                                             "tolerance": found.tolerance, "found": found.found}
         defenses.flag_interference(record, found)
+        _check_consistency(record, inter, out, pc)
     if out.noisy:
         est = record["speedup_ci"]
         defenses.flag(record, "noisy", f"the speedup's 95% CI [{est[0]:.4g}, {est[1]:.4g}] did not reach "
@@ -306,6 +319,19 @@ def _conclude(record: dict[str, Any], reference: ReferenceSide, inter: Interleav
         finish(record, "invalid", f"{invalid[0]}: {record.get('flag_details', {}).get(invalid[0], '')}".rstrip(": "))
     else:
         finish(record, "ok")
+
+
+def _check_consistency(record: dict[str, Any], inter: Interleaver, out: Collected, pc: PairContext) -> None:
+    """The parent's clock around every sample against what each side reported (`timing_inconsistent`)."""
+    ref, cand = out.unexplained_ms.get(EAGER), out.unexplained_ms.get(CANDIDATE)
+    if not ref or not cand:
+        return
+    reported = [ms * inter.calls_per_sample for ms in out.samples(CANDIDATE)]
+    found = paired.consistency(ref, cand, reported, pc.cfg.timing.consistency_tolerance)
+    record["timing"]["consistency"] = {"reference_unexplained_ms": found.reference_ms,
+                                       "candidate_unexplained_ms": found.candidate_ms,
+                                       "allowed_ms": found.allowed_ms, "found": found.found}
+    defenses.flag_inconsistent(record, found)
 
 
 def _block_medians(out: Collected, variant: str, block: int) -> list[float]:

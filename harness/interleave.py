@@ -41,6 +41,7 @@ class Collected:
     """Everything the rounds produced."""
     rounds: list[dict[str, list[float]]] = field(default_factory=list)     # per round: variant -> its samples
     host_ms: dict[str, list[float]] = field(default_factory=dict)
+    unexplained_ms: dict[str, list[float]] = field(default_factory=dict)   # parent's clock minus reported, per sample
     lag_ms: dict[str, list[float]] = field(default_factory=dict)
     checks: dict[int, dict[str, Checked]] = field(default_factory=dict)    # sample seed -> side -> values
     mutated: bool = False
@@ -65,6 +66,7 @@ class Interleaver:
         self.candidate: Worker | None = None
         self.active: Worker | None = None
         self.check_for: dict[int, int] = {}
+        self.calls_per_sample = 1               # graph mode: a sample replays graph_calls calls, reports one
 
     # ------------------------------------------------------------ one side at a time
 
@@ -104,6 +106,7 @@ class Interleaver:
 
     def _sample(self, worker: Worker, side: str, variant: str, seed: int, keep_full: bool,
                 out: Collected, times: list[float]) -> None:
+        started = time.perf_counter_ns()          # the parent's clock: out of the workers' reach
         result = self._ask(worker, m.SampleRequest(variant, seed), m.SampleResult)
         if result.error:
             raise GraphFallback(side, result.error)
@@ -115,6 +118,9 @@ class Interleaver:
         out.tampered.update(result.tampered)
         check_seed = self.check_for.setdefault(seed, self.check_seeds.next())
         checked = self._ask(worker, m.CheckRequest(check_seed, keep_full), m.CheckResult)
+        if not keep_full:                           # writing a whole output is not per-sample work
+            bracket_ms = (time.perf_counter_ns() - started) / 1e6
+            out.unexplained_ms.setdefault(variant, []).append(bracket_ms - result.ms * self.calls_per_sample)
         out.mutated = out.mutated or checked.mutated
         out.not_plain = out.not_plain or checked.not_plain
         if checked.error:

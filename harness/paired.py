@@ -100,6 +100,41 @@ class Interference:
                 f"it ({self.after_ms:.4g} ms); allowed {self.tolerance:.1%}")
 
 
+@dataclass(frozen=True)
+class Consistency:
+    """The parent's clock against a side's reported times. `unexplained` = request-to-reply time of a sample and its
+    check (the parent's clock) minus the sample time the worker reported: per-sample work both sides do the same
+    way (inputs, flush, synchronize, fingerprints, the pipe). A candidate whose process under-reports its time, or
+    moves work into the check, shows more unexplained time than the reference for the same requests."""
+    found: bool
+    reference_ms: float             # median unexplained time per sample, reference
+    candidate_ms: float             # the same, candidate
+    candidate_reported_ms: float    # median sample time the candidate reported
+    allowed_ms: float
+
+    def detail(self) -> str:
+        return (f"the parent's clock saw {self.candidate_ms - self.reference_ms:.4g} ms more per candidate sample "
+                f"than the reference's requests take beyond their reported time (candidate reported "
+                f"{self.candidate_reported_ms:.4g} ms); allowed {self.allowed_ms:.4g} ms")
+
+
+CONSISTENCY_FLOOR_MS = 0.05         # pipe and scheduling jitter the parent's clock cannot tell from forging
+
+
+def consistency(reference_unexplained: list[float], candidate_unexplained: list[float],
+                candidate_reported: list[float], tolerance: float) -> Consistency:
+    """`found` when the candidate's median unexplained time exceeds the reference's by more than `tolerance` times
+    its reported median, plus the floor, plus four standard errors of the difference of the two medians, with the
+    noise taken from the reference's unexplained times alone (its process runs no candidate code, so a candidate
+    cannot widen the allowance by adding noise of its own)."""
+    ref, cand = statistics.median(reference_unexplained), statistics.median(candidate_unexplained)
+    reported = statistics.median(candidate_reported)
+    sigma = statistics.median(abs(x - ref) for x in reference_unexplained) * 1.4826
+    std_error = 1.2533 * sigma * math.sqrt(1 / len(reference_unexplained) + 1 / len(candidate_unexplained))
+    allowed = tolerance * reported + CONSISTENCY_FLOOR_MS + 4 * std_error
+    return Consistency(cand - ref > allowed, ref, cand, reported, allowed)
+
+
 def interference(before: list[float], during: list[float], after: list[float], tolerance: float) -> Interference:
     """Block medians of the reference measured before the candidate started, while it was alive (interleaved with
     it) and after it was killed. A candidate that leaves work running to slow the reference down would make

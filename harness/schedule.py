@@ -17,7 +17,7 @@ from .config import Config
 from .discover import Pair
 from .evaluate import PairContext, ReferenceSide, run_pair, slug
 from .procs import SpareWorkers, Worker, WorkerExit, worker_env
-from .records import finish, new_record
+from .records import INVALIDATING_FLAGS, finish, new_record
 from .seeds import RunSeed
 
 
@@ -152,6 +152,15 @@ def _decided_without_running(pair: Pair, ctx: Context, slot: Slot) -> dict[str, 
     return finish(record, status, build.error)
 
 
+def _only_interference(record: dict[str, Any]) -> bool:
+    """An `invalid` pair whose only invalidating flag is `interference`: the reference ran slower while the
+    candidate was alive. A cheat that slows the reference does so every time; a burst of load on a shared machine
+    rarely lands twice, so such a pair is measured once more (fresh candidate process, fresh samples) and the second
+    try's record stands."""
+    invalid = [f for f in record.get("flags", []) if f in INVALIDATING_FLAGS]
+    return record.get("status") == "invalid" and invalid == ["interference"]
+
+
 def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorkers) -> None:
     runnable = []
     for pair in group:
@@ -177,6 +186,11 @@ def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorker
                 ctx.emit(finish(record, reference.error_status, reference.error))
                 continue
             run_pair(pair, record, reference, pc, slot.device, problem_dir, spares)
+            if _only_interference(record) and reference.worker.alive() and not ctx.stop.is_set():
+                first = record
+                record = _base_record(pair, ctx, slot)
+                run_pair(pair, record, reference, pc, slot.device, problem_dir, spares, attempt=1)
+                record["retried"] = {"reason": "interference", "first_try": first["flag_details"]["interference"]}
             lint = reference.info.get("lint") or {}
             if lint.get("degenerate"):
                 defenses.flag(record, "degenerate_problem", "; ".join(lint.get("reasons", [])))

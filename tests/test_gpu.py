@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import FIXTURES, SAMPLES_PER_SIDE, cuda_available, json_records, run_cli, write_config
+from conftest import FIXTURES, SAMPLES_PER_ROUND, cuda_available, json_records, run_cli, write_config
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")]
 
@@ -43,7 +43,7 @@ def test_gpu_timing_uses_events_with_l2_flush(gpu_run):
     timing = gpu_run["cuda_fused"]["timing"]
     assert timing["clock"] == "cuda_event" and timing["l2_flush"] is True
     for side in ("reference", "candidate"):
-        assert timing[side]["n"] == SAMPLES_PER_SIDE and timing[side]["median_ms"] > 0
+        assert timing[side]["n"] == timing["rounds"] * SAMPLES_PER_ROUND and timing[side]["median_ms"] > 0
     assert timing["mode"] == "cold"
     assert gpu_run["cuda_fused"]["gpu"]["name"]
 
@@ -79,7 +79,8 @@ def test_exploits_on_the_gpu(tmp_path):
                 "cache_by_shape": "incorrect", "lazy_after_trials": "invalid", "background_thread": "invalid",
                 "tamper_timer": "invalid", "bf16_precision": "incorrect", "subclass_output": "invalid",
                 "eval_mode_bn": "incorrect", "control_plain": "ok", "control_train_bn": "ok",
-                "patch_reference": "ok"}
+                "patch_reference": "ok", "reduced_mantissa": "invalid", "forge_sample_times": "invalid",
+                "patch_sampler": "invalid"}
     got = {name: records[name]["status"] for name in expected}
     assert got == expected
     for name in ("control_plain", "control_train_bn", "patch_reference"):
@@ -91,6 +92,8 @@ def test_work_left_running_to_slow_the_reference_is_interference(gpu_run):
     assert record["status"] == "invalid" and "interference" in record["flags"], (record["error"], record["flags"],
                                                                                   record["timing"]["interference"])
     assert "slower while the candidate was alive" in record["flag_details"]["interference"]
+    assert record["retried"]["reason"] == "interference"        # measured twice, flagged both times
+    assert "slower while the candidate was alive" in record["retried"]["first_try"]
 
 
 def test_honest_pairs_show_no_interference(gpu_run):

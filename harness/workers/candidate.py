@@ -25,6 +25,8 @@ class Failed(Exception):
 
 def run(conn: Conn, job: dict[str, Any]) -> None:
     from .. import timing  # noqa: F401 - binds the clocks now, before candidate code exists
+    from . import integrity, sampler, tensorfile  # noqa: F401 - the timing path, recorded before candidate code
+    integrity.snapshot()
     device = job["device"]
     try:
         problem, settings, init, trial_inputs = _problem_side(job, device)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .. import messages as m
+from . import integrity
 from .common import as_tensor_list, device_inputs, fingerprint
 
 
@@ -100,9 +101,14 @@ class Sampler:
         try:
             times, out, used = meter.measure(call, inputs)
         except self.timing.GraphCaptureError as exc:
-            return m.SampleResult(0.0, 0.0, 0.0, self.timing.timers_tampered(), f"graph capture failed: {exc}")
+            return m.SampleResult(0.0, 0.0, 0.0, self.tampered(), f"graph capture failed: {exc}")
         self.last = (used, pristine, out)
-        return m.SampleResult(times.ms, times.host_ms, times.lag_ms, self.timing.timers_tampered())
+        return m.SampleResult(times.ms, times.host_ms, times.lag_ms, self.tampered())
+
+    def tampered(self) -> list[str]:
+        """Clocks replaced since import, harness functions and globals replaced since the snapshot taken before
+        candidate code ran, and methods of this sampler hidden by instance attributes."""
+        return self.timing.timers_tampered() + integrity.changed() + integrity.shadowed(self)
 
     def check(self, req: m.CheckRequest) -> m.CheckResult:
         if self.last is None:
