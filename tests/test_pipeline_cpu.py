@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import REPO, SAMPLES_PER_SIDE, json_records, run_cli, run_dirs, write_config
+from conftest import REPO, SAMPLES_PER_ROUND, json_records, run_cli, run_dirs, write_config
 
 
 @pytest.fixture(scope="module")
@@ -68,14 +68,15 @@ def test_correct_record_has_correctness_and_timing_details(first_run):
     assert c["trials"] == 3 and c["trials_passed"] == 3
     assert c["param_match"] == "state_dict" and c["module_mode"] == "train"
     assert c["max_abs_err"] <= c["atol"] + 10 * c["rtol"]
+    timing = record["timing"]
+    rounds = timing["rounds"]              # at least min_rounds; more when this machine is too noisy to stop there
+    assert rounds >= 6 and len(timing["round_ratios"]) == rounds
     for side in ("reference", "candidate"):
         stats = record["timing"][side]
-        assert stats["n"] == SAMPLES_PER_SIDE and len(stats["samples_ms"]) == SAMPLES_PER_SIDE
+        assert stats["n"] == len(stats["samples_ms"]) == rounds * SAMPLES_PER_ROUND
         assert 0 < stats["min_ms"] <= stats["median_ms"] <= stats["max_ms"]
         assert stats["iqr_ms"] >= 0 and stats["stdev_ms"] >= 0
     assert record["timing"]["clock"] == "host"
-    timing = record["timing"]
-    assert timing["rounds"] == 6 and len(timing["round_ratios"]) == 6
     lo, hi = record["speedup_ci"]
     assert lo <= record["speedup"] <= hi
     assert record["speedup"] == pytest.approx(statistics.median(timing["round_ratios"]), rel=1e-5)
@@ -129,7 +130,8 @@ def test_second_run_compiles_nothing(first_run):
     done = run_cli("--config", str(config), "--json", "--candidate", "correct_cpp")
     assert done.returncode == 0, done.stderr
     record = json_records(done.stdout)["correct_cpp"]
-    assert record["status"] == "ok" and record["build"]["cached"] is True
+    assert record["status"] == "ok", (record["error"], record["flags"], record["timing"])
+    assert record["build"]["cached"] is True
     assert {p: p.stat().st_mtime_ns for p in sos} == mtimes
     meta = json.loads((run_dirs(tmp)[-1] / "run.json").read_text())
     assert meta["builds_compiled"] == 0 and meta["builds_cached"] == 1
