@@ -11,7 +11,7 @@ from typing import Any
 
 from . import report
 from .config import Config, load_config
-from .errors import HarnessError, UsageError
+from .errors import HarnessError, OneLineParser, UsageError
 
 SUBCOMMANDS = ("report", "compare", "lint", "import-kernelbench", "calibrate")
 
@@ -45,13 +45,6 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         print("error: harness fault (traceback above)", file=sys.stderr)
         return 1
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is a UsageError: one line (with --help pointed at), not the usage block."""
-
-    def error(self, message: str):
-        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -135,7 +128,7 @@ def cmd_run(argv: list[str]) -> int:
 def cmd_calibrate(argv: list[str]) -> int:
     """The A/A test: each selected problem's reference through the full candidate path against itself."""
     from . import calibrate
-    from .discover import discover
+    from .discover import check_problem_selection, discover
     from .pipeline import run_pipeline
     p = _run_parser()
     p.prog = "run_eval.py calibrate"
@@ -153,7 +146,7 @@ def cmd_calibrate(argv: list[str]) -> int:
     cfg = load_run_config(args)
     problems, _ = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, "*")
     if not problems:
-        raise UsageError(f"calibrate: no problem in {cfg.problems_dir} matches the selection")
+        check_problem_selection(Path(cfg.problems_dir), cfg.level, cfg.problem)
 
     def conclude(store) -> int:
         target = cfg.timing.target_rel_ci

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import UsageError
+from .errors import OneLineParser, UsageError
 
 SAME, FASTER, SLOWER = "SAME", "FASTER", "SLOWER"
 FIXED, BROKEN, FAILING = "FIXED", "BROKEN", "FAILING"
@@ -252,7 +252,7 @@ def _tolerance(text: str) -> float:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="run_eval.py compare",
         description="Compare two runs pair by pair (matched by problem and candidate). Verdicts: FASTER / SLOWER "
                     "when B's speedup CI lies entirely above / below A's, else SAME; FIXED (not ok in A, ok in B), "

@@ -176,13 +176,16 @@ def discover(problems_dir: Path, solutions_dir: Path, level: str | None = None,
     return list(problems.values()), pairs
 
 
-def check_trees(problems_dir: Path, solutions_dir: Path) -> tuple[list[Path], list[Path]]:
-    """The problem and candidate files of the two trees; InputError naming a directory that is missing or empty."""
+def check_trees(problems_dir: Path, solutions_dir: Path | None) -> tuple[list[Path], list[Path]]:
+    """The problem and candidate files of the two trees (problems only when `solutions_dir` is None); InputError
+    naming a directory that is missing or empty."""
     if not problems_dir.is_dir():
         raise InputError(f"{problems_dir}: problems directory does not exist")
     problem_files = [p for p in sorted(problems_dir.glob("*/*.py")) if not p.name.startswith("_")]
     if not problem_files:
         raise InputError(f"{problems_dir}: no problem files here (expected <level>/<NNN>_<name>.py)")
+    if solutions_dir is None:
+        return problem_files, []
     if not solutions_dir.is_dir():
         what = "is not a directory" if solutions_dir.exists() else "directory does not exist"
         raise InputError(f"{solutions_dir}: solutions {what}")
@@ -193,14 +196,28 @@ def check_trees(problems_dir: Path, solutions_dir: Path) -> tuple[list[Path], li
     return problem_files, candidates
 
 
+def check_problem_selection(problems_dir: Path, level: str | None, problem_glob: str) -> None:
+    """Called when a selection of problems (lint, calibrate) gave none: raise InputError naming the flag that
+    matched nothing and what there is instead."""
+    problem_files, _ = check_trees(problems_dir, None)
+    _check_level(level, {p.parent.name for p in problem_files})
+    pids = [f"{p.parent.name}/{p.stem}" for p in problem_files if _level_matches(p.parent.name, level)]
+    where = f" of --level {level}" if level is not None else ""
+    raise InputError(f"--problem '{problem_glob}' matches no problem{where} in {problems_dir} "
+                     f"({len(pids)} problems; e.g. {pids[0] if pids else 'none'})")
+
+
+def _check_level(level: str | None, levels: set[str]) -> None:
+    if level is not None and not any(_level_matches(name, level) for name in levels):
+        raise InputError(f"--level: no level '{level}'; levels here: {', '.join(sorted(levels))}")
+
+
 def check_selection(problems_dir: Path, solutions_dir: Path, level: str | None, problem_glob: str,
                     candidate_glob: str) -> None:
     """Called when a selection gave no pair: raise InputError naming the flag that matched nothing and what there
     is instead."""
     problem_files, candidates = check_trees(problems_dir, solutions_dir)
-    levels = sorted({p.parent.name for p in problem_files} | {p.parent.parent.name for p in candidates})
-    if level is not None and not any(_level_matches(name, level) for name in levels):
-        raise InputError(f"--level: no level '{level}'; levels here: {', '.join(levels)}")
+    _check_level(level, {p.parent.name for p in problem_files} | {p.parent.parent.name for p in candidates})
     pids = [f"{p.parent.name}/{p.stem}" for p in problem_files if _level_matches(p.parent.name, level)]
     cids = [f"{p.parent.parent.name}/{p.parent.name}/{p.stem}" for p in candidates
             if _level_matches(p.parent.parent.name, level)]

@@ -1,4 +1,5 @@
 """The harness's exceptions. Library code raises these; only harness.cli turns them into messages and exit codes."""
+import argparse
 
 
 class HarnessError(Exception):
@@ -15,3 +16,11 @@ class UsageError(HarnessError):
 
 class InputError(UsageError):
     """A malformed problem, candidate or config file, named in the message."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is a UsageError: one line (with --help pointed at), not the usage block. Every
+    command's parser is one of these."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see {self.prog} --help)")

@@ -13,13 +13,12 @@ different one is reported as skipped. Nothing here imports or runs the copied co
 """
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import InputError, UsageError
+from .errors import InputError, OneLineParser, UsageError
 
 LEVELS = (1, 2, 3)
 LEVEL4_REASON = "level 4 needs network access (HuggingFace models); not imported"
@@ -167,7 +166,7 @@ def _default_dirs() -> tuple[str, str]:
 
 
 def cmd_import(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="run_eval.py import-kernelbench",
         description="Copy KernelBench problems (from a checkout) into problems/kernelbench-level<L>/, or a KernelBench "
                     "run folder's generated kernels into solutions/ as candidates of those problems. "

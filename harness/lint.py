@@ -12,8 +12,8 @@ from typing import Any, Callable
 
 from . import meta
 from .config import load_config
-from .errors import UsageError
-from .discover import Problem, discover
+from .errors import OneLineParser, UsageError
+from .discover import Problem, check_problem_selection, discover
 from .schedule import Slot
 from .seeds import RunSeed
 from .procs import Worker, WorkerExit, set_worker_memory_gb, worker_env
@@ -21,7 +21,7 @@ from .store import new_run_id, write_json_atomic
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="run_eval.py lint", description="Check that problems are not degenerate: "
+    p = OneLineParser(prog="run_eval.py lint", description="Check that problems are not degenerate: "
                                 "output scale and spread, dependence on inputs and weights, whether zeros, a "
                                 "constant or the first input would pass, NaN/Inf, determinism, eager time, peak "
                                 "memory. Writes <output-dir>/lint-<id>.json.")
@@ -47,10 +47,14 @@ def cmd_lint(argv: list[str]) -> int:
     path = args.config or (Path("config.yaml") if Path("config.yaml").is_file() else None)
     cfg = load_config(path, {"problems_dir": args.problems_dir, "output_dir": args.output_dir, "level": args.level,
                              "problem": args.problem, "device": args.device, "gpus": args.gpus})
-    problems, _ = discover(Path(cfg.problems_dir), Path(cfg.problems_dir) / "__none__", cfg.level, cfg.problem)
-    _, slots = resolve_slots(cfg, meta.gpus())
     if args.per_gpu < 1:
         raise UsageError("--per-gpu must be at least 1")
+    if args.timeout is not None and not args.timeout > 0:
+        raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
+    problems, _ = discover(Path(cfg.problems_dir), Path(cfg.problems_dir) / "__none__", cfg.level, cfg.problem)
+    if not problems:
+        check_problem_selection(Path(cfg.problems_dir), cfg.level, cfg.problem)
+    _, slots = resolve_slots(cfg, meta.gpus(), gpus_given=args.gpus is not None)
     slots = slots * args.per_gpu
     out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

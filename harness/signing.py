@@ -166,6 +166,7 @@ class KeyLookup:
     key: RunKey | None
     unverified_because: str | None = None
     names_key: bool = True                  # run.json names a key file (whether or not it could be read)
+    meta_readable: bool = True              # run.json could be read at all
 
 
 def key_file_of(meta: dict[str, Any] | None) -> str | None:
@@ -180,7 +181,8 @@ def key_file_of(meta: dict[str, Any] | None) -> str | None:
 def lookup(meta: dict[str, Any] | None) -> KeyLookup:
     """The key of a run, from its run.json (None: no run.json), for reading its lines; never raises."""
     if meta is None:
-        return KeyLookup(None, "no readable run.json beside it names a signing key", names_key=False)
+        return KeyLookup(None, "the run.json beside it is missing or not JSON, so no signing key is known",
+                         names_key=False, meta_readable=False)
     key_file = key_file_of(meta)
     if key_file is None:
         return KeyLookup(None, "its run.json names no signing key (a run from before records were signed)",

@@ -367,7 +367,7 @@ def _record_of(line: bytes) -> tuple[dict[str, Any] | None, str]:
 def _unverified(keys: KeyLookup, records: list[tuple[dict[str, Any], int]]) -> str | None:
     if keys.key is not None or not records:
         return None
-    if not keys.names_key and any(signing.FIELD in r for r, _ in records):
+    if keys.meta_readable and not keys.names_key and any(signing.FIELD in r for r, _ in records):
         return "its lines carry signatures but its run.json names no signing key"
     return keys.unverified_because
 

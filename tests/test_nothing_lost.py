@@ -348,6 +348,13 @@ BAD_FILES = {
     (["--resume", "listjson"], "listjson/run.json: not a run.json (a JSON object), got list"),
     (["--output-dir", "{tmp}/a-file"], "a-file: cannot create a run folder there"),
     (["report", "{tmp}/x"], "is not a run id"),
+    (["lint", "--problem", "nomatch*"], "error: --problem 'nomatch*' matches no problem in problems ("),
+    (["lint", "--level", "9"], "error: --level: no level '9'; levels here: level1, level2, level3"),
+    (["lint", "--timeout", "-5"], "error: --timeout must be positive, got -5"),
+    (["lint", "--device", "tpu"], "error: argument --device: invalid choice: 'tpu'"),
+    (["calibrate", "--problem", "nomatch*"], "error: --problem 'nomatch*' matches no problem in problems ("),
+    (["compare", "onlyone"], "error: the following arguments are required: RUN_B"),
+    (["import-kernelbench", "{tmp}"], "error: unrecognized arguments: --output-dir"),       # a one-line parser too
 ])
 def test_bad_input_gives_one_line_and_exit_2(tmp_path, args, words):
     for name, data in BAD_FILES.items():
@@ -369,6 +376,8 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path, args, words):
 @pytest.mark.skipif(cuda_available(), reason="needs a machine without a GPU")
 def test_gpus_on_a_machine_without_a_gpu_is_an_error_not_a_cpu_run(tmp_path):
     done = run_cli("--gpus", "0,1", "--output-dir", str(tmp_path))
+    assert done.returncode == 2 and "--gpus 0,1: no GPU here" in done.stderr
+    done = run_cli("lint", "--gpus", "0,1", "--output-dir", str(tmp_path))
     assert done.returncode == 2 and "--gpus 0,1: no GPU here" in done.stderr
     assert not list(tmp_path.iterdir())                                              # no run folder left behind
 
