@@ -80,7 +80,7 @@ def test_exploits_on_the_gpu(tmp_path):
                 "tamper_timer": "invalid", "bf16_precision": "incorrect", "subclass_output": "invalid",
                 "eval_mode_bn": "incorrect", "control_plain": "ok", "control_train_bn": "ok",
                 "patch_reference": "ok", "reduced_mantissa": "invalid", "forge_sample_times": "invalid",
-                "patch_sampler": "invalid"}
+                "patch_sampler": "invalid", "compute_on_read": "invalid"}
     got = {name: records[name]["status"] for name in expected}
     assert got == expected
     for name in ("control_plain", "control_train_bn", "patch_reference"):
