@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="start N lint workers per GPU: they import torch side by side and take turns on the GPU, "
                         "so eager times stay exclusive (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON line per problem instead of a table")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when any problem is degenerate or cannot be linted (error, oom), for CI")
     return p
 
 
@@ -77,9 +79,11 @@ def cmd_lint(argv: list[str]) -> int:
         console = wide_console()
         console.print(table(results))
         bad = [r for r in results if r["verdict"] != "ok"]
-        console.print(f"{len(results)} problems, {len(results) - len(bad)} pass lint, {len(bad)} do not; "
-                      f"{time.monotonic() - started:.0f} s; written to {path}", highlight=False)
-    return 0
+        nondet = sum(1 for r in results if r.get("deterministic") is False)
+        console.print(f"{len(results)} problems, {len(results) - len(bad)} pass lint, {len(bad)} do not, "
+                      f"{nondet} not bit-for-bit deterministic; {time.monotonic() - started:.0f} s; written to "
+                      f"{path}", highlight=False)
+    return 1 if args.strict and any(r["verdict"] != "ok" for r in results) else 0
 
 
 def _progress(console):
@@ -154,7 +158,7 @@ def table(results: list[dict[str, Any]]):
     from rich.table import Table
     t = Table(title="problem lint", title_justify="left")
     for name in ("problem", "verdict", "mean|out|", "std", "zeros pass", "const pass", "identity pass",
-                 "input dep", "param dep", "determ.", "NaN/Inf", "eager ms", "peak GB", "why"):
+                 "input dep", "param dep", "bitwise determ.", "NaN/Inf", "eager ms", "peak GB", "why"):
         t.add_column(name, overflow="fold")
     for r in results:
         colour = {"ok": "green", "degenerate": "red"}.get(r["verdict"], "yellow")

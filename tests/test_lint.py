@@ -21,6 +21,19 @@ def test_lint_verdicts(tmp_path):
     assert healthy["param_dependent"] and healthy["deterministic"] and not healthy["nan_or_inf"]
     assert healthy["eager_ms"] > 0 and healthy["mean_abs"] > 0
     assert list(tmp_path.glob("lint-*.json"))
+    noisy = results["004_rounding_noise"]                  # determinism is bit for bit, and not a degeneracy
+    assert noisy["verdict"] == "ok" and noisy["deterministic"] is False and noisy["reasons"] == []
+    assert 0 < noisy["run_to_run_max_abs"] < 1e-5
+    assert "1 not bit-for-bit deterministic" in run_cli(
+        "lint", "--problems-dir", str(FIXTURES / "lint" / "problems"), "--device", "cpu", "--problem", "*004*",
+        "--output-dir", str(tmp_path)).stdout
+
+
+def test_lint_strict_exits_1_on_a_degenerate_problem(tmp_path):
+    args = ["lint", "--problems-dir", str(FIXTURES / "lint" / "problems"), "--device", "cpu", "--output-dir",
+            str(tmp_path), "--json", "--strict"]
+    assert run_cli(*args, "--problem", "*002*").returncode == 1
+    assert run_cli(*args, "--problem", "*003*").returncode == 0
 
 
 def test_degenerate_problem_is_flagged_when_evaluated(tmp_path):
