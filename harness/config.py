@@ -14,6 +14,7 @@ from .errors import InputError, UsageError
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 TIMING_MODES = ("auto", "cold", "graph")
+PRECISIONS = ("fp32", "fp16", "bf16")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Config:
     problem: str = "*"                  # glob over "<level>/<name>" (or "<name>")
     candidate: str = "*"                # glob over the candidate's file stem (or "<level>/<name>/<stem>")
     device: str = "auto"                # auto | cuda | cpu
+    precision: str | None = None        # fp32 | fp16 | bf16 for problems without DTYPE; None = float32
     gpus: tuple[int, ...] = (0,)        # GPU indices pairs are scheduled over
     trials: int = 5                     # correctness trials, each with fresh inputs
     seed: int | None = None             # base seed for weights and trials; None = drawn from os.urandom per run
@@ -194,7 +196,7 @@ def _coerce(key: str, value: Any, source: str, default: Any = dataclasses.MISSIN
     name = key.split(".")[-1]
     if name == "gpus":
         return _parse_gpus(value, source)
-    if name in ("level", "cuda_arch"):
+    if name in ("level", "cuda_arch", "precision"):
         return None if value is None else str(value)
     if name == "seed" or (name == "samples" and key.startswith("timing")):
         if value is None or (isinstance(value, int) and not isinstance(value, bool)):
@@ -258,6 +260,7 @@ def _parse_gpus(value: Any, source: str) -> tuple[int, ...]:
 def _check_ranges(cfg: Config, source: str) -> None:
     checks = [
         (cfg.device in ("auto", "cuda", "cpu"), "'device' must be auto, cuda or cpu"),
+        (cfg.precision in (None, *PRECISIONS), f"'precision' must be one of {', '.join(PRECISIONS)} or null"),
         (cfg.spare_workers in ("auto", "on", "off"), "'spare_workers' must be auto, on or off"),
         (cfg.trials >= 1, "'trials' must be at least 1"),
         (cfg.timeout > 0, "'timeout' must be positive"),

@@ -77,7 +77,7 @@ class ReferenceSide:
         self.worker.send({"problem_path": str(pair.problem.path.resolve()), "device": device,
                           "seed": pc.seed.base, "trials": cfg.trials, "timing": timing_spec(cfg, device, "cold"),
                           "compile_modes": list(cfg.timing.compile_modes), "probe_seeds": probe,
-                          "scratch": str(problem_dir), "defenses": cfg.defenses})
+                          "scratch": str(problem_dir), "defenses": cfg.defenses, "precision": cfg.precision})
         try:
             message = self.worker.recv(time.monotonic() + cfg.reference_timeout)
         except WorkerExit as exc:
@@ -169,6 +169,7 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
                  "candidate_path": build.candidate_path, "device": device, "seed": pc.seed.base,
                  "trials": cfg.trials, "timing": timing_spec(cfg, device, reference.mode, [CANDIDATE]),
                  "scratch": str(pair_dir), "state_path": str(reference.state_path), "defenses": cfg.defenses,
+                 "precision": cfg.precision,
                  "hide": [str(RunKey.keys_dir(cfg.cache_dir))]})
     phases["start"] = time.monotonic() - t_start
     collected = None
@@ -223,6 +224,8 @@ def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, int
     results = reference.verify(_files(message))
     phases["checks"] = time.monotonic() - t0
     record["correctness"] = _correctness(results, message, reference.info, pc)
+    record["precision"] = {"requested": pc.cfg.precision, "dtype": reference.info.get("dtype"),
+                           "source": reference.info.get("dtype_source")}
     defenses.flag_from(record, message)
     failing = [r for r in results if not r.get("ok")]
     if failing:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import meta
-from .config import load_config
+from .config import PRECISIONS, load_config
 from .errors import OneLineParser, UsageError
 from .discover import Problem, check_problem_selection, discover
 from .schedule import Slot
@@ -31,6 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--level")
     p.add_argument("--problem", metavar="GLOB")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"))
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="dtype for problems that set no DTYPE (default: precision in config.yaml, else fp32)")
     p.add_argument("--gpus", metavar="LIST")
     p.add_argument("--timeout", type=float, help="seconds per problem (default: reference_timeout)")
     p.add_argument("--per-gpu", type=int, default=1, metavar="N",
@@ -48,7 +50,8 @@ def cmd_lint(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     path = args.config or (Path("config.yaml") if Path("config.yaml").is_file() else None)
     cfg = load_config(path, {"problems_dir": args.problems_dir, "output_dir": args.output_dir, "level": args.level,
-                             "problem": args.problem, "device": args.device, "gpus": args.gpus})
+                             "problem": args.problem, "device": args.device, "gpus": args.gpus,
+                             "precision": args.precision})
     if args.per_gpu < 1:
         raise UsageError("--per-gpu must be at least 1")
     if args.timeout is not None and not args.timeout > 0:
@@ -68,7 +71,7 @@ def cmd_lint(argv: list[str]) -> int:
     with _progress(wide_console(stderr=True)) as progress:
         task = progress.add_task("lint", total=len(problems))
         results = lint_problems(problems, slots, seed, args.timeout or cfg.reference_timeout, log_dir,
-                                on_done=lambda result: progress.advance(task))
+                                on_done=lambda result: progress.advance(task), precision=cfg.precision)
     path = out_dir / f"lint-{new_run_id()}.json"
     write_json_atomic(path, {"problems": results, "seed": seed,
                              "wall_seconds": round(time.monotonic() - started, 1)})
@@ -95,7 +98,8 @@ def _progress(console):
 
 
 def lint_problems(problems: list[Problem], slots: list[Slot], seed: int, timeout: float,
-                  log_dir: Path, on_done: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+                  log_dir: Path, on_done: Callable[[dict[str, Any]], None] | None = None,
+                  precision: str | None = None) -> list[dict[str, Any]]:
     todo: queue.Queue = queue.Queue()
     for problem in problems:
         todo.put(problem)
@@ -109,7 +113,7 @@ def lint_problems(problems: list[Problem], slots: list[Slot], seed: int, timeout
                 problem = todo.get_nowait()
             except queue.Empty:
                 return
-            result = lint_one(problem, slot, seed, timeout, log_dir, gpu_turns[slot.gpu])
+            result = lint_one(problem, slot, seed, timeout, log_dir, gpu_turns[slot.gpu], precision)
             with lock:
                 results.append(result)
                 if on_done is not None:
@@ -124,7 +128,7 @@ def lint_problems(problems: list[Problem], slots: list[Slot], seed: int, timeout
 
 
 def lint_one(problem: Problem, slot: Slot, seed: int, timeout: float, log_dir: Path,
-             gpu_turn: threading.Lock) -> dict[str, Any]:
+             gpu_turn: threading.Lock, precision: str | None = None) -> dict[str, Any]:
     """Workers sharing a GPU (--per-gpu N) start side by side (the torch import), then take turns on the GPU,
     so that eager times are measured on an otherwise idle device."""
     base = {"problem": problem.id, "device": slot.name}
@@ -133,7 +137,8 @@ def lint_one(problem: Problem, slot: Slot, seed: int, timeout: float, log_dir: P
     worker = Worker("lint", worker_env(slot.env()), log_dir / f"{problem.id.replace('/', '__')}.log")
     try:
         with gpu_turn:
-            worker.send({"problem_path": str(problem.path.resolve()), "device": slot.device, "seed": seed})
+            worker.send({"problem_path": str(problem.path.resolve()), "device": slot.device, "seed": seed,
+                         "precision": precision})
             message = worker.recv(time.monotonic() + timeout)
     except WorkerExit as exc:
         if exc.kind == "oom":

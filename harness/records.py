@@ -42,6 +42,7 @@ def new_record(problem: str, solution: str, device: str, run_id: str) -> dict[st
         "timing": None,
         "worker": None,
         "sandbox": None,
+        "precision": None,
         "started_at": now(),
         "finished_at": None,
     }

@@ -41,7 +41,7 @@ def run(conn: Conn, job: dict[str, Any]) -> None:
 
 def _problem_side(job, device):
     problem = load_module("kb_problem", job["problem_path"])
-    settings = problem_settings(problem)
+    settings = problem_settings(problem, job.get("precision"))
     setup_torch(settings)
     seed = job["seed"]
     init = init_inputs(problem)

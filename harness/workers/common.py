@@ -87,10 +87,14 @@ class Settings:
     atol: float = 1e-4
     rtol: float = 1e-4
     allow_tf32: bool = False
+    dtype_source: str = "default"       # "problem" (its DTYPE), "run" (--precision) or "default" (float32)
 
 
-def problem_settings(module) -> Settings:
-    raw = getattr(module, "DTYPE", "float32")
+def problem_settings(module, precision: str | None = None) -> Settings:
+    """The problem's dtype and tolerances: its own DTYPE wins; else the run's --precision; else float32. The
+    tolerances default per dtype (DEFAULT_TOLERANCE) unless the problem sets ATOL/RTOL."""
+    source = "problem" if getattr(module, "DTYPE", None) is not None else "run" if precision else "default"
+    raw = getattr(module, "DTYPE", None) or precision or "float32"
     if not isinstance(raw, str) or raw.lower() not in _DTYPES:
         raise ProblemError(f"DTYPE must be one of float32, float16, bfloat16, got {raw!r}")
     dtype = _DTYPES[raw.lower()]
@@ -104,7 +108,7 @@ def problem_settings(module) -> Settings:
     allow = getattr(module, "ALLOW_TF32", False)
     if not isinstance(allow, bool):
         raise ProblemError(f"ALLOW_TF32 must be True or False, got {allow!r}")
-    return Settings(dtype, atol, rtol, allow)
+    return Settings(dtype, atol, rtol, allow, source)
 
 
 def setup_torch(settings: Settings) -> None:

@@ -110,7 +110,7 @@ def _lint(job: dict[str, Any], stage: list[str]) -> dict[str, Any]:
     from .. import timing
     device, seed = job["device"], job["seed"]
     problem = load_module("kb_problem", job["problem_path"])
-    settings = problem_settings(problem)
+    settings = problem_settings(problem, job.get("precision"))
     setup_torch(settings)
     dtype = getattr(torch, settings.dtype)
 

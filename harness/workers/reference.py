@@ -30,7 +30,8 @@ def run(conn: Conn, job: dict[str, Any]) -> None:
         return
     hints = _EvalModeHint(model, initial_state, inputs, settings)
     info: dict[str, Any] = {
-        "dtype": settings.dtype, "atol": settings.atol, "rtol": settings.rtol, "allow_tf32": settings.allow_tf32,
+        "dtype": settings.dtype, "dtype_source": settings.dtype_source, "atol": settings.atol, "rtol": settings.rtol,
+        "allow_tf32": settings.allow_tf32,
         "output_shapes": [list(t.shape) for t in expected[0]],
         "parameters": sum(p.numel() for p in model.parameters()),
         "module_mode": "train" if model.training else "eval",
@@ -199,7 +200,7 @@ def _prepare(job: dict[str, Any], device: str):
     for name in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(problem, name):
             raise _StageError("problem", ProblemError(f"no {name} defined"))
-    settings = _stage("problem settings", problem_settings, problem)
+    settings = _stage("problem settings", problem_settings, problem, job.get("precision"))
     setup_torch(settings)
     seed = job["seed"]
     torch.manual_seed(seed)
