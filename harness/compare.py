@@ -270,7 +270,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cmd_compare(argv: list[str]) -> int:
-    from .cli import _config_output_dir, wide_console
+    from .render import config_output_dir as _config_output_dir, wide_console
     args = parser().parse_args(argv)
     if args.config is not None and not args.config.is_file():
         raise UsageError(f"{args.config}: no such config file")

@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_lint(argv: list[str]) -> int:
-    from .cli import wide_console
+    from .render import wide_console
     from .pipeline import resolve_slots
     args = _parser().parse_args(argv)
     path = args.config or (Path("config.yaml") if Path("config.yaml").is_file() else None)

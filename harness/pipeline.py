@@ -92,7 +92,7 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
                  conclude: Callable[[RunStore], int] | None = None) -> int:
     """A run over the selected pairs (or `pairs`, e.g. calibrate's A/A pairs); `conclude` renders and chooses the
     exit code instead of the default table."""
-    from .cli import render, wide_console
+    from .render import render, wide_console
     console = wide_console(stderr=True)
     from .procs import set_worker_memory_gb
     set_worker_memory_gb(cfg.worker_memory_gb)         # the memory cap of every worker this run starts

@@ -167,7 +167,7 @@ def test_run_files_and_trees_are_untouched(sandbox_run):
     warnings: list[str] = []
     assert len(list(read_records(run_dir / "results.jsonl", warnings.append))) == 3 and warnings == []
     assert "pwned" not in (run_dir / "run.json").read_text()
-    assert sorted(p.name for p in run_dir.iterdir()) == ["leaderboard.md", "logs", "results.jsonl", "run.json"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["index.html", "leaderboard.md", "logs", "results.jsonl", "run.json"]
     assert [str(p) for p in tmp.rglob("*pwned*")] == []
     original = FIXTURES / "sandbox" / "problems" / "level1" / "001_linear_relu.py"
     assert (tree / "problems" / "level1" / "001_linear_relu.py").read_bytes() == original.read_bytes()
