@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from . import report
-from .config import Config, load_config
+from .render import config_output_dir as _config_output_dir, render, wide_console, write_site
+from .config import PRECISIONS, Config, load_config
 from .errors import HarnessError, OneLineParser, UsageError
 
-SUBCOMMANDS = ("report", "compare", "lint", "import-kernelbench", "calibrate")
+SUBCOMMANDS = ("report", "compare", "lint", "import-kernelbench", "export-kernelbench", "calibrate", "new")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +33,12 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] == "import-kernelbench":
             from .kbimport import cmd_import
             return cmd_import(argv[1:])
+        if argv and argv[0] == "export-kernelbench":
+            from .kbexport import cmd_export
+            return cmd_export(argv[1:])
+        if argv and argv[0] == "new":
+            from .scaffold import cmd_new
+            return cmd_new(argv[1:])
         return cmd_run(argv)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -53,7 +60,8 @@ def _run_parser() -> argparse.ArgumentParser:
         description="Build, verify and time candidate kernels (solutions/) against reference problems (problems/). "
                     "Other commands: 'run_eval.py report RUN_ID' re-renders a past run; 'run_eval.py compare RUN_A RUN_B' compares two runs pair by pair (exit 1 when a pair got slower or broke); 'run_eval.py calibrate [selection]' runs the A/A test (each problem against itself); 'run_eval.py lint [selection]' checks "
                     "problems for degeneracy; 'run_eval.py import-kernelbench PATH' imports a KernelBench checkout "
-                    "or run folder. Each has its own --help.",
+                    "or run folder; 'run_eval.py export-kernelbench RUN_ID' writes KernelBench's eval_results.json; "
+                    "'run_eval.py new LEVEL/PROBLEM NAME' writes a candidate skeleton. Each has its own --help.",
         epilog="Every option can also be set in config.yaml; flags win. Exit codes: 0 run completed (whatever the "
                "verdicts), 2 usage or input error, 1 harness fault.")
     p.add_argument("--config", type=Path, help="config file (default: ./config.yaml when it exists)")
@@ -67,6 +75,9 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--solution-file", type=Path, metavar="S", help="... with this candidate file")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), help="default: auto (cuda when a GPU exists)")
     p.add_argument("--gpus", metavar="LIST", help="GPU indices to schedule pairs over, e.g. 0,1 (default: 0)")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="inputs and both models in this dtype, with its tolerances, for problems that set no DTYPE "
+                        "(a problem's own DTYPE wins; default: fp32)")
     p.add_argument("--trials", type=int, help="correctness trials per pair, each with fresh inputs (default: 5)")
     p.add_argument("--samples", type=int, help="deprecated: at least this many timed samples per side (raises "
                    "--min-rounds); pairs are timed in rounds until the speedup's CI reaches --target-rel-ci")
@@ -92,7 +103,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     keys = ("problems_dir", "solutions_dir", "output_dir", "level", "problem", "candidate", "device", "gpus",
-            "trials", "timeout", "jobs", "seed", "cpu_threads")
+            "trials", "timeout", "jobs", "seed", "cpu_threads", "precision")
     overrides = {k: getattr(args, k) for k in keys}
     timing = {"samples": args.samples, "mode": args.timing_mode, "target_rel_ci": args.target_rel_ci,
               "min_rounds": args.min_rounds, "max_pair_seconds": args.max_pair_seconds,
@@ -163,43 +174,50 @@ def cmd_calibrate(argv: list[str]) -> int:
 def cmd_report(argv: list[str]) -> int:
     from .store import RunStore
     p = OneLineParser(prog="run_eval.py report", description="Re-render the table, summary and "
-                                "leaderboard.md of a past run from its results.jsonl.")
-    p.add_argument("run_id")
+                                "leaderboard.md of a past run from its results.jsonl; or export its records "
+                                "(--csv, --jsonl), or count fast_p and pass@k the way KernelBench does (--kernelbench).")
+    p.add_argument("run_id", nargs="?", help="the run (optional with --html)")
+    p.add_argument("--html", action="store_true", help="rebuild <output-dir>/index.html across every run there "
+                   "(best candidate per problem, plots, history), and each run's own index.html")
     p.add_argument("--output-dir", default=None, help="where runs are (default: output_dir in config, or results)")
     p.add_argument("--config", type=Path)
-    p.add_argument("--json", action="store_true", help="print the aggregates as JSON")
+    p.add_argument("--json", action="store_true", help="print the aggregates as JSON (with --kernelbench: its "
+                   "metrics as one JSON object)")
+    export = p.add_mutually_exclusive_group()
+    export.add_argument("--csv", action="store_true", help="print the records as CSV on stdout: problem, solution, "
+                        "status, correct, speedup, speedup_ci_lo, speedup_ci_hi, speedup_vs_compile, "
+                        "candidate_median_ms, reference_median_ms, flags (';'-joined), error")
+    export.add_argument("--jsonl", action="store_true", help="print the records as read, one JSON object per line")
+    export.add_argument("--kernelbench", action="store_true",
+                        help="KernelBench's metrics per level: fast_p (p = 0, 1, 1.5, 2) on each problem's sample 0 "
+                             "over every problem of the level in the problems tree, and pass@k over all samples")
+    p.add_argument("--problems-dir", type=Path, help="with --kernelbench: the problems tree that gives each level's "
+                   "problem count (default: the run's own problems_dir)")
     args = p.parse_args(argv)
+    if args.json and (args.csv or args.jsonl):
+        raise UsageError(f"--json does not go with {'--csv' if args.csv else '--jsonl'} (see run_eval.py report --help)")
+    if args.problems_dir is not None and not args.kernelbench:
+        raise UsageError("--problems-dir goes with --kernelbench (see run_eval.py report --help)")
     output_dir = Path(args.output_dir or _config_output_dir(args.config))
+    if args.html:
+        if args.csv or args.jsonl or args.kernelbench or args.json:
+            raise UsageError("--html goes alone (see run_eval.py report --help)")
+        page, count = write_site(output_dir, lambda text: print(f"warning: {text}", file=sys.stderr))
+        print(f"{page}: {count} runs")
+        return 0
+    if args.run_id is None:
+        raise UsageError("report needs a RUN_ID, or --html (see run_eval.py report --help)")
     store = RunStore.open(output_dir, args.run_id)
     records = store.records()
+    if args.csv:
+        report.write_csv(records, sys.stdout)
+        return 0
+    if args.jsonl:
+        for record in records:
+            print(json.dumps(record))
+        return 0
+    if args.kernelbench:
+        from .kbexport import report_kernelbench
+        return report_kernelbench(store, records, args.problems_dir, args.json, wide_console())
     render(records, store, json_mode=args.json, console=wide_console())
     return 0
-
-
-def wide_console(stderr: bool = False):
-    """A rich console; when output is not a terminal (CI logs, files), wide enough that the table stays legible."""
-    from rich.console import Console
-    console = Console(stderr=stderr)
-    if not console.is_terminal:
-        console = Console(stderr=stderr, width=200)
-    return console
-
-
-def _config_output_dir(path: Path | None) -> str:
-    if path is None and Path("config.yaml").is_file():
-        path = Path("config.yaml")
-    return load_config(path, {}).output_dir if path else "results"
-
-
-def render(records: list[dict[str, Any]], store, json_mode: bool, console) -> None:
-    agg = report.aggregate(records)
-    (store.dir / "leaderboard.md").write_text(report.leaderboard(records, store.run_id))
-    if json_mode:
-        print(json.dumps({"run_id": store.run_id, **agg}))
-        return
-    if console is None:
-        return
-    console.print(report.table(records, f"run {store.run_id}", width=console.width))
-    for line in report.summary_lines(agg):
-        console.print(line, highlight=False)
-    console.print(f"results: {store.results_path}   leaderboard: {store.dir / 'leaderboard.md'}", highlight=False)

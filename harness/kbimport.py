@@ -6,13 +6,16 @@ PATH is one of two layouts, told apart by the files it holds:
   levels 1-3 are copied byte-for-byte to `problems/kernelbench-level<L>/<NNN>_<name>.py`; level 4 needs network
   access (HuggingFace models) and is skipped;
 * a KernelBench run folder (`PATH/level_<L>_problem_<P>_sample_<S>_kernel.py`): each kernel becomes the candidate
-  `solutions/kernelbench-level<L>/<problem stem>/<run folder name>_sample_<S>.py` of the imported problem number P.
+  `solutions/kernelbench-level<L>/<problem stem>/<run folder name>_sample_<S>.py` of the imported problem number P;
+  KernelBench's own `eval_results.json` there is counted in the summary, its verdicts are not imported (the
+  kernels are re-evaluated; `run_eval.py export-kernelbench` writes ours in its format, see harness/kbexport.py).
 
 Nothing is ever overwritten: an existing identical file is left as it is (re-importing is a no-op), an existing
 different one is reported as skipped. Nothing here imports or runs the copied code.
 """
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -34,6 +37,7 @@ class ImportReport:
     unchanged: list[Path] = field(default_factory=list)               # destinations already identical
     skipped: list[tuple[Path, str]] = field(default_factory=list)     # (source, reason)
     unmatched: list[tuple[Path, str]] = field(default_factory=list)   # kernels without an imported problem
+    eval_results: str | None = None                                   # a line on the run folder's eval_results.json
 
 
 def level_dir_name(level: int) -> str:
@@ -145,7 +149,24 @@ def import_kernelbench(path: Path, problems_dir: Path, solutions_dir: Path, dry_
         _import_checkout(_checkout_root(path), Path(problems_dir), report, dry_run)
     else:
         _import_run(path, Path(problems_dir), Path(solutions_dir), report, dry_run)
+        report.eval_results = _eval_results_note(path / "eval_results.json")
     return report
+
+
+def _eval_results_note(path: Path) -> str | None:
+    """One line on KernelBench's own eval_results.json in a run folder (its verdicts are not imported), or None."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+            raise ValueError("not an object of problems holding objects of samples")
+    except (OSError, ValueError) as exc:
+        return f"found KernelBench's eval_results.json but could not read it ({exc}); it is not imported"
+    samples = sum(len(v) for v in data.values())
+    return (f"found KernelBench's eval_results.json: {len(data)} problem{'s' if len(data) != 1 else ''}, "
+            f"{samples} sample{'s' if samples != 1 else ''}; its verdicts are not imported, the kernels are "
+            "re-evaluated here")
 
 
 def summary_lines(report: ImportReport, dry_run: bool = False) -> list[str]:
@@ -155,6 +176,8 @@ def summary_lines(report: ImportReport, dry_run: bool = False) -> list[str]:
     lines.append(f"{verb} {len(report.copied)}, already there {len(report.unchanged)}, skipped "
                  f"{len(report.skipped)}, unmatched {len(report.unmatched)}"
                  f" ({'problems' if report.layout == 'checkout' else 'candidates'}{', dry run' if dry_run else ''})")
+    if report.eval_results:
+        lines.append(report.eval_results)
     return lines
 
 

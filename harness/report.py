@@ -246,3 +246,37 @@ def leaderboard(records: list[dict[str, Any]], run_id: str) -> str:
     agg = aggregate(records)
     lines += ["", *[f"- {line}" for line in summary_lines(agg)], ""]
     return "\n".join(lines)
+
+
+CSV_COLUMNS = ("problem", "solution", "status", "correct", "speedup", "speedup_ci_lo", "speedup_ci_hi",
+               "speedup_vs_compile", "candidate_median_ms", "reference_median_ms", "flags", "error")
+
+
+def _csv_number(value: Any) -> Any:
+    """A number as it is, anything else (None, a NaN written as a string) empty."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return ""
+    return value
+
+
+def csv_rows(records: Iterable[dict[str, Any]]) -> list[list[Any]]:
+    """One row per record, in CSV_COLUMNS order, sorted like the table (problem, solution)."""
+    rows = []
+    for r in sorted(records, key=lambda r: (r.get("problem", ""), r.get("solution", ""))):
+        ci = r.get("speedup_ci")
+        lo, hi = ci if isinstance(ci, (list, tuple)) and len(ci) == 2 else (None, None)
+        timing = r.get("timing") or {}
+        rows.append([r.get("problem", ""), r.get("solution", ""), r.get("status", ""),
+                     "true" if r.get("correct") else "false", _csv_number(r.get("speedup")), _csv_number(lo),
+                     _csv_number(hi), _csv_number(r.get("speedup_vs_compile")),
+                     _csv_number((timing.get("candidate") or {}).get("median_ms")),
+                     _csv_number((timing.get("reference") or {}).get("median_ms")),
+                     ";".join(r.get("flags") or []), " ".join((r.get("error") or "").split())])
+    return rows
+
+
+def write_csv(records: Iterable[dict[str, Any]], stream) -> None:
+    import csv
+    writer = csv.writer(stream, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    writer.writerows(csv_rows(records))

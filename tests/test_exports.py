@@ -1,0 +1,308 @@
+"""Exports and scaffolding: `report --csv/--jsonl`, `new LEVEL/PROBLEM NAME`, `export-kernelbench` and
+`report --kernelbench` (fast_p on sample 0 over the whole problems tree, pass@k by the unbiased estimator)."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, json_records, run_cli, write_config
+from harness.kbexport import eval_results, kernelbench_metrics, pass_at_k, tree_problems
+from harness.kbimport import import_kernelbench, summary_lines
+from harness.store import RunStore
+
+TREE = FIXTURES / "tree"
+
+
+# ---------------------------------------------------------------- a real small run: CSV and JSON lines
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("exports")
+    config = write_config(tmp, TREE)
+    done = run_cli("--config", str(config), "--json", "--candidate", "correct_cpp", "--timeout", "60")
+    assert done.returncode == 0, done.stderr
+    (run_dir,) = [p for p in (tmp / "results").iterdir() if p.is_dir()]
+    return run_dir, json_records(done.stdout)
+
+
+def test_report_csv_has_a_header_and_one_row_per_record(real_run):
+    run_dir, printed = real_run
+    done = run_cli("report", run_dir.name, "--output-dir", str(run_dir.parent), "--csv")
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.reader(io.StringIO(done.stdout)))
+    assert rows[0] == ["problem", "solution", "status", "correct", "speedup", "speedup_ci_lo", "speedup_ci_hi",
+                       "speedup_vs_compile", "candidate_median_ms", "reference_median_ms", "flags", "error"]
+    by_solution = {row["solution"]: row for row in csv.DictReader(io.StringIO(done.stdout))}
+    assert len(by_solution) == len(rows) - 1 == len(printed)
+    row = by_solution["level1/001_linear_relu/correct_cpp"]
+    record = printed["correct_cpp"]
+    assert row["problem"] == "level1/001_linear_relu" and row["status"] == record["status"] == "ok"
+    assert row["correct"] == "true"
+    assert float(row["speedup"]) == pytest.approx(record["speedup"])
+    assert float(row["speedup_ci_lo"]) <= float(row["speedup"]) <= float(row["speedup_ci_hi"])
+    assert float(row["candidate_median_ms"]) == pytest.approx(record["timing"]["candidate"]["median_ms"])
+    assert float(row["reference_median_ms"]) == pytest.approx(record["timing"]["reference"]["median_ms"])
+    assert row["speedup_vs_compile"] == ""                  # no compile baselines in the tests
+    assert row["flags"] == ";".join(record["flags"]) and row["error"] == ""
+    broken = [r for s, r in by_solution.items() if s.startswith("level1/002_broken_problem/")]
+    assert all(r["status"] == "load_error" and r["correct"] == "false" and r["error"] for r in broken)
+
+
+def test_report_jsonl_prints_the_records_as_read(real_run):
+    run_dir, printed = real_run
+    done = run_cli("report", run_dir.name, "--output-dir", str(run_dir.parent), "--jsonl")
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert lines == [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert {r["solution"].rsplit("/", 1)[-1] for r in lines} == set(printed)
+    aggregates = run_cli("report", run_dir.name, "--output-dir", str(run_dir.parent), "--json")
+    assert json.loads(aggregates.stdout)["pairs"] == len(lines)          # --json: still the aggregates
+    clash = run_cli("report", run_dir.name, "--output-dir", str(run_dir.parent), "--csv", "--jsonl")
+    assert clash.returncode == 2 and len(clash.stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- new: a skeleton that runs as it is
+
+def test_new_skeleton_builds_and_runs_ok_on_the_cpu(tmp_path):
+    solutions = tmp_path / "solutions"
+    done = run_cli("new", "level1/001_linear_relu", "my_kernel", "--problems-dir", str(TREE / "problems"),
+                   "--solutions-dir", str(solutions))
+    assert done.returncode == 0, done.stderr
+    path = solutions / "level1" / "001_linear_relu" / "my_kernel.py"
+    text = path.read_text()
+    assert "load_inline(" in text and "cpp_sources=" in text and "cuda_sources" not in text
+    assert "def __init__(self, in_features, out_features):" in text and "class ModelNew(nn.Module):" in text
+    assert "self.linear = nn.Linear" in text and "def get_inputs" not in text
+    config = write_config(tmp_path, TREE)
+    run = run_cli("--config", str(config), "--solutions-dir", str(solutions), "--problem", "001_linear_relu",
+                  "--json", "--timeout", "120")
+    assert run.returncode == 0, run.stderr
+    record = json_records(run.stdout)["my_kernel"]
+    assert record["status"] == "ok", (record["error"], record.get("error_detail"))
+    assert record["correctness"]["param_match"] == "state_dict" and record["build"]["status"] == "built"
+
+
+def test_new_cuda_stub_uses_cuda_sources(tmp_path):
+    done = run_cli("new", "level1/001_linear_relu", "gpu_kernel", "--cuda", "--problems-dir",
+                   str(TREE / "problems"), "--solutions-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "level1" / "001_linear_relu" / "gpu_kernel.py").read_text()
+    assert "cuda_sources=_cuda_src" in text and "__global__ void copy_kernel" in text
+    compile(text, "gpu_kernel.py", "exec")
+
+
+def test_new_copies_kernelbench_style_models(tmp_path):
+    """`super(Model, self)`, helper methods, module constants and a two-argument forward survive the copy."""
+    problems = tmp_path / "problems" / "kernelbench-level1"
+    problems.mkdir(parents=True)
+    (problems / "019_ReLU.py").write_text(
+        'import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\nSCALE = 2.0\nATOL = 1e-3\n\n'
+        'class Model(nn.Module):\n    """doc"""\n    def __init__(self, dim: int = 1, *, eps=1e-5):\n'
+        '        super(Model, self).__init__()\n        self.dim = dim\n        self.eps = eps\n\n'
+        '    def _scale(self, x):\n        return x * SCALE\n\n'
+        '    def forward(self, a, b=None):\n        # keep comments\n'
+        '        return F.relu(self._scale(a) + (0 if b is None else b)).sum(self.dim) + self.eps\n\n'
+        'def get_inputs():\n    return [torch.randn(4, 5), torch.randn(4, 5)]\n\n'
+        'def get_init_inputs():\n    return [1]\n\nif __name__ == "__main__":\n    print(Model()(*get_inputs()))\n')
+    done = run_cli("new", "kernelbench-level1/019_ReLU.py", "k", "--problems-dir", str(tmp_path / "problems"),
+                   "--solutions-dir", str(tmp_path / "solutions"))
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "solutions" / "kernelbench-level1" / "019_ReLU" / "k.py").read_text()
+    assert "super(ModelNew, self).__init__()" in text and "# keep comments" in text
+    assert "def forward(self, a, b=None):" in text and "self.reference_forward(a, b)" in text
+    assert "ATOL" not in text and "__main__" not in text and "SCALE = 2.0" in text
+    import ast
+    tree = ast.parse(text)
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    assert ast.unparse(init.args) == "self, dim: int=1, *, eps=1e-05"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["level1/001_linear", "x"], "did you mean level1/001_linear_relu?"),
+    (["level7/001_linear_relu", "x"], "no level 'level7'"),
+    (["level1/999_nothing", "x"], "problems there: 001_linear_relu, 002_broken_problem"),
+    (["level1/001_linear_relu", "9lives"], "is not a Python identifier"),
+    (["level1/001_linear_relu", "class"], "is not a Python identifier"),
+    (["level1/001_linear_relu", "correct_cpp"], "exists; not overwritten"),
+    (["level1"], "the following arguments are required"),
+])
+def test_new_refuses_in_one_line(tmp_path, args, message):
+    solutions = tmp_path / "solutions"
+    existing = solutions / "level1" / "001_linear_relu" / "correct_cpp.py"
+    existing.parent.mkdir(parents=True)
+    existing.write_text("# mine\n")
+    done = run_cli("new", *args, "--problems-dir", str(TREE / "problems"), "--solutions-dir", str(solutions))
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], done.stderr
+    assert existing.read_text() == "# mine\n"
+
+
+# ---------------------------------------------------------------- KernelBench: fabricated signed runs
+
+def record(problem: str, candidate: str, status: str = "ok", speedup: float | None = 1.0,
+           median: float = 2.0, error: str | None = None) -> dict:
+    ok = status == "ok"
+    return {"schema_version": 2, "problem": problem, "solution": f"{problem}/{candidate}", "status": status,
+            "correct": ok, "flags": [], "error": error, "speedup": speedup if ok else None,
+            "speedup_ci": [speedup * 0.9, speedup * 1.1] if ok and speedup else None, "device": "cpu",
+            "timing": {"candidate": {"n": 24, "median_ms": median, "mean_ms": median + 0.1, "stdev_ms": 0.05,
+                                     "min_ms": median - 0.2, "max_ms": median + 0.5},
+                       "reference": {"n": 24, "median_ms": median * (speedup or 1.0)}}}
+
+
+def fabricated_run(tmp: Path, records: list[dict]) -> Path:
+    store = RunStore.create(tmp / "results", {"config": {"cache_dir": str(tmp / "cache"),
+                                                          "problems_dir": str(tmp / "problems")}})
+    for r in records:
+        store.append({**r, "run_id": store.run_id})
+    store.finish()
+    return store.dir
+
+
+def make_tree(tmp: Path, level: str, stems: list[str]) -> None:
+    for stem in stems:
+        path = tmp / "problems" / level / f"{stem}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("class Model: pass\n")
+
+
+KB1 = "kernelbench-level1"
+
+
+def kb_records() -> list[dict]:
+    run = "gpt_run"
+    return [record(f"{KB1}/001_Square_matmul", f"{run}_sample_0", speedup=1.6, median=3.0),
+            record(f"{KB1}/001_Square_matmul", f"{run}_sample_1", "incorrect", error="max abs err 0.5"),
+            record(f"{KB1}/019_ReLU", f"{run}_sample_0", "compile_error", error="nvcc: error"),
+            record(f"{KB1}/019_ReLU", f"{run}_sample_3", speedup=0.8),
+            record(f"{KB1}/019_ReLU", "hand_written", speedup=5.0)]        # not from a KernelBench run folder
+
+
+def test_export_kernelbench_writes_eval_results_json(tmp_path):
+    run_dir = fabricated_run(tmp_path, kb_records())
+    out = tmp_path / "eval_results.json"
+    done = run_cli("export-kernelbench", run_dir.name, "--output-dir", str(run_dir.parent), "--output", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "2 problems, 4 samples" in done.stdout
+    data = json.loads(out.read_text())
+    assert sorted(data) == ["1", "19"] and sorted(data["1"]) == ["0", "1"] and sorted(data["19"]) == ["0", "3"]
+    for problem in data.values():
+        for sid, sample in problem.items():
+            assert set(sample) == {"sample_id", "compiled", "correctness", "metadata", "runtime", "runtime_stats"}
+            assert sample["sample_id"] == int(sid)
+            assert {"status", "error", "speedup"} <= set(sample["metadata"])
+    ok = data["1"]["0"]
+    assert ok["compiled"] is True and ok["correctness"] is True and ok["runtime"] == 3.0
+    assert ok["runtime_stats"] == {"mean": 3.1, "std": 0.05, "min": 2.8, "max": 3.5, "num_trials": 24}
+    assert ok["metadata"]["status"] == "ok" and ok["metadata"]["speedup"] == 1.6
+    wrong = data["1"]["1"]
+    assert wrong["compiled"] is True and wrong["correctness"] is False and wrong["runtime"] == -1.0
+    assert wrong["runtime_stats"] == {} and wrong["metadata"]["error"] == "max abs err 0.5"
+    broken = data["19"]["0"]
+    assert broken["compiled"] is False and broken["correctness"] is False
+    assert broken["metadata"]["status"] == "compile_error" and broken["metadata"]["speedup"] is None
+    default = run_cli("export-kernelbench", run_dir.name, "--output-dir", str(run_dir.parent))
+    assert default.returncode == 0 and json.loads((run_dir / "eval_results.json").read_text()) == data
+
+
+def test_export_kernelbench_refuses_a_run_without_kernelbench_samples(tmp_path):
+    run_dir = fabricated_run(tmp_path, [record("level1/001_linear_relu", "mine")])
+    done = run_cli("export-kernelbench", run_dir.name, "--output-dir", str(run_dir.parent))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert f"run {run_dir.name} has no candidates imported from a KernelBench run folder" in done.stderr
+    missing = run_cli("export-kernelbench", "no-such-run", "--output-dir", str(run_dir.parent))
+    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_export_kernelbench_asks_which_run_folder_when_there_are_several():
+    records = kb_records() + [record(f"{KB1}/001_Square_matmul", "other_run_sample_0")]
+    with pytest.raises(Exception, match="choose one with --kb-run"):
+        eval_results(records, "r")
+    assert sorted(eval_results(records, "r", kb_run="other_run")) == ["1"]
+
+
+def test_pass_at_k_estimator_by_hand():
+    assert pass_at_k(1, 1, 1) == 1.0 and pass_at_k(1, 0, 1) == 0.0
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(10, 3, 5) == pytest.approx(1 - math.comb(7, 5) / math.comb(10, 5))    # 1 - 21/252
+    assert pass_at_k(6, 2, 5) == 1.0                                                         # n - c < k
+
+
+def test_report_kernelbench_fast_p_counts_missing_problems_and_pass_at_k(tmp_path):
+    stems = ["001_Square_matmul", "002_Other", "019_ReLU", "020_LeakyReLU"]
+    make_tree(tmp_path, KB1, stems)
+    make_tree(tmp_path, "level1", ["001_a", "002_b"])
+    records = kb_records()
+    # 020: six samples, two correct (sample 0 among them, at 2.5x)
+    records += [record(f"{KB1}/020_LeakyReLU", f"gpt_run_sample_{s}", "ok" if s in (0, 4) else "incorrect",
+                       speedup=2.5) for s in range(6)]
+    # our own level: candidates by name, "a_first" is sample 0 of 001_a; 002_b has no record
+    records += [record("level1/001_a", "b_second", speedup=3.0), record("level1/001_a", "a_first", speedup=1.2)]
+    run_dir = fabricated_run(tmp_path, records)
+    done = run_cli("report", run_dir.name, "--output-dir", str(run_dir.parent), "--kernelbench", "--json")
+    assert done.returncode == 0, done.stderr
+    levels = json.loads(done.stdout)["levels"]
+    kb = levels[KB1]
+    assert kb["problems"] == 4 and kb["evaluated"] == 3 and kb["missing"] == [f"{KB1}/002_Other"]
+    assert kb["sample0"] == {f"{KB1}/001_Square_matmul": f"{KB1}/001_Square_matmul/gpt_run_sample_0",
+                             f"{KB1}/019_ReLU": f"{KB1}/019_ReLU/gpt_run_sample_0",
+                             f"{KB1}/020_LeakyReLU": f"{KB1}/020_LeakyReLU/gpt_run_sample_0"}
+    # sample 0: 001 ok 1.6x, 019 compile_error, 020 ok 2.5x; 002 missing -> denominator 4
+    assert kb["fast_p"] == {"0.0": 0.5, "1.0": 0.5, "1.5": 0.5, "2.0": 0.25}
+    # pass@1 over problems with samples: 001 (n=2, c=1) 0.5; 019 (n=3: sample_0, sample_3, hand_written; c=2) 2/3;
+    # 020 (n=6, c=2) 1/3
+    assert kb["pass_at_k"]["1"]["problems"] == 3
+    assert kb["pass_at_k"]["1"]["value"] == pytest.approx((0.5 + 2 / 3 + 1 / 3) / 3)
+    # pass@5: only 020 has >= 5 samples: 1 - C(4,5)/C(6,5) = 1
+    assert kb["pass_at_k"]["5"] == {"value": 1.0, "problems": 1}
+    own = levels["level1"]
+    assert own["problems"] == 2 and own["missing"] == ["level1/002_b"]
+    assert own["sample0"] == {"level1/001_a": "level1/001_a/a_first"}
+    assert own["fast_p"] == {"0.0": 0.5, "1.0": 0.5, "1.5": 0.0, "2.0": 0.0}
+    assert own["pass_at_k"] == {"1": {"value": 1.0, "problems": 1}}
+    table = run_cli("report", run_dir.name, "--output-dir", str(run_dir.parent), "--kernelbench")
+    assert table.returncode == 0, table.stderr
+    assert "fast_1.5" in table.stdout and "pass@5" in table.stdout and "002_Other" in table.stdout
+
+
+def test_kernelbench_metrics_without_a_tree_count_only_problems_with_records():
+    metrics = kernelbench_metrics(kb_records(), tree_problems(None))
+    assert metrics["levels"][KB1]["problems"] == 2 and metrics["levels"][KB1]["fast_p"]["1.5"] == 0.5
+
+
+def test_import_of_a_run_folder_mentions_its_eval_results_json(tmp_path):
+    problems = tmp_path / "problems"
+    make_tree(tmp_path, KB1, ["019_ReLU"])
+    run = tmp_path / "my_run"
+    run.mkdir()
+    (run / "level_1_problem_19_sample_0_kernel.py").write_text("class ModelNew: pass\n")
+    (run / "eval_results.json").write_text(json.dumps({"19": {"0": {"sample_id": 0}, "1": {"sample_id": 1}},
+                                                       "20": {"0": {"sample_id": 0}}}))
+    report = import_kernelbench(run, problems, tmp_path / "solutions")
+    lines = summary_lines(report)
+    assert "found KernelBench's eval_results.json: 2 problems, 3 samples; its verdicts are not imported" in lines[-1]
+    (run / "eval_results.json").unlink()
+    assert not any("eval_results" in line for line in summary_lines(import_kernelbench(run, problems,
+                                                                                      tmp_path / "solutions")))
+
+
+def test_precision_per_run_casts_problems_without_dtype_and_is_recorded(tmp_path):
+    """--precision bf16 over the CPU examples: the A/A control runs in bfloat16 with bf16's tolerance, and the
+    record says the dtype came from the run."""
+    from conftest import REPO
+    examples = REPO / "examples" / "cpu"
+    config = write_config(tmp_path, examples)
+    done = run_cli("--config", str(config), "--json", "--precision", "bf16", "--problem", "*001*",
+                   "--candidate", "aa_same_ops")
+    assert done.returncode == 0, done.stderr
+    (record,) = json_records(done.stdout).values()
+    assert record["status"] in ("ok", "invalid"), record["error"]        # invalid only through a noisy machine
+    assert record["precision"] == {"requested": "bf16", "dtype": "bfloat16", "source": "run"}
+    assert record["correctness"]["dtype"] == "bfloat16" and record["correctness"]["atol"] == 1e-2
