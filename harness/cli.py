@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] == "export-kernelbench":
             from .kbexport import cmd_export
             return cmd_export(argv[1:])
+        if argv and argv[0] == "ci":
+            return cmd_ci(argv[1:])
         if argv and argv[0] == "new":
             from .scaffold import cmd_new
             return cmd_new(argv[1:])
@@ -134,6 +136,56 @@ def cmd_run(argv: list[str]) -> int:
         raise UsageError("--problem-file and --solution-file go together")
     cfg = load_run_config(args)
     return run_pipeline(cfg, args, argv)
+
+
+def cmd_ci(argv: list[str]) -> int:
+    """A pull request's check: evaluate the candidates it changed (and every candidate of a problem it changed),
+    write a Markdown summary, exit 1 on a pair that is not ok or that regressed against main's last run."""
+    import os
+    from . import ci
+    from .discover import discover
+    from .pipeline import run_pipeline
+    p = _run_parser()
+    p.prog = "run_eval.py ci"
+    p.description = ("Evaluate what a branch changed under the problems and solutions trees since it left BASE "
+                     "(git diff BASE...HEAD, plus uncommitted files): every changed candidate and every candidate of "
+                     "a changed problem. Writes a Markdown summary to --summary or $GITHUB_STEP_SUMMARY and stdout; "
+                     "exits 1 when a pair is not ok (skipped excepted) or regressed against --baseline (SLOWER or "
+                     "BROKEN, as `compare` judges).")
+    p.add_argument("--base", required=True, metavar="REF", help="the git ref the branch is compared with, e.g. "
+                   "origin/main")
+    p.add_argument("--baseline", metavar="RUN", help="main's last run: a run folder, or a folder of runs (the newest "
+                   "is taken)")
+    p.add_argument("--summary", type=Path, metavar="PATH", help="append the Markdown summary here (default: "
+                   "$GITHUB_STEP_SUMMARY when set)")
+    args = p.parse_args(argv)
+    if args.resume is not None or args.problem_file is not None:
+        raise UsageError("ci selects its pairs from git; --resume and --problem-file do not apply")
+    cfg = load_run_config(args)
+    baseline_name, baseline = ci.load_baseline(args.baseline)
+    _, pairs = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate)
+    changed = ci.changed_files(args.base, Path(cfg.solutions_dir)) | ci.changed_files(args.base, Path(cfg.problems_dir))
+    selected = ci.select(pairs, changed)
+    summary = args.summary or (Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY")
+                               else None)
+
+    def publish(text: str) -> None:
+        print(text)
+        if summary is not None:
+            with open(summary, "a") as f:
+                f.write(text)
+
+    if not selected:
+        publish(f"## Kernel evaluation: nothing to evaluate\n\nno candidate or problem changed since {args.base}\n")
+        return 0
+
+    def conclude(store) -> int:
+        records = store.records()
+        verdict = ci.judge(records, baseline)
+        publish(ci.markdown(records, verdict, store.run_id, baseline_name))
+        return verdict.exit_code
+
+    return run_pipeline(cfg, args, ["ci", *argv], pairs=selected, conclude=conclude)
 
 
 def cmd_calibrate(argv: list[str]) -> int:

@@ -1,0 +1,121 @@
+"""`run_eval.py ci`: what a pull request changed, evaluated, judged. The GitHub Actions workflow
+(.github/workflows/kernels.yml) only calls this; the logic lives here so that it is tested like the rest.
+
+  1. changed files: `git diff --name-only BASE...HEAD` (what the branch changed since it left BASE) plus files not
+     yet committed, under the problems and solutions trees;
+  2. the pairs to evaluate: every changed candidate, and every candidate of a changed problem;
+  3. the verdict: the PR fails when a pair is not `ok` (`invalid`, `incorrect`, a build or load error, a crash, a
+     timeout, an out-of-memory; `skipped`, a CUDA candidate on a machine without a GPU, does not fail), or when it
+     regresses against the last run of main (`compare`: SLOWER, its speedup CI entirely below main's, or BROKEN);
+  4. a Markdown summary for the job summary ($GITHUB_STEP_SUMMARY) and stdout.
+"""
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from . import report
+from .compare import BROKEN, SLOWER, Row, compare_runs, fmt_change, load_results
+from .discover import Pair
+from .errors import UsageError
+
+PASSING = ("ok", "skipped")
+REGRESSIONS = (SLOWER, BROKEN)
+
+
+def _git(*args: str, cwd: Path) -> str:
+    try:
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"ci: git {' '.join(args)}: {exc}") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["failed"])[-1]
+        raise UsageError(f"ci: git {' '.join(args)}: {last}")
+    return done.stdout
+
+
+def changed_files(base: str, cwd: Path = Path(".")) -> set[Path]:
+    """Absolute paths of the files the branch changed since it left `base`, and of uncommitted changes."""
+    top = Path(_git("rev-parse", "--show-toplevel", cwd=cwd).strip())
+    names = _git("diff", "--name-only", "--no-renames", f"{base}...HEAD", cwd=cwd).splitlines()
+    for line in _git("status", "--porcelain", "--untracked-files=all", cwd=cwd).splitlines():
+        names.append(line[3:].split(" -> ")[-1])        # "XY path" or "R  old -> new"
+    return {(top / name.strip().strip('"')).resolve() for name in names if name.strip()}
+
+
+def select(pairs: Iterable[Pair], changed: set[Path]) -> list[Pair]:
+    """The pairs whose candidate file or problem file changed."""
+    return [p for p in pairs if p.candidate.path.resolve() in changed
+            or (p.problem is not None and p.problem.path.resolve() in changed)]
+
+
+def baseline_results(spec: str) -> Path:
+    """The results.jsonl of `spec`: a run folder, or an output folder whose newest run is taken (the last run of
+    main, kept on the runner)."""
+    path = Path(spec)
+    if (path / "results.jsonl").is_file():
+        return path / "results.jsonl"
+    runs = sorted(p for p in path.glob("*/results.jsonl")) if path.is_dir() else []
+    if not runs:
+        raise UsageError(f"--baseline {spec}: neither a run folder nor a folder of runs")
+    return runs[-1]
+
+
+@dataclass
+class Verdict:
+    failing: list[dict[str, Any]] = field(default_factory=list)     # records that are not ok
+    regressions: list[Row] = field(default_factory=list)           # SLOWER or BROKEN against the baseline
+    rows: dict[tuple[str, str], Row] = field(default_factory=dict)  # (problem, solution) -> comparison
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failing or self.regressions else 0
+
+
+def judge(records: list[dict[str, Any]], baseline: list[dict[str, Any]] | None) -> Verdict:
+    verdict = Verdict(failing=[r for r in records if r.get("status") not in PASSING])
+    if baseline is not None:
+        keys = {(r["problem"], r["solution"]) for r in records}
+        ours = [r for r in baseline if (r["problem"], r["solution"]) in keys]
+        for row in compare_runs(ours, records):
+            verdict.rows[(row.problem, row.solution)] = row
+            if row.verdict in REGRESSIONS:
+                verdict.regressions.append(row)
+    return verdict
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(records: list[dict[str, Any]], verdict: Verdict, run_id: str, baseline_name: str | None) -> str:
+    agg = report.aggregate(records)
+    head = "PASS" if verdict.exit_code == 0 else "FAIL"
+    lines = [f"## Kernel evaluation: {head}", "",
+             f"run `{run_id}`: {agg['pairs']} pairs, {agg['correct']} correct; "
+             + ", ".join(f"{k} {v}" for k, v in agg["by_status"].items())
+             + (f"; compared with `{baseline_name}`" if baseline_name else "; no baseline run of main given"), ""]
+    lines += ["| problem | candidate | status | speedup [95% CI] | vs main | flags / error |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for r in sorted(records, key=lambda r: (r["problem"], r["solution"])):
+        row = verdict.rows.get((r["problem"], r["solution"]))
+        against = f"{row.verdict} {fmt_change(row.change)}".strip() if row else "-"
+        note = " ".join(r.get("flags") or []) or ""
+        if r.get("error"):
+            note = f"{note} {report.abbreviate(r['error'], 160)}".strip()
+        lines.append(f"| {_cell(r['problem'])} | {_cell(r['solution'].rsplit('/', 1)[-1])} | {r['status']} | "
+                     f"{report.fmt_speedup(r.get('speedup'), r.get('speedup_ci'))} | {_cell(against)} | "
+                     f"{_cell(note) or '-'} |")
+    if verdict.failing:
+        lines += ["", f"Not ok: {', '.join(r['solution'] for r in verdict.failing)}"]
+    if verdict.regressions:
+        lines += ["", f"Regressed against main: {', '.join(f'{row.solution} ({row.verdict})' for row in verdict.regressions)}"]
+    return "\n".join(lines) + "\n"
+
+
+def load_baseline(spec: str | None) -> tuple[str | None, list[dict[str, Any]] | None]:
+    if spec is None:
+        return None, None
+    return load_results(baseline_results(spec))
