@@ -3,9 +3,11 @@ KernelBench counts them.
 
 * `run_eval.py export-kernelbench RUN_ID [--output PATH]` writes, for the candidates that came from a KernelBench
   run folder (`solutions/kernelbench-level<L>/<NNN>_<Name>/<run>_sample_<S>.py`, see harness/kbimport.py), the
-  file KernelBench's scripts/eval_from_generations.py writes: a JSON object keyed by problem id P (the number of
-  `NNN_Name`, as a string), each an object keyed by sample id S (as a string) holding
-  `{"sample_id", "compiled", "correctness", "metadata", "runtime", "runtime_stats"}`.
+  file KernelBench's scripts/eval_from_generations.py writes today (and scripts/benchmark_eval_analysis.py reads,
+  taking the entry whose sample_id is 0): a JSON object keyed by problem id P (the number of `NNN_Name`, as a
+  string), each a list of samples `{"sample_id", "compiled", "correctness", "metadata", "runtime",
+  "runtime_stats"}` in sample order. (Earlier KernelBench versions keyed the samples by id, or held one sample per
+  problem; the import reads all three.)
 * `run_eval.py report RUN_ID --kernelbench` (`kernelbench_metrics`): per level, fast_p over every problem of that
   level in the problems tree (a problem without a record counts as a failure) on each problem's sample 0, and
   pass@k over all samples with the unbiased estimator 1 - C(n-c, k) / C(n, k).
@@ -88,7 +90,7 @@ def kb_sample(record: dict[str, Any], run_id: str, sample: int) -> dict[str, Any
 
 
 def eval_results(records: Iterable[dict[str, Any]], run_id: str, kb_run: str | None = None,
-                 level: int | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+                 level: int | None = None) -> dict[str, list[dict[str, Any]]]:
     """KernelBench's eval_results.json for the records of candidates from one KernelBench run folder of one level.
     A UsageError when there are none, or when they come from several run folders or levels and `kb_run` / `level`
     does not say which."""
@@ -116,9 +118,9 @@ def eval_results(records: Iterable[dict[str, Any]], run_id: str, kb_run: str | N
     if len(levels) > 1:
         raise UsageError(f"run {run_id} holds KernelBench levels {', '.join(map(str, levels))}; eval_results.json "
                          "is per level: choose one with --level")
-    out: dict[str, dict[str, dict[str, Any]]] = {}
+    out: dict[str, list[dict[str, Any]]] = {}
     for (_, problem, _, sample), record in sorted(found, key=lambda x: (x[0][1], x[0][3])):
-        out.setdefault(str(problem), {})[str(sample)] = kb_sample(record, run_id, sample)
+        out.setdefault(str(problem), []).append(kb_sample(record, run_id, sample))
     return out
 
 

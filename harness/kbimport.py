@@ -153,17 +153,25 @@ def import_kernelbench(path: Path, problems_dir: Path, solutions_dir: Path, dry_
     return report
 
 
+def _sample_count(entry: dict | list) -> int:
+    """Samples of one problem in any of KernelBench's layouts: a list of samples (today), an object keyed by sample
+    id, or one sample (an object with a sample_id)."""
+    if isinstance(entry, list):
+        return len(entry)
+    return 1 if "sample_id" in entry else len(entry)
+
+
 def _eval_results_note(path: Path) -> str | None:
     """One line on KernelBench's own eval_results.json in a run folder (its verdicts are not imported), or None."""
     if not path.is_file():
         return None
     try:
         data = json.loads(path.read_text())
-        if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-            raise ValueError("not an object of problems holding objects of samples")
+        if not isinstance(data, dict) or not all(isinstance(v, (dict, list)) for v in data.values()):
+            raise ValueError("not an object of problems holding their samples")
     except (OSError, ValueError) as exc:
         return f"found KernelBench's eval_results.json but could not read it ({exc}); it is not imported"
-    samples = sum(len(v) for v in data.values())
+    samples = sum(_sample_count(v) for v in data.values())
     return (f"found KernelBench's eval_results.json: {len(data)} problem{'s' if len(data) != 1 else ''}, "
             f"{samples} sample{'s' if samples != 1 else ''}; its verdicts are not imported, the kernels are "
             "re-evaluated here")

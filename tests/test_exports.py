@@ -192,12 +192,16 @@ def test_export_kernelbench_writes_eval_results_json(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "2 problems, 4 samples" in done.stdout
     data = json.loads(out.read_text())
-    assert sorted(data) == ["1", "19"] and sorted(data["1"]) == ["0", "1"] and sorted(data["19"]) == ["0", "3"]
-    for problem in data.values():
-        for sid, sample in problem.items():
+    # the layout KernelBench's scripts/benchmark_eval_analysis.py reads: per problem id a list of samples, from
+    # which it takes the one entry whose sample_id is 0
+    assert sorted(data) == ["1", "19"]
+    assert [e["sample_id"] for e in data["1"]] == [0, 1] and [e["sample_id"] for e in data["19"]] == [0, 3]
+    for entries in data.values():
+        assert len([e for e in entries if e["sample_id"] == 0]) == 1
+        for sample in entries:
             assert set(sample) == {"sample_id", "compiled", "correctness", "metadata", "runtime", "runtime_stats"}
-            assert sample["sample_id"] == int(sid)
             assert {"status", "error", "speedup"} <= set(sample["metadata"])
+    raw, data = data, {pid: {str(e["sample_id"]): e for e in entries} for pid, entries in data.items()}
     ok = data["1"]["0"]
     assert ok["compiled"] is True and ok["correctness"] is True and ok["runtime"] == 3.0
     assert ok["runtime_stats"] == {"mean": 3.1, "std": 0.05, "min": 2.8, "max": 3.5, "num_trials": 24}
@@ -209,7 +213,7 @@ def test_export_kernelbench_writes_eval_results_json(tmp_path):
     assert broken["compiled"] is False and broken["correctness"] is False
     assert broken["metadata"]["status"] == "compile_error" and broken["metadata"]["speedup"] is None
     default = run_cli("export-kernelbench", run_dir.name, "--output-dir", str(run_dir.parent))
-    assert default.returncode == 0 and json.loads((run_dir / "eval_results.json").read_text()) == data
+    assert default.returncode == 0 and json.loads((run_dir / "eval_results.json").read_text()) == raw
 
 
 def test_export_kernelbench_refuses_a_run_without_kernelbench_samples(tmp_path):
@@ -288,6 +292,10 @@ def test_import_of_a_run_folder_mentions_its_eval_results_json(tmp_path):
     report = import_kernelbench(run, problems, tmp_path / "solutions")
     lines = summary_lines(report)
     assert "found KernelBench's eval_results.json: 2 problems, 3 samples; its verdicts are not imported" in lines[-1]
+    (run / "eval_results.json").write_text(json.dumps({"19": [{"sample_id": 0}, {"sample_id": 1}],     # today's
+                                                       "20": {"sample_id": 0, "compiled": True}}))   # the oldest
+    lines = summary_lines(import_kernelbench(run, problems, tmp_path / "solutions"))
+    assert "found KernelBench's eval_results.json: 2 problems, 3 samples" in lines[-1]
     (run / "eval_results.json").unlink()
     assert not any("eval_results" in line for line in summary_lines(import_kernelbench(run, problems,
                                                                                       tmp_path / "solutions")))
