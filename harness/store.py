@@ -189,15 +189,30 @@ class RunStore:
             raise RuntimeError("append on a store opened for reading")
         line = signing.signed_line(clean_json(record), self._key)
         with self.lock:
-            if self._check(self.results_path, self._results_mark, "results.jsonl", full=False):
-                self._write_results()
-            with open(self.results_path, "ab") as f:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
+            changed = self._check(self.results_path, self._results_mark, "results.jsonl", full=False)
             self._lines.append(line)
             self._records.append(json.loads(line))
+            if changed or not self._append_to_ours(line):
+                if not changed:                 # deleted or replaced between the check and the write
+                    self._check(self.results_path, self._results_mark, "results.jsonl", full=False)
+                self._write_results()
             self._results_mark = FileMark.of(self.results_path, full=False)
+
+    def _append_to_ours(self, line: bytes) -> bool:
+        """Append to results.jsonl only if it is still the file this store wrote (never create it: a file deleted
+        a moment ago is written again whole, and said so, by the caller)."""
+        try:
+            fd = os.open(self.results_path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            if self._results_mark is None or os.fstat(fd).st_ino != self._results_mark.inode:
+                return False
+            os.write(fd, line)
+            os.fsync(fd)
+            return True
+        finally:
+            os.close(fd)
 
     def finish(self) -> None:
         """The end of a run: both files must hold exactly what this store wrote; rewrite any that does not."""
