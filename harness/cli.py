@@ -98,6 +98,12 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-threads", type=int, help="intra-op threads on both sides (default: 1)")
     p.add_argument("--timeout", type=float, help="seconds one pair may take in its worker (default: 600)")
     p.add_argument("--jobs", type=int, help="parallel builds (default: 0 = number of CPU cores)")
+    p.add_argument("--executor", choices=("local", "dask"),
+                   help="local (default): this machine's --gpus or CPU; dask: one task per problem on a dask "
+                        "cluster (README: Scale-out on Dask)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="with --executor dask: the dask scheduler to use, e.g. tcp://host:8786 (default: start a "
+                        "LocalCluster on this machine)")
     p.add_argument("--resume", metavar="RUN_ID", help="continue a run: evaluate only pairs without a record")
     p.add_argument("--json", action="store_true", help="print records as JSON lines on stdout instead of a table")
     return p
@@ -105,7 +111,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     keys = ("problems_dir", "solutions_dir", "output_dir", "level", "problem", "candidate", "device", "gpus",
-            "trials", "timeout", "jobs", "seed", "cpu_threads", "precision")
+            "trials", "timeout", "jobs", "seed", "cpu_threads", "precision", "executor", "scheduler")
     overrides = {k: getattr(args, k) for k in keys}
     timing = {"samples": args.samples, "mode": args.timing_mode, "target_rel_ci": args.target_rel_ci,
               "min_rounds": args.min_rounds, "max_pair_seconds": args.max_pair_seconds,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from .errors import InputError, UsageError
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 TIMING_MODES = ("auto", "cold", "graph")
 PRECISIONS = ("fp32", "fp16", "bf16")
+EXECUTORS = ("local", "dask")
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,9 @@ class Config:
     defenses: bool = True               # anti-cheat checks (README: Hardening); off only to measure their cost
     spare_workers: str = "auto"         # start the next worker ahead: auto (on GPU slots) | on | off
     worker_memory_gb: float | None = None   # memory cap per worker (RLIMIT_DATA); None = 0.8 x RAM, 0 = none
+    executor: str = "local"             # local | dask (README: Scale-out on Dask)
+    scheduler: str | None = None        # dask scheduler address (tcp://host:8786); None = start a LocalCluster
+    dask_workers: int = 0               # LocalCluster workers on the CPU; 0 = 2 (on CUDA: one per GPU in gpus)
     timing: TimingConfig = field(default_factory=TimingConfig)
 
     def build_jobs(self) -> int:
@@ -196,6 +201,11 @@ def _coerce(key: str, value: Any, source: str, default: Any = dataclasses.MISSIN
     name = key.split(".")[-1]
     if name == "gpus":
         return _parse_gpus(value, source)
+    if name == "scheduler":
+        if value is None or (isinstance(value, str) and _SCHEDULER_ADDRESS.match(value)):
+            return value
+        raise InputError(f"{source}: 'scheduler' must be a dask scheduler address like tcp://host:8786, "
+                         f"got {value!r}")
     if name in ("level", "cuda_arch", "precision"):
         return None if value is None else str(value)
     if name == "seed" or (name == "samples" and key.startswith("timing")):
@@ -227,6 +237,10 @@ def _coerce(key: str, value: Any, source: str, default: Any = dataclasses.MISSIN
             return value
         raise InputError(f"{source}: '{key}' must be a non-empty string, got {value!r}")
     return value
+
+
+# tcp://host:8786, tls://10.0.0.1:8786, host:8786, [::1]:8786, ucx://host:13337
+_SCHEDULER_ADDRESS = re.compile(r"^([a-z][a-z0-9+]*://)?(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+)(:[0-9]{1,5})?$")
 
 
 def _parse_compile_modes(value: Any, source: str) -> tuple[str, ...]:
@@ -267,6 +281,10 @@ def _check_ranges(cfg: Config, source: str) -> None:
         (cfg.build_timeout > 0, "'build_timeout' must be positive"),
         (cfg.reference_timeout > 0, "'reference_timeout' must be positive"),
         (cfg.jobs >= 0, "'jobs' must be 0 (all cores) or more"),
+        (cfg.executor in EXECUTORS, "'executor' must be local or dask"),
+        (cfg.scheduler is None or cfg.executor == "dask",
+         "'scheduler' goes with executor dask (--executor dask --scheduler ADDRESS)"),
+        (cfg.dask_workers >= 0, "'dask_workers' must be 0 (auto) or more"),
         (cfg.timing.samples is None or cfg.timing.samples >= 1, "'timing.samples' must be at least 1"),
         (cfg.timing.warmup >= 0, "'timing.warmup' must be 0 or more"),
         (cfg.seed is None or 0 <= cfg.seed < 2**31, "'seed' must be between 0 and 2**31 - 1"),

@@ -37,6 +37,11 @@ def resolve_slots(cfg: Config, gpu_list: list[dict[str, Any]], gpus_given: bool 
         return "cpu", [Slot("cpu", None)]
     if torch.version.cuda is None:
         raise UsageError("--device cuda: this torch build has no CUDA support")
+    if not gpu_list and cfg.executor == "dask" and cfg.scheduler:
+        if not cfg.cuda_arch:                           # the parent builds for the remote workers' GPUs
+            raise UsageError("--device cuda with --scheduler on a machine without a GPU: set cuda_arch to the "
+                             "workers' compute capability (e.g. cuda_arch: \"9.0\") so that builds target them")
+        return "cuda", []                               # the dask workers' GPUs, not this machine's
     if not gpu_list:
         raise UsageError("--device cuda: no GPU found (nvidia-smi lists none)")
     names = {g["index"]: g["name"] for g in gpu_list}
@@ -120,7 +125,14 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
     notice = cpu_notice(pairs, gpu_list) if device == "cpu" else None
     if notice:
         print(notice, file=sys.stderr, flush=True)
-    console.print(f"run {store.run_id}: {len(pairs)} pairs on {', '.join(s.name for s in slots)}", highlight=False)
+    if cfg.executor == "dask":
+        where = f"dask ({cfg.scheduler or 'LocalCluster here'}, {device})"
+    else:
+        where = ", ".join(s.name for s in slots)
+    console.print(f"run {store.run_id}: {len(pairs)} pairs on {where}", highlight=False)
+    if cfg.executor == "dask":
+        from .dask_executor import require_distributed
+        require_distributed()
     started = time.monotonic()
     toolchain = toolchain_for(device, cfg, gpu_list)
     records_out: list[dict[str, Any]] = []
@@ -145,7 +157,12 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
         scratch.mkdir(parents=True, exist_ok=True)
         ctx = Context(cfg, store.run_id, toolchain, builds, scratch, store.dir / "logs", emit, seed)
         try:
-            run_all(pairs, ctx, slots)
+            if cfg.executor == "dask":                  # imports distributed only here (README: Scale-out on Dask)
+                from .dask_executor import run_all_dask
+                store.update_metadata(dask=run_all_dask(pairs, ctx, slots, device, say=lambda text: console.print(
+                    text, highlight=False, markup=False, soft_wrap=True)))
+            else:
+                run_all(pairs, ctx, slots)
         finally:
             import shutil
             shutil.rmtree(scratch, ignore_errors=True)

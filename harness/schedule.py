@@ -152,13 +152,19 @@ def _decided_without_running(pair: Pair, ctx: Context, slot: Slot) -> dict[str, 
     return finish(record, status, build.error)
 
 
-def _only_interference(record: dict[str, Any]) -> bool:
-    """An `invalid` pair whose only invalidating flag is `interference`: the reference ran slower while the
-    candidate was alive. A cheat that slows the reference does so every time; a burst of load on a shared machine
-    rarely lands twice, so such a pair is measured once more (fresh candidate process, fresh samples) and the second
-    try's record stands."""
+RETRIED_FLAGS = ("interference", "timing_inconsistent")    # verdicts a burst of load can also produce
+
+
+def _load_sensitive(record: dict[str, Any]) -> str | None:
+    """The flag, when an `invalid` pair's only invalidating flag is one a busy machine can also raise: the reference
+    ran slower while the candidate was alive (`interference`), or the parent's clock saw more time around the
+    candidate's samples than around the reference's (`timing_inconsistent`). A cheat does that every time; a burst
+    of load on a shared machine rarely lands twice, so such a pair is measured once more (fresh candidate process,
+    fresh samples) and the second try's record stands."""
     invalid = [f for f in record.get("flags", []) if f in INVALIDATING_FLAGS]
-    return record.get("status") == "invalid" and invalid == ["interference"]
+    if record.get("status") == "invalid" and len(invalid) == 1 and invalid[0] in RETRIED_FLAGS:
+        return invalid[0]
+    return None
 
 
 def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorkers) -> None:
@@ -186,11 +192,12 @@ def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorker
                 ctx.emit(finish(record, reference.error_status, reference.error))
                 continue
             run_pair(pair, record, reference, pc, slot.device, problem_dir, spares)
-            if _only_interference(record) and reference.worker.alive() and not ctx.stop.is_set():
+            reason = _load_sensitive(record)
+            if reason and reference.worker.alive() and not ctx.stop.is_set():
                 first = record
                 record = _base_record(pair, ctx, slot)
                 run_pair(pair, record, reference, pc, slot.device, problem_dir, spares, attempt=1)
-                record["retried"] = {"reason": "interference", "first_try": first["flag_details"]["interference"]}
+                record["retried"] = {"reason": reason, "first_try": first["flag_details"][reason]}
             lint = reference.info.get("lint") or {}
             if lint.get("degenerate"):
                 defenses.flag(record, "degenerate_problem", "; ".join(lint.get("reasons", [])))

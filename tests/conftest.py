@@ -16,7 +16,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # Tests check behaviour, not speed: 6 rounds of 2-sample blocks (24 samples per side), a CI target loose enough
 # to stop there on a busy machine, no torch.compile baselines (each costs seconds of compilation per problem).
 TEST_TIMING = ["  block_samples: 2", "  min_rounds: 6", "  target_rel_ci: 0.5", "  max_pair_seconds: 20",
-               "  interference_tolerance: 0.25",
+               "  interference_tolerance: 0.25", "  consistency_tolerance: 0.5",
                "  compile_modes: []"]
 SAMPLES_PER_ROUND = 4        # each side: a forward and a backward block of 2 samples per round
 SAMPLES_PER_SIDE = 6 * SAMPLES_PER_ROUND     # when the CI target stops it at min_rounds

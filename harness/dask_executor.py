@@ -1,0 +1,401 @@
+"""Stage 3 on a dask cluster (`executor: dask`, README: Scale-out on Dask).
+
+The parent discovers and builds as for a local run (so its build cache is warm), then submits one dask task per
+problem group (every pair of one problem) and stays the only writer of results: each task returns its records as
+plain dicts and the parent hands them to ctx.emit, in the task's order, as tasks finish.
+
+A task (`run_group`, on its dask worker's host) runs exactly what the local path runs for one problem group:
+harness.schedule.run_problem on a local Slot (on a GPU worker the one GPU its CUDA_VISIBLE_DEVICES names; on the
+CPU Slot("cpu", None)), with every defense and a fresh worker process per pair. Before that it calls build_one for
+each built candidate, which returns at once where the cache has it (a LocalCluster or a shared cache_dir) and builds
+on that host otherwise. It uses its host's own scratch (/dev/shm or the temp dir) and writes worker logs into the
+run's log dir when that folder exists on its host (a LocalCluster, a shared filesystem), else under
+<tempdir>/kbharness-logs/<run id>/ on the worker host; run.json's `dask.tasks` says which host and folder.
+
+The task carries the run's seed, secret included (RunSeed.secret: the key of the timed samples' seed streams). It
+goes only to the dask workers the user pointed the run at, which run the harness's own code; a candidate still
+never sees it (it runs in a confined worker process started by that dask worker, as on a local run). Do not point
+--scheduler at a cluster whose other users you do not trust with it.
+
+A dask worker that dies mid-task makes the scheduler run the task again elsewhere (a LocalCluster started here
+allows ALLOWED_FAILURES such deaths per task; an external scheduler uses its own
+distributed.scheduler.allowed-failures). A task that finally fails (KilledWorker, or any exception) gives every
+pair of its group a `crashed` record: nothing goes missing and the run goes on.
+
+Nothing here is imported on a local run; `distributed` is imported only by the functions that need it.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from .build import BuildResult, Toolchain, build_one
+from .config import Config
+from .discover import Pair
+from .errors import UsageError
+from .evaluate import slug
+from .records import finish
+from .seeds import RunSeed
+
+LOST = "dask worker lost while evaluating this problem"
+ALLOWED_FAILURES = 2          # worker deaths a task may cause on a LocalCluster started here before it is given up
+CPU_WORKERS = 2               # LocalCluster workers on the CPU when dask_workers is 0
+CPU_RESOURCES: dict[str, float] | None = None     # CPU tasks need no resource: any worker (run with --nthreads 1)
+GPU_RESOURCES = {"GPU": 1}    # CUDA tasks run only on workers started with --resources GPU=1
+
+
+@dataclass(frozen=True)
+class GroupTask:
+    """Everything one task needs, picklable: absolute paths only (the worker's cwd is not the parent's)."""
+    cfg: Config
+    run_id: str
+    device: str                       # "cuda" | "cpu"
+    toolchain: Toolchain
+    builds: dict[str, BuildResult]    # the parent's build results for this group's candidates
+    seed: RunSeed                     # carries the run's secret: see the module docstring
+    log_dir: str
+    group: list[Pair]
+
+
+# ---------------------------------------------------------------- the parent
+
+
+def run_all_dask(pairs: list[Pair], ctx: Any, slots: list[Any], device: str,
+                 say: Any = lambda text: None) -> dict[str, Any]:
+    """Every pair gets exactly one record through ctx.emit. Returns what run.json records under `dask`."""
+    require_distributed()
+    from distributed import Client, as_completed
+
+    groups: dict[str, list[Pair]] = {}
+    for pair in pairs:
+        groups.setdefault(pair.problem_id, []).append(_absolute(pair))
+    order = sorted(groups, key=lambda p: -len(groups[p]))            # big groups first: better balance
+    cfg = _absolute_config(ctx.cfg)
+    info: dict[str, Any] = {"scheduler": cfg.scheduler or "LocalCluster", "tasks": {}}
+    if not groups:
+        return info
+    cluster = None
+    client = None
+    futures: dict[Any, str] = {}
+    try:
+        if cfg.scheduler:
+            try:
+                client = Client(cfg.scheduler, timeout="60s")
+            except (OSError, TimeoutError) as exc:
+                raise UsageError(f"--scheduler {cfg.scheduler}: cannot connect: {_describe(exc)} (finished pairs "
+                                 "are in results.jsonl; continue with --resume RUN_ID)") from None
+        else:
+            cluster = start_local_cluster(cfg, device, slots)
+            client = Client(cluster)
+        info["workers"] = describe_workers(client, device, say)
+        resources = GPU_RESOURCES if device == "cuda" else CPU_RESOURCES
+        for pid in order:
+            group = groups[pid]
+            task = GroupTask(cfg, ctx.run_id, device, ctx.toolchain,
+                             {p.candidate.id: ctx.builds[p.candidate.id] for p in group if p.candidate.id in ctx.builds},
+                             ctx.seed, str(Path(ctx.log_dir).resolve()), group)
+            future = client.submit(run_group, task, key=f"kb-{ctx.run_id}-{slug(pid)}", resources=resources,
+                                   pure=False, retries=0)
+            futures[future] = pid
+        for future in as_completed(list(futures)):
+            pid = futures[future]
+            group = groups[pid]
+            try:
+                result = future.result()
+                records = result["records"]
+                info["tasks"][pid] = result["where"]
+                for name, ceilings in (result.get("ceilings") or {}).items():
+                    ctx.ceilings[name] = ceilings
+            except Exception as exc:                              # noqa: BLE001 - KilledWorker or the task's own
+                records = lost_records(group, ctx.run_id, device, ctx.builds, exc)
+                info["tasks"][pid] = {"error": _describe(exc)}
+            for record in checked(group, records, ctx.run_id, device, ctx.builds):
+                ctx.emit(record)
+            future.release()
+    finally:
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.cancel(list(futures), force=True)
+            with contextlib.suppress(Exception):
+                client.close(timeout=10)
+        if cluster is not None:
+            with contextlib.suppress(Exception):
+                cluster.close(timeout=20)
+    return info
+
+
+def require_distributed() -> None:
+    """A one-line error, before anything is built, where dask.distributed is not installed."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        raise UsageError("--executor dask needs dask.distributed: pip install 'dask[distributed]>=2024.1'") from None
+
+
+def start_local_cluster(cfg: Config, device: str, slots: list[Any]):
+    """A cluster on this machine, processes=True, one thread per worker. CUDA: one worker per GPU in `gpus`, that
+    worker's CUDA_VISIBLE_DEVICES pinned to it and resources GPU=1 (a SpecCluster, LocalCluster's base: LocalCluster
+    cannot give each worker its own environment). CPU: dask_workers workers (0 = CPU_WORKERS). Each worker gets its
+    own share of this process's cores (KB_DASK_CPUS), as local slots do."""
+    import dask
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    if device == "cuda":
+        envs = [({"CUDA_VISIBLE_DEVICES": str(slot.gpu)}, dict(GPU_RESOURCES)) for slot in slots]
+    else:
+        envs = [({}, {}) for _ in range(cfg.dask_workers or CPU_WORKERS)]
+    cores = sorted(os.sched_getaffinity(0))
+    share = max(1, len(cores) // len(envs))
+    workers = {}
+    for i, (env, resources) in enumerate(envs):
+        mine = cores[i * share:(i + 1) * share] or cores
+        options = {"nthreads": 1, "env": {**env, "KB_DASK_CPUS": ",".join(map(str, mine))},
+                   "dashboard_address": None, "silence_logs": 40}
+        if resources:
+            options["resources"] = resources
+        workers[f"kb-{i}"] = {"cls": Nanny, "options": options}
+    scheduler = {"cls": Scheduler, "options": {"dashboard_address": None, "host": "127.0.0.1"}}
+    with dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES,
+                          "distributed.scheduler.worker-saturation": 1.0}):   # a worker holds only its running task
+        return SpecCluster(workers=workers, scheduler=scheduler, silence_logs=40, name="kb-harness")
+
+
+def describe_workers(client: Any, device: str, say: Any) -> dict[str, Any]:
+    """The cluster's workers (address -> host, resources), said once; a CUDA run on a cluster without a GPU=1
+    worker says that its tasks will wait for one."""
+    try:
+        client.wait_for_workers(1, timeout=60)
+    except Exception:                                              # noqa: BLE001 - dask's TimeoutError
+        say(f"dask: no worker joined {client.scheduler.address} within 60 s; tasks wait until one does")
+    workers = client.scheduler_info(n_workers=-1).get("workers", {}) if _takes_n_workers(client) else \
+        client.scheduler_info().get("workers", {})
+    seen = {addr: {"host": w.get("host"), "resources": w.get("resources", {}), "nthreads": w.get("nthreads")}
+            for addr, w in workers.items()}
+    gpu = sum(1 for w in seen.values() if (w["resources"] or {}).get("GPU", 0) >= 1)
+    say(f"dask: {len(seen)} workers at {client.scheduler.address}" + (f", {gpu} with GPU=1" if device == "cuda" else ""))
+    if device == "cuda" and seen and not gpu:
+        say("dask: no worker has the resource GPU=1; start one per GPU with "
+            "CUDA_VISIBLE_DEVICES=N dask worker ADDRESS --nthreads 1 --resources GPU=1")
+    if device == "cpu" and any((w["nthreads"] or 1) > 1 for w in seen.values()):
+        say("dask: a worker with --nthreads > 1 runs several problems at once on its cores, which skews CPU timing; "
+            "start CPU workers with --nthreads 1")
+    return seen
+
+
+def _takes_n_workers(client: Any) -> bool:
+    import inspect
+    return "n_workers" in inspect.signature(client.scheduler_info).parameters
+
+
+def _describe(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}"[:500] if text else type(exc).__name__
+
+
+def lost_records(group: list[Pair], run_id: str, device: str, builds: dict[str, BuildResult],
+                 exc: BaseException) -> list[dict[str, Any]]:
+    """A `crashed` record for each pair of a group whose task finally failed."""
+    return [finish(_record(pair, run_id, device, builds), "crashed", f"{LOST}: {_describe(exc)}") for pair in group]
+
+
+def checked(group: list[Pair], records: list[dict[str, Any]], run_id: str, device: str,
+            builds: dict[str, BuildResult]) -> list[dict[str, Any]]:
+    """The task's records in its order, one per pair of the group: a duplicate or a stranger is dropped, a pair
+    without one gets a `crashed` record."""
+    wanted = {(p.problem_id, p.candidate.id): p for p in group}
+    out = []
+    for record in records:
+        key = (record.get("problem"), record.get("solution"))
+        if key in wanted:
+            out.append(record)
+            del wanted[key]
+    for pair in wanted.values():
+        out.append(finish(_record(pair, run_id, device, builds), "crashed",
+                          f"{LOST}: its task returned no record for this pair (harness fault)"))
+    return out
+
+
+def _record(pair: Pair, run_id: str, device: str, builds: dict[str, BuildResult]) -> dict[str, Any]:
+    from .records import new_record
+    record = new_record(pair.problem_id, pair.candidate.id, device, run_id)
+    build = builds.get(pair.candidate.id)
+    record["build"] = build.record() if build else None
+    return record
+
+
+def _absolute(pair: Pair) -> Pair:
+    problem = pair.problem
+    if problem is not None:
+        problem = dataclasses.replace(problem, path=problem.path.resolve())
+    candidate = dataclasses.replace(pair.candidate, path=pair.candidate.path.resolve())
+    return dataclasses.replace(pair, problem=problem, candidate=candidate)
+
+
+def _absolute_config(cfg: Config) -> Config:
+    return dataclasses.replace(cfg, cache_dir=str(Path(cfg.cache_dir).resolve()),
+                               problems_dir=str(Path(cfg.problems_dir).resolve()),
+                               solutions_dir=str(Path(cfg.solutions_dir).resolve()),
+                               output_dir=str(Path(cfg.output_dir).resolve()))
+
+
+# ---------------------------------------------------------------- the task, on a dask worker
+
+_CEILINGS: dict[tuple[str, str], dict[str, float]] = {}      # (run id, slot) -> measured once per worker process
+
+
+def run_group(task: GroupTask) -> dict[str, Any]:
+    """One problem group on this dask worker's host, as run_all runs it on a local slot. Returns the records (plain
+    dicts, in order), where it ran and, on a GPU, that GPU's ceilings."""
+    from .pipeline import scratch_root
+    from .procs import SpareWorkers, set_worker_memory_gb, worker_env
+    from .schedule import Context, measure_ceilings, run_problem, spares_enabled
+
+    cfg = task.cfg
+    set_worker_memory_gb(cfg.worker_memory_gb)
+    slot = local_slot(task.device)
+    log_dir = _log_dir(task)
+    mismatch = toolchain_mismatch(task.toolchain)       # before any build: never cache a build under a wrong key
+    cfg, builds = (cfg, dict(task.builds)) if mismatch else ensure_builds(task, cfg)
+    records: list[dict[str, Any]] = []
+    missing = task.group if mismatch else [p for p in task.group if not _on_this_host(p)]
+    for pair in missing:                                        # a host unlike the parent: say so, run nothing
+        why = mismatch or (f"has no {_missing_path(pair)}: every worker host needs the problems and solutions "
+                           "trees at the same paths (a shared filesystem or the same checkout)")
+        record = _record(pair, task.run_id, slot.device.split(":")[0], builds)
+        records.append(finish(record, "crashed", f"dask worker host {socket.gethostname()} {why}"))
+    group = [p for p in task.group if p not in missing]
+    scratch = scratch_root(task.run_id) / f"dask-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    scratch.mkdir(parents=True, exist_ok=True)
+    ctx = Context(cfg, task.run_id, task.toolchain, builds, scratch, log_dir, records.append, task.seed)
+    spares = SpareWorkers(worker_env(slot.env(cfg.cpu_threads)), log_dir, slot.name.replace(":", ""),
+                          spares_enabled(cfg, slot))
+    where = {"worker": _worker_address(), "host": socket.gethostname(), "pid": os.getpid(), "slot": slot.name,
+             "log_dir": str(log_dir)}
+    ceilings: dict[str, dict[str, float]] = {}
+    try:
+        if slot.gpu is not None and cfg.defenses and group:
+            key = (task.run_id, slot.name)
+            if key not in _CEILINGS:
+                _CEILINGS[key] = measure_ceilings(ctx, slot)
+            ctx.ceilings[slot.name] = _CEILINGS[key]
+            ceilings[f"{socket.gethostname()}/{slot.name}"] = _CEILINGS[key]
+        if group:
+            run_problem(group, ctx, slot, spares)
+    finally:
+        spares.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            scratch.parent.rmdir()                      # the run's scratch root on this host, once empty
+    return {"records": records, "where": where, "ceilings": ceilings}
+
+
+def toolchain_mismatch(toolchain: Toolchain) -> str | None:
+    """Why this host cannot run the parent's builds (other torch, CUDA or Python: the build key is the parent's
+    toolchain), or None."""
+    import torch
+    here = (torch.__version__, torch.version.cuda, sys.version.split()[0])
+    there = (toolchain.torch, toolchain.cuda, toolchain.python)
+    if here == there:
+        return None
+    return (f"has torch {here[0]} (CUDA {here[1]}), Python {here[2]}; the run was built for torch {there[0]} "
+            f"(CUDA {there[1]}), Python {there[2]}: dask workers need the parent's environment")
+
+
+def local_slot(device: str):
+    """The slot this dask worker serves: on the CPU Slot("cpu", None); on CUDA the GPU its CUDA_VISIBLE_DEVICES
+    names (the first one; the parent's LocalCluster pins one per worker). Its cores: KB_DASK_CPUS (set by the
+    parent's LocalCluster) or this process's affinity (taskset/numactl on an external worker)."""
+    from .schedule import Slot
+    cpus_env = os.environ.get("KB_DASK_CPUS", "")
+    cpus = tuple(int(c) for c in cpus_env.split(",") if c.strip().isdigit()) or tuple(sorted(os.sched_getaffinity(0)))
+    if device != "cuda":
+        return Slot("cpu", None, cpus=cpus)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+    gpu: Any = int(visible) if visible.isdigit() else visible       # an index, or a GPU UUID
+    name = None
+    if isinstance(gpu, int):
+        from . import meta
+        name = next((g["name"] for g in meta.gpus() if g["index"] == gpu), None)
+    return Slot(f"cuda:{gpu}", gpu, name, cpus=cpus)
+
+
+def ensure_builds(task: GroupTask, cfg: Config) -> tuple[Config, dict[str, BuildResult]]:
+    """This host's build of every built candidate of the group (build_one: at once where the cache has it). The
+    cache is cfg.cache_dir when this host can write there, else <tempdir>/kbharness-cache. The parent's result is
+    kept for the record, with this host's paths; a build that fails here is this host's result."""
+    root = Path(cfg.cache_dir) / "builds"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if not os.access(root, os.W_OK):
+            raise PermissionError(str(root))
+    except OSError:
+        root = Path(tempfile.gettempdir()) / "kbharness-cache" / "builds"
+        root.mkdir(parents=True, exist_ok=True)
+        cfg = dataclasses.replace(cfg, cache_dir=str(root.parent))
+    builds = dict(task.builds)
+    for pair in task.group:
+        parent = builds.get(pair.candidate.id)
+        if parent is None or parent.status != "built" or not _on_this_host(pair):
+            continue
+        with _file_lock(root / f"{parent.key}.lock"):            # two workers of one host: one build
+            local = build_one(pair, root, task.toolchain, cfg.build_timeout, task.seed.base)
+        if local.status == "built":
+            builds[pair.candidate.id] = dataclasses.replace(parent, build_dir=local.build_dir,
+                                                            candidate_path=local.candidate_path)
+        else:
+            builds[pair.candidate.id] = local
+    return cfg, builds
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    import fcntl
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _log_dir(task: GroupTask) -> Path:
+    """The run's log dir where this host sees it (same machine, shared filesystem), else one of its own."""
+    run_logs = Path(task.log_dir)
+    if run_logs.is_dir() and os.access(run_logs, os.W_OK):
+        return run_logs
+    own = Path(tempfile.gettempdir()) / "kbharness-logs" / task.run_id
+    own.mkdir(parents=True, exist_ok=True)
+    return own
+
+
+def _on_this_host(pair: Pair) -> bool:
+    return _missing_path(pair) is None
+
+
+def _missing_path(pair: Pair) -> str | None:
+    if pair.problem is not None and pair.problem.error is None and not pair.problem.path.is_file():
+        return f"problem file {pair.problem.path}"
+    if pair.candidate.error is None and pair.candidate.path.suffix == ".py" and not pair.candidate.path.is_file():
+        return f"candidate file {pair.candidate.path}"
+    return None
+
+
+def _worker_address() -> str | None:
+    try:
+        from distributed import get_worker
+        return get_worker().address
+    except Exception:                                              # noqa: BLE001 - not on a dask worker
+        return None
+
+
+if __name__ == "__main__":                                         # pragma: no cover
+    sys.exit("harness.dask_executor is used by run_eval.py --executor dask")
