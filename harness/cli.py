@@ -63,7 +63,8 @@ def _run_parser() -> argparse.ArgumentParser:
                     "Other commands: 'run_eval.py report RUN_ID' re-renders a past run; 'run_eval.py compare RUN_A RUN_B' compares two runs pair by pair (exit 1 when a pair got slower or broke); 'run_eval.py calibrate [selection]' runs the A/A test (each problem against itself); 'run_eval.py lint [selection]' checks "
                     "problems for degeneracy; 'run_eval.py import-kernelbench PATH' imports a KernelBench checkout "
                     "or run folder; 'run_eval.py export-kernelbench RUN_ID' writes KernelBench's eval_results.json; "
-                    "'run_eval.py new LEVEL/PROBLEM NAME' writes a candidate skeleton. Each has its own --help.",
+                    "'run_eval.py new LEVEL/PROBLEM NAME' writes a candidate skeleton; 'run_eval.py ci --base REF' "
+                    "evaluates what a branch changed (the CI workflow's check). Each has its own --help.",
         epilog="Every option can also be set in config.yaml; flags win. Exit codes: 0 run completed (whatever the "
                "verdicts), 2 usage or input error, 1 harness fault.")
     p.add_argument("--config", type=Path, help="config file (default: ./config.yaml when it exists)")
