@@ -89,7 +89,7 @@ def test_ci_installs_only_the_readme_command_in_a_fresh_venv():
 def test_requirements_bring_numpy_and_keep_torch_floor():
     reqs = (REPO / "requirements.txt").read_text().split()
     assert "numpy" in reqs and "torch>=2.11" in reqs
-    deps = re.search(r"^dependencies = \[(.*)\]", (REPO / "pyproject.toml").read_text(), re.M).group(1)
+    deps = re.search(r"^dependencies = \[(.*?)\]", (REPO / "pyproject.toml").read_text(), re.M | re.S).group(1)
     assert '"numpy"' in deps and '"torch>=2.11"' in deps
 
 
