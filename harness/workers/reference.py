@@ -19,7 +19,9 @@ from .common import (Conn, ProblemError, as_tensor_list, describe, device_inputs
 def run(conn: Conn, job: dict[str, Any]) -> None:
     from .. import verify
     from .. import messages as m
-    from .sampler import Sampler
+    from . import integrity, tensorfile  # noqa: F401 - the same snapshot as the candidate's, so that the
+    from .sampler import Sampler         # integrity check after each sample is the same work on both sides
+    integrity.snapshot()
 
     device = job["device"]
     try:
