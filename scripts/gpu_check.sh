@@ -9,6 +9,7 @@
 #              torch.compile baselines; default: default mode only, to bound the time)
 #   spread:    A/A of two problems calibrated REPEAT times each (fresh process pairs), beside two GPU tests
 #   placement: benchmarks/placement.py on four problems whose A/A moved between process pairs
+#   first:     the GPU tests, the sandbox and exploit tests as the device's user (root there), six A/A problems
 #   tests:     the GPU-marked tests alone
 # Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out.
 #   usage: bash scripts/gpu_check.sh [smoke|validate|calibrate|suite|spread|placement|tests]
@@ -108,6 +109,14 @@ placement)
         echo "-- $p"; CUDA_VISIBLE_DEVICES=0 timeout 200 python benchmarks/placement.py "$p"; done 2>&1
     wait
     cat "$out/placement_b.txt"
+    ;;
+first)
+    echo "== GPU tests, then the sandbox/exploit/process tests as this machine's user, then calibrate six problems"
+    timeout 300 python -m pytest -q -m gpu tests/ 2>&1 | tee "$out/gpu_tests.txt" | tail -n 40
+    timeout 150 python -m pytest -q -p no:cacheprovider tests/test_sandbox.py tests/test_exploits.py 2>&1 \
+        | tee "$out/root_tests.txt" | tail -n 25
+    timeout 120 python run_eval.py calibrate --gpus "$all" --output-dir "$out/cal" --problem '*00[2-3]_*' 2>&1 \
+        | grep -v "━" | tee "$out/cal_smoke.txt" | tail -n 20
     ;;
 tests)
     timeout 560 python -m pytest -q -m gpu tests/ 2>&1 | tail -n 40
