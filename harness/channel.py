@@ -39,7 +39,11 @@ def clean_json(value: Any) -> Any:
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    return (json.dumps(clean_json(message), separators=(",", ":")) + "\n").encode()
+    try:                                    # the common case, finite numbers only: no walk over the message
+        text = json.dumps(message, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        text = json.dumps(clean_json(message), separators=(",", ":"))
+    return (text + "\n").encode()
 
 
 class LineReader:

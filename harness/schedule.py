@@ -156,13 +156,13 @@ RETRIED_FLAGS = ("interference", "timing_inconsistent")    # verdicts a burst of
 
 
 def _load_sensitive(record: dict[str, Any]) -> str | None:
-    """The flag, when an `invalid` pair's only invalidating flag is one a busy machine can also raise: the reference
-    ran slower while the candidate was alive (`interference`), or the parent's clock saw more time around the
-    candidate's samples than around the reference's (`timing_inconsistent`). A cheat does that every time; a burst
-    of load on a shared machine rarely lands twice, so such a pair is measured once more (fresh candidate process,
-    fresh samples) and the second try's record stands."""
+    """The first invalidating flag, when an `invalid` pair's invalidating flags are all ones a busy machine can also
+    raise: the reference ran slower while the candidate was alive (`interference`), or the parent's clock saw more
+    time around the candidate's samples than around the reference's (`timing_inconsistent`); a burst of load often
+    raises both. A cheat does that every time; a burst of load on a shared machine rarely lands twice, so such a
+    pair is measured once more (fresh candidate process, fresh samples) and the second try's record stands."""
     invalid = [f for f in record.get("flags", []) if f in INVALIDATING_FLAGS]
-    if record.get("status") == "invalid" and len(invalid) == 1 and invalid[0] in RETRIED_FLAGS:
+    if record.get("status") == "invalid" and invalid and all(f in RETRIED_FLAGS for f in invalid):
         return invalid[0]
     return None
 

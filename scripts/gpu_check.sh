@@ -111,12 +111,14 @@ placement)
     cat "$out/placement_b.txt"
     ;;
 first)
-    echo "== GPU tests, then the sandbox/exploit/process tests as this machine's user, then calibrate six problems"
-    timeout 300 python -m pytest -q -m gpu tests/ 2>&1 | tee "$out/gpu_tests.txt" | tail -n 40
-    timeout 150 python -m pytest -q -p no:cacheprovider tests/test_sandbox.py tests/test_exploits.py 2>&1 \
-        | tee "$out/root_tests.txt" | tail -n 25
-    timeout 120 python run_eval.py calibrate --gpus "$all" --output-dir "$out/cal" --problem '*00[2-3]_*' 2>&1 \
-        | grep -v "━" | tee "$out/cal_smoke.txt" | tail -n 20
+    echo "== GPU tests, then the sandbox/exploit tests as this machine's user (root there), then six A/A problems"
+    export TEST_RUNS_OUT="$out/runs"
+    timeout -s INT "${TESTS_TIMEOUT:-330}" python -m pytest -q -rf --tb=short -m gpu tests/ ${K:+-k "$K"} 2>&1 \
+        | tee "$out/gpu_tests.txt" | tail -n 60
+    timeout -s INT "${ROOT_TIMEOUT:-200}" python -m pytest -q -rf --tb=short -p no:cacheprovider tests/test_sandbox.py \
+        tests/test_exploits.py 2>&1 | tee "$out/root_tests.txt" | tail -n 40
+    [ -n "${CAL_SECONDS:-}" ] && timeout -s INT "$CAL_SECONDS" python run_eval.py calibrate --gpus "$all" \
+        --output-dir "$out/cal" --problem '*00[2-3]_*' 2>&1 | grep -v "━" | tee "$out/cal_smoke.txt" | tail -n 20
     ;;
 tests)
     timeout 560 python -m pytest -q -m gpu tests/ 2>&1 | tail -n 40

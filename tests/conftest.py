@@ -34,8 +34,23 @@ def write_config(tmp: Path, tree: Path, **extra) -> Path:
 
 def run_cli(*args: str, cwd: Path = REPO, timeout: float = 900) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, str(REPO / "run_eval.py"), *args], cwd=cwd, capture_output=True,
+    done = subprocess.run([sys.executable, str(REPO / "run_eval.py"), *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env=env)
+    _keep(args, done)
+    return done
+
+
+def _keep(args: tuple[str, ...], done: subprocess.CompletedProcess) -> None:
+    """With TEST_RUNS_OUT set (scripts/gpu_check.sh on the device), append each CLI run's output there, named by
+    the test that ran it: the records of a failed device test come back for reading."""
+    folder = os.environ.get("TEST_RUNS_OUT")
+    if not folder:
+        return
+    test = os.environ.get("PYTEST_CURRENT_TEST", "unknown").split(" ")[0].rsplit("::", 1)[-1]
+    name = "".join(c if c.isalnum() or c in "._-" else "_" for c in test)[:80]
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{name}.txt"), "a", encoding="utf-8") as f:
+        f.write(f"$ run_eval.py {' '.join(args)}\nrc {done.returncode}\n{done.stdout}\n--- stderr\n{done.stderr}\n")
 
 
 def json_records(stdout: str) -> dict[str, dict]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, REPO, json_records, run_dirs, write_config
+from conftest import FIXTURES, REPO, _keep, json_records, run_dirs, write_config
 
 from harness import sandbox
 from harness.store import read_records
@@ -91,6 +91,7 @@ def sandbox_run(tmp_path_factory):
                               env=_env())
     finally:
         listener.close()
+    _keep(("--config", str(config)), done)
     assert done.returncode == 0, done.stderr[-3000:]
     (run_dir,) = run_dirs(tmp)
     probes = []

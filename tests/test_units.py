@@ -201,3 +201,16 @@ def test_own_kernels_include_triton_kernels_compiled_by_the_pair(tmp_path):
     assert triton_kernel_names("") == set()
     assert kernel_base_name("fused_add_relu") == "fused_add_relu"
     assert kernel_base_name("void ns::scale_relu<float, 4>(float const*, int)") == "scale_relu"
+
+
+def test_consistency_allows_a_share_of_the_overhead_and_catches_hidden_work():
+    from harness.paired import consistency
+    ref = [4.0 + 0.01 * (i % 5) for i in range(24)]                   # 4 ms of per-sample harness work
+    reported = [0.1] * 24
+    # another process doing the same work 20% slower: tolerated at 0.25
+    assert not consistency(ref, [x * 1.2 for x in ref], reported, 0.25).found
+    # 10 ms of work moved out of the timed call (forged times, work in the read): caught
+    hidden = consistency(ref, [x + 10.0 for x in ref], reported, 0.25)
+    assert hidden.found and 9.9 < hidden.candidate_ms - hidden.reference_ms < 10.1
+    # the allowance: 0.25 * (0.1 + 4.02) + 0.05 + four standard errors of the reference's own (small) spread
+    assert 1.08 < hidden.allowed_ms < 1.2

@@ -257,7 +257,10 @@ def device_inputs(problem, seed: int, settings: Settings, device: str) -> list:
     distributions as on the CPU, drawn fast enough for every trial and every timed sample); the reference and
     candidate workers draw the same ones for the same seed."""
     import torch
-    torch.manual_seed(seed)
+    if device == "cpu":
+        torch.default_generator.manual_seed(seed)   # torch.manual_seed also queues a CUDA seeding, with a stack trace
+    else:
+        torch.manual_seed(seed)
     with torch.device(device):
         inputs = problem.get_inputs()
     if not isinstance(inputs, (list, tuple)):

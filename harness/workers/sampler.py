@@ -123,8 +123,16 @@ class Sampler:
         values, shapes = fingerprint(outs, req.check_seed)
         mutated = pristine is not None and inputs_changed(used, pristine)
         path = self.keep_full(outs) if req.keep_full else None
-        from ..channel import clean_json
-        return m.CheckResult(clean_json(values.tolist()), shapes, mutated, not plain, path)
+        return m.CheckResult(_json_values(values), shapes, mutated, not plain, path)
+
+
+def _json_values(values) -> list:
+    """A float64 CPU tensor as a JSON-safe list: NaN and Inf as strings (only walked when there are any)."""
+    import torch
+    if bool(torch.isfinite(values).all()):
+        return values.tolist()
+    from ..channel import clean_json
+    return clean_json(values.tolist())
 
 
 def _torch_device(device: str):
