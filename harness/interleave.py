@@ -126,7 +126,11 @@ class Interleaver:
         if checked.error:
             out.output_errors.append(f"timed call ({side}): {checked.error}")
         if variant in (EAGER, CANDIDATE):
-            out.checks.setdefault(seed, {})[side] = Checked(checked.values, checked.shapes)
+            try:
+                values = m.unpack_floats(checked.values)
+            except m.ProtocolError as exc:
+                raise WorkerExit("protocol", None, f"sent a malformed 'checked' reply: {exc}") from None
+            out.checks.setdefault(seed, {})[side] = Checked(values, checked.shapes)
         if keep_full and side == CANDIDATE:
             out.full_path = checked.path
 

@@ -7,6 +7,8 @@ field or a message here, and nowhere else in the protocol.
 """
 from __future__ import annotations
 
+import array
+import base64
 import dataclasses
 import math
 import typing
@@ -77,12 +79,28 @@ class SampleResult:
 @dataclass(frozen=True)
 class CheckResult:
     KIND: ClassVar[str] = "checked"
-    values: list[Any]           # floats, with NaN/Inf as strings ("nan", "inf", "-inf")
+    values: str                 # the sampled floats, packed (pack_floats): JSON text of 2048 floats took ~1 ms
     shapes: list[list[int]]
     mutated: bool
     not_plain: bool
     path: str | None = None     # keep_full on the candidate side: the output file
     error: str | None = None    # the output is not a list of tensors (one line)
+
+
+def pack_floats(values: list[float]) -> str:
+    """Floats (NaN and Inf included) as base64 of native float64: what a check carries over the local pipe."""
+    return base64.b64encode(array.array("d", values).tobytes()).decode("ascii")
+
+
+def unpack_floats(text: str) -> list[float]:
+    """The floats pack_floats packed; ProtocolError for anything else."""
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+        if len(raw) % 8:
+            raise ValueError("not a whole number of float64s")
+        return array.array("d", raw).tolist()
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise ProtocolError(f"packed floats that do not unpack: {exc}") from None
 
 
 def wire(message: Any) -> dict[str, Any]:

@@ -214,3 +214,14 @@ def test_consistency_allows_a_share_of_the_overhead_and_catches_hidden_work():
     assert hidden.found and 9.9 < hidden.candidate_ms - hidden.reference_ms < 10.1
     # the allowance: 0.25 * (0.1 + 4.02) + 0.05 + four standard errors of the reference's own (small) spread
     assert 1.08 < hidden.allowed_ms < 1.2
+
+
+def test_check_values_travel_packed_with_nan_and_inf():
+    import math
+    from harness import messages as m
+    values = [1.5, -0.0, float("inf"), float("-inf"), float("nan"), 1e-300]
+    back = m.unpack_floats(m.pack_floats(values))
+    assert back[:4] == values[:4] and math.isnan(back[4]) and back[5] == 1e-300
+    for bad in ("not base64!", "AAAA"):                   # garbage, and bytes that are not whole float64s
+        with pytest.raises(m.ProtocolError):
+            m.unpack_floats(bad)

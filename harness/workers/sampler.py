@@ -112,27 +112,18 @@ class Sampler:
 
     def check(self, req: m.CheckRequest) -> m.CheckResult:
         if self.last is None:
-            return m.CheckResult([], [], False, False, None, "no sample to check")
+            return m.CheckResult("", [], False, False, None, "no sample to check")
         used, pristine, out = self.last
         self.last = None
         plain = not not_plain(out)
         try:
             outs = as_tensor_list(out)
         except ValueError as exc:
-            return m.CheckResult([], [], False, not plain, None, str(exc))
+            return m.CheckResult("", [], False, not plain, None, str(exc))
         values, shapes = fingerprint(outs, req.check_seed)
         mutated = pristine is not None and inputs_changed(used, pristine)
         path = self.keep_full(outs) if req.keep_full else None
-        return m.CheckResult(_json_values(values), shapes, mutated, not plain, path)
-
-
-def _json_values(values) -> list:
-    """A float64 CPU tensor as a JSON-safe list: NaN and Inf as strings (only walked when there are any)."""
-    import torch
-    if bool(torch.isfinite(values).all()):
-        return values.tolist()
-    from ..channel import clean_json
-    return clean_json(values.tolist())
+        return m.CheckResult(m.pack_floats(values.tolist()), shapes, mutated, not plain, path)
 
 
 def _torch_device(device: str):

@@ -1,0 +1,90 @@
+"""Where one timed sample's harness work goes, inside a worker (issue 11: the per-sample overhead).
+
+Every timed sample is a request and a check (harness/workers/sampler.py); the parent's clock sees their round
+trip, and `timing.consistency` in a record says how much of it is not the timed call. This builds the same
+Sampler a worker builds, for one problem's reference on one device, and times each part of a sample and its
+check separately, each part synchronised (so the figures attribute device work to the part that queued it):
+
+    inputs   get_inputs() under the sample's seed, on the device
+    copy     the pristine copy of the inputs kept for the mutation check
+    measure  the mode's measurement (flush, events, the call, synchronize)
+    tamper   the integrity checks after the sample (clocks, harness globals, instance attributes)
+    print    the output's fingerprint at the check positions
+    mutate   the inputs compared with their pristine copy
+    wire     the reply as a message and its JSON line
+
+    python benchmarks/sample_overhead.py problems/level1/001_square_matmul.py [--device cuda] [--samples 200]
+
+Prints the median of each part in milliseconds; nothing here is asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("problem", type=Path)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--samples", type=int, default=200)
+    args = ap.parse_args()
+
+    import torch
+    from harness import messages as m
+    from harness.channel import encode
+    from harness.workers import integrity
+    from harness.workers.common import device_inputs, fingerprint, load_module, problem_settings
+    from harness.workers.sampler import Sampler, inputs_changed
+
+    torch.set_num_threads(1)
+    problem = load_module("kb_problem", str(args.problem))
+    settings = problem_settings(problem)
+    model = problem.Model(*problem.get_init_inputs()).to(args.device)
+    integrity.snapshot()
+    mode = "host" if args.device == "cpu" else "cold"
+    sampler = Sampler({"eager": lambda x: model(*x)}, problem, settings, args.device,
+                      m.TimingSpec(mode, 3, args.device != "cpu", 20), True, lambda outs: None)
+    sync = torch.cuda.synchronize if args.device != "cpu" else (lambda: None)
+    meter = sampler._meter("eager")
+    parts: dict[str, list[float]] = {}
+
+    def timed(name, fn):
+        sync()
+        t0 = time.perf_counter()
+        value = fn()
+        sync()
+        parts.setdefault(name, []).append((time.perf_counter() - t0) * 1e3)
+        return value
+
+    for i in range(args.samples + 10):
+        seed = 1000 + i
+        inputs = timed("inputs", lambda: device_inputs(problem, seed, settings, args.device))
+        pristine = timed("copy", lambda: [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+        times, out, used = timed("measure", lambda: meter.measure(sampler.calls["eager"], inputs))
+        tampered = timed("tamper", sampler.tampered)
+        values, shapes = timed("print", lambda: fingerprint(out if isinstance(out, list) else [out], 55 + i))
+        mutated = timed("mutate", lambda: inputs_changed(used, pristine))
+        timed("wire", lambda: encode(m.wire(m.CheckResult(m.pack_floats(values.tolist()), shapes, mutated, False)))
+              + encode(m.wire(m.SampleResult(times.ms, times.host_ms, times.lag_ms, tampered))))
+        parts.setdefault("call (reported)", []).append(times.ms)
+        if i == 9:
+            parts.clear()                                   # warm-up samples
+    print(f"{args.problem} on {args.device}, {args.samples} samples: median ms per part")
+    total = 0.0
+    for name, values in parts.items():
+        med = statistics.median(values)
+        total += med if name != "call (reported)" else 0.0
+        print(f"  {name:16} {med:9.4f}")
+    print(f"  {'harness work':16} {total - statistics.median(parts['call (reported)']):9.4f}  "
+          "(all parts but the reported call)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
