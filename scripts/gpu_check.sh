@@ -10,6 +10,7 @@
 #   spread:    A/A of two problems calibrated REPEAT times each (fresh process pairs), beside two GPU tests
 #   placement: benchmarks/placement.py on four problems whose A/A moved between process pairs
 #   first:     the GPU tests, the sandbox and exploit tests as the device's user (root there), six A/A problems
+#   overhead:  benchmarks/sample_overhead.py on three problems (where a sample's harness work goes)
 #   tests:     the GPU-marked tests alone
 # Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out.
 #   usage: bash scripts/gpu_check.sh [smoke|validate|calibrate|suite|spread|placement|tests]
@@ -119,6 +120,12 @@ first)
         tests/test_exploits.py 2>&1 | tee "$out/root_tests.txt" | tail -n 40
     [ -n "${CAL_SECONDS:-}" ] && timeout -s INT "$CAL_SECONDS" python run_eval.py calibrate --gpus "$all" \
         --output-dir "$out/cal" --problem '*00[2-3]_*' 2>&1 | grep -v "━" | tee "$out/cal_smoke.txt" | tail -n 20
+    ;;
+overhead)
+    echo "== per-sample harness work, part by part (benchmarks/sample_overhead.py)"
+    for p in problems/level1/001_square_matmul.py problems/level1/019_gelu.py problems/level3/009_gru.py; do
+        [ -f "$p" ] && timeout 60 python benchmarks/sample_overhead.py "$p" --samples 150
+    done 2>&1 | tee "$out/overhead.txt"
     ;;
 tests)
     timeout 560 python -m pytest -q -m gpu tests/ 2>&1 | tail -n 40

@@ -25,9 +25,11 @@ def same_tensor(a, b) -> bool:
         return True
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    if a.is_floating_point():
+    if torch.equal(a, b):                   # one pass, no temporaries: the common case
+        return True
+    if a.is_floating_point():               # NaN != NaN: equal when they sit at the same places
         return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
-    return bool(torch.equal(a, b))
+    return False
 
 
 def inputs_changed(work: list, pristine: list) -> bool:
