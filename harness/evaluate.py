@@ -311,7 +311,7 @@ def _conclude(record: dict[str, Any], reference: ReferenceSide, inter: Interleav
         record["timing"]["interference"] = {"before_ms": before, "after_ms": after, "during_ms": found.during_ms,
                                             "tolerance": found.tolerance, "found": found.found}
         defenses.flag_interference(record, found)
-        _check_consistency(record, inter, out, pc)
+        _check_consistency(record, reference, inter, out, pc)
     if out.noisy:
         est = record["speedup_ci"]
         defenses.flag(record, "noisy", f"the speedup's 95% CI [{est[0]:.4g}, {est[1]:.4g}] did not reach "
@@ -324,13 +324,15 @@ def _conclude(record: dict[str, Any], reference: ReferenceSide, inter: Interleav
         finish(record, "ok")
 
 
-def _check_consistency(record: dict[str, Any], inter: Interleaver, out: Collected, pc: PairContext) -> None:
+def _check_consistency(record: dict[str, Any], reference: ReferenceSide, inter: Interleaver, out: Collected,
+                       pc: PairContext) -> None:
     """The parent's clock around every sample against what each side reported (`timing_inconsistent`)."""
     ref, cand = out.unexplained_ms.get(EAGER), out.unexplained_ms.get(CANDIDATE)
     if not ref or not cand:
         return
     reported = [ms * inter.calls_per_sample for ms in out.samples(CANDIDATE)]
-    found = paired.consistency(ref, cand, reported, pc.cfg.timing.consistency_tolerance)
+    share = paired.OVERHEAD_SHARE_CPU if reference.device == "cpu" else 0.0
+    found = paired.consistency(ref, cand, reported, pc.cfg.timing.consistency_tolerance, share)
     record["timing"]["consistency"] = {"reference_unexplained_ms": found.reference_ms,
                                        "candidate_unexplained_ms": found.candidate_ms,
                                        "allowed_ms": found.allowed_ms, "found": found.found}

@@ -83,7 +83,11 @@ def test_exploits_on_the_gpu(tmp_path):
                 "patch_reference": "ok", "reduced_mantissa": "invalid", "forge_sample_times": "invalid",
                 "patch_sampler": "invalid", "compute_on_read": "invalid"}
     got = {name: records[name]["status"] for name in expected}
-    assert got == expected
+    # compute_on_read keys its pending outputs by data pointer: where the allocator hands a stale pointer to
+    # another tensor, the cheat's own code raises (seen on the H200): a crash is as much a failure for it
+    if got["compute_on_read"] == "runtime_error":
+        expected["compute_on_read"] = "runtime_error"
+    assert got == expected, {n: (records[n]["status"], records[n]["error"]) for n in expected if got[n] != expected[n]}
     for name in ("control_plain", "control_train_bn", "patch_reference"):
         assert set(records[name]["flags"]) <= {"no_custom_kernel"}
 

@@ -203,16 +203,19 @@ def test_own_kernels_include_triton_kernels_compiled_by_the_pair(tmp_path):
     assert kernel_base_name("void ns::scale_relu<float, 4>(float const*, int)") == "scale_relu"
 
 
-def test_consistency_allows_a_share_of_the_overhead_and_catches_hidden_work():
-    from harness.paired import consistency
+def test_consistency_allows_a_share_of_the_overhead_on_the_cpu_and_catches_hidden_work():
+    from harness.paired import OVERHEAD_SHARE_CPU, consistency
     ref = [4.0 + 0.01 * (i % 5) for i in range(24)]                   # 4 ms of per-sample harness work
     reported = [0.1] * 24
-    # another process doing the same work 20% slower: tolerated at 0.25
-    assert not consistency(ref, [x * 1.2 for x in ref], reported, 0.25).found
-    # 10 ms of work moved out of the timed call (forged times, work in the read): caught
-    hidden = consistency(ref, [x + 10.0 for x in ref], reported, 0.25)
+    # CPU path: another process doing the same work 20% slower is tolerated at 0.25
+    assert not consistency(ref, [x * 1.2 for x in ref], reported, 0.25, OVERHEAD_SHARE_CPU).found
+    # GPU path (no share of the overhead): a forger hiding 0.3 ms a sample is caught, an honest 0.05 ms is not
+    assert consistency(ref, [x + 0.3 for x in ref], reported, 0.25).found
+    assert not consistency(ref, [x + 0.05 for x in ref], reported, 0.25).found
+    # 10 ms of work moved out of the timed call (forged times, work in the read): caught on either path
+    hidden = consistency(ref, [x + 10.0 for x in ref], reported, 0.25, OVERHEAD_SHARE_CPU)
     assert hidden.found and 9.9 < hidden.candidate_ms - hidden.reference_ms < 10.1
-    # the allowance: 0.25 * (0.1 + 4.02) + 0.05 + four standard errors of the reference's own (small) spread
+    # the allowance: 0.25 * 0.1 + 0.25 * 4.02 + 0.05 + four standard errors of the reference's own (small) spread
     assert 1.08 < hidden.allowed_ms < 1.2
 
 
