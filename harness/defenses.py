@@ -97,13 +97,24 @@ def flag_interference(record: dict[str, Any], found: Interference) -> None:
         flag(record, "interference", found.detail())
 
 
+LITTLE_CUSTOM_SHARE = 0.10    # under this share of a profiled call's GPU time in its own kernels: little_custom_work
+
+
 def check_kernels(record: dict[str, Any], profile: Any) -> None:
+    """`no_custom_kernel` when none of the candidate's own kernels ran in the profiled call; `little_custom_work`
+    when they did but took under LITTLE_CUSTOM_SHARE of its GPU time (a custom kernel for a bias add beside a
+    library GEMM and convolutions: the speedup is mostly the libraries'). Both warn; neither invalidates."""
     if not isinstance(profile, dict):
         return
     record["kernels"] = {k: profile.get(k) for k in ("kernels", "custom_kernels", "custom_share", "other_kernels")}
+    share = _number(profile.get("custom_share"))
     if not profile.get("custom_kernels"):
         flag(record, "no_custom_kernel",
              "no GPU kernel from the candidate's own extension or Triton kernels ran during a profiled call")
+    elif share is not None and share < LITTLE_CUSTOM_SHARE:
+        flag(record, "little_custom_work",
+             f"its own kernels took {share:.1%} of a profiled call's GPU time (under {LITTLE_CUSTOM_SHARE:.0%}); "
+             f"the rest ran in library kernels")
 
 
 PRECISION_FACTOR = 64         # the most a candidate's float64 error may exceed eager fp32's (README, Hardening)

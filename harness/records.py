@@ -11,7 +11,8 @@ STATUSES = ("ok", "incorrect", "compile_error", "load_error", "runtime_error", "
             "skipped", "invalid")
 
 # Flags that mean the output or the timing cannot be trusted: a pair carrying one is `invalid`, not `ok`, and
-# stays out of fast_p and the geometric mean. Other flags (no_custom_kernel, degenerate_problem) only warn.
+# stays out of fast_p and the geometric mean. Other flags (no_custom_kernel, little_custom_work,
+# degenerate_problem, noisy) only warn.
 INVALIDATING_FLAGS = ("mutates_inputs", "output_changed_under_timing", "unsynchronized_work", "tampered_timer",
                       "faster_than_physics", "output_not_plain_tensor", "interference",
                       "reduced_precision", "timing_inconsistent")

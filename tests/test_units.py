@@ -228,3 +228,18 @@ def test_check_values_travel_packed_with_nan_and_inf():
     for bad in ("not base64!", "AAAA"):                   # garbage, and bytes that are not whole float64s
         with pytest.raises(m.ProtocolError):
             m.unpack_floats(bad)
+
+
+@pytest.mark.parametrize("profile, flags", [
+    ({"kernels": 3, "custom_kernels": [], "custom_share": 0.0}, ["no_custom_kernel"]),
+    ({"kernels": 9, "custom_kernels": ["bias_add"], "custom_share": 0.04}, ["little_custom_work"]),
+    ({"kernels": 4, "custom_kernels": ["fused_bn_relu"], "custom_share": 0.28}, []),
+    ("no profile", []),
+])
+def test_custom_kernel_share_warnings(profile, flags):
+    from harness import defenses
+    record = {"flags": []}
+    defenses.check_kernels(record, profile)
+    assert record["flags"] == flags
+    if flags == ["little_custom_work"]:
+        assert "4.0%" in record["flag_details"]["little_custom_work"]
