@@ -30,7 +30,7 @@ h2{font-size:17px;margin:32px 0 10px;border-bottom:1px solid var(--line);padding
 .meta{color:var(--muted);display:flex;flex-wrap:wrap;gap:4px 18px;margin-bottom:18px}.meta b{color:var(--fg)}
 .cards{display:flex;flex-wrap:wrap;gap:10px}.card{border:1px solid var(--line);border-radius:8px;padding:8px 14px}
 .card{min-width:110px}.card .v{font-size:20px;font-weight:600}.card .k{color:var(--muted);font-size:12px}
-table{border-collapse:collapse;width:100%;font-size:13px}table#history{width:auto;min-width:50%}
+table{border-collapse:collapse;width:100%;font-size:13px}.scroll{overflow-x:auto}table#history{width:auto;min-width:50%}
 th{text-align:left;background:#eaeef2;padding:6px 8px;vertical-align:bottom}.bad{color:var(--bad);font-weight:600}
 tbody tr:nth-child(even){background:var(--zebra)}td{padding:5px 8px;border-top:1px solid var(--line);vertical-align:top}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
@@ -164,7 +164,8 @@ def _flags(flags: tuple[str, ...]) -> str:
 def _table(head: list[str], rows: list[str], table_id: str) -> str:
     """A table; a heading written ">name" is a right-aligned numeric column."""
     ths = "".join(f'<th class="num">{_e(h[1:])}</th>' if h.startswith(">") else f"<th>{_e(h)}</th>" for h in head)
-    return f'<table id="{table_id}"><thead><tr>{ths}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    return (f'<div class="scroll"><table id="{table_id}"><thead><tr>{ths}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>')
 
 
 def leaderboard_table(pairs: list[Pair]) -> str:
