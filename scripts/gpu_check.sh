@@ -12,8 +12,14 @@
 #   first:     the GPU tests, the sandbox and exploit tests as the device's user (root there), six A/A problems
 #   overhead:  benchmarks/sample_overhead.py on three problems (where a sample's harness work goes)
 #   tests:     the GPU-marked tests alone
-# Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out.
-#   usage: bash scripts/gpu_check.sh [smoke|validate|calibrate|suite|spread|placement|tests]
+# Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out. The device returns at most 8
+# files: end a device command with `cd $OUT && tar czf /tmp/all.tgz . && rm -rf $OUT/* && mv /tmp/all.tgz $OUT/`.
+#   usage: bash scripts/gpu_check.sh [first|smoke|validate|calibrate|suite|spread|placement|overhead|tests]
+#
+# What things cost on one H200 (2026-11-24): the GPU tests 5-6 min; an A/A pair 7-15 s; an honest pair 8-48 s (large
+# elementwise outputs go through tensor files: up to 11 s of trials); a fresh machine builds all 39 candidates in
+# ~4 min (16 jobs), so a whole-suite run does not fit one command there: split it by LEVEL, and make the calls back
+# to back (a machine held warm keeps .cache, and the builds in it, between calls).
 set -uo pipefail
 phase=${1:-smoke}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
