@@ -243,3 +243,16 @@ def test_custom_kernel_share_warnings(profile, flags):
     assert record["flags"] == flags
     if flags == ["little_custom_work"]:
         assert "4.0%" in record["flag_details"]["little_custom_work"]
+
+
+@pytest.mark.parametrize("flags, reason", [
+    (["interference"], "interference"),
+    (["no_custom_kernel", "interference", "timing_inconsistent"], "interference"),   # a burst of load raises both
+    (["timing_inconsistent"], "timing_inconsistent"),
+    (["interference", "tampered_timer"], None),            # a verdict load cannot produce: no second try
+    (["noisy"], None),
+])
+def test_which_invalid_pairs_are_measured_again(flags, reason):
+    from harness.schedule import _load_sensitive
+    assert _load_sensitive({"status": "invalid", "flags": flags}) == reason
+    assert _load_sensitive({"status": "ok", "flags": flags}) is None
