@@ -124,8 +124,10 @@ first)
         | tee "$out/gpu_tests.txt" | tail -n 60
     timeout -s INT "${ROOT_TIMEOUT:-200}" python -m pytest -q -rf --tb=short -p no:cacheprovider tests/test_sandbox.py \
         tests/test_exploits.py 2>&1 | tee "$out/root_tests.txt" | tail -n 40
-    [ -n "${CAL_SECONDS:-}" ] && timeout -s INT "$CAL_SECONDS" python run_eval.py calibrate --gpus "$all" \
-        --output-dir "$out/cal" --problem '*00[2-3]_*' 2>&1 | grep -v "━" | tee "$out/cal_smoke.txt" | tail -n 20
+    if [ -n "${CAL_SECONDS:-}" ]; then
+        timeout -s INT "$CAL_SECONDS" python run_eval.py calibrate --gpus "$all" --output-dir "$out/cal" \
+            --problem '*00[2-3]_*' 2>&1 | grep -v "━" | tee "$out/cal_smoke.txt" | tail -n 20
+    fi
     ;;
 overhead)
     echo "== per-sample harness work, part by part (benchmarks/sample_overhead.py)"
