@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,6 +66,17 @@ def test_local_run_does_not_import_dask():
     assert done.stdout.strip() == "False", done.stderr
 
 
+def _three_problems(tree: Path) -> Path:
+    """The dask fixture's one problem and its candidates, three times over (scale_a, scale_b, scale_c): three tasks,
+    so that one can be running on the worker that is killed while the others wait."""
+    src = FIXTURES / "dask"
+    for name in ("001_scale_a", "002_scale_b", "003_scale_c"):
+        (tree / "problems" / "level1").mkdir(parents=True, exist_ok=True)
+        shutil.copy(src / "problems" / "level1" / "001_scale.py", tree / "problems" / "level1" / f"{name}.py")
+        shutil.copytree(src / "solutions" / "level1" / "001_scale", tree / "solutions" / "level1" / name)
+    return tree
+
+
 def test_dask_gives_the_local_verdicts(tmp_path, fixture_tree):
     """The same pairs, the same statuses, each pair once; the dask run finds the local run's builds cached."""
     config = write_config(tmp_path, fixture_tree)
@@ -121,7 +133,7 @@ def test_killed_worker_loses_no_record(tmp_path, allowed_failures):
                                           cwd=tmp_path, env=env, stdout=log, stderr=log))
         with Client(address, timeout="60s") as client:
             client.wait_for_workers(2, timeout=90)
-            config = write_config(tmp_path, FIXTURES / "dask")
+            config = write_config(tmp_path, _three_problems(tmp_path / "tree"))
             run = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "--config", str(config), "--timeout",
                                     "20", "--executor", "dask", "--scheduler", address], cwd=REPO, env=env,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
