@@ -89,6 +89,18 @@ def kb_sample(record: dict[str, Any], run_id: str, sample: int) -> dict[str, Any
             "metadata": metadata, "runtime": runtime, "runtime_stats": runtime_stats}
 
 
+
+def _narrow(found: list, part: int, wanted: Any, missing: str) -> list:
+    """The (origin, record) pairs whose origin[part] is `wanted` (all when it is None); a UsageError naming what
+    is there when none is."""
+    if wanted is None:
+        return found
+    kept = [(o, r) for o, r in found if o[part] == wanted]
+    if not kept:
+        raise UsageError(f"{missing}; there: {', '.join(map(str, sorted({o[part] for o, _ in found})))}")
+    return kept
+
+
 def eval_results(records: Iterable[dict[str, Any]], run_id: str, kb_run: str | None = None,
                  level: int | None = None) -> dict[str, list[dict[str, Any]]]:
     """KernelBench's eval_results.json for the records of candidates from one KernelBench run folder of one level.
@@ -98,18 +110,8 @@ def eval_results(records: Iterable[dict[str, Any]], run_id: str, kb_run: str | N
     if not found:
         raise UsageError(f"run {run_id} has no candidates imported from a KernelBench run folder "
                          "(solutions/kernelbench-level<L>/<NNN>_<Name>/<run>_sample_<S>.py)")
-    if kb_run is not None:
-        runs = sorted({o[2] for o, _ in found})
-        found = [(o, r) for o, r in found if o[2] == kb_run]
-        if not found:
-            raise UsageError(f"--kb-run: no KernelBench run folder '{kb_run}' in run {run_id}; "
-                             f"there: {', '.join(runs)}")
-    if level is not None:
-        levels = sorted({o[0] for o, _ in found})
-        found = [(o, r) for o, r in found if o[0] == level]
-        if not found:
-            raise UsageError(f"--level: no KernelBench level {level} in run {run_id}; there: "
-                             f"{', '.join(map(str, levels))}")
+    found = _narrow(found, 2, kb_run, f"--kb-run: no KernelBench run folder '{kb_run}' in run {run_id}")
+    found = _narrow(found, 0, level, f"--level: no KernelBench level {level} in run {run_id}")
     runs = sorted({o[2] for o, _ in found})
     if len(runs) > 1:
         raise UsageError(f"run {run_id} holds samples of {len(runs)} KernelBench run folders ({', '.join(runs)}); "
