@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, REPO, run_cli, write_config
+from harness.schedule import RETRIED_FLAGS
 
 pytest.importorskip("distributed")
 
@@ -32,7 +33,7 @@ def results(tmp: Path, rid: str) -> list[dict]:
 
 
 # flags a busy shared machine can raise on either run (the host clock saw load): not the executor's doing
-NOISE_FLAGS = {"interference", "timing_inconsistent"}
+NOISE_FLAGS = set(RETRIED_FLAGS)
 
 
 def verdict(record: dict) -> str:
