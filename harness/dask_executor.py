@@ -225,11 +225,8 @@ def checked(group: list[Pair], records: list[dict[str, Any]], run_id: str, devic
 
 
 def _record(pair: Pair, run_id: str, device: str, builds: dict[str, BuildResult]) -> dict[str, Any]:
-    from .records import new_record
-    record = new_record(pair.problem_id, pair.candidate.id, device, run_id)
-    build = builds.get(pair.candidate.id)
-    record["build"] = build.record() if build else None
-    return record
+    from .schedule import pair_record
+    return pair_record(pair, run_id, device, builds)
 
 
 def _absolute(pair: Pair) -> Pair:

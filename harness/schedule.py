@@ -125,13 +125,19 @@ def measure_ceilings(ctx: Context, slot: Slot) -> dict[str, float]:
     return {k: v for k, v in message.items() if k != "kind" and isinstance(v, (int, float))}
 
 
-def _base_record(pair: Pair, ctx: Context, slot: Slot) -> dict[str, Any]:
-    record = new_record(pair.problem_id, pair.candidate.id, slot.device.split(":")[0], ctx.run_id)
-    if slot.gpu is not None:
+def pair_record(pair: Pair, run_id: str, device: str, builds: dict[str, BuildResult],
+                slot: Slot | None = None) -> dict[str, Any]:
+    """A new record for a pair, with its build and (on a GPU slot) the GPU: here and on a dask worker."""
+    record = new_record(pair.problem_id, pair.candidate.id, device.split(":")[0], run_id)
+    if slot is not None and slot.gpu is not None:
         record["gpu"] = {"index": slot.gpu, "name": slot.gpu_name}
-    build = ctx.builds.get(pair.candidate.id)
+    build = builds.get(pair.candidate.id)
     record["build"] = build.record() if build else None
     return record
+
+
+def _base_record(pair: Pair, ctx: Context, slot: Slot) -> dict[str, Any]:
+    return pair_record(pair, ctx.run_id, slot.device, ctx.builds, slot)
 
 
 def _decided_without_running(pair: Pair, ctx: Context, slot: Slot) -> dict[str, Any] | None:
