@@ -9,6 +9,7 @@
 #              torch.compile baselines; default: default mode only, to bound the time)
 #   spread:    A/A of two problems calibrated REPEAT times each (fresh process pairs), beside two GPU tests
 #   placement: benchmarks/placement.py on four problems whose A/A moved between process pairs
+#   bias:      one GPU: placement on three problems, then A/A of three problems in three fresh process pairs each
 #   first:     the GPU tests, the sandbox and exploit tests as the device's user (root there), six A/A problems
 #   overhead:  benchmarks/sample_overhead.py on three problems (where a sample's harness work goes)
 #   tests:     the GPU-marked tests alone
@@ -116,6 +117,17 @@ placement)
         echo "-- $p"; CUDA_VISIBLE_DEVICES=0 timeout 200 python benchmarks/placement.py "$p"; done 2>&1
     wait
     cat "$out/placement_b.txt"
+    ;;
+bias)
+    echo "== where does an A/A pair's between-process bias come from? placement, then fresh process pairs"
+    for p in problems/level1/019_gelu.py problems/level2/024_conv2d_batchnorm_relu.py problems/level3/009_gru.py; do
+        echo "-- $p"; timeout 120 python benchmarks/placement.py "$p" --placements 6 --rounds 8
+    done 2>&1 | tee "$out/placement.txt"
+    for i in 1 2 3; do timeout 100 python run_eval.py calibrate --gpus 0 --trials 1 --output-dir "$out/bias" \
+        --level level1 --problem '*01[89]_*' 2>&1 | grep "level1/"; done | tee "$out/aa_gelu_relu.txt"
+    for pin in "" "taskset -c 5"; do echo "-- GRU A/A ${pin:-unpinned}"; for i in 1 2 3; do timeout 100 $pin python \
+        run_eval.py calibrate --gpus 0 --trials 1 --output-dir "$out/bias" --level level3 --problem '*009_gru' 2>&1 \
+        | grep "level3/"; done; done | tee "$out/aa_gru.txt"
     ;;
 first)
     echo "== GPU tests, then the sandbox/exploit tests as this machine's user (root there), then six A/A problems"
