@@ -93,6 +93,9 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-rounds", type=int, help="rounds (A B B A blocks) before the stopping rule applies (default: 10)")
     p.add_argument("--max-pair-seconds", type=float, metavar="S",
                    help="time cap on one pair's timed rounds; a pair that hits it is flagged noisy (default: 30)")
+    p.add_argument("--processes", type=int, metavar="N",
+                   help="measure each pair in N process pairs (fresh reference and candidate workers) and combine "
+                        "them: the CI then covers the bias each process has of its own (default: 1)")
     p.add_argument("--compile-modes", metavar="LIST",
                    help="torch.compile baselines, e.g. default,max-autotune-no-cudagraphs, or none "
                         "(default: both of those)")
@@ -116,7 +119,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     overrides = {k: getattr(args, k) for k in keys}
     timing = {"samples": args.samples, "mode": args.timing_mode, "target_rel_ci": args.target_rel_ci,
               "min_rounds": args.min_rounds, "max_pair_seconds": args.max_pair_seconds,
-              "compile_modes": args.compile_modes}
+              "compile_modes": args.compile_modes, "processes": args.processes}
     timing = {k: v for k, v in timing.items() if v is not None}
     if timing:
         overrides["timing"] = timing

@@ -37,6 +37,7 @@ class TimingConfig:
     interference_tolerance: float = 0.03  # reference slower during the pair than before and after by more: invalid
     consistency_tolerance: float = 0.25   # parent's clock vs the candidate's reported time (timing_inconsistent)
     compile_modes: tuple[str, ...] = ("default", "max-autotune-no-cudagraphs")   # torch.compile baselines; [] = off
+    processes: int = 1                  # process pairs per pair, each measured whole; the speedups combined (pyperf)
 
     def rounds_floor(self) -> int:
         """min_rounds, raised so that a deprecated `samples` still means at least that many samples per side."""
@@ -300,6 +301,7 @@ def _check_ranges(cfg: Config, source: str) -> None:
         (cfg.timing.baseline_blocks >= 1, "'timing.baseline_blocks' must be at least 1"),
         (cfg.timing.interference_tolerance > 0, "'timing.interference_tolerance' must be positive"),
         (cfg.timing.consistency_tolerance > 0, "'timing.consistency_tolerance' must be positive"),
+        (1 <= cfg.timing.processes <= 30, "'timing.processes' must be between 1 and 30"),
     ]
     for ok, message in checks:
         if not ok:

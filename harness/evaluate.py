@@ -139,11 +139,13 @@ class ReferenceSide:
 # ---------------------------------------------------------------- one pair
 
 def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: PairContext, device: str,
-             problem_dir: Path, spares: SpareWorkers, attempt: int = 0) -> None:
-    """One pair, start to verdict, into `record`. `attempt` > 0 is a second try (after interference): its timed
-    samples and checks come from streams of their own, so nothing the first try saw repeats."""
+             problem_dir: Path, spares: SpareWorkers, attempt: int = 0, process: int = 0) -> None:
+    """One pair, start to verdict, into `record`. `attempt` > 0 is a second try (after interference), `process` > 0
+    a further process pair (timing.processes): their timed samples and checks come from streams of their own, so
+    nothing an earlier try saw repeats."""
     cfg = pc.cfg
-    tags = (pair.key[0], pair.key[1]) + ((f"attempt {attempt}",) if attempt else ())
+    tags = ((pair.key[0], pair.key[1]) + ((f"attempt {attempt}",) if attempt else ())
+            + ((f"process {process}",) if process else ()))
     record["seed"] = pc.seed.record()
     pair_dir = problem_dir / slug(pair.candidate.id.rsplit("/", 1)[-1])
     pair_dir.mkdir(parents=True, exist_ok=True)

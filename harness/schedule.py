@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import defenses
+from . import defenses, processes
 from .build import BuildResult, Toolchain
 from .config import Config
 from .discover import Pair
@@ -185,33 +185,57 @@ def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorker
         return
     problem_dir = ctx.scratch / slot.name.replace(":", "") / slug(runnable[0].problem_id)
     problem_dir.mkdir(parents=True, exist_ok=True)
+    count = ctx.cfg.timing.processes
+    done: dict[tuple[str, str], list[dict[str, Any]]] = {pair.key: [] for pair in runnable}
+
+    def deliver(pair: Pair, record: dict[str, Any]) -> None:
+        if count == 1:
+            ctx.emit(record)
+        else:
+            done[pair.key].append(record)
+
+    try:
+        for process in range(count):
+            pending = [p for p in runnable if all(r["status"] == "ok" for r in done[p.key])]
+            if not pending or ctx.stop.is_set():
+                break
+            _one_process(pending, ctx, slot, spares, problem_dir, process, deliver)
+    finally:
+        for pair in runnable:                   # what was measured stands, even when the run stops early
+            if done[pair.key]:
+                ctx.emit(processes.merge(done[pair.key]))
+        shutil.rmtree(problem_dir, ignore_errors=True)
+
+
+def _one_process(pairs: list[Pair], ctx: Context, slot: Slot, spares: SpareWorkers, problem_dir: Path,
+                 process: int, deliver: Callable[[Pair, dict[str, Any]], None]) -> None:
+    """Every pair of one problem against one reference process (a fresh one after a pair left the device unusable)."""
     pc = ctx.for_slot(slot)
     reference = None
     try:
-        for pair in runnable:
+        for pair in pairs:
             if ctx.stop.is_set():
                 return
             if reference is None:
-                reference = ReferenceSide(runnable[0], pc, slot.device, problem_dir, spares)
+                reference = ReferenceSide(pairs[0], pc, slot.device, problem_dir, spares)
             record = _base_record(pair, ctx, slot)
             if reference.error is not None:
-                ctx.emit(finish(record, reference.error_status, reference.error))
+                deliver(pair, finish(record, reference.error_status, reference.error))
                 continue
-            run_pair(pair, record, reference, pc, slot.device, problem_dir, spares)
+            run_pair(pair, record, reference, pc, slot.device, problem_dir, spares, process=process)
             reason = _load_sensitive(record)
             if reason and reference.worker.alive() and not ctx.stop.is_set():
                 first = record
                 record = _base_record(pair, ctx, slot)
-                run_pair(pair, record, reference, pc, slot.device, problem_dir, spares, attempt=1)
+                run_pair(pair, record, reference, pc, slot.device, problem_dir, spares, attempt=1, process=process)
                 record["retried"] = {"reason": reason, "first_try": first["flag_details"][reason]}
             lint = reference.info.get("lint") or {}
             if lint.get("degenerate"):
                 defenses.flag(record, "degenerate_problem", "; ".join(lint.get("reasons", [])))
-            ctx.emit(record)
+            deliver(pair, record)
             if (record["worker"] or {}).get("device_usable_after") is False or not reference.worker.alive():
                 reference.close()                       # the next pair gets a fresh reference process too
                 reference = None
     finally:
         if reference is not None:
             reference.close()
-        shutil.rmtree(problem_dir, ignore_errors=True)

@@ -256,3 +256,48 @@ def test_which_invalid_pairs_are_measured_again(flags, reason):
     from harness.schedule import _load_sensitive
     assert _load_sensitive({"status": "invalid", "flags": flags}) == reason
     assert _load_sensitive({"status": "ok", "flags": flags}) is None
+
+
+# ---------------------------------------------------------------- several process pairs (timing.processes)
+
+def test_combine_is_the_geometric_mean_with_a_t_interval_over_processes():
+    import math
+    import statistics
+    from harness.paired import Estimate, combine, t95
+    pairs = [Estimate(1.02, 1.015, 1.025, 50), Estimate(0.98, 0.975, 0.985, 60), Estimate(1.0, 0.995, 1.005, 40)]
+    est = combine(pairs)
+    assert est.value == pytest.approx(math.exp(sum(math.log(e.value) for e in pairs) / 3))
+    assert est.rounds == 150
+    # three processes that disagree by 2%: the CI covers the spread between them, not the narrow CIs within
+    assert est.lo < 0.98 and est.hi > 1.02
+    spread = statistics.stdev(math.log(e.value) for e in pairs)
+    assert math.log(est.hi / est.value) == pytest.approx(t95(2) * spread / math.sqrt(3))
+    # processes that agree by chance: the CI is no narrower than what each process's own CI says
+    same = combine([Estimate(1.0, 0.99, 1.01, 10)] * 2)
+    assert same.hi - same.lo >= 0.02 * t95(1) / 1.96 / math.sqrt(2) * 0.99
+    assert combine(pairs[:1]) == pairs[0]
+
+
+def _ok_record(speedup: float, ci: list[float], rounds: int, flags=()) -> dict:
+    return {"status": "ok", "error": None, "speedup": speedup, "speedup_ci": ci, "flags": list(flags),
+            "flag_details": {f: "why" for f in flags}, "speedup_vs_compile": None, "speedup_vs_compile_ci": None,
+            "timing": {"rounds": rounds, "seconds": 1.0, "round_ratios": [speedup] * rounds, "noisy": "noisy" in flags,
+                       "baselines": {}}}
+
+
+def test_merge_of_process_pairs_keeps_each_and_combines_the_speedup():
+    from harness import processes
+    merged = processes.merge([_ok_record(1.1, [1.09, 1.11], 10), _ok_record(1.0, [0.99, 1.01], 12, ["noisy"])])
+    assert merged["status"] == "ok"
+    assert [p["speedup"] for p in merged["timing"]["processes"]] == [1.1, 1.0]
+    assert merged["speedup"] == pytest.approx((1.1 * 1.0) ** 0.5)
+    assert merged["timing"]["rounds"] == 22 and len(merged["timing"]["round_ratios"]) == 22
+    assert merged["flags"] == ["noisy"] and merged["timing"]["noisy"] is True
+
+
+def test_merge_lets_a_failing_process_pair_stand_and_says_which():
+    from harness import processes
+    bad = {"status": "invalid", "error": "interference: slower", "flags": ["interference"], "timing": None}
+    merged = processes.merge([_ok_record(1.1, [1.09, 1.11], 10), bad])
+    assert merged["status"] == "invalid"
+    assert merged["error"] == "process pair 2 of 2: interference: slower"
