@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from .discover import Candidate, Pair, Problem
+from .records import Record, Status, as_records
 
 AA_NAME = "aa_reference"
 
@@ -44,18 +45,17 @@ class Row:
     error: str | None
 
 
-def rows(records: list[dict[str, Any]], target: float) -> list[Row]:
-    out = []
-    for r in sorted(records, key=lambda r: r["problem"]):
-        s, ci = r.get("speedup"), r.get("speedup_ci")
-        timing = r.get("timing") or {}
-        ok = r.get("status") == "ok" and isinstance(s, (int, float))
-        out.append(Row(r["problem"], r["status"], s, ci, timing.get("rounds"), timing.get("mode"),
-                       "noisy" in (r.get("flags") or []),
-                       ok and abs(s - 1) <= target,
-                       ok and isinstance(ci, list) and len(ci) == 2 and ci[0] <= 1.0 <= ci[1],
-                       r.get("error")))
-    return out
+def rows(records: Iterable[Record | dict[str, Any]], target: float) -> list[Row]:
+    return [row(r, target) for r in sorted(as_records(records), key=lambda r: r.problem)]
+
+
+def row(r: Record, target: float) -> Row:
+    s, ci = r.speedup, r.speedup_ci
+    timing = r.timing or {}
+    ok = r.status is Status.OK and s is not None
+    return Row(r.problem, r.status.value, s, None if ci is None else list(ci), timing.get("rounds"),
+               timing.get("mode"), "noisy" in r.flags, ok and abs(s - 1) <= target,
+               ok and ci is not None and ci[0] <= 1.0 <= ci[1], r.error)
 
 
 def verdict(table: list[Row]) -> dict[str, Any]:

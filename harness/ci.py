@@ -20,8 +20,9 @@ from . import report
 from .compare import BROKEN, SLOWER, Row, compare_runs, fmt_change, load_results
 from .discover import Pair
 from .errors import UsageError
+from .records import Record, Status, as_records
 
-PASSING = ("ok", "skipped")
+PASSING = (Status.OK, Status.SKIPPED)
 REGRESSIONS = (SLOWER, BROKEN)
 
 
@@ -65,7 +66,7 @@ def baseline_results(spec: str) -> Path:
 
 @dataclass
 class Verdict:
-    failing: list[dict[str, Any]] = field(default_factory=list)     # records that are not ok
+    failing: list[Record] = field(default_factory=list)             # records that are not ok
     regressions: list[Row] = field(default_factory=list)           # SLOWER or BROKEN against the baseline
     rows: dict[tuple[str, str], Row] = field(default_factory=dict)  # (problem, solution) -> comparison
 
@@ -74,11 +75,13 @@ class Verdict:
         return 1 if self.failing or self.regressions else 0
 
 
-def judge(records: list[dict[str, Any]], baseline: list[dict[str, Any]] | None) -> Verdict:
-    verdict = Verdict(failing=[r for r in records if r.get("status") not in PASSING])
+def judge(records: Iterable[Record | dict[str, Any]],
+          baseline: Iterable[Record | dict[str, Any]] | None) -> Verdict:
+    records = as_records(records)
+    verdict = Verdict(failing=[r for r in records if r.status not in PASSING])
     if baseline is not None:
-        keys = {(r["problem"], r["solution"]) for r in records}
-        ours = [r for r in baseline if (r["problem"], r["solution"]) in keys]
+        keys = {r.key for r in records}
+        ours = [r for r in as_records(baseline, "baseline record") if r.key in keys]
         for row in compare_runs(ours, records):
             verdict.rows[(row.problem, row.solution)] = row
             if row.verdict in REGRESSIONS:
@@ -90,7 +93,9 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(records: list[dict[str, Any]], verdict: Verdict, run_id: str, baseline_name: str | None) -> str:
+def markdown(records: Iterable[Record | dict[str, Any]], verdict: Verdict, run_id: str,
+             baseline_name: str | None) -> str:
+    records = as_records(records)
     agg = report.aggregate(records)
     head = "PASS" if verdict.exit_code == 0 else "FAIL"
     lines = [f"## Kernel evaluation: {head}", "",
@@ -99,23 +104,23 @@ def markdown(records: list[dict[str, Any]], verdict: Verdict, run_id: str, basel
              + (f"; compared with `{baseline_name}`" if baseline_name else "; no baseline run of main given"), ""]
     lines += ["| problem | candidate | status | speedup [95% CI] | vs main | flags / error |",
               "| --- | --- | --- | --- | --- | --- |"]
-    for r in sorted(records, key=lambda r: (r["problem"], r["solution"])):
-        row = verdict.rows.get((r["problem"], r["solution"]))
+    for r in sorted(records, key=lambda r: r.key):
+        row = verdict.rows.get(r.key)
         against = f"{row.verdict} {fmt_change(row.change)}".strip() if row else "-"
-        note = " ".join(r.get("flags") or []) or ""
-        if r.get("error"):
-            note = f"{note} {report.abbreviate(r['error'], 160)}".strip()
-        lines.append(f"| {_cell(r['problem'])} | {_cell(r['solution'].rsplit('/', 1)[-1])} | {r['status']} | "
-                     f"{report.fmt_speedup(r.get('speedup'), r.get('speedup_ci'))} | {_cell(against)} | "
-                     f"{_cell(note) or '-'} |")
+        note = " ".join(r.flags)
+        if r.error:
+            note = f"{note} {report.abbreviate(r.error, 160)}".strip()
+        lines.append(f"| {_cell(r.problem)} | {_cell(r.candidate)} | {r.status.value} | "
+                     f"{report.fmt_speedup(r.speedup, r.speedup_ci)} | {_cell(against)} | {_cell(note) or '-'} |")
     if verdict.failing:
-        lines += ["", f"Not ok: {', '.join(r['solution'] for r in verdict.failing)}"]
+        lines += ["", f"Not ok: {', '.join(r.solution for r in verdict.failing)}"]
     if verdict.regressions:
-        lines += ["", f"Regressed against main: {', '.join(f'{row.solution} ({row.verdict})' for row in verdict.regressions)}"]
+        regressed = ", ".join(f"{row.solution} ({row.verdict})" for row in verdict.regressions)
+        lines += ["", f"Regressed against main: {regressed}"]
     return "\n".join(lines) + "\n"
 
 
-def load_baseline(spec: str | None) -> tuple[str | None, list[dict[str, Any]] | None]:
+def load_baseline(spec: str | None) -> tuple[str | None, list[Record] | None]:
     if spec is None:
         return None, None
     return load_results(baseline_results(spec))

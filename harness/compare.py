@@ -7,12 +7,11 @@ below, else SAME. A record without an interval (schema 1, or a v2 record that ha
 or BROKEN (ok in A, not ok in B); a pair failing in both is FAILING; a pair in one run only is ONLY_A or ONLY_B.
 Exit code 1 when any pair is SLOWER or BROKEN (for CI), 0 otherwise, 2 for a usage error.
 
-Everything but `cmd_compare` is a pure function over lists of records."""
+Everything but `cmd_compare` is a pure function over lists of records (`Record`s, or their JSON objects)."""
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import OneLineParser, UsageError
+from .records import Record, as_records
 
 SAME, FASTER, SLOWER = "SAME", "FASTER", "SLOWER"
 FIXED, BROKEN, FAILING = "FIXED", "BROKEN", "FAILING"
@@ -65,34 +65,20 @@ class Row:
         return out
 
 
-def _number(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-        return None
-    return float(x)
-
-
-def record_ci(record: dict[str, Any], tolerance: float) -> tuple[tuple[float, float] | None, str | None]:
+def record_ci(record: Record, tolerance: float) -> tuple[tuple[float, float] | None, str | None]:
     """(interval, source) for a record's speedup: its own speedup_ci when it has a sound one, else the tolerance
     band around the speedup; (None, None) without a positive speedup."""
-    s = _number(record.get("speedup"))
+    s = record.speedup
     if s is None or s <= 0:
         return None, None
-    ci = record.get("speedup_ci")
-    if isinstance(ci, (list, tuple)) and len(ci) == 2:
-        lo, hi = _number(ci[0]), _number(ci[1])
-        if lo is not None and hi is not None and lo <= hi:
-            return (lo, hi), "record"
+    if record.speedup_ci is not None and record.speedup_ci[0] <= record.speedup_ci[1]:
+        return record.speedup_ci, "record"
     return (s / (1 + tolerance), s * (1 + tolerance)), "tolerance"
 
 
-def side(record: dict[str, Any], tolerance: float) -> Side:
+def side(record: Record, tolerance: float) -> Side:
     ci, source = record_ci(record, tolerance)
-    return Side(str(record.get("status")), _number(record.get("speedup")), ci, source,
-                _number(record.get("speedup_vs_compile")), tuple(record.get("flags") or ()))
-
-
-def is_ok(record: dict[str, Any]) -> bool:
-    return record.get("status") == "ok" and bool(record.get("correct", True))
+    return Side(record.status.value, record.speedup, ci, source, record.speedup_vs_compile, record.flags)
 
 
 def by_ci(a: tuple[float, float] | None, b: tuple[float, float] | None) -> str:
@@ -106,38 +92,40 @@ def by_ci(a: tuple[float, float] | None, b: tuple[float, float] | None) -> str:
     return SAME
 
 
-def compare_pair(a: dict[str, Any] | None, b: dict[str, Any] | None, tolerance: float = DEFAULT_TOLERANCE) -> Row:
+def compare_pair(a: Record | dict[str, Any] | None, b: Record | dict[str, Any] | None,
+                 tolerance: float = DEFAULT_TOLERANCE) -> Row:
     if a is None and b is None:
         raise ValueError("compare_pair needs at least one record")
+    a, b = (None if r is None else Record.of(r, f"run {run}") for r, run in ((a, "A"), (b, "B")))
     key = a if a is not None else b
     sa = side(a, tolerance) if a is not None else None
     sb = side(b, tolerance) if b is not None else None
     change = None                         # only between two correct pairs: other speedups are not trusted
-    if a is not None and b is not None and is_ok(a) and is_ok(b) and sa.speedup and sb.speedup:
+    if a is not None and b is not None and a.ok and b.ok and sa.speedup and sb.speedup:
         change = sb.speedup / sa.speedup - 1
     if a is None:
         verdict = ONLY_B
     elif b is None:
         verdict = ONLY_A
-    elif is_ok(a) and is_ok(b):
+    elif a.ok and b.ok:
         verdict = by_ci(sa.ci, sb.ci)
-    elif is_ok(b):
+    elif b.ok:
         verdict = FIXED
-    elif is_ok(a):
+    elif a.ok:
         verdict = BROKEN
     else:
         verdict = FAILING
-    return Row(key["problem"], key["solution"], verdict, sa, sb, change)
+    return Row(key.problem, key.solution, verdict, sa, sb, change)
 
 
-def _index(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+def _index(records: Iterable[Record | dict[str, Any]], run: str) -> dict[tuple[str, str], Record]:
     """(problem, solution) -> record; a later record of the same pair replaces an earlier one."""
-    return {(r["problem"], r["solution"]): r for r in records}
+    return {r.key: r for r in as_records(records, f"run {run}, record")}
 
 
-def compare_runs(records_a: Iterable[dict[str, Any]], records_b: Iterable[dict[str, Any]],
+def compare_runs(records_a: Iterable[Record | dict[str, Any]], records_b: Iterable[Record | dict[str, Any]],
                  tolerance: float = DEFAULT_TOLERANCE) -> list[Row]:
-    a, b = _index(records_a), _index(records_b)
+    a, b = _index(records_a, "A"), _index(records_b, "B")
     return [compare_pair(a.get(k), b.get(k), tolerance) for k in sorted(a.keys() | b.keys())]
 
 
@@ -230,11 +218,11 @@ def resolve_run(spec: str, output_dir: Path) -> Path:
     raise UsageError(f"unknown run '{spec}': not a run folder, and no {output_dir / spec / 'results.jsonl'}")
 
 
-def load_run(spec: str, output_dir: Path) -> tuple[str, list[dict[str, Any]]]:
+def load_run(spec: str, output_dir: Path) -> tuple[str, list[Record]]:
     return load_results(resolve_run(spec, output_dir))
 
 
-def load_results(path: Path) -> tuple[str, list[dict[str, Any]]]:
+def load_results(path: Path) -> tuple[str, list[Record]]:
     """(run name, records) of a results.jsonl, through the store's one reader: lines are verified with the run's
     key, and a line that fails, or a second line for a pair, is named in a warning and left out."""
     from .store import read_records

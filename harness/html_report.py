@@ -3,7 +3,8 @@
 Pages open from disk with no network: CSS is inline and plots are inline SVG drawn by matplotlib through
 `matplotlib.figure.Figure` (no pyplot, so no GUI backend and no global figure state). Every text that comes from a
 record is HTML-escaped (records come from untrusted candidates), and any field may be missing or null (schema 1
-records have no CI, CPU records have no `performance`).
+records have no CI, CPU records have no `performance`). Records are `Record`s or their JSON objects; a JSON object
+that does not read as a Record (a caller may hand in anything) is still shown, as far as it can be read.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from harness.report import abbreviate, aggregate, fmt_speedup
+from harness.records import Record, RecordError
+from harness.report import abbreviate, fmt_speedup, tally
 
 # Best attempt for a problem with no correct candidate: the status nearest to correct wins.
 STATUS_RANK = ("ok", "invalid", "incorrect", "runtime_error", "timeout", "oom", "load_error", "compile_error",
@@ -62,13 +64,30 @@ class Pair:
     candidate_ms: float | None
     flags: tuple[str, ...]
     error: str
+    gpu: str | None
 
     @property
     def correct(self) -> bool:
         return self.status == "ok"
 
+    @property
+    def outcome(self) -> tuple[str, bool, float | None]:
+        """What report.tally counts."""
+        return self.status, self.correct, self.speedup
+
     @classmethod
-    def from_record(cls, r: dict[str, Any]) -> "Pair":
+    def from_record(cls, r: Record) -> "Pair":
+        perf, timing = r.performance or {}, r.timing or {}
+        return cls(problem=r.problem, candidate=r.candidate, status=r.status.value, speedup=r.speedup,
+                   speedup_ci=r.speedup_ci, vs_compile=r.speedup_vs_compile, vs_compile_ci=r.speedup_vs_compile_ci,
+                   pct_bandwidth=_num(perf.get("pct_of_peak_bandwidth")),
+                   pct_flops=_num(perf.get("pct_of_peak_flops")), floor_ms=_num(perf.get("floor_ms")),
+                   candidate_ms=_num(_dict(timing.get("candidate")).get("median_ms")), flags=r.flags,
+                   error=" ".join((r.error or "").split()), gpu=_gpu_name(r.gpu))
+
+    @classmethod
+    def from_malformed(cls, r: dict[str, Any]) -> "Pair":
+        """What can be read of a JSON object that is not a well-formed record: any field missing or of any type."""
         perf, timing = _dict(r.get("performance")), _dict(r.get("timing"))
         solution = str(r.get("solution") or "?")
         flags = r.get("flags") if isinstance(r.get("flags"), list) else []
@@ -79,7 +98,20 @@ class Pair:
                    pct_bandwidth=_num(perf.get("pct_of_peak_bandwidth")),
                    pct_flops=_num(perf.get("pct_of_peak_flops")), floor_ms=_num(perf.get("floor_ms")),
                    candidate_ms=_num(_dict(timing.get("candidate")).get("median_ms")),
-                   flags=tuple(str(f) for f in flags), error=" ".join(str(r.get("error") or "").split()))
+                   flags=tuple(str(f) for f in flags), error=" ".join(str(r.get("error") or "").split()),
+                   gpu=_gpu_name(r.get("gpu")))
+
+
+def pairs_of(records: Any) -> list[Pair]:
+    """A Pair per record (Record or JSON object); anything else in the list is left out."""
+    return [_pair(r) for r in (records or []) if isinstance(r, (Record, dict))]
+
+
+def _pair(item: Record | dict[str, Any]) -> Pair:
+    try:
+        return Pair.from_record(Record.of(item))
+    except RecordError:
+        return Pair.from_malformed(item)
 
 
 @dataclass(frozen=True)
@@ -94,10 +126,10 @@ class RunMeta:
     seed: str
 
     @classmethod
-    def from_json(cls, run_id: str, meta: dict[str, Any], records: list[dict[str, Any]]) -> "RunMeta":
+    def from_json(cls, run_id: str, meta: dict[str, Any], pairs: list[Pair]) -> "RunMeta":
         gpus = meta.get("gpus") if isinstance(meta.get("gpus"), list) else []
         gpu = _dict(gpus[0]).get("name") if gpus else None
-        gpu = gpu or next((_dict(r.get("gpu"))["name"] for r in records if _dict(r.get("gpu")).get("name")), "-")
+        gpu = gpu or next((p.gpu for p in pairs if p.gpu), "-")
         seed = _dict(meta.get("seed"))
         fixed = "fixed" if seed.get("fixed") else "random"
         return cls(run_id=str(meta.get("run_id") or run_id),
@@ -111,8 +143,10 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _records(records: Any) -> list[dict[str, Any]]:
-    return [r for r in (records or []) if isinstance(r, dict)]
+def _gpu_name(gpu: Any) -> str | None:
+    """The name in a record's `gpu` ({index, name}), or None."""
+    name = _dict(gpu).get("name")
+    return str(name) if name else None
 
 
 def _num(value: Any) -> float | None:
@@ -122,11 +156,6 @@ def _num(value: Any) -> float | None:
 
 def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
-
-
-def _aggregate(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """report.aggregate over records that may lack a status (it indexes r["status"])."""
-    return aggregate([{**r, "status": str(r.get("status") or "unknown")} for r in records])
 
 
 def best_per_problem(pairs: list[Pair]) -> dict[str, Pair]:
@@ -190,8 +219,8 @@ def pairs_table(pairs: list[Pair]) -> str:
     return _table(["problem", "candidate", "status", ">speedup [95% CI]", "flags", "error"], rows, "pairs")
 
 
-def summary_cards(records: list[dict[str, Any]]) -> str:
-    agg = _aggregate(records)
+def summary_cards(pairs: list[Pair]) -> str:
+    agg = tally(p.outcome for p in pairs)
     geo = agg["geomean_speedup"]
     cards = [("pairs", str(agg["pairs"])), ("correct", f"{agg['correct']} ({agg['correctness_rate']:.0%})"),
              ("geomean speedup", "-" if geo is None else f"{geo:.2f}x")]
@@ -331,21 +360,20 @@ def _short_run(run_id: str) -> str:
     return f"{m[1]}-{m[2]}-{m[3]} {m[4]}:{m[5]}" if m else run_id[:16]
 
 
-def _run_sections(records: list[dict[str, Any]]) -> str:
-    pairs = [Pair.from_record(r) for r in records]
+def _run_sections(pairs: list[Pair]) -> str:
     plots = (_figure("Speedup distribution (correct pairs)", speedup_histogram(pairs))
              + _figure("fast_p over p", fast_p_curve(pairs))
              + _figure("Roofline: candidate time vs floor", roofline_scatter(pairs)))
-    return (f"<h2>Summary</h2>{summary_cards(records)}<h2>Leaderboard: best correct candidate per problem</h2>"
+    return (f"<h2>Summary</h2>{summary_cards(pairs)}<h2>Leaderboard: best correct candidate per problem</h2>"
             f'{leaderboard_table(pairs)}<h2>Plots</h2><div class="plots">{plots}</div>'
             f"<h2>All pairs</h2>{pairs_table(pairs)}")
 
 
-def write_run_page(run_dir: Path, records: list[dict], meta: dict) -> Path:
+def write_run_page(run_dir: Path, records: Iterable[Record | dict[str, Any]], meta: dict) -> Path:
     """Write <run_dir>/index.html: the run's header, summary, leaderboard, plots and every pair."""
-    run_dir, records = Path(run_dir), _records(records)
-    info = RunMeta.from_json(run_dir.name, _dict(meta), records)
-    body = f"<h1>Kernel leaderboard</h1>{meta_header(info)}{_run_sections(records)}"
+    run_dir, pairs = Path(run_dir), pairs_of(records)
+    info = RunMeta.from_json(run_dir.name, _dict(meta), pairs)
+    body = f"<h1>Kernel leaderboard</h1>{meta_header(info)}{_run_sections(pairs)}"
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "index.html"
     path.write_text(_page(f"Leaderboard {info.run_id}", body), encoding="utf-8")
@@ -356,13 +384,13 @@ def write_run_page(run_dir: Path, records: list[dict], meta: dict) -> Path:
 class Run:
     run_id: str
     meta: dict[str, Any]
-    records: list[dict[str, Any]]
+    pairs: list[Pair]
 
 
 def _runs_table(output_dir: Path, runs: list[Run]) -> str:
     rows = []
     for run in runs:
-        info, agg = RunMeta.from_json(run.run_id, run.meta, run.records), _aggregate(run.records)
+        info, agg = RunMeta.from_json(run.run_id, run.meta, run.pairs), tally(p.outcome for p in run.pairs)
         rid = _e(run.run_id)
         link = f'<a href="{rid}/index.html">{rid}</a>' if (output_dir / run.run_id / "index.html").exists() else rid
         rows.append(f"<tr><td>{link}</td><td>{_e(info.started_at)}</td><td>{_e(info.device)}</td>"
@@ -377,11 +405,11 @@ def _history(runs: list[Run]) -> str:
     """Per problem, each run's best correct speedup: a table, and a line plot from two runs on."""
     best: dict[tuple[str, str], float] = {}
     for run in runs:
-        for problem, p in best_per_problem([Pair.from_record(r) for r in run.records]).items():
+        for problem, p in best_per_problem(run.pairs).items():
             if p.correct and p.speedup is not None:
                 best[(problem, run.run_id)] = p.speedup
     run_ids = [run.run_id for run in runs]
-    problems = sorted({Pair.from_record(r).problem for run in runs for r in run.records})
+    problems = sorted({p.problem for run in runs for p in run.pairs})
     rows = [f"<tr><td>{_e(problem)}</td>{''.join(_speedup_cell(best.get((problem, rid)), None) for rid in run_ids)}"
             "</tr>" for problem in problems]
     out = _table(["problem", *[">" + _short_run(r) for r in run_ids]], rows, "history")
@@ -390,17 +418,17 @@ def _history(runs: list[Run]) -> str:
     return out
 
 
-def write_site(output_dir: Path, runs: list[tuple[str, dict, list[dict]]]) -> Path:
+def write_site(output_dir: Path, runs: list[tuple[str, dict, list[Record | dict[str, Any]]]]) -> Path:
     """Write <output_dir>/index.html: every run (oldest first), per-problem history, the latest run in full."""
     output_dir = Path(output_dir)
-    ordered = sorted((Run(str(rid), _dict(meta), _records(recs)) for rid, meta, recs in runs), key=lambda r: r.run_id)
+    ordered = sorted((Run(str(rid), _dict(meta), pairs_of(recs)) for rid, meta, recs in runs), key=lambda r: r.run_id)
     body = f"<h1>Kernel leaderboard: {len(ordered)} run{'' if len(ordered) == 1 else 's'}</h1>"
     if ordered:
         latest = ordered[-1]
-        body += (f"{meta_header(RunMeta.from_json(latest.run_id, latest.meta, latest.records))}"
+        body += (f"{meta_header(RunMeta.from_json(latest.run_id, latest.meta, latest.pairs))}"
                  f"<h2>Runs</h2>{_runs_table(output_dir, ordered)}"
                  f"<h2>History: best correct speedup per problem</h2>{_history(ordered)}"
-                 f"<h2>Latest run: {_e(latest.run_id)}</h2>{_run_sections(latest.records)}")
+                 f"<h2>Latest run: {_e(latest.run_id)}</h2>{_run_sections(latest.pairs)}")
     else:
         body += _note("No runs yet.")
     output_dir.mkdir(parents=True, exist_ok=True)

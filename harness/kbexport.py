@@ -12,7 +12,7 @@ KernelBench counts them.
   level in the problems tree (a problem without a record counts as a failure) on each problem's sample 0, and
   pass@k over all samples with the unbiased estimator 1 - C(n-c, k) / C(n, k).
 
-Pure functions over records, except the two command helpers at the end.
+Pure functions over records (`Record`s, or their JSON objects), except the two command helpers at the end.
 """
 from __future__ import annotations
 
@@ -24,20 +24,21 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import InputError, UsageError
+from .records import Record, Status, as_records
 
 KB_LEVEL = re.compile(r"^kernelbench-level(\d+)$")
 KB_PROBLEM = re.compile(r"^(\d+)_")
 KB_SAMPLE = re.compile(r"^(.+)_sample_(\d+)$")
-NOT_COMPILED = ("compile_error", "load_error")
+NOT_COMPILED = (Status.COMPILE_ERROR, Status.LOAD_ERROR)
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 
 
 # ---------------------------------------------------------------- names
 
-def kb_origin(record: dict[str, Any]) -> tuple[int, int, str, int] | None:
+def kb_origin(record: Record) -> tuple[int, int, str, int] | None:
     """(level L, problem id P, run folder name, sample id S) of a candidate imported from a KernelBench run folder
     (`kernelbench-level<L>/<NNN>_<Name>/<run>_sample_<S>`), or None for any other candidate."""
-    parts = str(record.get("solution") or "").split("/")
+    parts = record.solution.split("/")
     if len(parts) != 3:
         return None
     level, problem, candidate = (KB_LEVEL.match(parts[0]), KB_PROBLEM.match(parts[1]), KB_SAMPLE.match(parts[2]))
@@ -46,16 +47,11 @@ def kb_origin(record: dict[str, Any]) -> tuple[int, int, str, int] | None:
     return int(level.group(1)), int(problem.group(1)), candidate.group(1), int(candidate.group(2))
 
 
-def sample_key(record: dict[str, Any]) -> tuple:
+def sample_key(record: Record) -> tuple:
     """Order of a problem's samples: KernelBench samples by sample id (then name), before our own candidates,
     which go by name. The first one is the problem's "sample 0"."""
-    name = str(record.get("solution") or "").rsplit("/", 1)[-1]
-    match = KB_SAMPLE.match(name)
-    return (0, int(match.group(2)), name) if match else (1, 0, name)
-
-
-def is_correct(record: dict[str, Any]) -> bool:
-    return record.get("status") == "ok" and bool(record.get("correct", True))
+    match = KB_SAMPLE.match(record.candidate)
+    return (0, int(match.group(2)), record.candidate) if match else (1, 0, record.candidate)
 
 
 def _number(value: Any) -> float | None:
@@ -66,10 +62,10 @@ def _number(value: Any) -> float | None:
 
 # ---------------------------------------------------------------- eval_results.json
 
-def kb_sample(record: dict[str, Any], run_id: str, sample: int) -> dict[str, Any]:
-    status = record.get("status")
-    correct = is_correct(record)
-    stats = ((record.get("timing") or {}).get("candidate") or {})
+def kb_sample(record: Record, run_id: str, sample: int) -> dict[str, Any]:
+    correct = record.ok
+    timing = record.timing or {}
+    stats = timing.get("candidate") or {}
     median = _number(stats.get("median_ms"))
     runtime = median if correct and median is not None else -1.0
     runtime_stats: dict[str, Any] = {}
@@ -77,15 +73,12 @@ def kb_sample(record: dict[str, Any], run_id: str, sample: int) -> dict[str, Any
         runtime_stats = {"mean": _number(stats.get("mean_ms")), "std": _number(stats.get("stdev_ms")),
                          "min": _number(stats.get("min_ms")), "max": _number(stats.get("max_ms")),
                          "num_trials": stats.get("n")}
-    gpu = record.get("gpu") or {}
-    metadata = {"hardware": gpu.get("name") if isinstance(gpu, dict) and gpu.get("name") else
-                record.get("device"),
-                "device": record.get("device"),
-                "status": status, "error": record.get("error"), "speedup": _number(record.get("speedup")),
-                "speedup_ci": record.get("speedup_ci"), "flags": record.get("flags") or [],
-                "reference_runtime": _number(((record.get("timing") or {}).get("reference") or {}).get("median_ms")),
-                "harness_run_id": run_id, "solution": record.get("solution")}
-    return {"sample_id": sample, "compiled": status not in NOT_COMPILED, "correctness": correct,
+    metadata = {"hardware": (record.gpu or {}).get("name") or record.device, "device": record.device,
+                "status": record.status.value, "error": record.error, "speedup": record.speedup,
+                "speedup_ci": list(record.speedup_ci) if record.speedup_ci else None, "flags": list(record.flags),
+                "reference_runtime": _number((timing.get("reference") or {}).get("median_ms")),
+                "harness_run_id": run_id, "solution": record.solution}
+    return {"sample_id": sample, "compiled": record.status not in NOT_COMPILED, "correctness": correct,
             "metadata": metadata, "runtime": runtime, "runtime_stats": runtime_stats}
 
 
@@ -101,12 +94,12 @@ def _narrow(found: list, part: int, wanted: Any, missing: str) -> list:
     return kept
 
 
-def eval_results(records: Iterable[dict[str, Any]], run_id: str, kb_run: str | None = None,
+def eval_results(records: Iterable[Record | dict[str, Any]], run_id: str, kb_run: str | None = None,
                  level: int | None = None) -> dict[str, list[dict[str, Any]]]:
     """KernelBench's eval_results.json for the records of candidates from one KernelBench run folder of one level.
     A UsageError when there are none, or when they come from several run folders or levels and `kb_run` / `level`
     does not say which."""
-    found = [(origin, r) for r in records if (origin := kb_origin(r)) is not None]
+    found = [(origin, r) for r in as_records(records) if (origin := kb_origin(r)) is not None]
     if not found:
         raise UsageError(f"run {run_id} has no candidates imported from a KernelBench run folder "
                          "(solutions/kernelbench-level<L>/<NNN>_<Name>/<run>_sample_<S>.py)")
@@ -148,22 +141,22 @@ def tree_problems(problems_dir: Path | None) -> dict[str, list[str]]:
     return out
 
 
-def kernelbench_metrics(records: Iterable[dict[str, Any]], tree: dict[str, list[str]]) -> dict[str, Any]:
+def kernelbench_metrics(records: Iterable[Record | dict[str, Any]], tree: dict[str, list[str]]) -> dict[str, Any]:
     """Per level of the records: fast_p on each problem's sample 0 over every problem of the level in `tree`
     (plus any problem with records that the tree lacks), and pass@k over all samples, averaged over the problems
     with at least k samples (k = 1, and 5 when some problem has 5 or more)."""
-    by_problem: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        by_problem.setdefault(r["problem"], []).append(r)
+    by_problem: dict[str, list[Record]] = {}
+    for r in as_records(records):
+        by_problem.setdefault(r.problem, []).append(r)
     levels: dict[str, Any] = {}
     for level in sorted({pid.split("/", 1)[0] for pid in by_problem}):
         pids = sorted(set(tree.get(level, [])) | {p for p in by_problem if p.split("/", 1)[0] == level})
         first = {pid: min(by_problem[pid], key=sample_key) for pid in pids if pid in by_problem}
         fast = {}
         for p in FAST_P:
-            hits = sum(1 for r in first.values() if is_correct(r) and (_number(r.get("speedup")) or 0.0) > p)
+            hits = sum(1 for r in first.values() if r.ok and (r.speedup or 0.0) > p)
             fast[str(p)] = hits / len(pids) if pids else 0.0
-        counts = {pid: (len(rs), sum(1 for r in rs if is_correct(r)))
+        counts = {pid: (len(rs), sum(1 for r in rs if r.ok))
                   for pid, rs in by_problem.items() if pid.split("/", 1)[0] == level}
         ks = [1] + ([5] if any(n >= 5 for n, _ in counts.values()) else [])
         passes = {}
@@ -175,7 +168,7 @@ def kernelbench_metrics(records: Iterable[dict[str, Any]], tree: dict[str, list[
             "evaluated": len(first),
             "missing": [pid for pid in pids if pid not in by_problem],
             "samples": sum(n for n, _ in counts.values()),
-            "sample0": {pid: r["solution"] for pid, r in sorted(first.items())},
+            "sample0": {pid: r.solution for pid, r in sorted(first.items())},
             "fast_p": fast,
             "pass_at_k": passes,
         }
@@ -216,7 +209,7 @@ def problems_dir_of(run_dir: Path, override: Path | None) -> Path | None:
     return Path(value) if value else None
 
 
-def report_kernelbench(store, records: list[dict[str, Any]], problems_dir: Path | None, json_mode: bool,
+def report_kernelbench(store, records: Iterable[Record | dict[str, Any]], problems_dir: Path | None, json_mode: bool,
                        console) -> int:
     root = problems_dir_of(store.dir, problems_dir)
     tree = tree_problems(root)

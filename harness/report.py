@@ -1,12 +1,17 @@
-"""Stage 7, report: pure functions over records (a results.jsonl), so any past run can be re-rendered."""
+"""Stage 7, report: pure functions over records (a results.jsonl), so any past run can be re-rendered. They take
+`Record`s, or the records' JSON objects (typed here with Record.of)."""
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
+
+from .records import Record, as_records
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 # Flags that make a timing or an output untrustworthy keep a pair out of fast_p and the geometric mean.
 COUNTS_AS_CORRECT = ("ok",)
+
+Records = Iterable["Record | dict[str, Any]"]
 
 
 def _fmt_ms(stats: dict[str, Any] | None) -> str:
@@ -15,20 +20,35 @@ def _fmt_ms(stats: dict[str, Any] | None) -> str:
     return f"{stats['median_ms']:.3f}"
 
 
-def _fmt_err(record: dict[str, Any]) -> str:
-    c = record.get("correctness") or {}
-    err = c.get("max_abs_err")
+def _fmt_err(record: Record) -> str:
+    err = (record.correctness or {}).get("max_abs_err")
     return "-" if err is None else f"{err:.1e}"
 
 
-def aggregate(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    records = list(records)
-    total = len(records)
-    correct = [r for r in records if r.get("status") in COUNTS_AS_CORRECT and r.get("correct")]
-    speedups = [r["speedup"] for r in correct if isinstance(r.get("speedup"), (int, float)) and r["speedup"] > 0]
+def aggregate(records: Iterable[Record | Mapping[str, Any]]) -> dict[str, Any]:
+    """Counts over records; a mapping needs only status, correct and speedup (all the counts read)."""
+    return tally(_outcome(r) for r in records)
+
+
+def _outcome(record: Record | Mapping[str, Any]) -> tuple[str, bool, float | None]:
+    """(status, counts as correct, speedup) of a record."""
+    if isinstance(record, Record):
+        return record.status.value, record.ok, record.speedup
+    speedup = record.get("speedup")
+    return (record["status"], record.get("status") in COUNTS_AS_CORRECT and bool(record.get("correct")),
+            speedup if isinstance(speedup, (int, float)) else None)
+
+
+def tally(outcomes: Iterable[tuple[str, bool, float | None]]) -> dict[str, Any]:
+    """pairs, correct, correctness rate, geomean speedup and fast_p over the correct ones, count per status, from
+    (status, correct, speedup) per pair."""
+    outcomes = list(outcomes)
+    total = len(outcomes)
+    correct = [speedup for _, ok, speedup in outcomes if ok]
+    speedups = [s for s in correct if s is not None and s > 0]
     by_status: dict[str, int] = {}
-    for r in records:
-        by_status[r["status"]] = by_status.get(r["status"], 0) + 1
+    for status, _, _ in outcomes:
+        by_status[status] = by_status.get(status, 0) + 1
     return {
         "pairs": total,
         "correct": len(correct),
@@ -58,8 +78,8 @@ def fmt_speedup(value: Any, ci: Any = None, with_ci: bool = True) -> str:
     return f"{text} {interval}" if interval else text
 
 
-def _has_compile(records: list[dict[str, Any]]) -> bool:
-    return any(isinstance(r.get("speedup_vs_compile"), (int, float)) for r in records)
+def _has_compile(records: list[Record]) -> bool:
+    return any(r.speedup_vs_compile is not None for r in records)
 
 
 def abbreviate(text: str, limit: int) -> str:
@@ -98,14 +118,14 @@ def split_names(room: int, problem: int, candidate: int, problem_min: int, candi
 COMPACT_BELOW = 120         # console width under which the table is compact
 
 
-def table(records: list[dict[str, Any]], title: str, width: int | None = None):
+def table(records: Records, title: str, width: int | None = None):
     """The run's table. `width` is the console's width: under COMPACT_BELOW columns the table is compact (no max
     err, no ref/cand ms, names abbreviated, one line per row); None or wider keeps every column."""
     from rich.table import Table
     from rich.text import Text
+    records = sorted(as_records(records), key=lambda r: r.key)
     compile_col = _has_compile(records)
     style = {"ok": "green", "incorrect": "red", "skipped": "dim"}
-    records = sorted(records, key=lambda r: (r["problem"], r["solution"]))
     if width is not None and width < COMPACT_BELOW:
         return _compact_table(records, title, width, compile_col, style)
     t = Table(title=title, title_justify="left")
@@ -117,29 +137,28 @@ def table(records: list[dict[str, Any]], title: str, width: int | None = None):
     for name, justify in columns:
         t.add_column(name, justify=justify, overflow="fold")
     for r in records:
-        timing = r.get("timing") or {}
-        row = [Text(r["problem"]), Text(r["solution"].rsplit("/", 1)[-1]),
-               Text(r["status"], style=style.get(r["status"], "yellow")), _fmt_err(r),
-               _fmt_ms(timing.get("reference")), _fmt_ms(timing.get("candidate")),
-               fmt_speedup(r.get("speedup"), r.get("speedup_ci"))]
+        timing = r.timing or {}
+        row = [Text(r.problem), Text(r.candidate), Text(r.status.value, style=style.get(r.status.value, "yellow")),
+               _fmt_err(r), _fmt_ms(timing.get("reference")), _fmt_ms(timing.get("candidate")),
+               fmt_speedup(r.speedup, r.speedup_ci)]
         if compile_col:
-            row.append(fmt_speedup(r.get("speedup_vs_compile"), r.get("speedup_vs_compile_ci")))
-        row += [_flags_text(r), Text((r.get("error") or "")[:160])]
+            row.append(fmt_speedup(r.speedup_vs_compile, r.speedup_vs_compile_ci))
+        row += [_flags_text(r), Text((r.error or "")[:160])]
         t.add_row(*row)
     return t
 
 
-def _flags_text(record: dict[str, Any]):
+def _flags_text(record: Record):
     from rich.text import Text
     text = Text()
-    for i, flag in enumerate(record.get("flags") or []):
+    for i, flag in enumerate(record.flags):
         if i:
             text.append(",")
         text.append(flag, style="yellow" if flag == "noisy" else "")
     return text
 
 
-def _compact_table(records: list[dict[str, Any]], title: str, width: int, compile_col: bool,
+def _compact_table(records: list[Record], title: str, width: int, compile_col: bool,
                    style: dict[str, str]):
     """One line per record within `width`: problem, candidate, status, speedup [CI], then (where room is left)
     speedup vs compile, flags and the error. Names are cut to fit with an ellipsis; no cell ever wraps."""
@@ -148,13 +167,13 @@ def _compact_table(records: list[dict[str, Any]], title: str, width: int, compil
     from rich.text import Text
     gap = 2                                             # SIMPLE_HEAD, collapsed padding: " " + pad
     cells: dict[str, list[str]] = {
-        "problem": [r["problem"] for r in records],
-        "candidate": [r["solution"].rsplit("/", 1)[-1] for r in records],
-        "status": [r["status"] for r in records],
-        "speedup [CI]": [fmt_speedup(r.get("speedup"), r.get("speedup_ci")) for r in records],
-        "vs compile": [fmt_speedup(r.get("speedup_vs_compile"), None) for r in records],
-        "flags": [",".join(r.get("flags") or []) for r in records],
-        "error": [" ".join((r.get("error") or "").split()) for r in records],
+        "problem": [r.problem for r in records],
+        "candidate": [r.candidate for r in records],
+        "status": [r.status.value for r in records],
+        "speedup [CI]": [fmt_speedup(r.speedup, r.speedup_ci) for r in records],
+        "vs compile": [fmt_speedup(r.speedup_vs_compile, None) for r in records],
+        "flags": [",".join(r.flags) for r in records],
+        "error": [" ".join((r.error or "").split()) for r in records],
     }
 
     def natural(name: str) -> int:
@@ -167,7 +186,7 @@ def _compact_table(records: list[dict[str, Any]], title: str, width: int, compil
 
     widths = {name: natural(name) for name in ("status", "speedup [CI]")}
     if used({**widths, **names_min}) > width:           # very narrow: the speedup without its CI
-        cells["speedup [CI]"] = [fmt_speedup(r.get("speedup"), None) for r in records]
+        cells["speedup [CI]"] = [fmt_speedup(r.speedup, None) for r in records]
         widths["speedup [CI]"] = natural("speedup [CI]")
     optional = [("flags", min(natural("flags"), 12))] if any(cells["flags"]) else []
     if compile_col:
@@ -195,7 +214,7 @@ def _compact_table(records: list[dict[str, Any]], title: str, width: int, compil
             if name == "problem":
                 row.append(Text(abbreviate_problem(cells[name][i], w)))
             elif name == "status":
-                row.append(Text(abbreviate(cells[name][i], w), style=style.get(r["status"], "yellow")))
+                row.append(Text(abbreviate(cells[name][i], w), style=style.get(r.status.value, "yellow")))
             elif name == "flags":
                 flags = _flags_text(r)
                 flags.truncate(w, overflow="ellipsis")
@@ -216,16 +235,17 @@ def summary_lines(agg: dict[str, Any]) -> list[str]:
     ]
 
 
-def leaderboard(records: list[dict[str, Any]], run_id: str) -> str:
+def leaderboard(records: Records, run_id: str) -> str:
     """Markdown: the best correct candidate per problem."""
-    best: dict[str, dict[str, Any]] = {}
-    problems = sorted({r["problem"] for r in records})
+    records = as_records(records)
+    best: dict[str, Record] = {}
+    problems = sorted({r.problem for r in records})
     for r in records:
-        if r.get("status") not in COUNTS_AS_CORRECT or not r.get("correct"):
+        if not r.ok:
             continue
-        current = best.get(r["problem"])
-        if current is None or (r.get("speedup") or 0) > (current.get("speedup") or 0):
-            best[r["problem"]] = r
+        current = best.get(r.problem)
+        if current is None or (r.speedup or 0) > (current.speedup or 0):
+            best[r.problem] = r
     compile_col = _has_compile(records)
     header = "| problem | best candidate | speedup [95% CI] |" + (" vs torch.compile [95% CI] |" if compile_col else "")
     header += " candidate ms | reference ms | flags |"
@@ -236,12 +256,11 @@ def leaderboard(records: list[dict[str, Any]], run_id: str) -> str:
         if r is None:
             lines.append(f"| {pid} | (no correct candidate) | - |" + (" - |" if compile_col else "") + " - | - | |")
             continue
-        timing = r.get("timing") or {}
-        cells = [pid, r["solution"].rsplit("/", 1)[-1], fmt_speedup(r.get("speedup"), r.get("speedup_ci"))]
+        timing = r.timing or {}
+        cells = [pid, r.candidate, fmt_speedup(r.speedup, r.speedup_ci)]
         if compile_col:
-            cells.append(fmt_speedup(r.get("speedup_vs_compile"), r.get("speedup_vs_compile_ci")))
-        cells += [_fmt_ms(timing.get("candidate")), _fmt_ms(timing.get("reference")),
-                  ", ".join(r.get("flags") or [])]
+            cells.append(fmt_speedup(r.speedup_vs_compile, r.speedup_vs_compile_ci))
+        cells += [_fmt_ms(timing.get("candidate")), _fmt_ms(timing.get("reference")), ", ".join(r.flags)]
         lines.append("| " + " | ".join(cells) + " |")
     agg = aggregate(records)
     lines += ["", *[f"- {line}" for line in summary_lines(agg)], ""]
@@ -259,23 +278,21 @@ def _csv_number(value: Any) -> Any:
     return value
 
 
-def csv_rows(records: Iterable[dict[str, Any]]) -> list[list[Any]]:
+def csv_rows(records: Records) -> list[list[Any]]:
     """One row per record, in CSV_COLUMNS order, sorted like the table (problem, solution)."""
     rows = []
-    for r in sorted(records, key=lambda r: (r.get("problem", ""), r.get("solution", ""))):
-        ci = r.get("speedup_ci")
-        lo, hi = ci if isinstance(ci, (list, tuple)) and len(ci) == 2 else (None, None)
-        timing = r.get("timing") or {}
-        rows.append([r.get("problem", ""), r.get("solution", ""), r.get("status", ""),
-                     "true" if r.get("correct") else "false", _csv_number(r.get("speedup")), _csv_number(lo),
-                     _csv_number(hi), _csv_number(r.get("speedup_vs_compile")),
+    for r in sorted(as_records(records), key=lambda r: r.key):
+        lo, hi = r.speedup_ci or (None, None)
+        timing = r.timing or {}
+        rows.append([r.problem, r.solution, r.status.value, "true" if r.correct else "false",
+                     _csv_number(r.speedup), _csv_number(lo), _csv_number(hi), _csv_number(r.speedup_vs_compile),
                      _csv_number((timing.get("candidate") or {}).get("median_ms")),
                      _csv_number((timing.get("reference") or {}).get("median_ms")),
-                     ";".join(r.get("flags") or []), " ".join((r.get("error") or "").split())])
+                     ";".join(r.flags), " ".join((r.error or "").split())])
     return rows
 
 
-def write_csv(records: Iterable[dict[str, Any]], stream) -> None:
+def write_csv(records: Records, stream) -> None:
     import csv
     writer = csv.writer(stream, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)

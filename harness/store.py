@@ -2,8 +2,9 @@
 pair, appended and fsync'ed as each pair ends, so a killed run loses nothing it finished). The parent keeps its own
 copy of both and writes them again if anyone else deletes, truncates or appends to them during the run. Each line
 is signed with the run's key (harness/signing.py), which only the parent holds; `check_lines` is the one reader
-of results.jsonl (report, compare, --resume): it skips, naming file:line, a line that is not a record, not signed
-by the run, or a second line for the same (problem, solution)."""
+of results.jsonl (report, compare, --resume): it reads each line as a typed `Record` (harness/records.py, which
+checks schema_version, the required fields and their types), and skips, naming file:line, a line that is not a
+record, not signed by the run, or a second line for the same (problem, solution)."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -21,7 +22,7 @@ from typing import Any, Callable, Iterator
 from . import SCHEMA_VERSION, signing
 from .errors import InputError, UsageError
 from .channel import clean_json
-from .records import check_record
+from .records import Record, RecordError
 from .signing import KeyLookup, RunKey, Verdict
 
 
@@ -158,7 +159,7 @@ class RunStore:
                 store.warn(f"{store.results_path}:{issue.number}: {issue.why}; removed")
                 removed.add(issue.number)
         store._lines = [line for number, line in enumerate(lines, 1) if number not in removed]
-        store._records = [r for r, _ in checked.records]
+        store._records = [r.raw for r, _ in checked.records]
         if data != original or removed:
             store._write_results()
         store._results_mark = FileMark.of(store.results_path, full=False)
@@ -228,9 +229,11 @@ class RunStore:
                 self._write_meta()
 
     def records(self) -> list[dict[str, Any]]:
+        """The run's records as JSON objects (what `report --jsonl` prints); readers type them with Record.of. A
+        store that only reads reads them through `read_records` (checked, verified, each pair once)."""
         if self._lines is not None:
             return list(self._records)
-        return list(read_records(self.results_path, self.warn))
+        return [r.raw for r in read_records(self.results_path, self.warn)]
 
     def done_keys(self) -> set[tuple[str, str]]:
         return {(r["problem"], r["solution"]) for r in self.records()}
@@ -328,7 +331,7 @@ class LineIssue:
 
 @dataclass(frozen=True)
 class CheckedLines:
-    records: list[tuple[dict[str, Any], int]]       # (record, line number), each pair once
+    records: list[tuple[Record, int]]               # (record, line number), each pair once
     issues: list[LineIssue]
     unverified: str | None                  # why no line could be verified (no key), or None
 
@@ -338,28 +341,27 @@ def check_lines(lines: list[bytes], keys: KeyLookup) -> CheckedLines:
     is used when it is a record, carries the run's signature (or the run has no key to check it with: then
     `unverified` says why), and is the first valid line for its (problem, solution). A torn last line (no newline:
     a run killed mid-write, or one still writing) is left out silently."""
-    records: list[tuple[dict[str, Any], int]] = []
+    records: list[tuple[Record, int]] = []
     issues: list[LineIssue] = []
-    first: dict[str, int] = {}
+    first: dict[tuple[str, str], int] = {}
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        record, why = _record_of(line)
+        record, why = _record_of(line, number)
         torn = number == len(lines) and not line.endswith(b"\n") and why == NOT_JSON
         if record is None:
             if not torn:
                 issues.append(LineIssue(number, why, Issue.NOT_A_RECORD))
             continue
-        verdict = signing.verify_line(record, keys.key)
+        verdict = signing.verify_line(record.raw, keys.key)
         if verdict in (Verdict.BAD_SIGNATURE, Verdict.UNSIGNED):
             issues.append(LineIssue(number, verdict.value, Issue.FOREIGN))
             continue
-        pair = json.dumps([record["problem"], record["solution"]])
-        if pair in first:
-            issues.append(LineIssue(number, f"a second line for ({record['problem']}, {record['solution']}); "
-                                            f"the first, line {first[pair]}, is kept", Issue.DUPLICATE))
+        if record.key in first:
+            issues.append(LineIssue(number, f"a second line for ({record.problem}, {record.solution}); "
+                                            f"the first, line {first[record.key]}, is kept", Issue.DUPLICATE))
             continue
-        first[pair] = number
+        first[record.key] = number
         records.append((record, number))
     return CheckedLines(records, issues, _unverified(keys, records))
 
@@ -367,22 +369,22 @@ def check_lines(lines: list[bytes], keys: KeyLookup) -> CheckedLines:
 NOT_JSON = "not a JSON line"
 
 
-def _record_of(line: bytes) -> tuple[dict[str, Any] | None, str]:
+def _record_of(line: bytes, number: int) -> tuple[Record | None, str]:
     """(record, "") for a well-formed record line, else (None, why)."""
     try:
-        record = json.loads(line)
+        obj = json.loads(line)
     except ValueError:
         return None, NOT_JSON
-    problems = check_record(record)
-    if problems:
-        return None, f"bad record ({problems[0]})"
-    return record, ""
+    try:
+        return Record.from_json(obj, f"line {number}"), ""
+    except RecordError as exc:
+        return None, f"bad record ({exc.what})"
 
 
-def _unverified(keys: KeyLookup, records: list[tuple[dict[str, Any], int]]) -> str | None:
+def _unverified(keys: KeyLookup, records: list[tuple[Record, int]]) -> str | None:
     if keys.key is not None or not records:
         return None
-    if keys.meta_readable and not keys.names_key and any(signing.FIELD in r for r, _ in records):
+    if keys.meta_readable and not keys.names_key and any(signing.FIELD in r.raw for r, _ in records):
         return "its lines carry signatures but its run.json names no signing key"
     return keys.unverified_because
 
@@ -396,9 +398,10 @@ def run_keys(results_path: Path) -> KeyLookup:
     return signing.lookup(meta if isinstance(meta, dict) else None)
 
 
-def read_records(path: Path, warn: Callable[[str], None] | None = None) -> Iterator[dict[str, Any]]:
-    """Records of a results file (report, compare), verified with its run's key: a line that is not a record,
-    not signed by the run, or a second line for a pair is named in a warning (file:line, why) and skipped; a run
+def read_records(path: Path, warn: Callable[[str], None] | None = None) -> Iterator[Record]:
+    """Records of a results file (report, compare), verified with its run's key: a line that is not a record (not
+    JSON, a schema_version newer than this harness reads, a required field missing or of the wrong type), not
+    signed by the run, or a second line for a pair is named in a warning (file:line, why) and skipped; a run
     without a key to verify with (one from before records were signed, or its key file gone) gets a one-line
     notice that its records are unverified."""
     if not path.is_file():
