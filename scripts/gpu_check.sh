@@ -10,6 +10,7 @@
 #   spread:    A/A of two problems calibrated REPEAT times each (fresh process pairs), beside two GPU tests
 #   placement: benchmarks/placement.py on four problems whose A/A moved between process pairs
 #   bias:      one GPU: placement on three problems, then A/A of three problems in three fresh process pairs each
+#   processes: A/A of seven problems with --processes PROCS (3), then the level3 candidates (custom_share)
 #   first:     the GPU tests, the sandbox and exploit tests as the device's user (root there), six A/A problems
 #   overhead:  benchmarks/sample_overhead.py on three problems (where a sample's harness work goes)
 #   tests:     the GPU-marked tests alone
@@ -128,6 +129,24 @@ bias)
     for pin in "" "taskset -c 5"; do echo "-- GRU A/A ${pin:-unpinned}"; for i in 1 2 3; do timeout 100 $pin python \
         run_eval.py calibrate --gpus 0 --trials 1 --output-dir "$out/bias" --level level3 --problem '*009_gru' 2>&1 \
         | grep "level3/"; done; done | tee "$out/aa_gru.txt"
+    ;;
+processes)
+    echo "== A/A in ${PROCS:-3} process pairs per problem (--processes), problems whose A/A moved between processes"
+    for sel in "level1 */0[01][1589]_[grm][ealu]*" "level2 */024_*" "level3 */0[01][09]_*"; do
+        set -- $sel
+        timeout "${CAL_TIMEOUT:-300}" python run_eval.py calibrate --gpus 0 --trials 1 --processes "${PROCS:-3}" \
+            --output-dir "$out/proc" --level "$1" --problem "$2" 2>&1 | grep -E "level[123]/|within"
+    done | tee "$out/processes.txt"
+    echo "== the shipped level3 candidates (no compile baselines): custom_share and little_custom_work"
+    timeout "${SUITE_TIMEOUT:-240}" python run_eval.py --gpus 0 --output-dir "$out/l3" --level level3 \
+        --compile-modes none --json > "$out/l3.jsonl" 2> "$out/l3.txt"
+    python - "$out/l3.jsonl" <<'PY'
+import json, sys
+for r in (json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")):
+    k = (r.get("timing") or {})
+    print(r["problem"], r["solution"].rsplit("/", 1)[-1], r["status"], r.get("speedup"), r.get("flags"),
+          (r.get("kernels") or r.get("profile") or {}).get("custom_share") if isinstance(r.get("kernels") or r.get("profile"), dict) else "")
+PY
     ;;
 first)
     echo "== GPU tests, then the sandbox/exploit tests as this machine's user (root there), then six A/A problems"
