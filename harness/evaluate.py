@@ -24,7 +24,7 @@ from .build import build_env
 from .config import Config
 from .discover import Pair
 from .interleave import CANDIDATE, EAGER, CandidateFailed, Collected, GraphFallback, Interleaver, fastest, ratios
-from .messages import ProfileRequest, TimingSpec
+from .messages import CandidateJob, ProfileRequest, ReferenceJob, TimingSpec, wire
 from .procs import SpareWorkers, Worker, WorkerExit
 from .records import INVALIDATING_FLAGS, finish
 from .seeds import RunSeed
@@ -52,12 +52,9 @@ def last_line(text: str) -> str:
     return lines[-1][:300] if lines else "(no output)"
 
 
-def timing_spec(cfg: Config, device: str, mode: str, variants: list[str] | None = None) -> dict[str, Any]:
+def timing_spec(cfg: Config, device: str, mode: str, variants: list[str] | None = None) -> TimingSpec:
     t = cfg.timing
-    spec = TimingSpec("host" if device == "cpu" else mode, t.warmup, t.flush_l2, t.graph_calls,
-                      variants or [EAGER])
-    return {"mode": spec.mode, "warmup": spec.warmup, "flush_l2": spec.flush_l2, "graph_calls": spec.graph_calls,
-            "variants": spec.variants}
+    return TimingSpec("host" if device == "cpu" else mode, t.warmup, t.flush_l2, t.graph_calls, variants or [EAGER])
 
 
 class ReferenceSide:
@@ -74,10 +71,9 @@ class ReferenceSide:
         cfg = pc.cfg
         self.worker = spares.take("reference", pc.log_dir / f"{slug(pair.problem_id)}__reference.log")
         probe = pc.seed.stream("probe", pair.problem_id).take(5)
-        self.worker.send({"problem_path": str(pair.problem.path.resolve()), "device": device,
-                          "seed": pc.seed.base, "trials": cfg.trials, "timing": timing_spec(cfg, device, "cold"),
-                          "compile_modes": list(cfg.timing.compile_modes), "probe_seeds": probe,
-                          "scratch": str(problem_dir), "defenses": cfg.defenses, "precision": cfg.precision})
+        self.worker.send(wire(ReferenceJob(
+            str(pair.problem.path.resolve()), device, pc.seed.base, cfg.trials, timing_spec(cfg, device, "cold"),
+            list(cfg.timing.compile_modes), probe, str(problem_dir), cfg.defenses, cfg.precision)))
         try:
             message = self.worker.recv(time.monotonic() + cfg.reference_timeout)
         except WorkerExit as exc:
@@ -167,12 +163,10 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
     worker = spares.take("candidate", pc.log_dir / f"{slug(pair.candidate.id)}.log")
     build = pc.builds[pair.candidate.id]
     env = {**build_env(Path(build.build_dir), pc.toolchain), "TRITON_CACHE_DIR": str(pair_dir / "triton")}
-    worker.send({"env": env, "problem_path": str(pair.problem.path.resolve()),
-                 "candidate_path": build.candidate_path, "device": device, "seed": pc.seed.base,
-                 "trials": cfg.trials, "timing": timing_spec(cfg, device, reference.mode, [CANDIDATE]),
-                 "scratch": str(pair_dir), "state_path": str(reference.state_path), "defenses": cfg.defenses,
-                 "precision": cfg.precision,
-                 "hide": [str(RunKey.keys_dir(cfg.cache_dir))]})
+    worker.send(wire(CandidateJob(
+        str(pair.problem.path.resolve()), build.candidate_path, device, pc.seed.base, cfg.trials,
+        timing_spec(cfg, device, reference.mode, [CANDIDATE]), str(pair_dir), str(reference.state_path),
+        cfg.defenses, cfg.precision, hide=[str(RunKey.keys_dir(cfg.cache_dir))], env=env)))
     phases["start"] = time.monotonic() - t_start
     collected = None
     try:

@@ -30,6 +30,41 @@ class TimingSpec:
     variants: list[str] = field(default_factory=lambda: ["eager"])   # reference: eager and compile:<mode>
 
 
+# ---------------------------------------------------------------- jobs (parent -> worker, the first message)
+
+@dataclass(frozen=True)
+class ReferenceJob:
+    """Starts the reference worker of one problem (harness.workers.reference)."""
+    problem_path: str
+    device: str
+    seed: int                       # the run's base seed: weights and trial k's inputs (base + k)
+    trials: int
+    timing: TimingSpec
+    compile_modes: list[str]        # torch.compile baselines to build beside eager
+    probe_seeds: list[int]          # the cold probe that timing mode `auto` decides on
+    scratch: str                    # the problem's folder: reference_state.pt for candidate workers
+    defenses: bool
+    precision: str | None = None
+
+
+@dataclass(frozen=True)
+class CandidateJob:
+    """Starts the candidate worker of one pair (harness.workers.candidate). Its `env` (the candidate's build and
+    Triton folders) is applied and removed by the worker's entry point before the role reads the job."""
+    problem_path: str
+    candidate_path: str
+    device: str
+    seed: int
+    trials: int
+    timing: TimingSpec
+    scratch: str                    # the pair's own folder (trial outputs, the sandbox's writable tree)
+    state_path: str                 # the reference's parameters, copied into the candidate's model
+    defenses: bool
+    precision: str | None = None
+    hide: list[str] = field(default_factory=list)          # folders the sandbox makes unreadable (run keys)
+    env: dict[str, str] = field(default_factory=dict)
+
+
 # ---------------------------------------------------------------- requests (parent -> worker)
 
 @dataclass(frozen=True)
@@ -110,8 +145,9 @@ def wire(message: Any) -> dict[str, Any]:
     for f in dataclasses.fields(message):
         value = getattr(message, f.name)
         data[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
-    tag = getattr(message, "OP", None)
-    return {"op": tag, **data} if tag else {"kind": message.KIND, **data}
+    if getattr(message, "OP", None):
+        return {"op": message.OP, **data}
+    return {"kind": message.KIND, **data} if getattr(message, "KIND", None) else data   # a job has no tag
 
 
 def parse(cls: type, data: dict[str, Any]) -> Any:
@@ -127,6 +163,8 @@ def parse(cls: type, data: dict[str, Any]) -> Any:
                 continue
             raise ProtocolError(f"{cls.__name__}: missing field {f.name!r}")
         value = data[f.name]
+        if dataclasses.is_dataclass(hints[f.name]) and isinstance(value, dict):
+            value = parse(hints[f.name], value)             # a nested message (a job's TimingSpec)
         if not _fits(value, hints[f.name]):
             raise ProtocolError(f"{cls.__name__}: field {f.name!r} has a {type(value).__name__}")
         kwargs[f.name] = value
@@ -149,6 +187,8 @@ def _fits(value: Any, hint: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if hint is str:
         return isinstance(value, str)
+    if origin is dict:
+        return isinstance(value, dict)
     if origin is list:
         (item,) = typing.get_args(hint) or (Any,)
         return isinstance(value, list) and (item is Any or all(_fits(v, item) for v in value))

@@ -301,3 +301,19 @@ def test_merge_lets_a_failing_process_pair_stand_and_says_which():
     merged = processes.merge([_ok_record(1.1, [1.09, 1.11], 10), bad])
     assert merged["status"] == "invalid"
     assert merged["error"] == "process pair 2 of 2: interference: slower"
+
+
+def test_jobs_travel_as_typed_messages():
+    """A worker's job is a dataclass on both ends: the nested TimingSpec included; a wrong field is a ProtocolError."""
+    import json
+    from harness import messages as m
+    spec = m.TimingSpec("cold", 3, True, 20, ["candidate"])
+    job = m.CandidateJob("p.py", "c.py", "cuda:0", 7, 2, spec, "/tmp/s", "/tmp/state.pt", True, None,
+                         hide=["/k"], env={"A": "1"})
+    data = json.loads(json.dumps(m.wire(job)))
+    assert "kind" not in data and "op" not in data
+    assert m.parse(m.CandidateJob, data) == job
+    ref = m.ReferenceJob("p.py", "cpu", 7, 2, spec, ["default"], [1, 2], "/tmp/p", False, "bf16")
+    assert m.parse(m.ReferenceJob, json.loads(json.dumps(m.wire(ref)))) == ref
+    with pytest.raises(m.ProtocolError, match="seed"):
+        m.parse(m.ReferenceJob, {**m.wire(ref), "seed": "7"})

@@ -23,11 +23,13 @@ class Failed(Exception):
         self.status, self.error, self.detail = status, error, detail
 
 
-def run(conn: Conn, job: dict[str, Any]) -> None:
+def run(conn: Conn, data: dict[str, Any]) -> None:
+    from .. import messages as m
     from .. import timing  # noqa: F401 - binds the clocks now, before candidate code exists
     from . import integrity, sampler, tensorfile  # noqa: F401 - the timing path, recorded before candidate code
     integrity.snapshot()
-    device = job["device"]
+    job = m.parse(m.CandidateJob, data)
+    device = job.device
     try:
         problem, settings, init, trial_inputs = _problem_side(job, device)
         model, log, param_match = _load_candidate(job, device, settings, init)
@@ -40,12 +42,12 @@ def run(conn: Conn, job: dict[str, Any]) -> None:
 
 
 def _problem_side(job, device):
-    problem = load_module("kb_problem", job["problem_path"])
-    settings = problem_settings(problem, job.get("precision"))
+    problem = load_module("kb_problem", job.problem_path)
+    settings = problem_settings(problem, job.precision)
     setup_torch(settings)
-    seed = job["seed"]
+    seed = job.seed
     init = init_inputs(problem)
-    trial_inputs = [device_inputs(problem, seed + k, settings, device) for k in range(job["trials"])]
+    trial_inputs = [device_inputs(problem, seed + k, settings, device) for k in range(job.trials)]
     return problem, settings, init, trial_inputs
 
 
@@ -65,7 +67,7 @@ def _load_candidate(job, device, settings, init):
     import torch
     log = install_extension_hooks("cpu" if device == "cpu" else "cuda")
     try:
-        module = load_module("kb_candidate", job["candidate_path"])
+        module = load_module("kb_candidate", job.candidate_path)
     except BaseException as exc:                       # noqa: BLE001 - candidate code may raise anything
         raise _classify(exc, log, "import") from None
     if log.compile_errors:                             # a failed build the candidate caught and hid
@@ -74,14 +76,14 @@ def _load_candidate(job, device, settings, init):
     model_cls = getattr(module, "ModelNew", None)
     if model_cls is None:
         raise Failed("load_error", "the candidate defines no ModelNew")
-    torch.manual_seed(job["seed"])
+    torch.manual_seed(job.seed)
     try:
         model = model_cls(*init)
     except BaseException as exc:                       # noqa: BLE001
         raise _classify(exc, log, "ModelNew(*get_init_inputs())") from None
     if not isinstance(model, torch.nn.Module):
         raise Failed("load_error", f"ModelNew(...) returned a {type(model).__name__}, not an nn.Module")
-    param_match = _copy_reference_state(model, job["state_path"])
+    param_match = _copy_reference_state(model, job.state_path)
     try:
         model = model.to(device=device, dtype=getattr(torch, settings.dtype))
     except BaseException as exc:                       # noqa: BLE001
@@ -138,16 +140,16 @@ def _changed_after_return(outs: list, device: str, settle_s: float = 0.05) -> bo
 def _correctness(model, trial_inputs, job, device, settings) -> dict[str, Any]:
     import torch
     files, mutated, unsynchronized, lazy = [], False, False, False
-    defenses = job.get("defenses", True)
+    defenses = job.defenses
     for k, pristine in enumerate(trial_inputs):
         work = [x.clone() if isinstance(x, torch.Tensor) else x for x in pristine]
-        torch.manual_seed(job["seed"] + k)
+        torch.manual_seed(job.seed + k)
         out = _forward(model, work, f"forward (trial {k})")
         try:
             _sync(device)
             lazy = lazy or not_plain(out)
             outs = as_tensor_list(out)
-            path = _save(outs, job["scratch"], f"trial{k}")        # the values as the call left them
+            path = _save(outs, job.scratch, f"trial{k}")        # the values as the call left them
             if defenses:
                 unsynchronized = unsynchronized or _changed_after_return(outs, device)
         except ValueError as exc:                      # not tensors, or a dtype no file can carry
@@ -165,7 +167,7 @@ def _serve(conn, model, problem, settings, job, device) -> None:
     through too), one profiled call, until told to exit. A sample's seed arrives with the request for it."""
     from .. import messages as m
     from .sampler import Sampler
-    scratch = job["scratch"]
+    scratch = job.scratch
 
     def keep_full(outs: list) -> str:
         return _save(outs, scratch, "timed0")
@@ -173,8 +175,8 @@ def _serve(conn, model, problem, settings, job, device) -> None:
     def call(x: list):
         return model(*x)
 
-    sampler = Sampler({"candidate": call}, problem, settings, device, m.TimingSpec(**job["timing"]),
-                      job.get("defenses", True), keep_full)
+    sampler = Sampler({"candidate": call}, problem, settings, device, job.timing,
+                      job.defenses, keep_full)
     sampler.settle()
     while True:
         message = conn.recv()

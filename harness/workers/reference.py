@@ -16,14 +16,15 @@ from .common import (Conn, ProblemError, as_tensor_list, describe, device_inputs
                      load_module, problem_settings, setup_torch, tail_traceback)
 
 
-def run(conn: Conn, job: dict[str, Any]) -> None:
+def run(conn: Conn, data: dict[str, Any]) -> None:
     from .. import verify
     from .. import messages as m
     from . import integrity, tensorfile  # noqa: F401 - the same snapshot as the candidate's, so that the
     from .sampler import Sampler         # integrity check after each sample is the same work on both sides
     integrity.snapshot()
 
-    device = job["device"]
+    job = m.parse(m.ReferenceJob, data)
+    device = job.device
     try:
         problem, model, settings, inputs, expected, initial_state = _prepare(job, device)
     except BaseException as exc:                       # noqa: BLE001 - a broken problem is a message, not a crash
@@ -47,12 +48,12 @@ def run(conn: Conn, job: dict[str, Any]) -> None:
         kept[-1] = [o.clone() for o in outs]
 
     try:
-        calls, info["compile"] = _variants(model, job.get("compile_modes", []), inputs[0], expected[0], settings)
+        calls, info["compile"] = _variants(model, job.compile_modes, inputs[0], expected[0], settings)
         info["timer_floor_ms"] = _timer_floor(device)
-        spec = m.TimingSpec(**job["timing"])
-        sampler = Sampler(calls, problem, settings, device, spec, job.get("defenses", True), keep_full)
-        info["cold_probe_ms"] = _probe(sampler, job["probe_seeds"])
-        if job.get("defenses", True):
+        spec = job.timing
+        sampler = Sampler(calls, problem, settings, device, spec, job.defenses, keep_full)
+        info["cold_probe_ms"] = _probe(sampler, job.probe_seeds)
+        if job.defenses:
             info["work"] = _work(model, inputs[0], expected[0])
             expected64 = _float64_reference(model, initial_state, inputs[0])
             info["fp64_reference_max_abs_err"] = _max_abs(expected[0], expected64)
@@ -196,23 +197,23 @@ def _stage(name: str, fn, *args):
         raise _StageError(name, exc) from exc
 
 
-def _prepare(job: dict[str, Any], device: str):
+def _prepare(job, device: str):
     import torch
-    problem = _stage("problem import", load_module, "kb_problem", job["problem_path"])
+    problem = _stage("problem import", load_module, "kb_problem", job.problem_path)
     for name in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(problem, name):
             raise _StageError("problem", ProblemError(f"no {name} defined"))
-    settings = _stage("problem settings", problem_settings, problem, job.get("precision"))
+    settings = _stage("problem settings", problem_settings, problem, job.precision)
     setup_torch(settings)
-    seed = job["seed"]
+    seed = job.seed
     torch.manual_seed(seed)
     args = _stage("get_init_inputs()", init_inputs, problem)
     model = _stage("Model(*get_init_inputs())", lambda: problem.Model(*args))
     model = model.to(device=device, dtype=getattr(torch, settings.dtype))
     state = {k: v.detach().to("cpu").clone() for k, v in model.state_dict().items()}
-    torch.save(state, os.path.join(job["scratch"], "reference_state.pt"))
+    torch.save(state, os.path.join(job.scratch, "reference_state.pt"))
     inputs = [_stage("get_inputs()", lambda k=k: device_inputs(problem, seed + k, settings, device))
-              for k in range(job["trials"])]
+              for k in range(job.trials)]
     expected = []
     for k, x in enumerate(inputs):
         torch.manual_seed(seed + k)
