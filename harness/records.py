@@ -101,15 +101,13 @@ def add_flag(record: dict[str, Any], flag: str) -> None:
 
 
 def check_record(record: Any) -> list[str]:
-    """Problems with a record read back from a file (empty list when it is well-formed)."""
-    if not isinstance(record, dict):
-        return ["not an object"]
-    problems = [f"missing field '{k}'" for k in REQUIRED_FIELDS if k not in record]
-    if record.get("status") not in STATUSES:
-        problems.append(f"unknown status {record.get('status')!r}")
-    if not isinstance(record.get("flags", []), list):
-        problems.append("'flags' is not a list")
-    return problems
+    """Problems with a record read back from a file (empty list when it is well-formed): Record.from_json's
+    checks, as a list."""
+    try:
+        Record.from_json(record, "record")
+    except RecordError as exc:
+        return [exc.what]
+    return []
 
 
 # ---------------------------------------------------------------- read side
