@@ -44,6 +44,7 @@ from .discover import Pair
 from .errors import UsageError
 from .evaluate import slug
 from .records import finish
+from .schedule import pair_record
 from .seeds import RunSeed
 
 LOST = "dask worker lost while evaluating this problem"
@@ -204,7 +205,7 @@ def _describe(exc: BaseException) -> str:
 def lost_records(group: list[Pair], run_id: str, device: str, builds: dict[str, BuildResult],
                  exc: BaseException) -> list[dict[str, Any]]:
     """A `crashed` record for each pair of a group whose task finally failed."""
-    return [finish(_record(pair, run_id, device, builds), "crashed", f"{LOST}: {_describe(exc)}") for pair in group]
+    return [finish(pair_record(pair, run_id, device, builds), "crashed", f"{LOST}: {_describe(exc)}") for pair in group]
 
 
 def checked(group: list[Pair], records: list[dict[str, Any]], run_id: str, device: str,
@@ -219,14 +220,9 @@ def checked(group: list[Pair], records: list[dict[str, Any]], run_id: str, devic
             out.append(record)
             del wanted[key]
     for pair in wanted.values():
-        out.append(finish(_record(pair, run_id, device, builds), "crashed",
+        out.append(finish(pair_record(pair, run_id, device, builds), "crashed",
                           f"{LOST}: its task returned no record for this pair (harness fault)"))
     return out
-
-
-def _record(pair: Pair, run_id: str, device: str, builds: dict[str, BuildResult]) -> dict[str, Any]:
-    from .schedule import pair_record
-    return pair_record(pair, run_id, device, builds)
 
 
 def _absolute(pair: Pair) -> Pair:
@@ -267,7 +263,7 @@ def run_group(task: GroupTask) -> dict[str, Any]:
     for pair in missing:                                        # a host unlike the parent: say so, run nothing
         why = mismatch or (f"has no {_missing_path(pair)}: every worker host needs the problems and solutions "
                            "trees at the same paths (a shared filesystem or the same checkout)")
-        record = _record(pair, task.run_id, slot.device.split(":")[0], builds)
+        record = pair_record(pair, task.run_id, slot.device, builds)
         records.append(finish(record, "crashed", f"dask worker host {socket.gethostname()} {why}"))
     group = [p for p in task.group if p not in missing]
     scratch = scratch_root(task.run_id) / f"dask-{os.getpid()}-{uuid.uuid4().hex[:8]}"
