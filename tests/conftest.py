@@ -22,10 +22,13 @@ SAMPLES_PER_ROUND = 4        # each side: a forward and a backward block of 2 sa
 SAMPLES_PER_SIDE = 6 * SAMPLES_PER_ROUND     # when the CI target stops it at min_rounds
 
 
-def write_config(tmp: Path, tree: Path, **extra) -> Path:
+def write_config(tmp: Path, tree: Path, timing: dict[str, object] | None = None, **extra) -> Path:
+    """A config for the CPU tests; `timing` overrides keys of TEST_TIMING, `extra` adds top-level keys."""
+    timing_lines = {line.split(":")[0].strip(): line for line in ["  warmup: 2", *TEST_TIMING]}
+    timing_lines.update({k: f"  {k}: {v}" for k, v in (timing or {}).items()})
     lines = [f"problems_dir: {tree / 'problems'}", f"solutions_dir: {tree / 'solutions'}",
              f"output_dir: {tmp / 'results'}", f"cache_dir: {tmp / 'cache'}", "device: cpu", "trials: 3",
-             "timeout: 30", "timing:", "  warmup: 2", *TEST_TIMING]
+             "timeout: 30", "timing:", *timing_lines.values()]
     lines += [f"{k}: {v}" for k, v in extra.items()]
     path = tmp / "config.yaml"
     path.write_text("\n".join(lines) + "\n")
