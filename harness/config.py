@@ -29,6 +29,7 @@ class TimingConfig:
     graph_below_ms: float = 0.1         # auto mode: calls shorter than this are timed as CUDA-graph replays
     graph_calls: int = 20               # graph mode: calls captured per graph (a sample = replay time / calls)
     block_samples: int = 4              # samples per block; a round is blocks A B B A (A = reference, B = candidate)
+    block_warmup: int = 1               # samples at the start of each block run and checked but not counted
     min_rounds: int = 10                # rounds before the stopping rule is looked at
     max_rounds: int = 400               # never more rounds than this
     target_rel_ci: float = 0.005        # stop when the speedup's 95% CI half-width is within this fraction of it
@@ -294,6 +295,7 @@ def _check_ranges(cfg: Config, source: str) -> None:
         (cfg.timing.graph_below_ms >= 0, "'timing.graph_below_ms' must be 0 or more"),
         (cfg.timing.graph_calls >= 1, "'timing.graph_calls' must be at least 1"),
         (cfg.timing.block_samples >= 1, "'timing.block_samples' must be at least 1"),
+        (cfg.timing.block_warmup >= 0, "'timing.block_warmup' must be 0 or more"),
         (cfg.timing.min_rounds >= 1, "'timing.min_rounds' must be at least 1"),
         (cfg.timing.max_rounds >= cfg.timing.rounds_floor(), "'timing.max_rounds' must be at least min_rounds"),
         (0 < cfg.timing.target_rel_ci < 1, "'timing.target_rel_ci' must be between 0 and 1"),

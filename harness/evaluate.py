@@ -149,7 +149,8 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
     started = time.monotonic()
     deadline = started + cfg.timeout
     inter = Interleaver(reference.worker, reference.variants, cfg.timing.block_samples,
-                        pc.seed.stream("samples", *tags), pc.seed.stream("checks", *tags), deadline)
+                        pc.seed.stream("samples", *tags), pc.seed.stream("checks", *tags), deadline,
+                        cfg.timing.block_warmup)
     try:
         inter.set_mode(reference.worker, reference.mode)
         inter.calls_per_sample = cfg.timing.graph_calls if reference.mode == "graph" else 1
@@ -378,7 +379,8 @@ def _timing_record(record: dict[str, Any], reference: ReferenceSide, out: Collec
         "cold_probe_ms": reference.info.get("cold_probe_ms"),
         "graph_error": out.graph_error,
         "cpu_threads": pc.cfg.cpu_threads,
-        "block_samples": t.block_samples, "rounds": main.rounds, "seconds": round(out.seconds, 3),
+        "block_samples": t.block_samples, "block_warmup": t.block_warmup, "rounds": main.rounds,
+        "seconds": round(out.seconds, 3),
         "target_rel_ci": t.target_rel_ci, "rel_ci_half_width": main.rel_half_width, "noisy": out.noisy,
         "round_ratios": [round(r, 6) for r in ratios(out, EAGER)],
         "reference": _side_stats(out, EAGER), "candidate": _side_stats(out, CANDIDATE),

@@ -5,6 +5,11 @@ sample and every output check. The arithmetic lives in harness.paired; the verdi
 Round r, with reference variants E (eager) and C1.. (torch.compile modes) and the candidate K:
     E C1 .. K   on seeds X (block_samples fresh seeds)     then     K .. C1 E   on seeds Y
 so every variant sees the same inputs as the candidate, and each side's samples are centred on the round.
+
+Each block starts with `warmup` samples that run and are checked like the others but are not counted: the first
+call after the other process ran finds cold host caches (2x on a 0.1 ms CPU call, where back-to-back blocks of
+one process did not), a cost of the interleaving, not of either side. Both sides get them, on the same seeds; a
+worker cannot tell them from timed samples.
 """
 from __future__ import annotations
 
@@ -59,8 +64,8 @@ class Collected:
 
 class Interleaver:
     def __init__(self, reference: Worker, variants: list[str], block: int, samples: SeedStream,
-                 checks: SeedStream, deadline: float):
-        self.reference, self.variants, self.block = reference, variants, block
+                 checks: SeedStream, deadline: float, warmup: int = 0):
+        self.reference, self.variants, self.block, self.warmup = reference, variants, block, warmup
         self.samples, self.check_seeds = samples, checks
         self.deadline = deadline
         self.candidate: Worker | None = None
@@ -105,20 +110,22 @@ class Interleaver:
     # ------------------------------------------------------------ blocks
 
     def _sample(self, worker: Worker, side: str, variant: str, seed: int, keep_full: bool,
-                out: Collected, times: list[float]) -> None:
+                out: Collected, times: list[float] | None) -> None:
+        """One sample and its output check; `times` None: a block's warm-up (checked, not counted)."""
         started = time.perf_counter_ns()          # the parent's clock: out of the workers' reach
         result = self._ask(worker, m.SampleRequest(variant, seed), m.SampleResult)
         if result.error:
             raise GraphFallback(side, result.error)
         if not result.ms > 0:
             raise WorkerExit("protocol", None, f"reported a sample of {result.ms} ms")
-        times.append(result.ms)
-        out.host_ms.setdefault(variant, []).append(result.host_ms)
-        out.lag_ms.setdefault(variant, []).append(result.lag_ms)
         out.tampered.update(result.tampered)
+        if times is not None:
+            times.append(result.ms)
+            out.host_ms.setdefault(variant, []).append(result.host_ms)
+            out.lag_ms.setdefault(variant, []).append(result.lag_ms)
         check_seed = self.check_for.setdefault(seed, self.check_seeds.next())
         checked = self._ask(worker, m.CheckRequest(check_seed, keep_full), m.CheckResult)
-        if not keep_full:                           # writing a whole output is not per-sample work
+        if times is not None and not keep_full:     # writing a whole output is not per-sample work
             bracket_ms = (time.perf_counter_ns() - started) / 1e6
             out.unexplained_ms.setdefault(variant, []).append(bracket_ms - result.ms * self.calls_per_sample)
         out.mutated = out.mutated or checked.mutated
@@ -140,7 +147,11 @@ class Interleaver:
         self._activate(worker)
         times = round_samples.setdefault(variant, [])
         for i, seed in enumerate(seeds):
-            self._sample(worker, side, variant, seed, keep_first and i == 0, out, times)
+            timed = i >= self.warmup
+            self._sample(worker, side, variant, seed, keep_first and i == self.warmup, out, times if timed else None)
+
+    def _seeds(self) -> list[int]:
+        return self.samples.take(self.warmup + self.block)
 
     def reference_blocks(self, count: int) -> list[float]:
         """Medians of `count` eager blocks of the reference alone (before the candidate starts, after it died)."""
@@ -149,7 +160,7 @@ class Interleaver:
         medians = []
         for _ in range(count):
             samples: dict[str, list[float]] = {}
-            self._block("reference", EAGER, self.samples.take(self.block), scratch, samples)
+            self._block("reference", EAGER, self._seeds(), scratch, samples)
             medians.append(statistics.median(samples[EAGER]))
         return medians
 
@@ -166,7 +177,7 @@ class Interleaver:
         while True:
             samples: dict[str, list[float]] = {}
             first = not out.rounds
-            forward, backward = self.samples.take(self.block), self.samples.take(self.block)
+            forward, backward = self._seeds(), self._seeds()
             for side, variant in order:
                 self._block(side, variant, forward, out, samples, keep_first=first and variant in (EAGER, CANDIDATE))
             for side, variant in reversed(order):
