@@ -69,7 +69,8 @@ def values_match(got: list[Any], want: list[Any], atol: float, rtol: float) -> t
 
 def check_timed_outputs(out: Collected, atol: float, rtol: float) -> tuple[int, str | None]:
     """Every timed output of the candidate against the reference's output for the same inputs, at positions the
-    parent chose after the call returned: (samples checked, the first failure or None)."""
+    parent chose after the call returned, first as read from memory, then as read through torch: (samples
+    checked, the first failure or None)."""
     checked = 0
     for n, (seed, sides) in enumerate(out.checks.items()):
         cand, ref = sides.get(CANDIDATE), sides.get("reference")
@@ -78,6 +79,10 @@ def check_timed_outputs(out: Collected, atol: float, rtol: float) -> tuple[int, 
         checked += 1
         if cand.shapes != ref.shapes:
             return checked, f"timed call {n}: output shape {cand.shapes} != the reference's {ref.shapes}"
+        ok, bad = values_match(cand.raw, ref.raw, atol, rtol)
+        if not ok:
+            return checked, (f"timed call {n}: {bad} of {len(ref.raw)} values read from the output's memory (not "
+                             f"through torch) differ from the reference's output for the same inputs")
         ok, bad = values_match(cand.values, ref.values, atol, rtol)
         if not ok:
             return checked, (f"timed call {n}: {bad} of {len(ref.values)} sampled values differ from the reference's "
@@ -98,23 +103,31 @@ def flag_interference(record: dict[str, Any], found: Interference) -> None:
 
 
 LITTLE_CUSTOM_SHARE = 0.10    # under this share of a profiled call's GPU time in its own kernels: little_custom_work
+PROFILED_CALLS = 3            # candidate calls profiled per pair, after candidate blocks drawn at random
 
 
-def check_kernels(record: dict[str, Any], profile: Any) -> None:
-    """`no_custom_kernel` when none of the candidate's own kernels ran in the profiled call; `little_custom_work`
-    when they did but took under LITTLE_CUSTOM_SHARE of its GPU time (a custom kernel for a bias add beside a
-    library GEMM and convolutions: the speedup is mostly the libraries'). Both warn; neither invalidates."""
-    if not isinstance(profile, dict):
+def check_kernels(record: dict[str, Any], profiles: list[Any]) -> None:
+    """`no_custom_kernel` when none of the candidate's own kernels ran in one of the profiled calls (drawn at
+    random among the timed ones); `little_custom_work` when they ran but took under LITTLE_CUSTOM_SHARE of a
+    profiled call's GPU time (a custom kernel for a bias add beside a library GEMM and convolutions: the speedup
+    is mostly the libraries'). Both warn; neither invalidates. The CPU path profiles nothing (None)."""
+    found = [p for p in profiles if isinstance(p, dict)]
+    if not found:
         return
-    record["kernels"] = {k: profile.get(k) for k in ("kernels", "custom_kernels", "custom_share", "other_kernels")}
-    share = _number(profile.get("custom_share"))
-    if not profile.get("custom_kernels"):
-        flag(record, "no_custom_kernel",
-             "no GPU kernel from the candidate's own extension or Triton kernels ran during a profiled call")
-    elif share is not None and share < LITTLE_CUSTOM_SHARE:
+    shares = [s for s in (_number(p.get("custom_share")) for p in found) if s is not None]
+    custom = sorted({k for p in found for k in p.get("custom_kernels") or []})
+    record["kernels"] = {"profiled_calls": len(found), "kernels": max(int(p.get("kernels") or 0) for p in found),
+                         "custom_kernels": custom[:20], "custom_share": min(shares) if shares else None,
+                         "custom_shares": shares,
+                         "other_kernels": sorted({k for p in found for k in p.get("other_kernels") or []})[:20]}
+    without = sum(1 for p in found if not p.get("custom_kernels"))
+    if without:
+        flag(record, "no_custom_kernel", f"no GPU kernel from the candidate's own extension or Triton kernels ran "
+                                         f"during {without} of {len(found)} profiled calls")
+    elif shares and min(shares) < LITTLE_CUSTOM_SHARE:
         flag(record, "little_custom_work",
-             f"its own kernels took {share:.1%} of a profiled call's GPU time (under {LITTLE_CUSTOM_SHARE:.0%}); "
-             f"the rest ran in library kernels")
+             f"its own kernels took {min(shares):.1%} of a profiled call's GPU time (under "
+             f"{LITTLE_CUSTOM_SHARE:.0%}; the least of {len(found)} calls); the rest ran in library kernels")
 
 
 PRECISION_FACTOR = 64         # the most a candidate's float64 error may exceed eager fp32's (README, Hardening)

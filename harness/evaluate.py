@@ -5,8 +5,9 @@ compiles the torch.compile baselines, probes the eager call's time and then serv
 Per pair:
   1. reference blocks alone (the `before` bracket of the interference check);
   2. a fresh candidate worker imports the candidate and runs the correctness trials; the reference verifies;
-  3. paired, interleaved rounds (harness.interleave) until the speedup's CI reaches its target or the time cap;
-  4. one profiled call; the candidate's first timed output verified whole; the candidate worker is killed;
+  3. paired, interleaved rounds (harness.interleave) until the speedup's CI reaches its target or the time cap,
+     with a few of the candidate's calls profiled after blocks drawn at random;
+  4. the candidate's first timed output verified whole; the candidate worker is killed;
   5. reference blocks alone again (the `after` bracket), then the verdict.
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .build import build_env
 from .config import Config
 from .discover import Pair
 from .interleave import CANDIDATE, EAGER, CandidateFailed, Collected, GraphFallback, Interleaver, fastest, ratios
-from .messages import CandidateJob, ProfileRequest, ReferenceJob, TimingSpec, wire
+from .messages import CandidateJob, ReferenceJob, TimingSpec, wire
 from .procs import SpareWorkers, Worker, WorkerExit
 from .records import INVALIDATING_FLAGS, finish
 from .seeds import RunSeed
@@ -150,7 +151,7 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
     deadline = started + cfg.timeout
     inter = Interleaver(reference.worker, reference.variants, cfg.timing.block_samples,
                         pc.seed.stream("samples", *tags), pc.seed.stream("checks", *tags), deadline,
-                        cfg.timing.block_warmup)
+                        cfg.timing.block_warmup, defenses.PROFILED_CALLS if cfg.defenses else 0)
     try:
         inter.set_mode(reference.worker, reference.mode)
         inter.calls_per_sample = cfg.timing.graph_calls if reference.mode == "graph" else 1
@@ -249,13 +250,8 @@ def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, int
         collected = _cold_again(worker, reference, inter, rule, fell)
     phases["timing"] = time.monotonic() - t0
     t0 = time.monotonic()
-    if pc.cfg.defenses and reference.device != "cpu":
-        inter.release()
-        worker.send({"op": ProfileRequest.OP, "seed": inter.samples.next()})
-        answer = worker.recv(inter.deadline)
-        if answer.get("kind") == "failed":
-            raise CandidateFailed(answer)
-        defenses.check_kernels(record, answer.get("profile"))
+    if pc.cfg.defenses:
+        defenses.check_kernels(record, collected.profiles)
     if collected.full_path:
         full = reference.verify([{"label": "timed0", "path": str(collected.full_path), "trial": -1}])
         record["correctness"]["timed_outputs_full_checked"] = len(full)
@@ -379,7 +375,8 @@ def _timing_record(record: dict[str, Any], reference: ReferenceSide, out: Collec
         "cold_probe_ms": reference.info.get("cold_probe_ms"),
         "graph_error": out.graph_error,
         "cpu_threads": pc.cfg.cpu_threads,
-        "block_samples": t.block_samples, "block_warmup": t.block_warmup, "rounds": main.rounds,
+        "block_samples": t.block_samples, "block_warmup": t.block_warmup, "profiled_calls": len(out.profiles),
+        "rounds": main.rounds,
         "seconds": round(out.seconds, 3),
         "target_rel_ci": t.target_rel_ci, "rel_ci_half_width": main.rel_half_width, "noisy": out.noisy,
         "round_ratios": [round(r, 6) for r in ratios(out, EAGER)],

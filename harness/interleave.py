@@ -13,6 +13,7 @@ worker cannot tell them from timed samples.
 """
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,7 @@ class Checked:
     """One side's output check of one sample."""
     values: list[Any]
     shapes: list[list[int]]
+    raw: list[float] = field(default_factory=list)     # read from the output's memory, not through torch
 
 
 @dataclass
@@ -54,6 +56,7 @@ class Collected:
     output_errors: list[str] = field(default_factory=list)
     tampered: set[str] = field(default_factory=set)
     full_path: str | None = None            # the candidate's first timed output, whole
+    profiles: list[Any] = field(default_factory=list)   # the candidate's profiled calls (harness.defenses.check_kernels)
     noisy: bool = False
     seconds: float = 0.0
     graph_error: str | None = None          # graph capture failed on a side: these rounds are cold
@@ -64,8 +67,11 @@ class Collected:
 
 class Interleaver:
     def __init__(self, reference: Worker, variants: list[str], block: int, samples: SeedStream,
-                 checks: SeedStream, deadline: float, warmup: int = 0):
+                 checks: SeedStream, deadline: float, warmup: int = 0, profiles: int = 0):
         self.reference, self.variants, self.block, self.warmup = reference, variants, block, warmup
+        self.profiles = profiles                # candidate calls profiled, after blocks drawn at random
+        self._profile_after: set[int] = set()
+        self._candidate_blocks = 0
         self.samples, self.check_seeds = samples, checks
         self.deadline = deadline
         self.candidate: Worker | None = None
@@ -134,10 +140,10 @@ class Interleaver:
             out.output_errors.append(f"timed call ({side}): {checked.error}")
         if variant in (EAGER, CANDIDATE):
             try:
-                values = m.unpack_floats(checked.values)
+                values, raw = m.unpack_floats(checked.values), m.unpack_floats(checked.raw)
             except m.ProtocolError as exc:
                 raise WorkerExit("protocol", None, f"sent a malformed 'checked' reply: {exc}") from None
-            out.checks.setdefault(seed, {})[side] = Checked(values, checked.shapes)
+            out.checks.setdefault(seed, {})[side] = Checked(values, checked.shapes, raw)
         if keep_full and side == CANDIDATE:
             out.full_path = checked.path
 
@@ -149,6 +155,11 @@ class Interleaver:
         for i, seed in enumerate(seeds):
             timed = i >= self.warmup
             self._sample(worker, side, variant, seed, keep_first and i == self.warmup, out, times if timed else None)
+        if side == CANDIDATE:
+            if self._candidate_blocks in self._profile_after:
+                profiled = self._ask(worker, m.ProfileRequest(self.samples.next()), m.ProfileResult)
+                out.profiles.append(profiled.profile)
+            self._candidate_blocks += 1
 
     def _seeds(self) -> list[int]:
         return self.samples.take(self.warmup + self.block)
@@ -171,6 +182,11 @@ class Interleaver:
         from .paired import round_ratio
         self.candidate = candidate
         out = Collected()
+        # one call profiled after each of `profiles` candidate blocks drawn among those every pair runs: the
+        # candidate cannot tell which calls will be looked at, nor that one was until it ran
+        blocks = 2 * rule.min_rounds
+        self._profile_after = set(random.Random(self.samples.next()).sample(range(blocks), min(self.profiles, blocks)))
+        self._candidate_blocks = 0
         started = time.monotonic()
         order = [("reference", v) for v in self.variants] + [(CANDIDATE, CANDIDATE)]
         ratios: list[float] = []

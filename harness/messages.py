@@ -119,7 +119,14 @@ class CheckResult:
     mutated: bool
     not_plain: bool
     path: str | None = None     # keep_full on the candidate side: the output file
-    error: str | None = None    # the output is not a list of tensors (one line)
+    error: str | None = None    # the output is not a list of tensors, or its memory cannot be read (one line)
+    raw: str = ""               # values read from the output's memory (harness.workers.rawread), packed
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    KIND: ClassVar[str] = "profile"
+    profile: dict[str, Any] | None     # kernels, custom_kernels, custom_share, other_kernels; None on the CPU
 
 
 def pack_floats(values: list[float]) -> str:

@@ -78,13 +78,20 @@ TAIL_CAP_MS = 0.2               # the most a sync tail (and its slack) may disco
 
 
 class L2Flusher:
-    def __init__(self, device: torch.device):
+    """Writes 2x the L2 before a cold sample. `reset_persisting` (the driver's cuCtxResetPersistingL2Cache, bound
+    before candidate code ran) first makes lines a call marked persisting normal again: the write alone would
+    leave a candidate's weights in the persisting part of the L2, warm for its next sample."""
+
+    def __init__(self, device: torch.device, reset_persisting: Callable[[], int] | None = None):
         props = torch.cuda.get_device_properties(device)
         l2 = getattr(props, "L2_cache_size", 0) or 64 * 1024 * 1024
         self.bytes = max(2 * l2, 128 * 1024 * 1024)
         self.buffer = torch.empty(self.bytes // 4, dtype=torch.int32, device=device)
+        self.reset_persisting = reset_persisting
 
     def __call__(self) -> None:
+        if self.reset_persisting is not None:
+            self.reset_persisting()
         self.buffer.fill_(0x5A5A5A5A)
 
 

@@ -51,6 +51,7 @@ def test_gpu_timing_uses_events_with_l2_flush(gpu_run):
 def test_custom_kernel_share_is_recorded(gpu_run):
     kernels = gpu_run["cuda_fused"]["kernels"]
     assert kernels["custom_kernels"] and kernels["custom_share"] > 0.5
+    assert kernels["profiled_calls"] == 3 and len(kernels["custom_shares"]) == 3     # at random among the timed calls
     assert "no_custom_kernel" not in gpu_run["cuda_fused"]["flags"]
 
 
@@ -81,7 +82,7 @@ def test_exploits_on_the_gpu(tmp_path):
                 "tamper_timer": "invalid", "bf16_precision": "incorrect", "subclass_output": "invalid",
                 "eval_mode_bn": "incorrect", "control_plain": "ok", "control_train_bn": "ok",
                 "patch_reference": "ok", "reduced_mantissa": "invalid", "forge_sample_times": "invalid",
-                "patch_sampler": "invalid", "compute_on_read": "invalid"}
+                "patch_sampler": "invalid", "compute_on_read": "invalid", "read_points_only": "invalid"}
     got = {name: records[name]["status"] for name in expected}
     # compute_on_read keys its pending outputs by data pointer: where the allocator hands a stale pointer to
     # another tensor, the cheat's own code raises (seen on the H200): a crash is as much a failure for it

@@ -26,10 +26,11 @@ class Failed(Exception):
 def run(conn: Conn, data: dict[str, Any]) -> None:
     from .. import messages as m
     from .. import timing  # noqa: F401 - binds the clocks now, before candidate code exists
-    from . import integrity, sampler, tensorfile  # noqa: F401 - the timing path, recorded before candidate code
-    integrity.snapshot()
-    job = m.parse(m.CandidateJob, data)
+    from . import integrity, rawread, sampler, tensorfile  # noqa: F401 - the timing path, recorded before
+    job = m.parse(m.CandidateJob, data)                    # candidate code exists
     device = job.device
+    rawread.bind(cuda=device != "cpu")
+    integrity.snapshot()
     try:
         problem, settings, init, trial_inputs = _problem_side(job, device)
         model, log, param_match = _load_candidate(job, device, settings, init)
@@ -164,7 +165,8 @@ def _correctness(model, trial_inputs, job, device, settings) -> dict[str, Any]:
 
 def _serve(conn, model, problem, settings, job, device) -> None:
     """Timed samples and checks on the parent's request (harness.workers.sampler, the path the reference goes
-    through too), one profiled call, until told to exit. A sample's seed arrives with the request for it."""
+    through too), and profiled calls where the parent asks for them, until told to exit. A sample's seed arrives
+    with the request for it."""
     from .. import messages as m
     from .sampler import Sampler
     scratch = job.scratch
@@ -183,7 +185,7 @@ def _serve(conn, model, problem, settings, job, device) -> None:
         try:
             reply = sampler.handle(message)
             if reply is None and message.get("op") == m.ProfileRequest.OP:
-                reply = {"kind": "profile", "profile": _profile(model, sampler, int(message["seed"]), device)}
+                reply = m.wire(m.ProfileResult(_profile(model, sampler, int(message["seed"]), device)))
         except BaseException as exc:                   # noqa: BLE001 - candidate code raised under timing
             raise _classify(exc, _NoLog, "forward (timing)") from None
         if reply is None:

@@ -19,12 +19,12 @@ from .common import (Conn, ProblemError, as_tensor_list, describe, device_inputs
 def run(conn: Conn, data: dict[str, Any]) -> None:
     from .. import verify
     from .. import messages as m
-    from . import integrity, tensorfile  # noqa: F401 - the same snapshot as the candidate's, so that the
-    from .sampler import Sampler         # integrity check after each sample is the same work on both sides
-    integrity.snapshot()
-
-    job = m.parse(m.ReferenceJob, data)
+    from . import integrity, rawread, tensorfile  # noqa: F401 - the same snapshot as the candidate's, so that
+    from .sampler import Sampler                  # the integrity check after each sample is the same work
+    job = m.parse(m.ReferenceJob, data)           # on both sides
     device = job.device
+    rawread.bind(cuda=device != "cpu")
+    integrity.snapshot()
     try:
         problem, model, settings, inputs, expected, initial_state = _prepare(job, device)
     except BaseException as exc:                       # noqa: BLE001 - a broken problem is a message, not a crash

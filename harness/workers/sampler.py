@@ -6,7 +6,8 @@ reference by construction:
       copy for the mutation check, time one call with the mode's measurement object (harness.timing), keep the
       output until the check;
   check(check_seed, keep_full): the output's values at positions drawn from `check_seed` (chosen by the parent
-      after the call returned), whether the inputs changed, and optionally the whole output.
+      after the call returned), read first from its memory (harness.workers.rawread) and then through torch,
+      whether the inputs changed, and optionally the whole output.
 
 Runs only inside worker processes.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .. import messages as m
-from . import integrity
+from . import cudadriver, integrity, rawread
 from .common import as_tensor_list, device_inputs, fingerprint
 
 
@@ -53,19 +54,22 @@ class Sampler:
         self.calls, self.problem, self.settings, self.device = calls, problem, settings, device
         self.spec, self.defenses, self.keep_full = spec, defenses, keep_full
         self.timing = timing
-        self.flusher = timing.L2Flusher(_torch_device(device)) if spec.flush_l2 and device != "cpu" else None
+        self.flusher = (timing.L2Flusher(_torch_device(device), cudadriver.reset_persisting_l2)
+                        if spec.flush_l2 and device != "cpu" else None)
         self.meters: dict[str, Any] = {}
         self.mode = spec.mode
         self.last: tuple[list, list | None, Any] | None = None
         self.fixed = None if defenses else device_inputs(problem, WARMUP_SEED, settings, device)
 
     def settle(self) -> None:
-        """Called by both sides right before the parent starts timing: the device idle and the allocator's cache
-        empty, so neither side starts from a different memory state."""
+        """Called by both sides right before the parent starts timing: the device idle, the allocator's cache
+        empty and no L2 set aside for persisting accesses, so neither side starts from a different memory state."""
         if self.device != "cpu":
             import torch
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
+            if cudadriver.set_persisting_l2_limit is not None:      # best effort: a GPU without it keeps none
+                cudadriver.set_persisting_l2_limit(0)
 
     def handle(self, message: dict[str, Any]) -> dict[str, Any] | None:
         """The reply to a timing request, or None when the message is not one."""
@@ -120,12 +124,14 @@ class Sampler:
         plain = not not_plain(out)
         try:
             outs = as_tensor_list(out)
-        except ValueError as exc:
+            raw = rawread.read(outs, req.check_seed)       # first: before anything reads the output through torch
+        except (ValueError, rawread.RawReadError) as exc:
             return m.CheckResult("", [], False, not plain, None, str(exc))
         values, shapes = fingerprint(outs, req.check_seed)
         mutated = pristine is not None and inputs_changed(used, pristine)
         path = self.keep_full(outs) if req.keep_full else None
-        return m.CheckResult(m.pack_floats(values.tolist()), shapes, mutated, not plain, path)
+        return m.CheckResult(m.pack_floats(values.tolist()), shapes, mutated, not plain, path,
+                             raw=m.pack_floats(raw))
 
 
 def _torch_device(device: str):
