@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from .discover import Pair
+from .messages import BuildJob, wire
 from .procs import Worker, WorkerExit, worker_env
 from .signing import RunKey
 
@@ -153,9 +154,8 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
     try:
         if live is not None:
             live.add(worker)
-        worker.send({"candidate_path": str(candidate_path), "problem_path": str(pair.problem.path.resolve()),
-                     "device_kind": toolchain.device_kind, "seed": seed,
-                     "hide": [str(RunKey.keys_dir(root.parent))]})     # root: <cache_dir>/builds
+        worker.send(wire(BuildJob(str(candidate_path), str(pair.problem.path.resolve()), toolchain.device_kind, seed,
+                                  hide=[str(RunKey.keys_dir(root.parent))])))     # root: <cache_dir>/builds
         message = worker.recv(time.monotonic() + timeout)
     except WorkerExit as exc:
         _remove_stale_locks(build_dir)

@@ -13,6 +13,7 @@ from typing import Any, Callable
 from . import meta
 from .config import PRECISIONS, load_config
 from .errors import OneLineParser, UsageError
+from .messages import LintJob, wire
 from .discover import Problem, check_problem_selection, discover
 from .schedule import Slot
 from .seeds import RunSeed
@@ -137,8 +138,7 @@ def lint_one(problem: Problem, slot: Slot, seed: int, timeout: float, log_dir: P
     worker = Worker("lint", worker_env(slot.env()), log_dir / f"{problem.id.replace('/', '__')}.log")
     try:
         with gpu_turn:
-            worker.send({"problem_path": str(problem.path.resolve()), "device": slot.device, "seed": seed,
-                         "precision": precision})
+            worker.send(wire(LintJob(str(problem.path.resolve()), slot.device, seed, precision)))
             message = worker.recv(time.monotonic() + timeout)
     except WorkerExit as exc:
         if exc.kind == "oom":

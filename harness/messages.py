@@ -65,6 +65,33 @@ class CandidateJob:
     env: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class BuildJob:
+    """Starts a build worker (harness.workers.build): import the candidate with CUDA hidden so that its
+    load_inline calls compile into the build folder, and construct ModelNew once when nothing built at import."""
+    candidate_path: str
+    problem_path: str
+    device_kind: str                # the toolchain's: what the candidate may build for (cuda | cpu)
+    seed: int
+    hide: list[str] = field(default_factory=list)          # folders the sandbox makes unreadable (run keys)
+
+
+@dataclass(frozen=True)
+class LintJob:
+    """Starts a lint worker (harness.workers.lint) for one problem."""
+    problem_path: str
+    device: str
+    seed: int
+    precision: str | None = None
+    samples: int = 20               # timed calls for the problem's timer-floor check
+
+
+@dataclass(frozen=True)
+class CeilingsJob:
+    """Starts the ceilings worker (harness.workers.ceilings): the device's copy bandwidth and matmul throughput."""
+    device: str
+
+
 # ---------------------------------------------------------------- requests (parent -> worker)
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from .build import BuildResult, Toolchain
 from .config import Config
 from .discover import Pair
 from .evaluate import PairContext, ReferenceSide, run_pair, slug
+from .messages import CeilingsJob, wire
 from .procs import SpareWorkers, Worker, WorkerExit, worker_env
 from .records import INVALIDATING_FLAGS, finish, new_record
 from .seeds import RunSeed
@@ -115,7 +116,7 @@ def spares_enabled(cfg: Config, slot: Slot) -> bool:
 def measure_ceilings(ctx: Context, slot: Slot) -> dict[str, float]:
     """Copy bandwidth and matmul throughput of this GPU, once per run (a worker of its own)."""
     worker = Worker("ceilings", worker_env(slot.env(ctx.cfg.cpu_threads)), ctx.log_dir / f"ceilings_{slot.name.replace(':', '')}.log")
-    worker.send({"device": slot.device})
+    worker.send(wire(CeilingsJob(slot.device)))
     try:
         message = worker.recv(time.monotonic() + 300)
     except WorkerExit:

@@ -10,13 +10,15 @@ from .common import (Conn, SkipCandidate, compiler_summary, describe, init_input
                      load_module)
 
 
-def run(conn: Conn, job: dict[str, Any]) -> None:
+def run(conn: Conn, data: dict[str, Any]) -> None:
     import torch
-    log = install_extension_hooks(job["device_kind"])
+    from .. import messages as m
+    job = m.parse(m.BuildJob, data)
+    log = install_extension_hooks(job.device_kind)
     started = time.monotonic()
     module, import_error = None, None
     try:
-        module = load_module("kb_candidate", job["candidate_path"])
+        module = load_module("kb_candidate", job.candidate_path)
     except SkipCandidate:
         pass
     except BaseException as exc:                       # noqa: BLE001 - reported at execution as a load error
@@ -24,8 +26,8 @@ def run(conn: Conn, job: dict[str, Any]) -> None:
     if module is not None and not log.calls and hasattr(module, "ModelNew"):
         # No extension at import: it may build in __init__. Construct once on the CPU to trigger that build.
         try:
-            problem = load_module("kb_problem", job["problem_path"])
-            torch.manual_seed(job["seed"])
+            problem = load_module("kb_problem", job.problem_path)
+            torch.manual_seed(job.seed)
             module.ModelNew(*init_inputs(problem))
         except BaseException:                          # noqa: BLE001 - the execute stage reports these
             pass

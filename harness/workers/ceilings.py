@@ -22,10 +22,11 @@ def _best_ms(fn, repeats: int = 10) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def run(conn: Conn, job: dict[str, Any]) -> None:
+def run(conn: Conn, data: dict[str, Any]) -> None:
     import torch
+    from .. import messages as m
     torch.backends.cuda.matmul.allow_tf32 = False
-    device = job["device"]
+    device = m.parse(m.CeilingsJob, data).device
     n = 1 << 30                                         # 1 Gi floats = 4 GiB each way
     src = torch.rand(n, device=device)
     dst = torch.empty_like(src)

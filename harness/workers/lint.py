@@ -95,22 +95,23 @@ def scale(outs: list) -> dict[str, float]:
             "std": float(finite.std()) if finite.numel() > 1 else 0.0}
 
 
-def run(conn: Conn, job: dict[str, Any]) -> None:
+def run(conn: Conn, data: dict[str, Any]) -> None:
+    from .. import messages as m
     from ..containment import is_memory_error
     stage = ["loading the problem"]                    # what was being done, for the error (an oom says where)
     try:
-        conn.send("lint", **_lint(job, stage))
+        conn.send("lint", **_lint(m.parse(m.LintJob, data), stage))
     except BaseException as exc:                       # noqa: BLE001 - a broken problem is a lint result
         conn.send("error", error=describe(exc), stage=stage[0], oom=is_memory_error(exc),
                   traceback=tail_traceback(exc))
 
 
-def _lint(job: dict[str, Any], stage: list[str]) -> dict[str, Any]:
+def _lint(job, stage: list[str]) -> dict[str, Any]:
     import torch
     from .. import timing
-    device, seed = job["device"], job["seed"]
-    problem = load_module("kb_problem", job["problem_path"])
-    settings = problem_settings(problem, job.get("precision"))
+    device, seed = job.device, job.seed
+    problem = load_module("kb_problem", job.problem_path)
+    settings = problem_settings(problem, job.precision)
     setup_torch(settings)
     dtype = getattr(torch, settings.dtype)
 
@@ -154,7 +155,7 @@ def _lint(job: dict[str, Any], stage: list[str]) -> dict[str, Any]:
         checks["reasons"].append("two identical runs disagree beyond the tolerance")
     checks["degenerate"] = bool(checks["reasons"])
     stage[0] = "timing"
-    stats = timing.time_calls(lambda i: inputs, lambda x: model(*x), device, 3, job.get("samples", 20),
+    stats = timing.time_calls(lambda i: inputs, lambda x: model(*x), device, 3, job.samples,
                               device != "cpu")
     return {**checks, **scale(outs), "dtype": settings.dtype, "atol": atol, "rtol": rtol,
             "output_shapes": [list(o.shape) for o in outs], "eager_ms": stats["median_ms"],
