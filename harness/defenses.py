@@ -103,7 +103,7 @@ def flag_interference(record: dict[str, Any], found: Interference) -> None:
 
 
 LITTLE_CUSTOM_SHARE = 0.10    # under this share of a profiled call's GPU time in its own kernels: little_custom_work
-PROFILED_CALLS = 3            # candidate calls profiled per pair, after candidate blocks drawn at random
+PROFILED_CALLS = 3            # calls profiled per side and pair, in round halves drawn at random
 
 
 def check_kernels(record: dict[str, Any], profiles: list[Any]) -> None:

@@ -6,7 +6,7 @@ Per pair:
   1. reference blocks alone (the `before` bracket of the interference check);
   2. a fresh candidate worker imports the candidate and runs the correctness trials; the reference verifies;
   3. paired, interleaved rounds (harness.interleave) until the speedup's CI reaches its target or the time cap,
-     with a few of the candidate's calls profiled after blocks drawn at random;
+     with one call of each side profiled in a few round halves drawn at random;
   4. the candidate's first timed output verified whole; the candidate worker is killed;
   5. reference blocks alone again (the `after` bracket), then the verdict.
 """

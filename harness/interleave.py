@@ -10,6 +10,10 @@ Each block starts with `warmup` samples that run and are checked like the others
 call after the other process ran finds cold host caches (2x on a 0.1 ms CPU call, where back-to-back blocks of
 one process did not), a cost of the interleaving, not of either side. Both sides get them, on the same seeds; a
 worker cannot tell them from timed samples.
+
+In a few round halves drawn at random (`profiles`), each side also runs one call under torch.profiler after its
+block: the candidate's show whose kernels ran (harness.defenses.check_kernels); the reference's is the same work,
+so that whatever a profiler leaves behind in a process costs both sides.
 """
 from __future__ import annotations
 
@@ -69,9 +73,8 @@ class Interleaver:
     def __init__(self, reference: Worker, variants: list[str], block: int, samples: SeedStream,
                  checks: SeedStream, deadline: float, warmup: int = 0, profiles: int = 0):
         self.reference, self.variants, self.block, self.warmup = reference, variants, block, warmup
-        self.profiles = profiles                # candidate calls profiled, after blocks drawn at random
-        self._profile_after: set[int] = set()
-        self._candidate_blocks = 0
+        self.profiles = profiles                # round halves, drawn at random, after which both sides profile a call
+        self._profile_at: set[tuple[int, int]] = set()
         self.samples, self.check_seeds = samples, checks
         self.deadline = deadline
         self.candidate: Worker | None = None
@@ -148,18 +151,17 @@ class Interleaver:
             out.full_path = checked.path
 
     def _block(self, side: str, variant: str, seeds: list[int], out: Collected, round_samples: dict,
-               keep_first: bool = False) -> None:
+               keep_first: bool = False, profile: bool = False) -> None:
         worker = self.candidate if side == CANDIDATE else self.reference
         self._activate(worker)
         times = round_samples.setdefault(variant, [])
         for i, seed in enumerate(seeds):
             timed = i >= self.warmup
             self._sample(worker, side, variant, seed, keep_first and i == self.warmup, out, times if timed else None)
-        if side == CANDIDATE:
-            if self._candidate_blocks in self._profile_after:
-                profiled = self._ask(worker, m.ProfileRequest(self.samples.next()), m.ProfileResult)
+        if profile and variant in (EAGER, CANDIDATE):     # both sides, so that whatever a profiler leaves behind
+            profiled = self._ask(worker, m.ProfileRequest(seeds[0], variant), m.ProfileResult)   # costs both
+            if side == CANDIDATE:
                 out.profiles.append(profiled.profile)
-            self._candidate_blocks += 1
 
     def _seeds(self) -> list[int]:
         return self.samples.take(self.warmup + self.block)
@@ -182,11 +184,10 @@ class Interleaver:
         from .paired import round_ratio
         self.candidate = candidate
         out = Collected()
-        # one call profiled after each of `profiles` candidate blocks drawn among those every pair runs: the
-        # candidate cannot tell which calls will be looked at, nor that one was until it ran
-        blocks = 2 * rule.min_rounds
-        self._profile_after = set(random.Random(self.samples.next()).sample(range(blocks), min(self.profiles, blocks)))
-        self._candidate_blocks = 0
+        # `profiles` round halves drawn among those every pair runs, after whose blocks each side profiles one
+        # call: the candidate cannot tell which of its calls will be looked at, nor that one was until it ran
+        halves = [(r, h) for r in range(rule.min_rounds) for h in (0, 1)]
+        self._profile_at = set(random.Random(self.samples.next()).sample(halves, min(self.profiles, len(halves))))
         started = time.monotonic()
         order = [("reference", v) for v in self.variants] + [(CANDIDATE, CANDIDATE)]
         ratios: list[float] = []
@@ -194,10 +195,12 @@ class Interleaver:
             samples: dict[str, list[float]] = {}
             first = not out.rounds
             forward, backward = self._seeds(), self._seeds()
+            r = len(out.rounds)
             for side, variant in order:
-                self._block(side, variant, forward, out, samples, keep_first=first and variant in (EAGER, CANDIDATE))
+                self._block(side, variant, forward, out, samples, keep_first=first and variant in (EAGER, CANDIDATE),
+                            profile=(r, 0) in self._profile_at)
             for side, variant in reversed(order):
-                self._block(side, variant, backward, out, samples)
+                self._block(side, variant, backward, out, samples, profile=(r, 1) in self._profile_at)
             out.rounds.append(samples)
             ratios.append(round_ratio(samples[EAGER], samples[CANDIDATE]))
             out.seconds = time.monotonic() - started

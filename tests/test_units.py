@@ -191,7 +191,7 @@ def test_tensor_file_written_by_candidate_code_is_checked(tmp_path, mutate):
 
 def test_own_kernels_include_triton_kernels_compiled_by_the_pair(tmp_path):
     import json
-    from harness.workers.candidate import kernel_base_name, triton_kernel_names
+    from harness.workers.profiling import kernel_base_name, triton_kernel_names
     entry = tmp_path / "triton" / "3f9a"
     entry.mkdir(parents=True)
     (entry / "fused_add_relu.json").write_text(json.dumps({"name": "fused_add_relu", "num_warps": 4}))

@@ -6,9 +6,7 @@ are written to files that the reference worker compares.
 """
 from __future__ import annotations
 
-import json
 import os
-import re
 import time
 from typing import Any
 
@@ -184,105 +182,8 @@ def _serve(conn, model, problem, settings, job, device) -> None:
         message = conn.recv()
         try:
             reply = sampler.handle(message)
-            if reply is None and message.get("op") == m.ProfileRequest.OP:
-                reply = m.wire(m.ProfileResult(_profile(model, sampler, int(message["seed"]), device)))
         except BaseException as exc:                   # noqa: BLE001 - candidate code raised under timing
             raise _classify(exc, _NoLog, "forward (timing)") from None
         if reply is None:
             return
         conn.send(reply.pop("kind"), **reply)
-
-
-def _profile(model, sampler, seed: int, device: str) -> dict[str, Any] | None:
-    """One call under torch.profiler: the GPU kernels it launched, and which are the candidate's own: found in
-    its extension libraries (TORCH_EXTENSIONS_DIR) or compiled by Triton in this worker (TRITON_CACHE_DIR)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-    if device == "cpu":
-        return None
-    own = (extension_kernel_names(os.environ.get("TORCH_EXTENSIONS_DIR", ""))
-           | triton_kernel_names(os.environ.get("TRITON_CACHE_DIR", "")))
-    inputs = sampler._inputs(seed)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        model(*inputs)
-        torch.cuda.synchronize()
-    kernels: dict[str, float] = {}
-    for event in prof.events():
-        if str(getattr(event, "device_type", "")).endswith("CUDA"):
-            us = getattr(event, "device_time_total", None)
-            if us is None:
-                us = getattr(event, "cuda_time_total", 0.0)
-            kernels[event.name] = kernels.get(event.name, 0.0) + float(us or 0.0)
-    total = sum(kernels.values())
-    custom = {name: us for name, us in kernels.items() if kernel_base_name(name) in own}
-    return {"kernels": len(kernels), "custom_kernels": sorted(custom)[:20],
-            "custom_share": (sum(custom.values()) / total) if total else 0.0,
-            "other_kernels": sorted(set(kernels) - set(custom))[:20]}
-
-
-_MANGLED = re.compile(rb"_Z(N(?:\d+[A-Za-z_][A-Za-z0-9_]*)+E|\d+[A-Za-z_][A-Za-z0-9_]*)")
-
-
-def extension_kernel_names(ext_dir: str) -> set[str]:
-    """Identifiers of the functions defined in the candidate's extension libraries (read from the mangled
-    symbol names in the .so files; no external tools needed)."""
-    names: set[str] = set()
-    for root, _, files in os.walk(ext_dir or "/nonexistent"):
-        for name in files:
-            if name.endswith(".so"):
-                try:
-                    data = open(os.path.join(root, name), "rb").read()
-                except OSError:
-                    continue
-                for match in _MANGLED.finditer(data):
-                    names.update(_identifiers(match.group(1)))
-    return names
-
-
-def triton_kernel_names(cache_dir: str) -> set[str]:
-    """Names of the Triton kernels this pair's worker compiled: each compiled kernel leaves <name>.json metadata
-    in TRITON_CACHE_DIR, which the harness points at a folder of the pair's own."""
-    names: set[str] = set()
-    for root, _, files in os.walk(cache_dir or "/nonexistent"):
-        for name in files:
-            if name.endswith(".json") and not name.startswith("__grp__"):
-                try:
-                    with open(os.path.join(root, name)) as f:
-                        meta = json.load(f)
-                except (OSError, ValueError):
-                    continue
-                if isinstance(meta, dict) and isinstance(meta.get("name"), str):
-                    names.add(meta["name"])
-    return names
-
-
-def _identifiers(mangled: bytes) -> list[str]:
-    """The last identifier of a mangled name: b'10scale_reluPKf' -> ['scale_relu']."""
-    text = mangled.decode(errors="replace")
-    if text.startswith("N"):
-        text = text[1:]
-    found, i = [], 0
-    while i < len(text) and text[i].isdigit():
-        j = i
-        while j < len(text) and text[j].isdigit():
-            j += 1
-        length = int(text[i:j])
-        found.append(text[j:j + length])
-        i = j + length
-    return found[-1:] if found else []
-
-
-def kernel_base_name(name: str) -> str:
-    """'void ns::scale_relu<float>(float const*, int)' -> 'scale_relu'."""
-    head = name.split("(", 1)[0]
-    depth, cleaned = 0, []
-    for ch in head:
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif depth == 0:
-            cleaned.append(ch)
-    head = "".join(cleaned).strip().split(" ")[-1]
-    return head.split("::")[-1]

@@ -7,7 +7,8 @@ reference by construction:
       output until the check;
   check(check_seed, keep_full): the output's values at positions drawn from `check_seed` (chosen by the parent
       after the call returned), read first from its memory (harness.workers.rawread) and then through torch,
-      whether the inputs changed, and optionally the whole output.
+      whether the inputs changed, and optionally the whole output;
+  profile(seed, variant): one call under torch.profiler (harness.workers.profiling), where the parent asks.
 
 Runs only inside worker processes.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .. import messages as m
-from . import cudadriver, integrity, rawread
+from . import cudadriver, integrity, profiling, rawread
 from .common import as_tensor_list, device_inputs, fingerprint
 
 
@@ -78,6 +79,10 @@ class Sampler:
             return m.wire(self.sample(m.SampleRequest(str(message["variant"]), int(message["seed"]))))
         if op == m.CheckRequest.OP:
             return m.wire(self.check(m.CheckRequest(int(message["check_seed"]), bool(message.get("keep_full")))))
+        if op == m.ProfileRequest.OP:
+            req = m.ProfileRequest(int(message["seed"]), str(message["variant"]))
+            return m.wire(m.ProfileResult(profiling.profile_call(self.calls[req.variant], self._inputs(req.seed),
+                                                                 self.device)))
         if op == m.ModeRequest.OP:
             self.mode = str(message["mode"])
             self.meters.clear()
