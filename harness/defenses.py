@@ -30,9 +30,12 @@ def flag_from(record: dict[str, Any], message: dict[str, Any]) -> None:
 
 
 def flag_timing(record: dict[str, Any], out: Collected) -> None:
-    """Flags from the timed samples: inputs changed, lazy outputs, replaced clocks."""
+    """Flags from the timed samples: inputs changed, outputs still changing, lazy outputs, replaced clocks."""
     if out.mutated:
         flag(record, "mutates_inputs", FLAG_DETAILS["mutates_inputs"])
+    if out.changed_after_return:
+        flag(record, "unsynchronized_work", "a timed output's memory changed between the moment its call returned "
+                                            "and its check: work was left running past the timed region")
     if out.not_plain:
         flag(record, "output_not_plain_tensor", FLAG_DETAILS["output_not_plain_tensor"])
     if out.tampered:

@@ -56,6 +56,7 @@ class Collected:
     lag_ms: dict[str, list[float]] = field(default_factory=dict)
     checks: dict[int, dict[str, Checked]] = field(default_factory=dict)    # sample seed -> side -> values
     mutated: bool = False
+    changed_after_return: bool = False      # a timed output's memory changed after its call returned
     not_plain: bool = False
     output_errors: list[str] = field(default_factory=list)
     tampered: set[str] = field(default_factory=set)
@@ -138,6 +139,7 @@ class Interleaver:
             bracket_ms = (time.perf_counter_ns() - started) / 1e6
             out.unexplained_ms.setdefault(variant, []).append(bracket_ms - result.ms * self.calls_per_sample)
         out.mutated = out.mutated or checked.mutated
+        out.changed_after_return = out.changed_after_return or checked.changed_after_return
         out.not_plain = out.not_plain or checked.not_plain
         if checked.error:
             out.output_errors.append(f"timed call ({side}): {checked.error}")

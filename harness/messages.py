@@ -149,6 +149,7 @@ class CheckResult:
     path: str | None = None     # keep_full on the candidate side: the output file
     error: str | None = None    # the output is not a list of tensors, or its memory cannot be read (one line)
     raw: str = ""               # values read from the output's memory (harness.workers.rawread), packed
+    changed_after_return: bool = False     # memory read when the call returned differed at the check
 
 
 @dataclass(frozen=True)

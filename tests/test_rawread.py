@@ -68,3 +68,10 @@ def test_an_output_larger_than_its_storage_is_refused():
     t.untyped_storage().resize_(16)                        # the view now claims bytes its storage no longer has
     with pytest.raises(rawread.RawReadError, match="outside its storage"):
         rawread.read([view], 1)
+
+
+def test_values_compare_with_nan_equal_and_seeds_are_fresh():
+    nan = float("nan")
+    assert rawread.same([1.0, nan, -0.0], [1.0, nan, 0.0])
+    assert not rawread.same([1.0, nan], [1.0, 2.0]) and not rawread.same([1.0], [1.0, 1.0])
+    assert len({rawread.fresh_seed() for _ in range(100)}) == 100

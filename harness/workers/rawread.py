@@ -16,12 +16,15 @@ Runs only inside worker processes.
 from __future__ import annotations
 
 import ctypes
+import math
+import os
 import struct
 from typing import Any
 
 from . import cudadriver
 
 RAW_POINTS = 32                  # positions per output tensor read from memory after every sample
+RETURN_POINTS = 8                # positions read the moment a call returns, and again at its check
 
 _MASK = (1 << 64) - 1
 _FORMATS = {"torch.float32": "<f", "torch.float64": "<d", "torch.float16": "<e", "torch.int64": "<q",
@@ -31,6 +34,7 @@ _FORMATS = {"torch.float32": "<f", "torch.float64": "<d", "torch.float16": "<e",
 _string_at = ctypes.string_at
 _create_buffer = ctypes.create_string_buffer
 _unpack_from = struct.unpack_from
+_urandom = os.urandom
 # bound by bind(), each a module global so that harness.integrity sees one replaced
 _data_ptr = _stride = _numel = _element_size = _storage = _storage_ptr = _storage_nbytes = None
 _shape = _dtype = _is_cuda = None
@@ -66,8 +70,18 @@ def positions(seed: int, numel: int, count: int) -> list[int]:
     return out
 
 
-def read(outs: list, seed: int) -> list[float]:
-    """Values of each output at RAW_POINTS positions drawn from seed + the tensor's index, read from memory, as
+def fresh_seed() -> int:
+    """A seed nothing in this process could know before now."""
+    return int.from_bytes(_urandom(8), "little")
+
+
+def same(a: list[float], b: list[float]) -> bool:
+    """Equal value for value, NaN equal to NaN."""
+    return len(a) == len(b) and all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in zip(a, b))
+
+
+def read(outs: list, seed: int, points: int = RAW_POINTS) -> list[float]:
+    """Values of each output at `points` positions drawn from seed + the tensor's index, read from memory, as
     floats (bfloat16 widened, complex: the real part). Raises RawReadError."""
     if _data_ptr is None:
         raise RawReadError("raw reads were not bound at worker start")
@@ -83,7 +97,7 @@ def read(outs: list, seed: int) -> list[float]:
         if cuda and not synced:
             _check(cudadriver.synchronize(), "cuCtxSynchronize")
             synced = True
-        values.extend(_read_tensor(t, positions(seed + 7919 * j, numel, min(RAW_POINTS, numel)), cuda))
+        values.extend(_read_tensor(t, positions(seed + 7919 * j, numel, min(points, numel)), cuda))
     return values
 
 

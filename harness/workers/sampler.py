@@ -7,7 +7,8 @@ reference by construction:
       output until the check;
   check(check_seed, keep_full): the output's values at positions drawn from `check_seed` (chosen by the parent
       after the call returned), read first from its memory (harness.workers.rawread) and then through torch,
-      whether the inputs changed, and optionally the whole output;
+      whether the inputs changed, whether the output's memory changed since the call returned, and optionally
+      the whole output;
   profile(seed, variant): one call under torch.profiler (harness.workers.profiling), where the parent asks.
 
 Runs only inside worker processes.
@@ -113,8 +114,20 @@ class Sampler:
             times, out, used = meter.measure(call, inputs)
         except self.timing.GraphCaptureError as exc:
             return m.SampleResult(0.0, 0.0, 0.0, self.tampered(), f"graph capture failed: {exc}")
-        self.last = (used, pristine, out)
+        self.last = (used, pristine, out, self._at_return(out))
         return m.SampleResult(times.ms, times.host_ms, times.lag_ms, self.tampered())
+
+    def _at_return(self, out) -> tuple[int, list[float]] | None:
+        """A few positions of the output read from memory the moment the call returned, drawn from this process's
+        own randomness (nothing in it knew them before): the check reads them again, and work still running
+        after the call returned (a thread, another stream) shows as a change."""
+        if not self.defenses:
+            return None
+        try:
+            seed = rawread.fresh_seed()
+            return seed, rawread.read(as_tensor_list(out), seed, rawread.RETURN_POINTS)
+        except (ValueError, rawread.RawReadError):
+            return None                                    # the check reports what is wrong with the output
 
     def tampered(self) -> list[str]:
         """Clocks replaced since import, harness functions and globals replaced since the snapshot taken before
@@ -124,19 +137,21 @@ class Sampler:
     def check(self, req: m.CheckRequest) -> m.CheckResult:
         if self.last is None:
             return m.CheckResult("", [], False, False, None, "no sample to check")
-        used, pristine, out = self.last
+        used, pristine, out, at_return = self.last
         self.last = None
         plain = not not_plain(out)
         try:
             outs = as_tensor_list(out)
             raw = rawread.read(outs, req.check_seed)       # first: before anything reads the output through torch
+            changed = at_return is not None and not rawread.same(rawread.read(outs, at_return[0],
+                                                                              rawread.RETURN_POINTS), at_return[1])
         except (ValueError, rawread.RawReadError) as exc:
             return m.CheckResult("", [], False, not plain, None, str(exc))
         values, shapes = fingerprint(outs, req.check_seed)
         mutated = pristine is not None and inputs_changed(used, pristine)
         path = self.keep_full(outs) if req.keep_full else None
         return m.CheckResult(m.pack_floats(values.tolist()), shapes, mutated, not plain, path,
-                             raw=m.pack_floats(raw))
+                             raw=m.pack_floats(raw), changed_after_return=changed)
 
 
 def _torch_device(device: str):
