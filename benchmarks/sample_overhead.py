@@ -9,7 +9,9 @@ check separately, each part synchronised (so the figures attribute device work t
     copy     the pristine copy of the inputs kept for the mutation check
     measure  the mode's measurement (flush, events, the call, synchronize)
     tamper   the integrity checks after the sample (clocks, harness globals, instance attributes)
-    print    the output's fingerprint at the check positions
+    return   8 positions of the output read from memory when the call returned, and again at the check
+    raw      32 positions of the output read from memory at the check (harness/workers/rawread.py)
+    print    the output's fingerprint at the check positions (read through torch)
     mutate   the inputs compared with their pristine copy
     wire     the reply as a message and its JSON line
 
@@ -38,7 +40,7 @@ def main() -> int:
     import torch
     from harness import messages as m
     from harness.channel import encode
-    from harness.workers import integrity
+    from harness.workers import integrity, rawread
     from harness.workers.common import device_inputs, fingerprint, load_module, problem_settings
     from harness.workers.sampler import Sampler, inputs_changed
 
@@ -46,6 +48,7 @@ def main() -> int:
     problem = load_module("kb_problem", str(args.problem))
     settings = problem_settings(problem)
     model = problem.Model(*problem.get_init_inputs()).to(args.device)
+    rawread.bind(cuda=args.device != "cpu")
     integrity.snapshot()
     mode = "host" if args.device == "cpu" else "cold"
     sampler = Sampler({"eager": lambda x: model(*x)}, problem, settings, args.device,
@@ -68,7 +71,10 @@ def main() -> int:
         pristine = timed("copy", lambda: [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
         times, out, used = timed("measure", lambda: meter.measure(sampler.calls["eager"], inputs))
         tampered = timed("tamper", sampler.tampered)
-        values, shapes = timed("print", lambda: fingerprint(out if isinstance(out, list) else [out], 55 + i))
+        outs = out if isinstance(out, list) else [out]
+        timed("return", lambda: [rawread.read(outs, 77 + i, rawread.RETURN_POINTS) for _ in range(2)])
+        timed("raw", lambda: rawread.read(outs, 55 + i))
+        values, shapes = timed("print", lambda: fingerprint(outs, 55 + i))
         mutated = timed("mutate", lambda: inputs_changed(used, pristine))
         timed("wire", lambda: encode(m.wire(m.CheckResult(m.pack_floats(values.tolist()), shapes, mutated, False)))
               + encode(m.wire(m.SampleResult(times.ms, times.host_ms, times.lag_ms, tampered))))
