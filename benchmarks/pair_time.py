@@ -134,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", choices=("cpu", "cuda"),
                    help="default: cpu on the fixture tree, cuda on a given tree")
     p.add_argument("--timeout", type=float,
-                   help="seconds per pair (default: 20 on the fixture tree, whose `hang` candidate waits for it; "
-                        "else the config's)")
+                   help="seconds per pair (default: 20 on the fixture tree, whose `hang` candidate waits for it, "
+                        "with --max-pair-seconds 5 unless given; else the config's)")
     p.add_argument("extra", nargs="*", help="after --: more run_eval.py flags, e.g. --max-pair-seconds 5")
     args = p.parse_args(argv)
     fixture = args.problems_dir is None and args.solutions_dir is None
@@ -143,15 +143,18 @@ def main(argv: list[str] | None = None) -> int:
     solutions = args.solutions_dir or (FIXTURE_TREE / "solutions" if fixture else REPO / "solutions")
     device = args.device or ("cpu" if fixture else "cuda")
     timeout = args.timeout if args.timeout is not None else (20.0 if fixture else None)
+    extra = list(args.extra)
+    if fixture and not any(a.startswith("--max-pair-seconds") for a in extra):
+        extra += ["--max-pair-seconds", "5"]        # inside the 20 s pair timeout, or every pair times out
     with tempfile.TemporaryDirectory(prefix="pair_time-") as tmp_name:
         tmp = Path(tmp_name)
         config = _config(tmp, problems.resolve(), solutions.resolve(), device, timeout)
         rows = []
         for name, cold in (("cold (empty build cache)", True), ("warm (all builds cached)", False)):
-            wall, records = run(config, tmp / "results", args.extra)
+            wall, records = run(config, tmp / "results", extra)
             rows.append((name, summarize(records, wall, cold)))
     print(f"problems {problems}  solutions {solutions}  device {device}"
-          + (f"  extra {' '.join(args.extra)}" if args.extra else ""))
+          + (f"  extra {' '.join(extra)}" if extra else ""))
     for line in format_rows(rows):
         print(line)
     for name, s in rows:

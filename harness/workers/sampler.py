@@ -142,7 +142,8 @@ class Sampler:
         plain = not not_plain(out)
         try:
             outs = as_tensor_list(out)
-            raw = rawread.read(outs, req.check_seed)       # first: before anything reads the output through torch
+            # first: before anything reads the output through torch
+            raw = rawread.read(outs, req.check_seed) if self.defenses else []
             changed = at_return is not None and not rawread.same(rawread.read(outs, at_return[0],
                                                                               rawread.RETURN_POINTS), at_return[1])
         except (ValueError, rawread.RawReadError) as exc:
