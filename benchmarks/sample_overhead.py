@@ -5,6 +5,7 @@ trip, and `timing.consistency` in a record says how much of it is not the timed 
 Sampler a worker builds, for one problem's reference on one device, and times each part of a sample and its
 check separately, each part synchronised (so the figures attribute device work to the part that queued it):
 
+    clean    the pass over torch's namespaces that undoes a candidate's replacements while inputs are drawn
     inputs   get_inputs() under the sample's seed, on the device
     copy     the pristine copy of the inputs kept for the mutation check
     measure  the mode's measurement (flush, events, the call, synchronize)
@@ -57,6 +58,10 @@ def main() -> int:
     meter = sampler._meter("eager")
     parts: dict[str, list[float]] = {}
 
+    def clean_pass():
+        with integrity.clean_torch():
+            pass
+
     def timed(name, fn):
         sync()
         t0 = time.perf_counter()
@@ -67,6 +72,7 @@ def main() -> int:
 
     for i in range(args.samples + 10):
         seed = 1000 + i
+        timed("clean", clean_pass)                                       # torch as it was, nothing replaced
         inputs = timed("inputs", lambda: device_inputs(problem, seed, settings, args.device))
         pristine = timed("copy", lambda: [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
         times, out, used = timed("measure", lambda: meter.measure(sampler.calls["eager"], inputs))

@@ -13,7 +13,7 @@ FLAG_DETAILS = {
     "mutates_inputs": "the candidate changed its input tensors",
     "unsynchronized_work": "outputs kept changing after the call returned and the device was idle",
     "output_not_plain_tensor": "the call returned a tensor subclass or lazy object, not a plain tensor",
-    "tampered_timer": "candidate code replaced clock or harness functions",
+    "tampered_timer": "candidate code replaced clock, harness or problem functions",
 }
 
 

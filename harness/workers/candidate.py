@@ -10,6 +10,7 @@ import os
 import time
 from typing import Any
 
+from . import integrity
 from .common import (Conn, SkipCandidate, as_tensor_list, compiler_summary, describe, device_inputs, init_inputs,
                      is_oom, install_extension_hooks, load_module, problem_settings, setup_torch, tail_traceback)
 from .sampler import inputs_changed, not_plain, same_tensor
@@ -42,6 +43,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
 
 def _problem_side(job, device):
     problem = load_module("kb_problem", job.problem_path)
+    integrity.watch_module(problem)
     settings = problem_settings(problem, job.precision)
     setup_torch(settings)
     seed = job.seed

@@ -199,10 +199,12 @@ def _stage(name: str, fn, *args):
 
 def _prepare(job, device: str):
     import torch
+    from . import integrity
     problem = _stage("problem import", load_module, "kb_problem", job.problem_path)
     for name in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(problem, name):
             raise _StageError("problem", ProblemError(f"no {name} defined"))
+    integrity.watch_module(problem)                    # the same after-sample checks as the candidate's
     settings = _stage("problem settings", problem_settings, problem, job.precision)
     setup_torch(settings)
     seed = job.seed

@@ -2,9 +2,10 @@
 and serve the same requests with the same per-sample work, so an A/A candidate is indistinguishable from the
 reference by construction:
 
-  sample(variant, seed): draw the inputs for `seed` on the device (the worker learns the seed only now), keep a
-      copy for the mutation check, time one call with the mode's measurement object (harness.timing), keep the
-      output until the check;
+  sample(variant, seed): draw the inputs for `seed` on the device (the worker learns the seed only now) and keep
+      a copy for the mutation check, both with torch as it was before candidate code ran (every input here is
+      drawn that way: harness.workers.integrity.clean_torch), time one call with the mode's measurement object
+      (harness.timing), keep the output until the check;
   check(check_seed, keep_full): the output's values at positions drawn from `check_seed` (chosen by the parent
       after the call returned), read first from its memory (harness.workers.rawread) and then through torch,
       whether the inputs changed, whether the output's memory changed since the call returned, and optionally
@@ -82,7 +83,7 @@ class Sampler:
             return m.wire(self.check(m.CheckRequest(int(message["check_seed"]), bool(message.get("keep_full")))))
         if op == m.ProfileRequest.OP:
             req = m.ProfileRequest(int(message["seed"]), str(message["variant"]))
-            return m.wire(m.ProfileResult(profiling.profile_call(self.calls[req.variant], self._inputs(req.seed),
+            return m.wire(m.ProfileResult(profiling.profile_call(self.calls[req.variant], self._clean_inputs(req.seed),
                                                                  self.device)))
         if op == m.ModeRequest.OP:
             self.mode = str(message["mode"])
@@ -93,12 +94,16 @@ class Sampler:
     def _inputs(self, seed: int) -> list:
         return self.fixed if self.fixed is not None else device_inputs(self.problem, seed, self.settings, self.device)
 
+    def _clean_inputs(self, seed: int) -> list:
+        with integrity.clean_torch():
+            return self._inputs(seed)
+
     def _meter(self, variant: str):
         meter = self.meters.get(variant)
         if meter is None:
             call = self.calls[variant]
             for _ in range(self.spec.warmup):
-                call(self._inputs(WARMUP_SEED))
+                call(self._clean_inputs(WARMUP_SEED))
             meter = self.timing.measurement(self.mode, self.device, self.flusher, self.spec.graph_calls)
             self.meters[variant] = meter
         return meter
@@ -108,8 +113,9 @@ class Sampler:
         self.last = None
         call = self.calls[req.variant]
         meter = self._meter(req.variant)
-        inputs = self._inputs(req.seed)
-        pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs] if self.defenses else None
+        with integrity.clean_torch():                      # nothing of the candidate's runs while inputs are made
+            inputs = self._inputs(req.seed)
+            pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs] if self.defenses else None
         try:
             times, out, used = meter.measure(call, inputs)
         except self.timing.GraphCaptureError as exc:
