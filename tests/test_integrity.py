@@ -20,7 +20,8 @@ def test_clean_torch_undoes_replacements_for_its_duration_only(monkeypatch):
     monkeypatch.setattr(torch, "brand_new_name", fake, raising=False)
     with integrity.clean_torch():
         assert torch.randn is original_randn and F.linear is original_linear
-        assert "clone" not in vars(torch.Tensor) and not hasattr(torch, "brand_new_name")
+        assert "clone" not in vars(torch.Tensor)
+        assert torch.brand_new_name is fake        # a name torch did not have cannot be what get_inputs calls
         assert isinstance(torch.randn(2).clone(), torch.Tensor)
     assert torch.randn is fake and F.linear is fake and vars(torch.Tensor)["clone"] is fake
     assert torch.brand_new_name is fake
