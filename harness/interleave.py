@@ -61,7 +61,7 @@ class Collected:
     output_errors: list[str] = field(default_factory=list)
     tampered: set[str] = field(default_factory=set)
     full_path: str | None = None            # the candidate's first timed output, whole
-    profiles: list[Any] = field(default_factory=list)   # the candidate's profiled calls (harness.defenses.check_kernels)
+    profiles: list[Any] = field(default_factory=list)   # the candidate's profiled calls (defenses.check_kernels)
     noisy: bool = False
     seconds: float = 0.0
     graph_error: str | None = None          # graph capture failed on a side: these rounds are cold

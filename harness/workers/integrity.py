@@ -24,7 +24,7 @@ WATCHED = ("harness.timing", "harness.channel", "harness.messages", "harness.wor
 
 _entries: dict[str, tuple[Any, str, Any, Any]] = {}     # label -> (owner, attribute, value, value's __code__)
 _MISSING = object()
-_torch_saved: tuple = ()            # ((namespace, read-only copy of its names), ...): torch as it was
+_torch_saved: tuple = ()            # ((namespace, read-only copy of its names, added names count), ...)
 
 
 def _add(label: str, owner: Any, attr: str, value: Any) -> None:

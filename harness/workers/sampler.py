@@ -61,7 +61,7 @@ class Sampler:
                         if spec.flush_l2 and device != "cpu" else None)
         self.meters: dict[str, Any] = {}
         self.mode = spec.mode
-        self.last: tuple[list, list | None, Any] | None = None
+        self.last: tuple[list, list | None, Any, tuple[int, list[float]] | None] | None = None   # the last sample
         self.fixed = None if defenses else device_inputs(problem, WARMUP_SEED, settings, device)
 
     def settle(self) -> None:
