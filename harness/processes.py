@@ -27,14 +27,17 @@ def _combined(records: list[dict[str, Any]], get) -> Estimate | None:
     return combine(found) if found and all(e is not None for e in found) else None
 
 
-def merge(records: list[dict[str, Any]]) -> dict[str, Any]:
-    if len(records) == 1:
+def merge(records: list[dict[str, Any]], planned: int | None = None) -> dict[str, Any]:
+    """The record for the process pairs that ran (`planned` were to: none runs after one that is not ok)."""
+    if len(records) == 1 and (planned or 1) == 1:
         return records[0]
     for i, record in enumerate(records):
         if record.get("status") != "ok":
-            if i > 0 and record.get("error"):
-                record["error"] = f"process pair {i + 1} of {len(records)}: {record['error']}"
+            if record.get("error"):
+                record["error"] = f"process pair {i + 1} of {planned or len(records)}: {record['error']}"
             return record
+    if len(records) == 1:
+        return records[0]
     merged = copy.deepcopy(records[0])
     timing = merged.get("timing") or {}
     main = _combined(records, lambda r: (r.get("speedup"), r.get("speedup_ci")))

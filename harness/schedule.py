@@ -204,7 +204,7 @@ def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorker
     finally:
         for pair in runnable:                   # what was measured stands, even when the run stops early
             if done[pair.key]:
-                ctx.emit(processes.merge(done[pair.key]))
+                ctx.emit(processes.merge(done[pair.key], count))
         shutil.rmtree(problem_dir, ignore_errors=True)
 
 

@@ -308,9 +308,12 @@ def test_merge_of_process_pairs_keeps_each_and_combines_the_speedup():
 def test_merge_lets_a_failing_process_pair_stand_and_says_which():
     from harness import processes
     bad = {"status": "invalid", "error": "interference: slower", "flags": ["interference"], "timing": None}
-    merged = processes.merge([_ok_record(1.1, [1.09, 1.11], 10), bad])
+    merged = processes.merge([_ok_record(1.1, [1.09, 1.11], 10), dict(bad)], planned=3)   # the third never ran
     assert merged["status"] == "invalid"
-    assert merged["error"] == "process pair 2 of 2: interference: slower"
+    assert merged["error"] == "process pair 2 of 3: interference: slower"
+    first = processes.merge([dict(bad)], planned=3)
+    assert first["error"] == "process pair 1 of 3: interference: slower"
+    assert processes.merge([dict(bad)])["error"] == "interference: slower"       # one process pair: nothing to say
 
 
 def test_jobs_travel_as_typed_messages():
