@@ -29,12 +29,11 @@ def _combined(records: list[dict[str, Any]], get) -> Estimate | None:
 
 def merge(records: list[dict[str, Any]], planned: int | None = None) -> dict[str, Any]:
     """The record for the process pairs that ran (`planned` were to: none runs after one that is not ok)."""
-    if len(records) == 1 and (planned or 1) == 1:
-        return records[0]
+    total = planned or len(records)
     for i, record in enumerate(records):
         if record.get("status") != "ok":
-            if record.get("error"):
-                record["error"] = f"process pair {i + 1} of {planned or len(records)}: {record['error']}"
+            if total > 1 and record.get("error"):
+                record["error"] = f"process pair {i + 1} of {total}: {record['error']}"
             return record
     if len(records) == 1:
         return records[0]

@@ -33,6 +33,7 @@ def _torch_reads(t: torch.Tensor, seed: int) -> list[float]:
     lambda: torch.rand(5) > 0.5,
     lambda: torch.randn(4, dtype=torch.complex64),
     lambda: torch.tensor(3.5),                              # a scalar
+    lambda: torch.randn(700, 700),                          # positions over more than SPAN_BYTES: one read each
 ])
 def test_raw_values_are_what_torch_reads(make):
     t = make()
