@@ -30,7 +30,7 @@ from .procs import SpareWorkers, Worker, WorkerExit
 from .records import INVALIDATING_FLAGS, finish
 from .seeds import RunSeed
 from .signing import RunKey
-from .timing import summarize
+from .timing import graph_replays, summarize
 
 
 @dataclass
@@ -53,9 +53,10 @@ def last_line(text: str) -> str:
     return lines[-1][:300] if lines else "(no output)"
 
 
-def timing_spec(cfg: Config, device: str, mode: str, variants: list[str] | None = None) -> TimingSpec:
+def timing_spec(cfg: Config, device: str, mode: str, variants: list[str] | None = None, replays: int = 1) -> TimingSpec:
     t = cfg.timing
-    return TimingSpec("host" if device == "cpu" else mode, t.warmup, t.flush_l2, t.graph_calls, variants or [EAGER])
+    return TimingSpec("host" if device == "cpu" else mode, t.warmup, t.flush_l2, t.graph_calls, variants or [EAGER],
+                      replays)
 
 
 class ReferenceSide:
@@ -68,6 +69,8 @@ class ReferenceSide:
         self.error_status = "load_error"
         self.info: dict[str, Any] = {}
         self.mode = "host" if device == "cpu" else "cold"
+        self.graph_replays = 1              # graph mode: replays a sample, sized by the pair's first blocks
+        self.replays_sized = False
         self.variants = [EAGER]
         cfg = pc.cfg
         self.worker = spares.take("reference", pc.log_dir / f"{slug(pair.problem_id)}__reference.log")
@@ -153,8 +156,7 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
                         pc.seed.stream("samples", *tags), pc.seed.stream("checks", *tags), deadline,
                         cfg.timing.block_warmup, defenses.PROFILED_CALLS if cfg.defenses else 0)
     try:
-        inter.set_mode(reference.worker, reference.mode)
-        inter.calls_per_sample = cfg.timing.graph_calls if reference.mode == "graph" else 1
+        _set_reference_mode(reference, inter, cfg.timing.graph_calls)
         before = inter.reference_blocks(cfg.timing.baseline_blocks)
     except WorkerExit as exc:
         finish(record, "crashed", f"reference side: {exc.detail}; last output: {last_line(reference.worker.log_tail())}")
@@ -167,7 +169,8 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
     env = {**build_env(Path(build.build_dir), pc.toolchain), "TRITON_CACHE_DIR": str(pair_dir / "triton")}
     worker.send(wire(CandidateJob(
         str(pair.problem.path.resolve()), build.candidate_path, device, pc.seed.base, cfg.trials,
-        timing_spec(cfg, device, reference.mode, [CANDIDATE]), str(pair_dir), str(reference.state_path),
+        timing_spec(cfg, device, reference.mode, [CANDIDATE], reference.graph_replays), str(pair_dir),
+        str(reference.state_path),
         cfg.defenses, cfg.precision, hide=[str(RunKey.keys_dir(cfg.cache_dir))], env=env)))
     phases["start"] = time.monotonic() - t_start
     collected = None
@@ -317,6 +320,18 @@ def _conclude(record: dict[str, Any], reference: ReferenceSide, inter: Interleav
         finish(record, "ok")
 
 
+def _set_reference_mode(reference: ReferenceSide, inter: Interleaver, graph_calls: int) -> None:
+    """The reference's timing mode for this pair. Graph mode: one block with one replay a sample sizes the replays
+    (timing.graph_replays, once per problem) so that a sample holds enough work for the parent's clock."""
+    if reference.mode == "graph" and not reference.replays_sized:
+        inter.set_mode(reference.worker, "graph", 1)
+        inter.calls_per_sample = graph_calls
+        reference.graph_replays = graph_replays(min(inter.reference_blocks(1)), graph_calls)
+        reference.replays_sized = True
+    inter.set_mode(reference.worker, reference.mode, reference.graph_replays)
+    inter.calls_per_sample = graph_calls * reference.graph_replays if reference.mode == "graph" else 1
+
+
 def _check_consistency(record: dict[str, Any], reference: ReferenceSide, inter: Interleaver, out: Collected,
                        pc: PairContext) -> None:
     """The parent's clock around every sample against what each side reported (`timing_inconsistent`)."""
@@ -373,6 +388,7 @@ def _timing_record(record: dict[str, Any], reference: ReferenceSide, out: Collec
         "l2_flush": bool(t.flush_l2 and mode == "cold"),
         "timer_floor_ms": reference.info.get("timer_floor_ms"),
         "cold_probe_ms": reference.info.get("cold_probe_ms"),
+        "graph_replays": reference.graph_replays if mode == "graph" else None,
         "graph_error": out.graph_error,
         "cpu_threads": pc.cfg.cpu_threads,
         "block_samples": t.block_samples, "block_warmup": t.block_warmup, "profiled_calls": len(out.profiles),

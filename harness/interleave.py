@@ -81,7 +81,7 @@ class Interleaver:
         self.candidate: Worker | None = None
         self.active: Worker | None = None
         self.check_for: dict[int, int] = {}
-        self.calls_per_sample = 1               # graph mode: a sample replays graph_calls calls, reports one
+        self.calls_per_sample = 1               # graph mode: a sample replays graph_calls x graph_replays calls
 
     # ------------------------------------------------------------ one side at a time
 
@@ -111,8 +111,8 @@ class Interleaver:
                 raise CandidateFailed(data) from None
             raise WorkerExit("protocol", None, f"sent a malformed {reply.KIND!r} reply: {exc}") from None
 
-    def set_mode(self, worker: Worker, mode: str) -> None:
-        worker.send(m.wire(m.ModeRequest(mode)))
+    def set_mode(self, worker: Worker, mode: str, graph_replays: int = 1) -> None:
+        worker.send(m.wire(m.ModeRequest(mode, graph_replays)))
         answer = worker.recv(self.deadline)
         if answer.get("kind") != "mode":
             raise WorkerExit("protocol", None, f"answered {answer.get('kind')!r} to a mode change")

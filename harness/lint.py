@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import queue
+import sys
 import threading
 import time
 from pathlib import Path
@@ -69,17 +70,28 @@ def cmd_lint(argv: list[str]) -> int:
     started = time.monotonic()
     seed = RunSeed.resolve(cfg.seed).base              # seed: null draws one (written to the lint file)
     set_worker_memory_gb(cfg.worker_memory_gb)
-    with _progress(wide_console(stderr=True)) as progress:
-        task = progress.add_task("lint", total=len(problems))
-        results = lint_problems(problems, slots, seed, args.timeout or cfg.reference_timeout, log_dir,
-                                on_done=lambda result: progress.advance(task), precision=cfg.precision)
     path = out_dir / f"lint-{new_run_id()}.json"
+    done: list[dict[str, Any]] = []
+
+    def finished(result: dict[str, Any]) -> None:
+        done.append(result)
+        progress.advance(task)
+        if args.json:                                  # as each finishes: an interrupted lint keeps what it did
+            print(json.dumps(result), flush=True)
+
+    try:
+        with _progress(wide_console(stderr=True)) as progress:
+            task = progress.add_task("lint", total=len(problems))
+            results = lint_problems(problems, slots, seed, args.timeout or cfg.reference_timeout, log_dir,
+                                    on_done=finished, precision=cfg.precision)
+    except KeyboardInterrupt:
+        write_json_atomic(path, {"problems": sorted(done, key=lambda r: r["problem"]), "seed": seed,
+                                 "wall_seconds": round(time.monotonic() - started, 1), "interrupted": True})
+        print(f"interrupted: {len(done)} of {len(problems)} problems linted, written to {path}", file=sys.stderr)
+        return 130
     write_json_atomic(path, {"problems": results, "seed": seed,
                              "wall_seconds": round(time.monotonic() - started, 1)})
-    if args.json:
-        for r in results:
-            print(json.dumps(r))
-    else:
+    if not args.json:
         console = wide_console()
         console.print(table(results))
         bad = [r for r in results if r["verdict"] != "ok"]

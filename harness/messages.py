@@ -28,6 +28,7 @@ class TimingSpec:
     flush_l2: bool
     graph_calls: int
     variants: list[str] = field(default_factory=lambda: ["eager"])   # reference: eager and compile:<mode>
+    graph_replays: int = 1      # graph mode: replays of the captured graph in one sample (the parent's choice)
 
 
 # ---------------------------------------------------------------- jobs (parent -> worker, the first message)
@@ -117,6 +118,7 @@ class ModeRequest:
     """Switch the timing mode (graph capture failed on one side: both go back to cold)."""
     OP: ClassVar[str] = "mode"
     mode: str
+    graph_replays: int = 1
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,11 @@
   microseconds, which would shrink every speedup toward 1) does not.
 - `GraphCuda` (mode `graph`, for calls so short that launch overhead dominates): `graph_calls` calls are captured
   once in a CUDA graph over static input buffers; a sample copies fresh inputs into those buffers, queues a short
-  spin kernel (so the graph's launch hides behind it), replays the graph between the same events and divides by
-  `graph_calls`. No L2 flush: a replay is a hot batch, as in nvbench's batch measurements.
+  spin kernel (so the graph's launch hides behind it), replays the graph `replays` times between the same events
+  and divides by `graph_calls * replays`. No L2 flush: a replay is a hot batch, as in nvbench's batch measurements.
+  The parent picks `replays` (`graph_replays`) from the reference's own replay time so that a sample holds ~3 ms
+  of work: the parent's clock around each sample (the `timing_inconsistent` check) cannot see a forged report on a
+  sample much shorter than the ~3 ms of per-sample work both sides do, and its noise.
 - `HostClock` (the CPU path): perf_counter_ns around the call.
 
 The clock functions are bound when this module is imported, before any candidate code runs in the worker, so a
@@ -32,6 +35,8 @@ _event_elapsed = torch.cuda.Event.elapsed_time
 _event_synchronize = torch.cuda.Event.synchronize
 _synchronize = torch.cuda.synchronize
 _graph_replay = torch.cuda.CUDAGraph.replay
+_copy = torch.Tensor.copy_
+_clone = torch.Tensor.clone
 _spin = torch.cuda._sleep
 _ORIGINALS = {
     "time.perf_counter_ns": (time, "perf_counter_ns", _perf_counter_ns),
@@ -42,6 +47,8 @@ _ORIGINALS = {
     "torch.cuda.synchronize": (torch.cuda, "synchronize", _synchronize),
     "torch.cuda.CUDAGraph.replay": (torch.cuda.CUDAGraph, "replay", _graph_replay),
 }
+GRAPH_SAMPLE_MS = 3.0           # graph mode: a sample replays the graph until it holds about this much device time
+GRAPH_MAX_REPLAYS = 200
 
 
 def timers_tampered() -> list[str]:
@@ -173,9 +180,9 @@ class GraphCaptureError(Exception):
 class GraphCuda(ColdCuda):
     mode = "graph"
 
-    def __init__(self, device: torch.device, flusher: L2Flusher | None, calls: int):
+    def __init__(self, device: torch.device, flusher: L2Flusher | None, calls: int, replays: int = 1):
         super().__init__(device, flusher)
-        self.calls = calls
+        self.calls, self.replays = calls, max(1, replays)
         self.graph = None
         self.static_inputs: list = []
         self.static_out: Any = None
@@ -194,7 +201,7 @@ class GraphCuda(ColdCuda):
 
     def capture(self, call: Call, inputs: list) -> None:
         try:
-            self.static_inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+            self.static_inputs = [_clone(x) if isinstance(x, torch.Tensor) else x for x in inputs]
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
@@ -218,18 +225,27 @@ class GraphCuda(ColdCuda):
         self.calibrate()
         for static, fresh in zip(self.static_inputs, inputs):
             if isinstance(static, torch.Tensor):
-                static.copy_(fresh)
+                _copy(static, fresh)
         h0 = self._begin()
-        _graph_replay(self.graph)
-        return self._end(h0, self.calls), self.static_out, self.static_inputs
+        for _ in range(self.replays):
+            _graph_replay(self.graph)
+        return self._end(h0, self.calls * self.replays), self.static_out, self.static_inputs
 
 
-def measurement(mode: str, device: str, flusher: L2Flusher | None, graph_calls: int):
+def graph_replays(call_ms: float | None, graph_calls: int) -> int:
+    """Replays per graph sample for GRAPH_SAMPLE_MS of device time, from one call's replay time (`call_ms`, the
+    reference's, measured with one replay a sample)."""
+    if not isinstance(call_ms, (int, float)) or not call_ms > 0:
+        return 1
+    return max(1, min(GRAPH_MAX_REPLAYS, round(GRAPH_SAMPLE_MS / (graph_calls * call_ms))))
+
+
+def measurement(mode: str, device: str, flusher: L2Flusher | None, graph_calls: int, graph_replays: int = 1):
     """The measurement object for a mode ('cold' | 'graph'; any mode on the CPU is the host clock)."""
     if device == "cpu":
         return HostClock()
     if mode == "graph":
-        return GraphCuda(torch.device(device), flusher, graph_calls)
+        return GraphCuda(torch.device(device), flusher, graph_calls, graph_replays)
     return ColdCuda(torch.device(device), flusher)
 
 

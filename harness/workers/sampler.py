@@ -60,7 +60,7 @@ class Sampler:
         self.flusher = (timing.L2Flusher(_torch_device(device), cudadriver.reset_persisting_l2)
                         if spec.flush_l2 and device != "cpu" else None)
         self.meters: dict[str, Any] = {}
-        self.mode = spec.mode
+        self.mode, self.graph_replays = spec.mode, spec.graph_replays
         self.last: tuple[list, list | None, Any, tuple[int, list[float]] | None] | None = None   # the last sample
         self.fixed = None if defenses else device_inputs(problem, WARMUP_SEED, settings, device)
 
@@ -86,7 +86,7 @@ class Sampler:
             return m.wire(m.ProfileResult(profiling.profile_call(self.calls[req.variant], self._clean_inputs(req.seed),
                                                                  self.device)))
         if op == m.ModeRequest.OP:
-            self.mode = str(message["mode"])
+            self.mode, self.graph_replays = str(message["mode"]), int(message.get("graph_replays", 1))
             self.meters.clear()
             return {"kind": "mode", "mode": self.mode}
         return None
@@ -104,7 +104,8 @@ class Sampler:
             call = self.calls[variant]
             for _ in range(self.spec.warmup):
                 call(self._clean_inputs(WARMUP_SEED))
-            meter = self.timing.measurement(self.mode, self.device, self.flusher, self.spec.graph_calls)
+            meter = self.timing.measurement(self.mode, self.device, self.flusher, self.spec.graph_calls,
+                                               self.graph_replays)
             self.meters[variant] = meter
         return meter
 
