@@ -37,7 +37,7 @@ th{text-align:left;background:#eaeef2;padding:6px 8px;vertical-align:bottom}.bad
 tbody tr:nth-child(even){background:var(--zebra)}td{padding:5px 8px;border-top:1px solid var(--line);vertical-align:top}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .good{color:var(--good);font-weight:600}
-td.err{color:var(--muted);font:12px/1.4 ui-monospace,Menlo,Consolas,monospace;word-break:break-word}
+td.err{min-width:24em;color:var(--muted);font:12px/1.4 ui-monospace,Menlo,Consolas,monospace;word-break:break-word}
 .st{border-radius:10px;padding:1px 8px;font-size:12px;font-weight:600;white-space:nowrap;background:#eee;color:#656d76}
 .st-ok{background:#dafbe1;color:var(--good)}.st-incorrect{background:#ffebe9;color:var(--bad)}.note{color:var(--muted)}
 .st-invalid,.flag{background:#fff8c5;color:var(--warn)}
@@ -206,15 +206,21 @@ def leaderboard_table(pairs: list[Pair]) -> str:
                     f"{_speedup_cell(p.vs_compile if p.correct else None, p.vs_compile_ci)}"
                     f'<td class="num">{_pct(p.pct_bandwidth if p.correct else None)}</td>'
                     f'<td class="num">{_pct(p.pct_flops if p.correct else None)}</td>'
-                    f'<td>{_flags(p.flags)}</td><td class="err">{"" if p.correct else _e(p.error)}</td></tr>')
+                    f"<td>{_flags(p.flags)}</td>{_error_cell('' if p.correct else p.error)}</tr>")
     return _table(["problem", "best candidate", "status", ">vs eager [95% CI]", ">vs torch.compile [95% CI]",
                    ">% peak BW", ">% peak FLOPs", "flags", "error (best attempt)"], rows, "leaderboard")
+
+
+def _error_cell(error: str) -> str:
+    """An error, abbreviated (the whole of it in the cell's tooltip): a long one squeezed into a narrow column
+    made a row hundreds of pixels tall (seen on a real H200 run's leaderboard)."""
+    return f'<td class="err" title="{_e(error)}">{_e(abbreviate(error, ERROR_LIMIT))}</td>'
 
 
 def pairs_table(pairs: list[Pair]) -> str:
     rows = [f"<tr><td>{_e(p.problem)}</td><td>{_e(p.candidate)}</td><td>{_status(p.status)}</td>"
             f"{_speedup_cell(p.speedup, p.speedup_ci, p.correct)}<td>{_flags(p.flags)}</td>"
-            f'<td class="err" title="{_e(p.error)}">{_e(abbreviate(p.error, ERROR_LIMIT))}</td></tr>'
+            f"{_error_cell(p.error)}</tr>"
             for p in sorted(pairs, key=lambda p: (p.problem, p.candidate))]
     return _table(["problem", "candidate", "status", ">speedup [95% CI]", "flags", "error"], rows, "pairs")
 
@@ -418,8 +424,19 @@ def _history(runs: list[Run]) -> str:
     return out
 
 
+def standings(runs: list[Run]) -> list[Pair]:
+    """Each (problem, candidate)'s record from the newest run that has it (`runs` oldest first): what the suite
+    reads now when runs cover parts of it (a level at a time, a CI job, a resumed run)."""
+    newest: dict[tuple[str, str], Pair] = {}
+    for run in runs:
+        for pair in run.pairs:
+            newest[(pair.problem, pair.candidate)] = pair
+    return [newest[key] for key in sorted(newest)]
+
+
 def write_site(output_dir: Path, runs: list[tuple[str, dict, list[Record | dict[str, Any]]]]) -> Path:
-    """Write <output_dir>/index.html: every run (oldest first), per-problem history, the latest run in full."""
+    """Write <output_dir>/index.html: every run (oldest first), per-problem history, and the standings (each
+    pair's newest record) in full: summary, leaderboard, plots, every pair."""
     output_dir = Path(output_dir)
     ordered = sorted((Run(str(rid), _dict(meta), pairs_of(recs)) for rid, meta, recs in runs), key=lambda r: r.run_id)
     body = f"<h1>Kernel leaderboard: {len(ordered)} run{'' if len(ordered) == 1 else 's'}</h1>"
@@ -428,7 +445,7 @@ def write_site(output_dir: Path, runs: list[tuple[str, dict, list[Record | dict[
         body += (f"{meta_header(RunMeta.from_json(latest.run_id, latest.meta, latest.pairs))}"
                  f"<h2>Runs</h2>{_runs_table(output_dir, ordered)}"
                  f"<h2>History: best correct speedup per problem</h2>{_history(ordered)}"
-                 f"<h2>Latest run: {_e(latest.run_id)}</h2>{_run_sections(latest.pairs)}")
+                 f"<h2>Standings: each pair's newest record across the runs</h2>{_run_sections(standings(ordered))}")
     else:
         body += _note("No runs yet.")
     output_dir.mkdir(parents=True, exist_ok=True)
