@@ -13,12 +13,17 @@
 #   processes: A/A of seven problems with --processes PROCS (3), then the level3 candidates (custom_share)
 #   first:     the GPU tests, the sandbox and exploit tests as the device's user (root there), six A/A problems
 #   overhead:  benchmarks/sample_overhead.py on three problems (where a sample's harness work goes)
+#   kblint:    lint of the imported KernelBench problems (import them here first, into the ignored .kb/:
+#              `python run_eval.py import-kernelbench CHECKOUT --problems-dir .kb/problems`, and carry `.kb`, and
+#              einops as a wheel in `.kbwhl`); `--json` lines are printed as each problem finishes
 #   tests:     the GPU-marked tests alone
 # Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out. The device returns at most 8
 # files: end a device command with `cd $OUT && tar czf /tmp/all.tgz . && rm -rf $OUT/* && mv /tmp/all.tgz $OUT/`.
-#   usage: bash scripts/gpu_check.sh [first|smoke|validate|calibrate|suite|spread|placement|overhead|tests]
+#   usage: bash scripts/gpu_check.sh [first|smoke|validate|calibrate|suite|spread|placement|overhead|kblint|tests]
 #
-# What things cost on one H200 (2026-11-24): the GPU tests 5-6 min; an A/A pair 7-15 s; an honest pair 8-48 s (large
+# What things cost on one H200 (2026-11-24): the GPU tests 6.5 min (so `first` needs TESTS_TIMEOUT=420);
+# lint of the 250 KernelBench problems ~8 min with --per-gpu 6; the suite with torch.compile baselines ~25 s a pair
+# after ~4 min of builds on a fresh machine; an A/A pair 7-15 s; an honest pair 8-48 s (large
 # elementwise outputs go through tensor files: up to 11 s of trials); a fresh machine builds all 39 candidates in
 # ~4 min (16 jobs), so a whole-suite run does not fit one command there: split it by LEVEL, and make the calls back
 # to back (a machine held warm keeps .cache, and the builds in it, between calls).
@@ -151,7 +156,7 @@ PY
 first)
     echo "== GPU tests, then the sandbox/exploit tests as this machine's user (root there), then six A/A problems"
     export TEST_RUNS_OUT="$out/runs"
-    timeout -s INT "${TESTS_TIMEOUT:-330}" python -m pytest -q -rf --tb=short -m gpu tests/ ${K:+-k "$K"} 2>&1 \
+    timeout -s INT "${TESTS_TIMEOUT:-420}" python -m pytest -q -rf --tb=short -m gpu tests/ ${K:+-k "$K"} 2>&1 \
         | tee "$out/gpu_tests.txt" | tail -n 60
     timeout -s INT "${ROOT_TIMEOUT:-200}" python -m pytest -q -rf --tb=short -p no:cacheprovider tests/test_sandbox.py \
         tests/test_exploits.py 2>&1 | tee "$out/root_tests.txt" | tail -n 40
@@ -165,6 +170,20 @@ overhead)
     for p in problems/level1/001_square_matmul.py problems/level1/019_gelu.py problems/level3/009_gru.py; do
         [ -f "$p" ] && timeout 60 python benchmarks/sample_overhead.py "$p" --samples 150
     done 2>&1 | tee "$out/overhead.txt"
+    ;;
+kblint)
+    [ -d .kbwhl ] && python -m pip install -q --no-index --no-deps --target /tmp/site .kbwhl/*.whl \
+        && export PYTHONPATH=/tmp/site
+    /usr/bin/time -f "lint wall %e s" timeout -s INT "${LINT_TIMEOUT:-540}" python run_eval.py lint \
+        --problems-dir .kb/problems --device cuda --output-dir "$out/lint" --per-gpu 6 --json "${level_args[@]}" \
+        > "$out/lint.jsonl" 2> "$out/lint.err"
+    grep -v "━" "$out/lint.err" | tail -n 3
+    python - "$out/lint.jsonl" <<'PY'
+import collections, json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+print(len(rows), "problems:", dict(collections.Counter(r["verdict"] for r in rows)),
+      "not bit-for-bit deterministic:", sum(1 for r in rows if r.get("deterministic") is False))
+PY
     ;;
 tests)
     timeout 560 python -m pytest -q -m gpu tests/ 2>&1 | tail -n 40
