@@ -71,6 +71,7 @@ class ReferenceSide:
         self.mode = "host" if device == "cpu" else "cold"
         self.graph_replays = 1              # graph mode: replays a sample, sized by the pair's first blocks
         self.replays_sized = False
+        self.graph_error: str | None = None     # why graph mode was given up for the whole problem
         self.variants = [EAGER]
         cfg = pc.cfg
         self.worker = spares.take("reference", pc.log_dir / f"{slug(pair.problem_id)}__reference.log")
@@ -326,7 +327,10 @@ def _set_reference_mode(reference: ReferenceSide, inter: Interleaver, graph_call
     if reference.mode == "graph" and not reference.replays_sized:
         inter.set_mode(reference.worker, "graph", 1)
         inter.calls_per_sample = graph_calls
-        reference.graph_replays = graph_replays(min(inter.reference_blocks(1)), graph_calls)
+        try:
+            reference.graph_replays = graph_replays(min(inter.reference_blocks(1)), graph_calls)
+        except GraphFallback as fell:                  # the reference cannot be captured: cold for the problem
+            reference.mode, reference.graph_error = "cold", f"reference: {fell.error}"
         reference.replays_sized = True
     inter.set_mode(reference.worker, reference.mode, reference.graph_replays)
     inter.calls_per_sample = graph_calls * reference.graph_replays if reference.mode == "graph" else 1
@@ -389,7 +393,7 @@ def _timing_record(record: dict[str, Any], reference: ReferenceSide, out: Collec
         "timer_floor_ms": reference.info.get("timer_floor_ms"),
         "cold_probe_ms": reference.info.get("cold_probe_ms"),
         "graph_replays": reference.graph_replays if mode == "graph" else None,
-        "graph_error": out.graph_error,
+        "graph_error": out.graph_error or reference.graph_error,
         "cpu_threads": pc.cfg.cpu_threads,
         "block_samples": t.block_samples, "block_warmup": t.block_warmup, "profiled_calls": len(out.profiles),
         "rounds": main.rounds,
