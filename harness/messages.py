@@ -115,7 +115,8 @@ class CheckRequest:
 
 @dataclass(frozen=True)
 class ModeRequest:
-    """Switch the timing mode (graph capture failed on one side: both go back to cold)."""
+    """Set the timing mode before a pair (graph: with the replays a sample makes), or switch it back to cold when
+    graph capture failed on one side."""
     OP: ClassVar[str] = "mode"
     mode: str
     graph_replays: int = 1
