@@ -155,7 +155,7 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
     deadline = started + cfg.timeout
     inter = Interleaver(reference.worker, reference.variants, cfg.timing.block_samples,
                         pc.seed.stream("samples", *tags), pc.seed.stream("checks", *tags), deadline,
-                        cfg.timing.block_warmup, defenses.PROFILED_CALLS if cfg.defenses else 0)
+                        cfg.timing.block_warmup, defenses.PROFILED_CALLS if cfg.defenses else 0, spares)
     try:
         _set_reference_mode(reference, inter, cfg.timing.graph_calls)
         before = inter.reference_blocks(cfg.timing.baseline_blocks)

@@ -72,8 +72,9 @@ class Collected:
 
 class Interleaver:
     def __init__(self, reference: Worker, variants: list[str], block: int, samples: SeedStream,
-                 checks: SeedStream, deadline: float, warmup: int = 0, profiles: int = 0):
+                 checks: SeedStream, deadline: float, warmup: int = 0, profiles: int = 0, spares: Any = None):
         self.reference, self.variants, self.block, self.warmup = reference, variants, block, warmup
+        self.spares = spares                    # the slot's spare workers (procs.SpareWorkers): stopped while timing
         self.profiles = profiles                # round halves, drawn at random, after which both sides profile a call
         self._profile_at: set[tuple[int, int]] = set()
         self.samples, self.check_seeds = samples, checks
@@ -91,14 +92,18 @@ class Interleaver:
         for other in (self.reference, self.candidate):
             if other is not None and other is not worker:
                 other.pause()
+        if self.spares is not None:             # each switch: a spare started since the last one is stopped too
+            self.spares.pause()
         worker.resume()
         self.active = worker
 
     def release(self) -> None:
-        """Both sides running again (to verify, profile or close)."""
+        """Both sides (and the spares) running again (to verify, profile or close)."""
         for worker in (self.reference, self.candidate):
             if worker is not None:
                 worker.resume()
+        if self.spares is not None:
+            self.spares.resume()
         self.active = None
 
     def _ask(self, worker: Worker, message: Any, reply: type) -> Any:

@@ -454,6 +454,7 @@ class SpareWorkers:
     def take(self, role: str, log_path: Path) -> Worker:
         worker = self.spares.pop(role, None)
         if worker is not None and worker.alive():
+            worker.resume()                             # stopped if a pair's timing ended without release()
             worker.move_log(log_path)
         else:
             if worker is not None:
@@ -463,6 +464,17 @@ class SpareWorkers:
             spare_log = self.log_dir / f"spare-{self.tag}-{role}-{next(self._serial)}.log"
             self.spares[role] = Worker(role, self.env, spare_log)
         return worker
+
+    def pause(self) -> None:
+        """SIGSTOP the spares while a side is timed: a spare importing torch would compete with the timed process
+        for the host (on a 2-core machine it slowed the reference's blocks during a pair by half, and the honest
+        pair read `interference`). They go on importing when the timing stops (resume)."""
+        for worker in self.spares.values():
+            worker.pause()
+
+    def resume(self) -> None:
+        for worker in self.spares.values():
+            worker.resume()
 
     def close(self) -> None:
         for worker in self.spares.values():

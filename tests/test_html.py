@@ -152,6 +152,19 @@ def test_run_and_site_pages(tmp_path):
     assert history["level1/023_softmax"] == ["-", "-"]
 
 
+def test_site_leaderboard_is_each_pairs_newest_record_across_runs(tmp_path):
+    """Runs that each cover part of the suite (a level at a time, as on the H200) make one leaderboard: each pair's
+    record from the newest run that has it, not the newest run alone."""
+    gelu, mm = "level1/019_gelu", "level2/001_matmul"
+    older = [record(gelu, "cuda_gelu", speedup=2.0, ci=[1.9, 2.1]), record(mm, "tiled", speedup=1.3, ci=[1.2, 1.4])]
+    newer = [record(gelu, "cuda_gelu", speedup=2.5, ci=[2.4, 2.6])]                     # level1 only, later
+    dom = Dom(write_site(tmp_path, [(RUN_A, run_meta(RUN_A), older), (RUN_B, run_meta(RUN_B), newer)]).read_text())
+    board = {row[0]: row for row in body_rows(dom, "leaderboard")}
+    assert sorted(board) == [gelu, mm]
+    assert "2.50x [2.40, 2.60]" in board[gelu] and "1.30x [1.20, 1.40]" in board[mm]
+    assert len(body_rows(dom, "pairs")) == 2
+
+
 def test_missing_fields_never_crash(tmp_path):
     hostile = [{}, {"status": ["not", "hashable"]},
                {"status": None, "speedup": "fast", "speedup_ci": ["a", None], "flags": None},

@@ -330,3 +330,11 @@ def test_jobs_travel_as_typed_messages():
     assert m.parse(m.ReferenceJob, json.loads(json.dumps(m.wire(ref)))) == ref
     with pytest.raises(m.ProtocolError, match="seed"):
         m.parse(m.ReferenceJob, {**m.wire(ref), "seed": "7"})
+
+
+def test_graph_replays_fill_a_sample_with_about_three_ms():
+    from harness.timing import GRAPH_MAX_REPLAYS, graph_replays
+    assert graph_replays(0.0145, 20) == 10          # 20 calls of 0.0145 ms: 0.29 ms a replay
+    assert graph_replays(0.2, 20) == 1              # already longer than the target
+    assert graph_replays(1e-6, 20) == GRAPH_MAX_REPLAYS
+    assert graph_replays(None, 20) == 1 and graph_replays(0.0, 20) == 1
