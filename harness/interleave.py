@@ -24,7 +24,7 @@ from typing import Any
 
 from . import messages as m
 from .paired import StopRule, should_stop
-from .procs import Worker, WorkerExit
+from .procs import SpareWorkers, Worker, WorkerExit
 from .seeds import SeedStream
 
 CANDIDATE = "candidate"
@@ -72,9 +72,10 @@ class Collected:
 
 class Interleaver:
     def __init__(self, reference: Worker, variants: list[str], block: int, samples: SeedStream,
-                 checks: SeedStream, deadline: float, warmup: int = 0, profiles: int = 0, spares: Any = None):
+                 checks: SeedStream, deadline: float, warmup: int = 0, profiles: int = 0,
+                 spares: SpareWorkers | None = None):
         self.reference, self.variants, self.block, self.warmup = reference, variants, block, warmup
-        self.spares = spares                    # the slot's spare workers (procs.SpareWorkers): stopped while timing
+        self.spares = spares                    # the slot's spare workers: stopped while a side is timed
         self.profiles = profiles                # round halves, drawn at random, after which both sides profile a call
         self._profile_at: set[tuple[int, int]] = set()
         self.samples, self.check_seeds = samples, checks
@@ -92,7 +93,7 @@ class Interleaver:
         for other in (self.reference, self.candidate):
             if other is not None and other is not worker:
                 other.pause()
-        if self.spares is not None:             # each switch: a spare started since the last one is stopped too
+        if self.spares is not None:
             self.spares.pause()
         worker.resume()
         self.active = worker

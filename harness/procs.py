@@ -450,11 +450,14 @@ class SpareWorkers:
     def __init__(self, env: dict[str, str], log_dir: Path, tag: str, enabled: bool):
         self.env, self.log_dir, self.tag, self.enabled = env, log_dir, tag, enabled
         self.spares: dict[str, Worker] = {}
+        self._paused: set[Worker] = set()
 
     def take(self, role: str, log_path: Path) -> Worker:
         worker = self.spares.pop(role, None)
+        if worker in self._paused:                      # a pair's timing ended without release()
+            self._paused.discard(worker)
+            worker.resume()
         if worker is not None and worker.alive():
-            worker.resume()                             # stopped if a pair's timing ended without release()
             worker.move_log(log_path)
         else:
             if worker is not None:
@@ -468,18 +471,23 @@ class SpareWorkers:
     def pause(self) -> None:
         """SIGSTOP the spares while a side is timed: a spare importing torch would compete with the timed process
         for the host (on a 2-core machine it slowed the reference's blocks during a pair by half, and the honest
-        pair read `interference`). They go on importing when the timing stops (resume)."""
+        pair read `interference`). They go on importing when the timing stops (resume). Called at every switch
+        of the timed side: only a spare started since the last call is signalled."""
         for worker in self.spares.values():
-            worker.pause()
+            if worker not in self._paused:
+                worker.pause()
+                self._paused.add(worker)
 
     def resume(self) -> None:
-        for worker in self.spares.values():
+        for worker in self._paused:
             worker.resume()
+        self._paused.clear()
 
     def close(self) -> None:
         for worker in self.spares.values():
             self._discard(worker)
         self.spares.clear()
+        self._paused.clear()
 
     @staticmethod
     def _discard(worker: Worker) -> None:
