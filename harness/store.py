@@ -30,10 +30,21 @@ def new_run_id() -> str:
     return _dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: Any) -> "FileMark":
+    return _write_atomic(path, (json.dumps(data, indent=2, default=str) + "\n").encode(), digest=True)
+
+
+def _write_atomic(path: Path, data: bytes, digest: bool) -> "FileMark":
+    """Write `path` whole through a temporary file and a rename; the mark of what was written, taken from the
+    file itself (not from the path afterwards, which someone may already have deleted again)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+        inode = os.fstat(f.fileno()).st_ino
     os.replace(tmp, path)
+    return FileMark(inode, len(data), hashlib.sha256(data).hexdigest() if digest else None)
 
 
 def _stderr_warn(message: str) -> None:
@@ -193,25 +204,29 @@ class RunStore:
             changed = self._check(self.results_path, self._results_mark, "results.jsonl", full=False)
             self._lines.append(line)
             self._records.append(json.loads(line))
-            if changed or not self._append_to_ours(line):
+            mark = None if changed else self._append_to_ours(line)
+            if mark is None:
                 if not changed:                 # deleted or replaced between the check and the write
                     self._check(self.results_path, self._results_mark, "results.jsonl", full=False)
                 self._write_results()
-            self._results_mark = FileMark.of(self.results_path, full=False)
+            else:
+                self._results_mark = mark
 
-    def _append_to_ours(self, line: bytes) -> bool:
+    def _append_to_ours(self, line: bytes) -> FileMark | None:
         """Append to results.jsonl only if it is still the file this store wrote (never create it: a file deleted
-        a moment ago is written again whole, and said so, by the caller)."""
+        a moment ago is written again whole, and said so, by the caller); the mark of the file as appended to,
+        or None when it was not."""
         try:
             fd = os.open(self.results_path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         except FileNotFoundError:
-            return False
+            return None
         try:
             if self._results_mark is None or os.fstat(fd).st_ino != self._results_mark.inode:
-                return False
+                return None
             os.write(fd, line)
             os.fsync(fd)
-            return True
+            st = os.fstat(fd)
+            return FileMark(st.st_ino, st.st_size, None)
         finally:
             os.close(fd)
 
@@ -281,18 +296,11 @@ class RunStore:
 
     def _write_results(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.results_path.with_name(self.results_path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(b"".join(self._lines))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.results_path)
-        self._results_mark = FileMark.of(self.results_path, full=False)
+        self._results_mark = _write_atomic(self.results_path, b"".join(self._lines), digest=False)
 
     def _write_meta(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.run_json, self._meta)
-        self._meta_mark = FileMark.of(self.run_json)
+        self._meta_mark = write_json_atomic(self.run_json, self._meta)
 
 
 def check_run_id(run_id: str) -> None:

@@ -274,6 +274,29 @@ def test_store_without_tampering_says_nothing(tmp_path):
     assert warnings == [] and len(lines_of(store.results_path)) == 3
 
 
+def test_a_file_deleted_the_moment_after_a_write_is_still_noticed(tmp_path, monkeypatch):
+    """The store's mark of what it wrote comes from the file it wrote, not from the path a moment later: a
+    results.jsonl deleted between the write and that look was rewritten without a word (a real run in CI lost
+    its "was deleted" line that way)."""
+    from harness.store import RunStore
+    warnings: list[str] = []
+    store = RunStore.create(tmp_path, {"config": {}}, warnings.append)
+    store.append(_record(0))
+    real_fsync = os.fsync
+
+    def fsync_then_delete(fd):
+        real_fsync(fd)
+        store.results_path.unlink(missing_ok=True)
+
+    monkeypatch.setattr(os, "fsync", fsync_then_delete)
+    store.append(_record(1))
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    store.append(_record(2))
+    store.finish()
+    assert any("results.jsonl: was deleted during the run" in w for w in warnings), warnings
+    assert len(lines_of(store.results_path)) == 3
+
+
 def test_results_deleted_during_a_real_run_are_written_again(tmp_path, cache):
     config = example_config(tmp_path, cache)
     args = [sys.executable, str(REPO / "run_eval.py"), "--config", str(config), "--problem", "*001*"]
