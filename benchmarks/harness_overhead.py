@@ -3,6 +3,7 @@ cached) over the same tree, the same warm run with the defenses off, and the per
 pair minus the time spent inside timed samples, both sides).
 
     python benchmarks/harness_overhead.py [--tree tests/fixtures/exploits] [--device cpu|cuda] [--samples 100]
+                                          [--max-pair-seconds S]
 
 Prints a table; nothing here is asserted (performance targets live in benchmarks, not tests).
 """
@@ -19,12 +20,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run(tree: Path, tmp: Path, device: str, samples: int, defenses: bool) -> dict:
+def run(tree: Path, tmp: Path, device: str, samples: int, defenses: bool, cap: float | None) -> dict:
     config = tmp / "config.yaml"
     config.write_text("\n".join([f"problems_dir: {tree / 'problems'}", f"solutions_dir: {tree / 'solutions'}",
                                  f"output_dir: {tmp / 'results'}", f"cache_dir: {tmp / 'cache'}",
                                  f"device: {device}", "timeout: 120", f"defenses: {str(defenses).lower()}",
-                                 "timing:", f"  samples: {samples}"]) + "\n")
+                                 "timing:", f"  samples: {samples}"]
+                                + ([f"  max_pair_seconds: {cap}"] if cap else [])) + "\n")
     before = set((tmp / "results").glob("*")) if (tmp / "results").exists() else set()
     started = time.monotonic()
     done = subprocess.run([sys.executable, str(REPO / "run_eval.py"), "--config", str(config), "--json"],
@@ -50,12 +52,14 @@ def main() -> int:
     p.add_argument("--tree", type=Path, default=REPO / "tests" / "fixtures" / "exploits")
     p.add_argument("--device", default="cpu")
     p.add_argument("--samples", type=int, default=100)
+    p.add_argument("--max-pair-seconds", type=float, help="the time cap on a pair's rounds (default: config.yaml's)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        rows = [("cold (empty build cache)", run(args.tree, tmp, args.device, args.samples, True)),
-                ("warm (all builds cached)", run(args.tree, tmp, args.device, args.samples, True)),
-                ("warm, defenses off", run(args.tree, tmp, args.device, args.samples, False))]
+        def once(defenses: bool) -> dict:
+            return run(args.tree, tmp, args.device, args.samples, defenses, args.max_pair_seconds)
+        rows = [("cold (empty build cache)", once(True)), ("warm (all builds cached)", once(True)),
+                ("warm, defenses off", once(False))]
     print(f"tree {args.tree}  device {args.device}  samples {args.samples}")
     print(f"{'run':28} {'pairs':>5} {'compiled':>8} {'cached':>6} {'wall s':>8} {'in samples s':>12} {'overhead/pair s':>15}")
     for name, r in rows:

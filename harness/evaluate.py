@@ -194,7 +194,9 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
         finish(record, "crashed", f"harness fault while evaluating this pair: {type(exc).__name__}: {exc}")
     finally:
         inter.release()
+        t0 = time.monotonic()
         code = worker.close()
+        phases["close"] = time.monotonic() - t0
         record["worker"] = {"exit_code": code, "seconds": round(time.monotonic() - started, 3),
                             "log_tail": None, "phases": phases}
         shutil.rmtree(pair_dir, ignore_errors=True)
@@ -253,6 +255,8 @@ def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, int
     except GraphFallback as fell:
         collected = _cold_again(worker, reference, inter, rule, fell)
     phases["timing"] = time.monotonic() - t0
+    phases["timing_profile"] = collected.profile_seconds      # parts of "timing"
+    phases["timing_switch"] = collected.switch_seconds
     t0 = time.monotonic()
     if pc.cfg.defenses:
         defenses.check_kernels(record, collected.profiles)

@@ -65,6 +65,8 @@ class Collected:
     noisy: bool = False
     seconds: float = 0.0
     graph_error: str | None = None          # graph capture failed on a side: these rounds are cold
+    switch_seconds: float = 0.0             # the parent's clock in stopping one side and resuming the other
+    profile_seconds: float = 0.0            # the parent's clock in profiled calls (both sides)
 
     def samples(self, variant: str) -> list[float]:
         return [s for r in self.rounds for s in r.get(variant, [])]
@@ -161,13 +163,17 @@ class Interleaver:
     def _block(self, side: str, variant: str, seeds: list[int], out: Collected, round_samples: dict,
                keep_first: bool = False, profile: bool = False) -> None:
         worker = self.candidate if side == CANDIDATE else self.reference
+        t0 = time.perf_counter()
         self._activate(worker)
+        out.switch_seconds += time.perf_counter() - t0
         times = round_samples.setdefault(variant, [])
         for i, seed in enumerate(seeds):
             timed = i >= self.warmup
             self._sample(worker, side, variant, seed, keep_first and i == self.warmup, out, times if timed else None)
         if profile and variant in (EAGER, CANDIDATE):     # both sides, so that whatever a profiler leaves behind
+            t0 = time.perf_counter()
             profiled = self._ask(worker, m.ProfileRequest(seeds[0], variant), m.ProfileResult)   # costs both
+            out.profile_seconds += time.perf_counter() - t0
             if side == CANDIDATE:
                 out.profiles.append(profiled.profile)
 
