@@ -249,8 +249,8 @@ def run_group(task: GroupTask) -> dict[str, Any]:
     """One problem group on this dask worker's host, as run_all runs it on a local slot. Returns the records (plain
     dicts, in order), where it ran and, on a GPU, that GPU's ceilings."""
     from .pipeline import scratch_root
-    from .procs import SpareWorkers, set_worker_memory_gb, worker_env
-    from .schedule import Context, measure_ceilings, run_problem, spares_enabled
+    from .procs import SpareWorkers, set_worker_memory_gb
+    from .schedule import Context, measure_ceilings, pair_worker_env, run_problem, spares_enabled
 
     cfg = task.cfg
     set_worker_memory_gb(cfg.worker_memory_gb)
@@ -269,8 +269,7 @@ def run_group(task: GroupTask) -> dict[str, Any]:
     scratch = scratch_root(task.run_id) / f"dask-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     scratch.mkdir(parents=True, exist_ok=True)
     ctx = Context(cfg, task.run_id, task.toolchain, builds, scratch, log_dir, records.append, task.seed)
-    spares = SpareWorkers(worker_env(slot.env(cfg.cpu_threads)), log_dir, slot.name.replace(":", ""),
-                          spares_enabled(cfg, slot))
+    spares = SpareWorkers(pair_worker_env(cfg, slot), log_dir, slot.name.replace(":", ""), spares_enabled(cfg, slot))
     where = {"worker": _worker_address(), "host": socket.gethostname(), "pid": os.getpid(), "slot": slot.name,
              "log_dir": str(log_dir)}
     ceilings: dict[str, dict[str, float]] = {}

@@ -79,7 +79,7 @@ def run_all(pairs: list[Pair], ctx: Context, slots: list[Slot]) -> None:
     errors: list[BaseException] = []
 
     def serve(slot: Slot) -> None:
-        spares = SpareWorkers(worker_env(slot.env(ctx.cfg.cpu_threads)), ctx.log_dir, slot.name.replace(":", ""),
+        spares = SpareWorkers(pair_worker_env(ctx.cfg, slot), ctx.log_dir, slot.name.replace(":", ""),
                               spares_enabled(ctx.cfg, slot))
         try:
             if slot.gpu is not None and ctx.cfg.defenses:
@@ -105,6 +105,17 @@ def run_all(pairs: list[Pair], ctx: Context, slots: list[Slot]) -> None:
             thread.join(0.2)
     if errors:
         raise errors[0]
+
+
+def pair_worker_env(cfg: Config, slot: Slot) -> dict[str, str]:
+    """The environment of a slot's reference and candidate workers. On a GPU slot with the defenses on (the profiled
+    calls), they start torch.profiler's CUDA tracing once before the rounds (KB_WARM_PROFILER,
+    harness.workers.common.warm_profiler): the reference before its job arrives (a spare pays it while it waits),
+    the candidate once confined. Its first start costs seconds, which the rounds paid at the first profiled call."""
+    env = worker_env(slot.env(cfg.cpu_threads))
+    if slot.gpu is not None and cfg.defenses:
+        env["KB_WARM_PROFILER"] = "1"
+    return env
 
 
 def spares_enabled(cfg: Config, slot: Slot) -> bool:

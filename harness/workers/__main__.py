@@ -26,7 +26,9 @@ def main(argv: list[str]) -> None:
         # The sandbox binds the threads that exist when it is applied and those they start: numpy's OpenBLAS
         # would otherwise start a thread pool at `import torch`, threads candidate code could later run in.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    import torch  # noqa: F401 - before the job arrives: a spare worker pays for this while it waits (no CUDA yet)
+    import torch  # noqa: F401 - before the job arrives: a spare worker pays for this while it waits
+    if role == "reference":
+        common.warm_profiler()          # a spare pays it while it waits; the candidate role after its confinement
     job = conn.recv()
     os.environ.update({str(k): str(v) for k, v in (job.pop("env", None) or {}).items()})
     os.environ.setdefault("KB_DEVICE", job.get("device", "cpu"))

@@ -12,7 +12,8 @@ from typing import Any
 
 from . import integrity
 from .common import (Conn, SkipCandidate, as_tensor_list, compiler_summary, describe, device_inputs, init_inputs,
-                     is_oom, install_extension_hooks, load_module, problem_settings, setup_torch, tail_traceback)
+                     is_oom, install_extension_hooks, load_module, problem_settings, setup_torch, tail_traceback,
+                     warm_profiler)
 from .sampler import inputs_changed, not_plain, same_tensor
 
 
@@ -28,6 +29,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     from . import integrity, rawread, sampler, tensorfile  # noqa: F401 - the timing path, recorded before
     job = m.parse(m.CandidateJob, data)                    # candidate code exists
     device = job.device
+    warm_profiler()                 # confined already, so CUPTI's threads are too; before candidate code exists
     rawread.bind(cuda=device != "cpu")
     integrity.snapshot()
     try:
