@@ -29,20 +29,28 @@ def run(tree: Path, tmp: Path, device: str, samples: int, defenses: bool, cap: f
                                 + ([f"  max_pair_seconds: {cap}"] if cap else [])) + "\n")
     before = set((tmp / "results").glob("*")) if (tmp / "results").exists() else set()
     started = time.monotonic()
-    done = subprocess.run([sys.executable, str(REPO / "run_eval.py"), "--config", str(config), "--json"],
-                          cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "--config", str(config), "--json"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    interrupted = False
+    try:                        # an interrupt reaches run_eval.py too, which writes the pairs it finished
+        _, err = proc.communicate()
+    except KeyboardInterrupt:
+        interrupted = True
+        _, err = proc.communicate()
     wall = time.monotonic() - started
-    if done.returncode != 0:
-        raise SystemExit(f"run failed ({done.returncode}): {done.stderr[-2000:]}")
-    (run_dir,) = set((tmp / "results").glob("*")) - before
-    records = [json.loads(l) for l in (run_dir / "results.jsonl").read_text().splitlines()]
+    new = sorted(set((tmp / "results").glob("*")) - before)
+    if proc.returncode != 0 and not (interrupted and new):
+        raise SystemExit(f"run failed ({proc.returncode}): {err[-2000:]}")
+    run_dir = new[-1]
+    path = run_dir / "results.jsonl"
+    records = [json.loads(l) for l in (path.read_text().splitlines() if path.exists() else []) if l.strip()]
     meta = json.loads((run_dir / "run.json").read_text())
     sampled = sum(sum((r.get("timing") or {}).get(side, {}).get("samples_ms") or []) / 1e3
                   for r in records for side in ("candidate",))
     ref_sampled = {r["problem"]: sum((r.get("timing") or {}).get("reference", {}).get("samples_ms") or []) / 1e3
                    for r in records}
     sampled += sum(ref_sampled.values())
-    return {"wall_s": wall, "pairs": len(records), "compiled": meta.get("builds_compiled"),
+    return {"wall_s": wall, "pairs": len(records), "interrupted": interrupted, "compiled": meta.get("builds_compiled"),
             "cached": meta.get("builds_cached"), "in_samples_s": sampled,
             "overhead_per_pair_s": (wall - sampled) / max(1, len(records))}
 
@@ -54,19 +62,23 @@ def main() -> int:
     p.add_argument("--samples", type=int, default=100)
     p.add_argument("--max-pair-seconds", type=float, help="the time cap on a pair's rounds (default: config.yaml's)")
     args = p.parse_args()
+    rows = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        def once(defenses: bool) -> dict:
-            return run(args.tree, tmp, args.device, args.samples, defenses, args.max_pair_seconds)
-        rows = [("cold (empty build cache)", once(True)), ("warm (all builds cached)", once(True)),
-                ("warm, defenses off", once(False))]
+        for name, defenses in (("cold (empty build cache)", True), ("warm (all builds cached)", True),
+                               ("warm, defenses off", False)):
+            r = run(args.tree, tmp, args.device, args.samples, defenses, args.max_pair_seconds)
+            rows.append((name + (" (interrupted)" if r["interrupted"] else ""), r))
+            if r["interrupted"]:                    # what finished is printed; the comparison needs all three
+                break
     print(f"tree {args.tree}  device {args.device}  samples {args.samples}")
     print(f"{'run':28} {'pairs':>5} {'compiled':>8} {'cached':>6} {'wall s':>8} {'in samples s':>12} {'overhead/pair s':>15}")
     for name, r in rows:
-        print(f"{name:28} {r['pairs']:>5} {r['compiled']:>8} {r['cached']:>6} {r['wall_s']:>8.1f} "
+        print(f"{name:28} {r['pairs']:>5} {r['compiled']!s:>8} {r['cached']!s:>6} {r['wall_s']:>8.1f} "
               f"{r['in_samples_s']:>12.2f} {r['overhead_per_pair_s']:>15.2f}")
-    warm, off = rows[1][1]["wall_s"], rows[2][1]["wall_s"]
-    print(f"defenses add {warm - off:+.1f} s ({(warm - off) / off:+.0%}) to the warm run")
+    if len(rows) == 3 and not rows[2][1]["interrupted"]:
+        warm, off = rows[1][1]["wall_s"], rows[2][1]["wall_s"]
+        print(f"defenses add {warm - off:+.1f} s ({(warm - off) / off:+.0%}) to the warm run")
     return 0
 
 

@@ -117,17 +117,26 @@ def _config(tmp: Path, problems: Path, solutions: Path, device: str, timeout: fl
     return path
 
 
-def run(config: Path, results: Path, extra: list[str]) -> tuple[float, list[dict[str, Any]]]:
+def run(config: Path, results: Path, extra: list[str]) -> tuple[float, list[dict[str, Any]], bool]:
+    """(wall seconds, records, interrupted). An interrupt (Ctrl-C, `timeout -s INT`) reaches run_eval.py too, which
+    writes the pairs it finished: those are summarized, so a run cut short by a time limit still reports."""
     before = set(results.glob("*")) if results.exists() else set()
     started = time.monotonic()
-    done = subprocess.run([sys.executable, str(REPO / "run_eval.py"), "--config", str(config), "--json", *extra],
-                          cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "--config", str(config), "--json", *extra],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    interrupted = False
+    try:
+        _, err = proc.communicate()
+    except KeyboardInterrupt:
+        interrupted = True
+        _, err = proc.communicate()
     wall = time.monotonic() - started
-    if done.returncode != 0:
-        raise SystemExit(f"run_eval.py failed ({done.returncode}): {done.stderr[-2000:]}")
-    (run_dir,) = set(results.glob("*")) - before
-    lines = (run_dir / "results.jsonl").read_text().splitlines()
-    return wall, [json.loads(line) for line in lines if line.strip()]
+    new = sorted(set(results.glob("*")) - before)
+    if proc.returncode != 0 and not (interrupted and new):
+        raise SystemExit(f"run_eval.py failed ({proc.returncode}): {err[-2000:]}")
+    path = new[-1] / "results.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return wall, [json.loads(line) for line in lines if line.strip()], interrupted
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,8 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         config = _config(tmp, problems.resolve(), solutions.resolve(), device, timeout)
         rows = []
         for name, cold in (("cold (empty build cache)", True), ("warm (all builds cached)", False)):
-            wall, records = run(config, tmp / "results", extra)
-            rows.append((name, summarize(records, wall, cold)))
+            wall, records, interrupted = run(config, tmp / "results", extra)
+            rows.append((name + (" (interrupted)" if interrupted else ""), summarize(records, wall, cold)))
+            if interrupted:
+                break
     print(f"problems {problems}  solutions {solutions}  device {device}"
           + (f"  extra {' '.join(extra)}" if extra else ""))
     for line in format_rows(rows):

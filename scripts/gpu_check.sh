@@ -21,9 +21,11 @@
 # files: end a device command with `cd $OUT && tar czf /tmp/all.tgz . && rm -rf $OUT/* && mv /tmp/all.tgz $OUT/`.
 #   usage: bash scripts/gpu_check.sh [first|smoke|validate|calibrate|suite|spread|placement|overhead|kblint|tests]
 #
-# What things cost on one H200 (2026-11-24): the GPU tests 6.5 min (so `first` needs TESTS_TIMEOUT=420);
-# lint of the 250 KernelBench problems ~8 min with --per-gpu 6; the suite with torch.compile baselines ~25 s a pair
-# after ~4 min of builds on a fresh machine; an A/A pair 7-15 s; an honest pair 8-48 s (large
+# What things cost on one H200 (2026-11-24): the GPU tests 7 min (16 tests; 15 finished in 410 s), so `first`
+# needs TESTS_TIMEOUT=450 and ROOT_TIMEOUT=140 to fit a call; lint of the 250 KernelBench problems ~8 min with
+# --per-gpu 6; the suite with torch.compile baselines ~25 s a pair after ~4 min of builds on a fresh machine; an A/A
+# pair 8-36 s (level 1 ~25 s: 19 pairs in 480 s, so `calibrate` over the whole suite is ~35 min in one process pair
+# each, three times that with --processes 3; split it by LEVEL and PROBLEM); an honest pair 8-48 s (large
 # elementwise outputs go through tensor files: up to 11 s of trials); a fresh machine builds all 39 candidates in
 # ~4 min (16 jobs), so a whole-suite run does not fit one command there: split it by LEVEL, and make the calls back
 # to back (a machine held warm keeps .cache, and the builds in it, between calls).
@@ -80,14 +82,14 @@ validate)
     ;;
 calibrate)
     echo "== calibrate ${LEVEL:-the whole suite} on GPUs $all"
-    /usr/bin/time -f "wall %e s" timeout "${CAL_TIMEOUT:-560}" python run_eval.py calibrate --gpus "$all" \
+    /usr/bin/time -f "wall %e s" timeout -s INT "${CAL_TIMEOUT:-560}" python run_eval.py calibrate --gpus "$all" \
         --jobs 16 --trials 1 --output-dir "$out/cal" "${level_args[@]}" > "$out/calibrate.txt" 2>&1
     grep -v "━" "$out/calibrate.txt" | tail -n 140
     summary "$out/cal"
     ;;
 suite)
     echo "== every shipped candidate on GPUs $all (compile baselines: ${COMPILE:-default})"
-    /usr/bin/time -f "wall %e s" timeout "${SUITE_TIMEOUT:-560}" python run_eval.py --gpus "$all" --jobs 16 \
+    /usr/bin/time -f "wall %e s" timeout -s INT "${SUITE_TIMEOUT:-560}" python run_eval.py --gpus "$all" --jobs 16 \
         --output-dir "$out/res" --compile-modes "${COMPILE:-default}" "${level_args[@]}" --json \
         > "$out/suite.jsonl" 2> "$out/suite.txt"
     tail -n 4 "$out/suite.txt"
@@ -156,9 +158,9 @@ PY
 first)
     echo "== GPU tests, then the sandbox/exploit tests as this machine's user (root there), then six A/A problems"
     export TEST_RUNS_OUT="$out/runs"
-    timeout -s INT "${TESTS_TIMEOUT:-420}" python -m pytest -q -rf --tb=short -m gpu tests/ ${K:+-k "$K"} 2>&1 \
+    timeout -s INT "${TESTS_TIMEOUT:-450}" python -m pytest -q -rf --tb=short -m gpu tests/ ${K:+-k "$K"} 2>&1 \
         | tee "$out/gpu_tests.txt" | tail -n 60
-    timeout -s INT "${ROOT_TIMEOUT:-200}" python -m pytest -q -rf --tb=short -p no:cacheprovider tests/test_sandbox.py \
+    timeout -s INT "${ROOT_TIMEOUT:-140}" python -m pytest -q -rf --tb=short -p no:cacheprovider tests/test_sandbox.py \
         tests/test_exploits.py 2>&1 | tee "$out/root_tests.txt" | tail -n 40
     if [ -n "${CAL_SECONDS:-}" ]; then
         timeout -s INT "$CAL_SECONDS" python run_eval.py calibrate --gpus "$all" --output-dir "$out/cal" \

@@ -338,3 +338,15 @@ def test_graph_replays_fill_a_sample_with_about_three_ms():
     assert graph_replays(0.2, 20) == 1              # already longer than the target
     assert graph_replays(1e-6, 20) == GRAPH_MAX_REPLAYS
     assert graph_replays(None, 20) == 1 and graph_replays(0.0, 20) == 1
+
+
+def test_pair_workers_warm_the_profiler_only_where_calls_are_profiled(tmp_path):
+    """torch.profiler's first CUDA trace costs seconds: the reference and candidate workers of a GPU slot start it
+    before the rounds when the defenses (which profile calls) are on; nowhere else."""
+    from harness.schedule import Slot, pair_worker_env
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("trials: 1\n")
+    gpu, cpu = Slot("cuda:0", 0), Slot("cpu", None)
+    assert pair_worker_env(load_config(cfg, {}), gpu).get("KB_WARM_PROFILER") == "1"
+    assert "KB_WARM_PROFILER" not in pair_worker_env(load_config(cfg, {"defenses": False}), gpu)
+    assert "KB_WARM_PROFILER" not in pair_worker_env(load_config(cfg, {}), cpu)
