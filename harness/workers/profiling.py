@@ -38,7 +38,7 @@ def profile_call(call: Callable[[list], Any], inputs: list, device: str) -> dict
 
 def warm_up() -> None:
     """Start and stop CUDA tracing once, with nothing to trace: CUPTI's first start in a process costs seconds, the
-    later ones milliseconds. Workers call it before their job arrives (KB_WARM_PROFILER, harness.schedule)."""
+    later ones milliseconds. Both workers of a pair call it before their timed rounds (common.warm_profiler)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
     torch.cuda.init()
