@@ -5,7 +5,8 @@ pair minus the time spent inside timed samples, both sides).
     python benchmarks/harness_overhead.py [--tree tests/fixtures/exploits] [--device cpu|cuda] [--samples 100]
                                           [--max-pair-seconds S]
 
-Prints a table; nothing here is asserted (performance targets live in benchmarks, not tests).
+Prints a table (a run cut short by Ctrl-C or `timeout -s INT` prints the pairs it finished); nothing here is
+asserted (performance targets live in benchmarks, not tests).
 """
 from __future__ import annotations
 
@@ -44,14 +45,14 @@ def run(tree: Path, tmp: Path, device: str, samples: int, defenses: bool, cap: f
     run_dir = new[-1]
     path = run_dir / "results.jsonl"
     records = [json.loads(l) for l in (path.read_text().splitlines() if path.exists() else []) if l.strip()]
-    meta = json.loads((run_dir / "run.json").read_text())
+    meta = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
     sampled = sum(sum((r.get("timing") or {}).get(side, {}).get("samples_ms") or []) / 1e3
                   for r in records for side in ("candidate",))
     ref_sampled = {r["problem"]: sum((r.get("timing") or {}).get("reference", {}).get("samples_ms") or []) / 1e3
                    for r in records}
     sampled += sum(ref_sampled.values())
-    return {"wall_s": wall, "pairs": len(records), "interrupted": interrupted, "compiled": meta.get("builds_compiled"),
-            "cached": meta.get("builds_cached"), "in_samples_s": sampled,
+    return {"wall_s": wall, "pairs": len(records), "interrupted": interrupted,
+            "compiled": meta.get("builds_compiled"), "cached": meta.get("builds_cached"), "in_samples_s": sampled,
             "overhead_per_pair_s": (wall - sampled) / max(1, len(records))}
 
 

@@ -3,10 +3,12 @@
 records: `build.seconds` (cold run only) and the parts of `worker.phases` -- `start` (worker process start until it
 got its job), `trials` (candidate import and correctness trials), `timing` (interleaved timed rounds), `checks`
 (verification and defense checks), `baseline` (reference-only blocks before and after the pair, for the
-interference check), `close` (the candidate worker's exit and the sweep after it), `total` (the whole pair) and `other` (total minus the parts); then two parts of `timing`: `profile` (the
-profiled calls, both sides) and `switch` (stopping one side and resuming the other between blocks). A part no record has (records
-written before phases existed) prints as "-". Last column: the harness overhead per pair, wall time / pairs minus
-the time inside timed samples (timing.reference.samples_ms + timing.candidate.samples_ms).
+interference check), `close` (the candidate worker's exit and the sweep after it), `total` (the whole pair) and
+`other` (total minus the parts); then two parts of `timing`: `profile` (the profiled calls, both sides) and `switch`
+(stopping one side and resuming the other between blocks). A part no record has (records written before phases
+existed) prints as "-". A run cut short (Ctrl-C, `timeout -s INT`) prints the pairs it finished. Last column: the
+harness overhead per pair, wall time / pairs minus the time inside timed samples (timing.reference.samples_ms +
+timing.candidate.samples_ms).
 
     python benchmarks/pair_time.py                                  # tests/fixtures/tree on the CPU
     python benchmarks/pair_time.py --problems-dir problems --solutions-dir solutions [--device cuda]
