@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+import pair_time  # noqa: E402 - its interrupt-tolerant run of run_eval.py and the time inside samples
 
 
 def run(tree: Path, tmp: Path, device: str, samples: int, defenses: bool, cap: float | None) -> dict:
@@ -28,29 +28,11 @@ def run(tree: Path, tmp: Path, device: str, samples: int, defenses: bool, cap: f
                                  f"device: {device}", "timeout: 120", f"defenses: {str(defenses).lower()}",
                                  "timing:", f"  samples: {samples}"]
                                 + ([f"  max_pair_seconds: {cap}"] if cap else [])) + "\n")
-    before = set((tmp / "results").glob("*")) if (tmp / "results").exists() else set()
-    started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "--config", str(config), "--json"],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    interrupted = False
-    try:                        # an interrupt reaches run_eval.py too, which writes the pairs it finished
-        _, err = proc.communicate()
-    except KeyboardInterrupt:
-        interrupted = True
-        _, err = proc.communicate()
-    wall = time.monotonic() - started
-    new = sorted(set((tmp / "results").glob("*")) - before)
-    if proc.returncode != 0 and not (interrupted and new):
-        raise SystemExit(f"run failed ({proc.returncode}): {err[-2000:]}")
-    run_dir = new[-1]
-    path = run_dir / "results.jsonl"
-    records = [json.loads(l) for l in (path.read_text().splitlines() if path.exists() else []) if l.strip()]
-    meta = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
-    sampled = sum(sum((r.get("timing") or {}).get(side, {}).get("samples_ms") or []) / 1e3
-                  for r in records for side in ("candidate",))
-    ref_sampled = {r["problem"]: sum((r.get("timing") or {}).get("reference", {}).get("samples_ms") or []) / 1e3
-                   for r in records}
-    sampled += sum(ref_sampled.values())
+    done = pair_time.run(config, tmp / "results", [])
+    meta_path = done.run_dir / "run.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    wall, records, interrupted = done.wall_s, done.records, done.interrupted
+    sampled = sum(pair_time.sampled_s(r) for r in records)
     return {"wall_s": wall, "pairs": len(records), "interrupted": interrupted,
             "compiled": meta.get("builds_compiled"), "cached": meta.get("builds_cached"), "in_samples_s": sampled,
             "overhead_per_pair_s": (wall - sampled) / max(1, len(records))}

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_TREE = REPO / "tests" / "fixtures" / "tree"
@@ -51,7 +51,8 @@ def _phases(record: dict[str, Any]) -> dict[str, float] | None:
     return out
 
 
-def _sampled_s(record: dict[str, Any]) -> float:
+def sampled_s(record: dict[str, Any]) -> float:
+    """Seconds inside the record's timed samples, both sides."""
     timing = record.get("timing") or {}
     total = 0.0
     for side in ("reference", "candidate"):
@@ -77,7 +78,7 @@ def summarize(records: Iterable[dict[str, Any]], wall_s: float, cold: bool) -> d
             means[part] = None
     parts = [means[k] for k in PARTS if k != "total" and means[k] is not None]
     means["other"] = means["total"] - sum(parts) if means["total"] is not None and parts else None
-    in_samples = sum(_sampled_s(r) for r in records)
+    in_samples = sum(sampled_s(r) for r in records)
     return {
         "wall_s": wall_s, "pairs": pairs,
         "build_s": (sum(builds) / len(builds) if builds else None) if cold else None,
@@ -119,9 +120,17 @@ def _config(tmp: Path, problems: Path, solutions: Path, device: str, timeout: fl
     return path
 
 
-def run(config: Path, results: Path, extra: list[str]) -> tuple[float, list[dict[str, Any]], bool]:
-    """(wall seconds, records, interrupted). An interrupt (Ctrl-C, `timeout -s INT`) reaches run_eval.py too, which
-    writes the pairs it finished: those are summarized, so a run cut short by a time limit still reports."""
+class Finished(NamedTuple):
+    wall_s: float
+    run_dir: Path
+    records: list[dict[str, Any]]
+    interrupted: bool
+
+
+def run(config: Path, results: Path, extra: list[str]) -> Finished:
+    """`run_eval.py --config CONFIG --json EXTRA`, and the run folder it wrote under `results`. An interrupt (Ctrl-C,
+    `timeout -s INT`) reaches run_eval.py too, which writes the pairs it finished: those are returned, so a run cut
+    short by a time limit still reports (benchmarks/harness_overhead.py runs through here too)."""
     before = set(results.glob("*")) if results.exists() else set()
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "--config", str(config), "--json", *extra],
@@ -138,7 +147,7 @@ def run(config: Path, results: Path, extra: list[str]) -> tuple[float, list[dict
         raise SystemExit(f"run_eval.py failed ({proc.returncode}): {err[-2000:]}")
     path = new[-1] / "results.jsonl"
     lines = path.read_text().splitlines() if path.exists() else []
-    return wall, [json.loads(line) for line in lines if line.strip()], interrupted
+    return Finished(wall, new[-1], [json.loads(line) for line in lines if line.strip()], interrupted)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,9 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         config = _config(tmp, problems.resolve(), solutions.resolve(), device, timeout)
         rows = []
         for name, cold in (("cold (empty build cache)", True), ("warm (all builds cached)", False)):
-            wall, records, interrupted = run(config, tmp / "results", extra)
-            rows.append((name + (" (interrupted)" if interrupted else ""), summarize(records, wall, cold)))
-            if interrupted:
+            done = run(config, tmp / "results", extra)
+            label = name + (" (interrupted)" if done.interrupted else "")
+            rows.append((label, summarize(done.records, done.wall_s, cold)))
+            if done.interrupted:
                 break
     print(f"problems {problems}  solutions {solutions}  device {device}"
           + (f"  extra {' '.join(extra)}" if extra else ""))
