@@ -244,10 +244,10 @@ def _short_paths(line: str) -> str:
 
 
 def warm_profiler() -> None:
-    """torch.profiler's first CUDA trace in a process costs seconds (6.8 s in a fresh process on the H200, 6 ms
-    after: CUPTI starting). Both roles pay it before their timed rounds (KB_WARM_PROFILER, set on GPU slots with
-    the defenses on), so the first profiled call does not stall a round and both sides run the rounds with the
-    profiler in the same state. A failure only means the first profiled call pays it, as before."""
+    """A process's first CUDA trace costs up to seconds (CUPTI starting; 6 ms for every later one). Both roles pay
+    it before their timed rounds (KB_WARM_PROFILER, set on GPU slots with the defenses on), so the first profiled
+    call does not stall a round and both sides run the rounds with the profiler in the same state. A
+    failure only means the first profiled call pays it, as before."""
     if os.environ.get("KB_WARM_PROFILER") != "1":
         return
     try:

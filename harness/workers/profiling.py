@@ -15,15 +15,14 @@ def profile_call(call: Callable[[list], Any], inputs: list, device: str) -> dict
     if device == "cpu":
         return None
     import torch
-    from torch.profiler import ProfilerActivity, profile
     own = (extension_kernel_names(os.environ.get("TORCH_EXTENSIONS_DIR", ""))
            | triton_kernel_names(os.environ.get("TRITON_CACHE_DIR", "")))
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with cuda_trace() as prof:
         call(inputs)
         torch.cuda.synchronize()
     kernels: dict[str, float] = {}
-    for event in prof.events():
+    for event in prof.function_events:
         if str(getattr(event, "device_type", "")).endswith("CUDA"):
             us = getattr(event, "device_time_total", None)
             if us is None:
@@ -36,13 +35,22 @@ def profile_call(call: Callable[[list], Any], inputs: list, device: str) -> dict
             "other_kernels": sorted(set(kernels) - set(custom))[:20]}
 
 
+def cuda_trace():
+    """A trace of CUDA activity only, through the autograd profiler that torch.profiler.profile wraps. Not through
+    torch.profiler.profile itself: its start asks `hasattr(torch, "_inductor")`, which imports torch._inductor,
+    torch._dynamo and sympy (3.4-3.8 s of a worker's first trace on the H200, CUPTI's own start 0.3-2 s:
+    benchmarks/profiler_start.py)."""
+    from torch.autograd.profiler import profile
+    return profile(use_cpu=False, use_device="cuda", use_kineto=True)
+
+
 def warm_up() -> None:
-    """Start and stop CUDA tracing once, with nothing to trace: CUPTI's first start in a process costs seconds, the
-    later ones milliseconds. Both workers of a pair call it before their timed rounds (common.warm_profiler)."""
+    """Start and stop CUDA tracing once, with nothing to trace: CUPTI's first start in a process costs up to
+    seconds, the later ones milliseconds. Both workers of a pair call it before their timed rounds
+    (common.warm_profiler)."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
     torch.cuda.init()
-    with profile(activities=[ProfilerActivity.CUDA]):
+    with cuda_trace():
         torch.cuda.synchronize()
 
 
