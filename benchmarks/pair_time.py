@@ -1,7 +1,8 @@
 """Where a pair's time goes: runs `run_eval.py` over a tree twice, cold (empty build cache in a temp dir) then warm
 (every build cached), and prints per run the wall time, the pairs, and the mean per-pair split read from the
 records: `build.seconds` (cold run only) and the parts of `worker.phases` -- `start` (worker process start until it
-got its job), `trials` (candidate import and correctness trials), `timing` (interleaved timed rounds), `checks`
+got its job), `trials` (candidate import and correctness trials), `derive` (`derive_wait`: the wait after the
+trials for what the reference works out meanwhile: FLOPs, the float64 reference), `timing` (interleaved timed rounds), `checks`
 (verification and defense checks), `baseline` (reference-only blocks before and after the pair, for the
 interference check), `close` (the candidate worker's exit and the sweep after it), `total` (the whole pair) and
 `other` (total minus the parts); then two parts of `timing`: `profile` (the profiled calls, both sides) and `switch`
@@ -29,7 +30,7 @@ from typing import Any, Iterable, NamedTuple
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_TREE = REPO / "tests" / "fixtures" / "tree"
-PARTS = ("start", "trials", "timing", "checks", "baseline", "close", "total")
+PARTS = ("start", "trials", "derive_wait", "timing", "checks", "baseline", "close", "total")
 SUBPARTS = ("timing_profile", "timing_switch")      # inside `timing`: profiled calls, stopping/resuming the sides
 
 
@@ -95,7 +96,7 @@ def _cell(x: float | None, width: int, digits: int = 2) -> str:
 
 def format_rows(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
     """The printed table: one line per run, seconds. `profile` and `switch` are parts of `timing`."""
-    columns = ["build", *PARTS, "other", "profile", "switch"]
+    columns = ["build", *(p.replace("_wait", "") for p in PARTS), "other", "profile", "switch"]
     lines = [f"{'run':24} {'wall s':>8} {'pairs':>5} " + " ".join(f"{c:>8}" for c in columns)
              + f" {'in samples s':>12} {'overhead/pair s':>15}",
              f"{'':24} {'':>8} {'':>5} " + "mean seconds per pair".center(9 * len(columns) - 1, "-")]

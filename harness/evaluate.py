@@ -25,7 +25,7 @@ from .build import build_env
 from .config import Config
 from .discover import Pair
 from .interleave import CANDIDATE, EAGER, CandidateFailed, Collected, GraphFallback, Interleaver, fastest, ratios
-from .messages import CandidateJob, ReferenceJob, TimingSpec, wire
+from .messages import CandidateJob, Derived, DeriveRequest, ProtocolError, ReferenceJob, TimingSpec, parse, wire
 from .procs import SpareWorkers, Worker, WorkerExit
 from .records import INVALIDATING_FLAGS, finish
 from .seeds import RunSeed
@@ -73,6 +73,7 @@ class ReferenceSide:
         self.replays_sized = False
         self.graph_error: str | None = None     # why graph mode was given up for the whole problem
         self.variants = [EAGER]
+        self.derive = "not asked"           # -> "asked" (the reply not read yet) -> "read" (merged into info)
         cfg = pc.cfg
         self.worker = spares.take("reference", pc.log_dir / f"{slug(pair.problem_id)}__reference.log")
         probe = pc.seed.stream("probe", pair.problem_id).take(5)
@@ -114,7 +115,29 @@ class ReferenceSide:
             self.error = f"reference side: {exc.detail}: {last_line(self.worker.log_tail())}"
             self.error_status = "crashed"
 
+    def ask_derived(self) -> None:
+        """Ask for what the checks need from the reference alone (messages.DeriveRequest), once per reference
+        process: it computes them while the candidate worker starts."""
+        if self.derive == "not asked":
+            self.worker.resume()
+            self.worker.send(wire(DeriveRequest()))
+            self.derive = "asked"
+
+    def read_derived(self) -> None:
+        """The reply to ask_derived, merged into `info`; every other request waits for it (one pipe, in order)."""
+        if self.derive != "asked":
+            return
+        self.derive = "read"
+        self.worker.resume()
+        try:
+            reply = parse(Derived, self.worker.recv(time.monotonic() + self.pc.cfg.reference_timeout))
+        except ProtocolError as exc:
+            raise WorkerExit("protocol", None, f"reference answered derive with {exc}") from None
+        self.info.update({k: v for k, v in wire(reply).items() if k not in ("kind", "seconds")})
+        self.info["derive_seconds"] = reply.seconds
+
     def verify(self, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        self.read_derived()
         self.worker.resume()
         self.worker.send({"op": "verify", "files": files})
         message = self.worker.recv(time.monotonic() + self.pc.cfg.reference_timeout)
@@ -126,6 +149,7 @@ class ReferenceSide:
         if self.error is not None or not self.worker.alive():
             return False
         try:
+            self.read_derived()
             self.worker.resume()
             self.worker.send({"op": "health"})
             return bool(self.worker.recv(time.monotonic() + 60).get("ok"))
@@ -176,6 +200,7 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
     phases["start"] = time.monotonic() - t_start
     collected = None
     try:
+        reference.ask_derived()
         collected = _drive(worker, record, reference, inter, pc, phases)
     except WorkerExit as exc:
         if not reference.worker.alive():
@@ -197,6 +222,10 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
         t0 = time.monotonic()
         code = worker.close()
         phases["close"] = time.monotonic() - t0
+        try:
+            reference.read_derived()                # not read when the candidate failed before verify
+        except WorkerExit:
+            pass                                    # the reference is dead or out of step: the next use says so
         record["worker"] = {"exit_code": code, "seconds": round(time.monotonic() - started, 3),
                             "log_tail": None, "phases": phases}
         shutil.rmtree(pair_dir, ignore_errors=True)
@@ -224,6 +253,9 @@ def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, int
         return None
     if message.get("kind") != "outputs":
         raise WorkerExit("protocol", None, f"worker sent {message.get('kind')!r}: {message.get('error')}")
+    t0 = time.monotonic()
+    reference.read_derived()
+    phases["derive_wait"] = time.monotonic() - t0
     t0 = time.monotonic()
     results = reference.verify(_files(message))
     phases["checks"] = time.monotonic() - t0

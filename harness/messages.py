@@ -130,6 +130,15 @@ class ProfileRequest:
     variant: str
 
 
+@dataclass(frozen=True)
+class DeriveRequest:
+    """Reference only, once per reference process: the figures the checks need that do not depend on the
+    candidate (the forward's FLOPs and bytes, the float64 reference of trial 0). The parent asks right after
+    handing the candidate worker its job, so the reference computes them while the candidate starts and runs its
+    trials, and collects the reply before the first verify."""
+    OP: ClassVar[str] = "derive"
+
+
 # ---------------------------------------------------------------- replies (worker -> parent)
 
 @dataclass(frozen=True)
@@ -159,6 +168,15 @@ class CheckResult:
 class ProfileResult:
     KIND: ClassVar[str] = "profile"
     profile: dict[str, Any] | None     # kernels, custom_kernels, custom_share, other_kernels; None on the CPU
+
+
+@dataclass(frozen=True)
+class Derived:
+    KIND: ClassVar[str] = "derived"
+    work: dict[str, Any] | None             # {"flops", "bytes"} of one forward (None with the defenses off)
+    fp64_reference_max_abs_err: float | None = None     # eager's own error against the float64 reference
+    fp64_output_scale: float | None = None  # the largest |value| of the float64 reference's outputs
+    seconds: float = 0.0
 
 
 def pack_floats(values: list[float]) -> str:

@@ -4,7 +4,8 @@
 #              then three honest candidates with the torch.compile baselines (default mode)
 #   validate:  the GPU-marked tests on GPU 0 beside `calibrate --level level3` on GPU 1, then `calibrate --level
 #              level2` on every GPU
-#   calibrate: `run_eval.py calibrate` over the whole suite on every GPU (LEVEL=level1 etc. to split it)
+#   calibrate: `run_eval.py calibrate` over the whole suite on every GPU (LEVEL=level1 etc. to split it; PROCS=3
+#              for three process pairs per problem)
 #   suite:     `run_eval.py` over every shipped candidate on every GPU (COMPILE=none|default|... for the
 #              torch.compile baselines; default: default mode only, to bound the time)
 #   spread:    A/A of two problems calibrated REPEAT times each (fresh process pairs), beside two GPU tests
@@ -81,9 +82,10 @@ validate)
     grep -v "━" "$out/cal_level2.txt" | tail -n 50
     ;;
 calibrate)
-    echo "== calibrate ${LEVEL:-the whole suite} on GPUs $all"
+    echo "== calibrate ${LEVEL:-the whole suite} on GPUs $all, ${PROCS:-1} process pair(s) per problem"
     /usr/bin/time -f "wall %e s" timeout -s INT "${CAL_TIMEOUT:-560}" python run_eval.py calibrate --gpus "$all" \
-        --jobs 16 --trials 1 --output-dir "$out/cal" "${level_args[@]}" > "$out/calibrate.txt" 2>&1
+        --jobs 16 --trials 1 --processes "${PROCS:-1}" --output-dir "$out/cal" "${level_args[@]}" \
+        > "$out/calibrate.txt" 2>&1
     grep -v "━" "$out/calibrate.txt" | tail -n 140
     summary "$out/cal"
     ;;

@@ -53,24 +53,22 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         spec = job.timing
         sampler = Sampler(calls, problem, settings, device, spec, job.defenses, keep_full)
         info["cold_probe_ms"] = _probe(sampler, job.probe_seeds)
-        if job.defenses:
-            info["work"] = _work(model, inputs[0], expected[0])
-            expected64 = _float64_reference(model, initial_state, inputs[0])
-            info["fp64_reference_max_abs_err"] = _max_abs(expected[0], expected64)
-            info["fp64_output_scale"] = _max_magnitude(expected64)
-        else:
-            expected64 = None
     except BaseException as exc:                       # noqa: BLE001
         conn.send("error", stage="reference timing", error=describe(exc), oom=is_oom(exc),
                   traceback=tail_traceback(exc))
         return
     sampler.settle()
     conn.send("ready", **info)
+    expected64 = None
     while True:
         message = conn.recv()
         op = message.get("op")
         reply = sampler.handle(message)
         if reply is not None:
+            conn.send(reply.pop("kind"), **reply)
+        elif op == m.DeriveRequest.OP:
+            derived, expected64 = _derive(model, initial_state, inputs[0], expected[0], job.defenses, device)
+            reply = m.wire(derived)
             conn.send(reply.pop("kind"), **reply)
         elif op == "verify":
             results = [_verify_file(item, expected, kept, settings, device, verify) for item in message["files"]]
@@ -85,6 +83,25 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
             conn.send("health", ok=_healthy(device))
         else:
             return
+
+
+def _derive(model, initial_state, inputs: list, expected: list, defenses: bool, device: str):
+    """What m.DeriveRequest asks for, and the float64 outputs the verifications compare against (None with the
+    defenses off). Runs while the candidate worker starts: it leaves nothing in the allocator's cache, so the
+    candidate finds the device's memory as the reference's `ready` left it."""
+    from .. import messages as m
+    started = time.monotonic()
+    if not defenses:
+        return m.Derived(None), None
+    work = _work(model, inputs, expected)
+    expected64 = _float64_reference(model, initial_state, inputs)
+    derived = m.Derived(work, _max_abs(expected, expected64), _max_magnitude(expected64),
+                        round(time.monotonic() - started, 3))
+    if device != "cpu":
+        import torch
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    return derived, expected64
 
 
 def _variants(model, modes: list[str], inputs: list, expected: list, settings) -> tuple[dict, dict]:
