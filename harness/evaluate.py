@@ -62,8 +62,10 @@ def timing_spec(cfg: Config, device: str, mode: str, variants: list[str] | None 
 class ReferenceSide:
     """The reference worker for one problem on one slot."""
 
-    def __init__(self, pair: Pair, pc: PairContext, device: str, problem_dir: Path, spares: SpareWorkers):
+    def __init__(self, pair: Pair, pc: PairContext, device: str, problem_dir: Path, spares: SpareWorkers,
+                 known: dict[str, Any] | None = None):
         self.pc, self.device = pc, device
+        self.known = known if known is not None else {}     # the problem's figures that no process pair changes
         self.state_path = problem_dir / "reference_state.pt"
         self.error: str | None = None
         self.error_status = "load_error"
@@ -120,7 +122,7 @@ class ReferenceSide:
         process: it computes them while the candidate worker starts."""
         if self.derive == "not asked":
             self.worker.resume()
-            self.worker.send(wire(DeriveRequest()))
+            self.worker.send(wire(DeriveRequest(flops="work" not in self.known)))
             self.derive = "asked"
 
     def read_derived(self) -> None:
@@ -133,8 +135,10 @@ class ReferenceSide:
             reply = parse(Derived, self.worker.recv(time.monotonic() + self.pc.cfg.reference_timeout))
         except ProtocolError as exc:
             raise WorkerExit("protocol", None, f"reference answered derive with {exc}") from None
-        self.info.update({k: v for k, v in wire(reply).items() if k not in ("kind", "seconds")})
-        self.info["derive_seconds"] = reply.seconds
+        self.info.update({k: v for k, v in wire(reply).items() if k != "kind"})
+        if reply.work is not None:
+            self.known.setdefault("work", reply.work)
+        self.info["work"] = self.known.get("work")
 
     def verify(self, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
         self.read_derived()

@@ -135,8 +135,10 @@ class DeriveRequest:
     """Reference only, once per reference process: the figures the checks need that do not depend on the
     candidate (the forward's FLOPs and bytes, the float64 reference of trial 0). The parent asks right after
     handing the candidate worker its job, so the reference computes them while the candidate starts and runs its
-    trials, and collects the reply before the first verify."""
+    trials, and collects the reply before the first verify. `flops`: False when an earlier process pair of the
+    same problem counted them already (counting imports torch._dynamo: seconds)."""
     OP: ClassVar[str] = "derive"
+    flops: bool = True
 
 
 # ---------------------------------------------------------------- replies (worker -> parent)
@@ -176,7 +178,6 @@ class Derived:
     work: dict[str, Any] | None             # {"flops", "bytes"} of one forward (None with the defenses off)
     fp64_reference_max_abs_err: float | None = None     # eager's own error against the float64 reference
     fp64_output_scale: float | None = None  # the largest |value| of the float64 reference's outputs
-    seconds: float = 0.0
 
 
 def pack_floats(values: list[float]) -> str:

@@ -199,6 +199,7 @@ def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorker
     problem_dir.mkdir(parents=True, exist_ok=True)
     count = ctx.cfg.timing.processes
     done: dict[tuple[str, str], list[dict[str, Any]]] = {pair.key: [] for pair in runnable}
+    known: dict[str, Any] = {}          # what the first reference process worked out that the next need not
 
     def deliver(pair: Pair, record: dict[str, Any]) -> None:
         if count == 1:
@@ -211,7 +212,7 @@ def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorker
             pending = [p for p in runnable if all(r["status"] == "ok" for r in done[p.key])]
             if not pending or ctx.stop.is_set():
                 break
-            _one_process(pending, ctx, slot, spares, problem_dir, process, deliver)
+            _one_process(pending, ctx, slot, spares, problem_dir, process, deliver, known)
     finally:
         for pair in runnable:                   # what was measured stands, even when the run stops early
             if done[pair.key]:
@@ -220,7 +221,7 @@ def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorker
 
 
 def _one_process(pairs: list[Pair], ctx: Context, slot: Slot, spares: SpareWorkers, problem_dir: Path,
-                 process: int, deliver: Callable[[Pair, dict[str, Any]], None]) -> None:
+                 process: int, deliver: Callable[[Pair, dict[str, Any]], None], known: dict[str, Any]) -> None:
     """Every pair of one problem against one reference process (a fresh one after a pair left the device unusable)."""
     pc = ctx.for_slot(slot)
     reference = None
@@ -229,7 +230,7 @@ def _one_process(pairs: list[Pair], ctx: Context, slot: Slot, spares: SpareWorke
             if ctx.stop.is_set():
                 return
             if reference is None:
-                reference = ReferenceSide(pairs[0], pc, slot.device, problem_dir, spares)
+                reference = ReferenceSide(pairs[0], pc, slot.device, problem_dir, spares, known)
             record = _base_record(pair, ctx, slot)
             if reference.error is not None:
                 deliver(pair, finish(record, reference.error_status, reference.error))

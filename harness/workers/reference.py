@@ -67,7 +67,9 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         if reply is not None:
             conn.send(reply.pop("kind"), **reply)
         elif op == m.DeriveRequest.OP:
-            derived, expected64 = _derive(model, initial_state, inputs[0], expected[0], job.defenses, device)
+            req = m.parse(m.DeriveRequest, message)
+            derived, expected64 = _derive(model, initial_state, inputs[0], expected[0], job.defenses, device,
+                                          req.flops)
             reply = m.wire(derived)
             conn.send(reply.pop("kind"), **reply)
         elif op == "verify":
@@ -85,18 +87,16 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
             return
 
 
-def _derive(model, initial_state, inputs: list, expected: list, defenses: bool, device: str):
+def _derive(model, initial_state, inputs: list, expected: list, defenses: bool, device: str, flops: bool):
     """What m.DeriveRequest asks for, and the float64 outputs the verifications compare against (None with the
     defenses off). Runs while the candidate worker starts: it leaves nothing in the allocator's cache, so the
     candidate finds the device's memory as the reference's `ready` left it."""
     from .. import messages as m
-    started = time.monotonic()
     if not defenses:
         return m.Derived(None), None
-    work = _work(model, inputs, expected)
+    work = _work(model, inputs, expected) if flops else None
     expected64 = _float64_reference(model, initial_state, inputs)
-    derived = m.Derived(work, _max_abs(expected, expected64), _max_magnitude(expected64),
-                        round(time.monotonic() - started, 3))
+    derived = m.Derived(work, _max_abs(expected, expected64), _max_magnitude(expected64))
     if device != "cpu":
         import torch
         torch.cuda.synchronize()
