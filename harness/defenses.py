@@ -109,20 +109,24 @@ LITTLE_CUSTOM_SHARE = 0.10    # under this share of a profiled call's GPU time i
 PROFILED_CALLS = 3            # calls profiled per side and pair, in round halves drawn at random
 
 
-def check_kernels(record: dict[str, Any], profiles: list[Any]) -> None:
+def check_kernels(record: dict[str, Any], profiles: list[Any], reference_profiles: list[Any] = ()) -> None:
     """`no_custom_kernel` when none of the candidate's own kernels ran in one of the profiled calls (drawn at
     random among the timed ones); `little_custom_work` when they ran but took under LITTLE_CUSTOM_SHARE of a
     profiled call's GPU time (a custom kernel for a bias add beside a library GEMM and convolutions: the speedup
-    is mostly the libraries'). Both warn; neither invalidates. The CPU path profiles nothing (None)."""
+    is mostly the libraries'). Both warn; neither invalidates. The CPU path profiles nothing (None).
+    `reference_kernels`: what eager PyTorch ran in the reference's profiled calls (what the candidate competes
+    with; two processes that picked different library kernels for the same call read apart)."""
     found = [p for p in profiles if isinstance(p, dict)]
     if not found:
         return
     shares = [s for s in (_number(p.get("custom_share")) for p in found) if s is not None]
     custom = sorted({k for p in found for k in p.get("custom_kernels") or []})
+    eager = sorted({k for p in reference_profiles if isinstance(p, dict) for k in p.get("other_kernels") or []})
     record["kernels"] = {"profiled_calls": len(found), "kernels": max(int(p.get("kernels") or 0) for p in found),
                          "custom_kernels": custom[:20], "custom_share": min(shares) if shares else None,
                          "custom_shares": shares,
-                         "other_kernels": sorted({k for p in found for k in p.get("other_kernels") or []})[:20]}
+                         "other_kernels": sorted({k for p in found for k in p.get("other_kernels") or []})[:20],
+                         "reference_kernels": eager[:20]}
     without = sum(1 for p in found if not p.get("custom_kernels"))
     if without:
         flag(record, "no_custom_kernel", f"no GPU kernel from the candidate's own extension or Triton kernels ran "

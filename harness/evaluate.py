@@ -295,7 +295,7 @@ def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, int
     phases["timing_switch"] = collected.switch_seconds
     t0 = time.monotonic()
     if pc.cfg.defenses:
-        defenses.check_kernels(record, collected.profiles)
+        defenses.check_kernels(record, collected.profiles, collected.reference_profiles)
     if collected.full_path:
         full = reference.verify([{"label": "timed0", "path": str(collected.full_path), "trial": -1}])
         record["correctness"]["timed_outputs_full_checked"] = len(full)

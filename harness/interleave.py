@@ -62,6 +62,7 @@ class Collected:
     tampered: set[str] = field(default_factory=set)
     full_path: str | None = None            # the candidate's first timed output, whole
     profiles: list[Any] = field(default_factory=list)   # the candidate's profiled calls (defenses.check_kernels)
+    reference_profiles: list[Any] = field(default_factory=list)     # the reference's (eager) profiled calls
     noisy: bool = False
     seconds: float = 0.0
     graph_error: str | None = None          # graph capture failed on a side: these rounds are cold
@@ -174,8 +175,7 @@ class Interleaver:
             t0 = time.perf_counter()
             profiled = self._ask(worker, m.ProfileRequest(seeds[0], variant), m.ProfileResult)   # costs both
             out.profile_seconds += time.perf_counter() - t0
-            if side == CANDIDATE:
-                out.profiles.append(profiled.profile)
+            (out.profiles if side == CANDIDATE else out.reference_profiles).append(profiled.profile)
 
     def _seeds(self) -> list[int]:
         return self.samples.take(self.warmup + self.block)

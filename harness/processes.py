@@ -27,6 +27,16 @@ def _combined(records: list[dict[str, Any]], get) -> Estimate | None:
     return combine(found) if found and all(e is not None for e in found) else None
 
 
+def _kernel_names(record: dict[str, Any]) -> dict[str, list[str]] | None:
+    """The kernels each side ran in this process pair's profiled calls: two processes that picked different
+    library kernels for the same call read apart, and this shows it."""
+    kernels = record.get("kernels")
+    if not isinstance(kernels, dict):
+        return None
+    return {"candidate": sorted(set(kernels.get("custom_kernels") or []) | set(kernels.get("other_kernels") or [])),
+            "reference": list(kernels.get("reference_kernels") or [])}
+
+
 def merge(records: list[dict[str, Any]], planned: int | None = None) -> dict[str, Any]:
     """The record for the process pairs that ran (`planned` were to: none runs after one that is not ok)."""
     total = planned or len(records)
@@ -52,7 +62,7 @@ def merge(records: list[dict[str, Any]], planned: int | None = None) -> dict[str
         if est is not None:
             entry["speedup"], entry["speedup_ci"] = est.value, est.ci()
     timing["processes"] = [{**{k: r.get(k) for k in _KEPT}, "rounds": r["timing"].get("rounds"),
-                            "seconds": r["timing"].get("seconds")} for r in records]
+                            "seconds": r["timing"].get("seconds"), "kernels": _kernel_names(r)} for r in records]
     timing["rounds"] = main.rounds
     timing["seconds"] = round(sum(r["timing"].get("seconds") or 0.0 for r in records), 3)
     timing["rel_ci_half_width"] = main.rel_half_width

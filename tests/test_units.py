@@ -402,3 +402,21 @@ def test_later_process_pairs_reuse_the_flop_count_and_still_report_it(tmp_path):
     wrong.ask_derived()
     with pytest.raises(WorkerExit, match="derive"):
         wrong.read_derived()
+
+
+def test_each_process_pair_keeps_the_kernels_both_sides_ran():
+    """Two process pairs that picked different library kernels for the same call read apart: the record says which
+    kernels eager PyTorch ran beside the candidate's, per process pair."""
+    from harness import defenses, processes
+    records = []
+    for gemm in ("sm90_gemm_a", "sm80_gemm_b"):
+        record = _ok_record(1.0, [0.99, 1.01], 10)
+        defenses.check_kernels(record, [{"kernels": 1, "custom_kernels": [], "other_kernels": [gemm]}],
+                               [{"kernels": 1, "custom_kernels": [], "other_kernels": [gemm, "fill"]}, None])
+        records.append(record)
+    assert records[0]["kernels"]["reference_kernels"] == ["fill", "sm90_gemm_a"]
+    merged = processes.merge(records)
+    assert [p["kernels"] for p in merged["timing"]["processes"]] == [
+        {"candidate": ["sm90_gemm_a"], "reference": ["fill", "sm90_gemm_a"]},
+        {"candidate": ["sm80_gemm_b"], "reference": ["fill", "sm80_gemm_b"]}]
+    assert processes.merge([_ok_record(1.0, [0.99, 1.01], 10)] * 2)["timing"]["processes"][0]["kernels"] is None
