@@ -110,8 +110,9 @@ def run_all(pairs: list[Pair], ctx: Context, slots: list[Slot]) -> None:
 def pair_worker_env(cfg: Config, slot: Slot) -> dict[str, str]:
     """The environment of a slot's reference and candidate workers. On a GPU slot with the defenses on (the profiled
     calls), they start torch.profiler's CUDA tracing once before the rounds (KB_WARM_PROFILER,
-    harness.workers.common.warm_profiler): the reference before its job arrives (a spare pays it while it waits),
-    the candidate once confined. Its first start costs seconds, which the rounds paid at the first profiled call."""
+    harness.workers.common.warm_profiler): the reference before its job arrives (a spare pays it while it waits,
+    and imports torch._dynamo for the FLOP count too: warm_reference), the candidate once confined. The first start
+    cost seconds, which the rounds paid at the first profiled call."""
     env = worker_env(slot.env(cfg.cpu_threads))
     if slot.gpu is not None and cfg.defenses:
         env["KB_WARM_PROFILER"] = "1"
