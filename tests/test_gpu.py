@@ -160,12 +160,17 @@ def test_tiny_call_is_timed_as_graph_replay_within_1_2x_of_graph_time(tmp_path):
 
 
 def test_calibrate_on_the_gpu_reads_one(tmp_path):
+    """The A/A test on the 16M-element elementwise fixture, in three process pairs. One pair of processes carries
+    a bias of its own that no number of rounds averages away, and on this fixture it is large: one process pair
+    read 1.026, 0.978, 0.980 and 1.044 on the H200, each with a CI of about +/-1% that missed 1.0. Three process
+    pairs give a CI over the bias between processes (README, Process pairs), which must reach 1.0; the estimate
+    must sit within 5% of it (the harness's own asymmetries once read 0.50x-0.86x)."""
     config = write_config(tmp_path, FIXTURES / "gpu_tree")
     done = run_cli("calibrate", "--config", str(config), "--device", "cuda", "--target-rel-ci", "0.01",
-                   "--max-pair-seconds", "20", "--timing-mode", "cold")
+                   "--max-pair-seconds", "15", "--timing-mode", "cold", "--processes", "3")
     assert done.returncode == 0, done.stderr
     (path,) = (tmp_path / "results").glob("calibrate-*.json")
     import json
     row = json.loads(path.read_text())["rows"][0]
     # A 95% CI misses 1.0 one time in twenty even without bias: ask for the CI to reach within 1% of it.
-    assert row["status"] == "ok" and abs(row["speedup"] - 1) < 0.02 and row["ci"][0] <= 1.01 and row["ci"][1] >= 0.99, row
+    assert row["status"] == "ok" and abs(row["speedup"] - 1) < 0.05 and row["ci"][0] <= 1.01 and row["ci"][1] >= 0.99, row
