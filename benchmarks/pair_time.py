@@ -2,14 +2,16 @@
 (every build cached), and prints per run the wall time, the pairs, and the mean per-pair split read from the
 records: `build.seconds` (cold run only) and the parts of `worker.phases` -- `start` (worker process start until it
 got its job), `trials` (candidate import and correctness trials), `derive` (`derive_wait`: the wait after the
-trials for what the reference works out meanwhile: FLOPs, the float64 reference), `timing` (interleaved timed rounds), `checks`
-(verification and defense checks), `baseline` (reference-only blocks before and after the pair, for the
-interference check), `close` (the candidate worker's exit and the sweep after it), `total` (the whole pair) and
-`other` (total minus the parts); then two parts of `timing`: `profile` (the profiled calls, both sides) and `switch`
-(stopping one side and resuming the other between blocks). A part no record has (records written before phases
-existed) prints as "-". A run cut short (Ctrl-C, `timeout -s INT`) prints the pairs it finished. Last column: the
-harness overhead per pair, wall time / pairs minus the time inside timed samples (timing.reference.samples_ms +
-timing.candidate.samples_ms).
+trials for what the reference works out meanwhile: FLOPs, the float64 reference), `timing` (interleaved timed
+rounds), `checks` (verification and defense checks), `baseline` (reference-only blocks before and after the pair,
+for the interference check), `close` (the candidate worker's exit and the sweep after it), `total` (the whole
+pair) and `other` (total minus the parts); then two parts of `timing`: `profile` (the profiled calls, both sides)
+and `switch` (stopping one side and resuming the other between blocks); and `ref setup` (`reference_setup`: the
+problem's reference process from its start to `ready`, counted by the first pair it serves, before that pair's
+`total`; averaged over every pair, so a problem with several candidates spreads it). A part no record has (records
+written before phases existed) prints as "-". A run cut short (Ctrl-C, `timeout -s INT`) prints the pairs it
+finished. Last column: the harness overhead per pair, wall time / pairs minus the time inside timed samples
+(timing.reference.samples_ms + timing.candidate.samples_ms).
 
     python benchmarks/pair_time.py                                  # tests/fixtures/tree on the CPU
     python benchmarks/pair_time.py --problems-dir problems --solutions-dir solutions [--device cuda]
@@ -32,6 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURE_TREE = REPO / "tests" / "fixtures" / "tree"
 PARTS = ("start", "trials", "derive_wait", "timing", "checks", "baseline", "close", "total")
 SUBPARTS = ("timing_profile", "timing_switch")      # inside `timing`: profiled calls, stopping/resuming the sides
+BEFORE = ("reference_setup",)                       # before the pair (the problem's reference process), not in total
 
 
 def _num(x: Any) -> float | None:
@@ -43,7 +46,7 @@ def _phases(record: dict[str, Any]) -> dict[str, float] | None:
     phases = (record.get("worker") or {}).get("phases")
     if not isinstance(phases, dict):
         return None
-    out = {k: v for k, v in ((k, _num(phases.get(k))) for k in PARTS + SUBPARTS if k != "baseline")
+    out = {k: v for k, v in ((k, _num(phases.get(k))) for k in PARTS + SUBPARTS + BEFORE if k != "baseline")
            if v is not None}
     baseline = [v for v in (_num(phases.get("baseline_before")), _num(phases.get("baseline_after")),
                             _num(phases.get("baseline"))) if v is not None]
@@ -72,7 +75,7 @@ def summarize(records: Iterable[dict[str, Any]], wall_s: float, cold: bool) -> d
     builds = [b for b in builds if b is not None]
     phased = [p for p in (_phases(r) for r in records) if p is not None]
     means: dict[str, float | None] = {}
-    for part in PARTS + SUBPARTS:
+    for part in PARTS + SUBPARTS + BEFORE:
         if any(part in p for p in phased):
             means[part] = sum(p.get(part, 0.0) for p in phased) / len(phased)
         else:
@@ -96,12 +99,12 @@ def _cell(x: float | None, width: int, digits: int = 2) -> str:
 
 def format_rows(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
     """The printed table: one line per run, seconds. `profile` and `switch` are parts of `timing`."""
-    columns = ["build", *(p.replace("_wait", "") for p in PARTS), "other", "profile", "switch"]
+    columns = ["build", *(p.replace("_wait", "") for p in PARTS), "other", "profile", "switch", "ref setup"]
     lines = [f"{'run':24} {'wall s':>8} {'pairs':>5} " + " ".join(f"{c:>8}" for c in columns)
              + f" {'in samples s':>12} {'overhead/pair s':>15}",
              f"{'':24} {'':>8} {'':>5} " + "mean seconds per pair".center(9 * len(columns) - 1, "-")]
     for name, s in rows:
-        values = [s["build_s"], *(s["phases"].get(c) for c in PARTS + ("other",) + SUBPARTS)]
+        values = [s["build_s"], *(s["phases"].get(c) for c in PARTS + ("other",) + SUBPARTS + BEFORE)]
         lines.append(f"{name:24} {s['wall_s']:>8.1f} {s['pairs']:>5} " + " ".join(_cell(v, 8) for v in values)
                      + f" {_cell(s['in_samples_s'], 12)} {_cell(s['overhead_per_pair_s'], 15)}")
     return lines

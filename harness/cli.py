@@ -198,6 +198,9 @@ def cmd_ci(argv: list[str]) -> int:
     return run_pipeline(cfg, args, ["ci", *argv], pairs=selected, conclude=conclude)
 
 
+CALIBRATE_PROCESSES = 3     # the fewest process pairs `calibrate` measures a problem in, unless --processes is given
+
+
 def cmd_calibrate(argv: list[str]) -> int:
     """The A/A test: each selected problem's reference through the full candidate path against itself."""
     from . import calibrate
@@ -208,7 +211,9 @@ def cmd_calibrate(argv: list[str]) -> int:
     p.description = ("The A/A test: every selected problem's own Model, as the candidate `class ModelNew(Model): "
                      "pass`, through the full candidate path against the reference. Prints each speedup with its "
                      "95% CI and writes <output-dir>/calibrate-<run-id>.json. torch.compile baselines are off "
-                     "unless --compile-modes is given.")
+                     "unless --compile-modes is given. Each problem is measured in at least 3 process pairs "
+                     "(timing.processes) unless --processes says otherwise: one pair of processes carries a bias of "
+                     "its own that its CI does not cover.")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when any problem reads outside 1 +/- target_rel_ci or its CI excludes 1.0")
     args = p.parse_args(argv)
@@ -217,6 +222,10 @@ def cmd_calibrate(argv: list[str]) -> int:
     if args.compile_modes is None:
         args.compile_modes = "none"
     cfg = load_run_config(args)
+    if args.processes is None and args.resume is None and cfg.timing.processes < CALIBRATE_PROCESSES:
+        argv = [*argv, "--processes", str(CALIBRATE_PROCESSES)]     # in run.json's argv too, for --resume
+        args.processes = CALIBRATE_PROCESSES
+        cfg = load_run_config(args)
     problems, _ = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, "*")
     if not problems:
         check_problem_selection(Path(cfg.problems_dir), cfg.level, cfg.problem)

@@ -77,6 +77,8 @@ class ReferenceSide:
         self.variants = [EAGER]
         self.derive = "not asked"           # -> "asked" (the reply not read yet) -> "read" (merged into info)
         cfg = pc.cfg
+        started = time.monotonic()
+        self.setup_seconds: float | None = None     # its start until `ready`: reported by the first pair it serves
         self.worker = spares.take("reference", pc.log_dir / f"{slug(pair.problem_id)}__reference.log")
         probe = pc.seed.stream("probe", pair.problem_id).take(5)
         self.worker.send(wire(ReferenceJob(
@@ -87,6 +89,7 @@ class ReferenceSide:
         except WorkerExit as exc:
             self._fail(exc, cfg.reference_timeout)
             return
+        self.setup_seconds = time.monotonic() - started
         if message.get("kind") != "ready":
             self.error_status = "oom" if message.get("oom") else "load_error"
             self.error = f"problem {pair.problem_id}: {message.get('stage', 'problem')}: {message.get('error')}"
@@ -179,6 +182,8 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
     pair_dir = problem_dir / slug(pair.candidate.id.rsplit("/", 1)[-1])
     pair_dir.mkdir(parents=True, exist_ok=True)
     phases: dict[str, float] = {}
+    if reference.setup_seconds is not None:         # before this pair: outside its `total`
+        phases["reference_setup"], reference.setup_seconds = reference.setup_seconds, None
     started = time.monotonic()
     deadline = started + cfg.timeout
     inter = Interleaver(reference.worker, reference.variants, cfg.timing.block_samples,
