@@ -59,6 +59,9 @@ def timing_spec(cfg: Config, device: str, mode: str, variants: list[str] | None 
                       replays)
 
 
+DERIVE_BESIDE_BYTES = 1 << 30      # ReferenceSide.beside_trials: 1 GiB of inputs, outputs and weights, 2 GiB in fp64
+
+
 class ReferenceSide:
     """The reference worker for one problem on one slot."""
 
@@ -120,9 +123,16 @@ class ReferenceSide:
             self.error = f"reference side: {exc.detail}: {last_line(self.worker.log_tail())}"
             self.error_status = "crashed"
 
+    def beside_trials(self) -> bool:
+        """Whether the reference may work out what DeriveRequest asks for while the candidate runs its trials on the
+        same device: not when its float64 copy is large (DERIVE_BESIDE_BYTES), where the two could run the device
+        out of memory and the candidate's trials would read `oom` for the reference's allocations."""
+        footprint = self.info.get("footprint_bytes")
+        return isinstance(footprint, int) and footprint <= DERIVE_BESIDE_BYTES
+
     def ask_derived(self) -> None:
         """Ask for what the checks need from the reference alone (messages.DeriveRequest), once per reference
-        process: it computes them while the candidate worker starts."""
+        process (no-op after that)."""
         if self.derive == "not asked":
             self.worker.resume()
             self.worker.send(wire(DeriveRequest(flops="work" not in self.known)))
@@ -209,7 +219,8 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
     phases["start"] = time.monotonic() - t_start
     collected = None
     try:
-        reference.ask_derived()
+        if reference.beside_trials():
+            reference.ask_derived()
         collected = _drive(worker, record, reference, inter, pc, phases)
     except WorkerExit as exc:
         if not reference.worker.alive():
@@ -263,6 +274,7 @@ def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, int
     if message.get("kind") != "outputs":
         raise WorkerExit("protocol", None, f"worker sent {message.get('kind')!r}: {message.get('error')}")
     t0 = time.monotonic()
+    reference.ask_derived()                     # asked already when it could run beside the trials
     reference.read_derived()
     phases["derive_wait"] = time.monotonic() - t0
     t0 = time.monotonic()

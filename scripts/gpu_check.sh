@@ -22,12 +22,13 @@
 # files: end a device command with `cd $OUT && tar czf /tmp/all.tgz . && rm -rf $OUT/* && mv /tmp/all.tgz $OUT/`.
 #   usage: bash scripts/gpu_check.sh [first|smoke|validate|calibrate|suite|spread|placement|overhead|kblint|tests]
 #
-# What things cost on one H200 (2026-11-24): the GPU tests 7 min (16 tests; 15 finished in 410 s), so `first`
-# needs TESTS_TIMEOUT=450 and ROOT_TIMEOUT=140 to fit a call; lint of the 250 KernelBench problems ~8 min with
-# --per-gpu 6; the suite with torch.compile baselines ~25 s a pair after ~4 min of builds on a fresh machine; an A/A
+# What things cost on one H200 (2026-11-24): the GPU tests 6-7 min (15 of 16 finished in 410 s; after the profiler
+# change below, 17 in 343 s), so `first` needs TESTS_TIMEOUT=450 and ROOT_TIMEOUT=140 to fit a call; lint of the
+# 250 KernelBench problems ~8 min with --per-gpu 6; the suite with torch.compile baselines ~25 s a pair after ~4 min of builds on a fresh machine; an A/A
 # pair 8-36 s (level 1 ~25 s: 19 pairs in 480 s, so `calibrate` over the whole suite is 35-40 min in one process pair
-# each, three times that with --processes 3; split it by LEVEL and PROBLEM); an honest pair 8-48 s (large
-# elementwise outputs go through tensor files: up to 11 s of trials); a fresh machine builds all 39 candidates in
+# each, three times that with --processes 3; split it by LEVEL and PROBLEM; since the profiler's start no longer
+# imports torch._inductor, PROCS=3 runs 30-55 s a problem, 9-11 problems a 420-545 s call); an honest pair 8-48 s
+# (large elementwise outputs go through tensor files: up to 11 s of trials); a fresh machine builds all 39 candidates in
 # ~4 min (16 jobs), so a whole-suite run does not fit one command there: split it by LEVEL, and make the calls back
 # to back (a machine held warm keeps .cache, and the builds in it, between calls).
 set -uo pipefail

@@ -398,6 +398,10 @@ def test_later_process_pairs_reuse_the_flop_count_and_still_report_it(tmp_path):
     side.read_derived()
     assert later.sent == [{"op": "derive", "flops": False}]
     assert side.info["work"] == {"flops": 10, "bytes": 20} and side.info["fp64_reference_max_abs_err"] == 2e-7
+    side.info["footprint_bytes"] = 64 << 20
+    assert side.beside_trials()                     # small: worked out while the candidate runs its trials
+    side.info["footprint_bytes"] = 4 << 30
+    assert not side.beside_trials()                 # its float64 copy could run the candidate out of memory
     wrong = _reference_side(_ScriptedReference([{"kind": "sample", "ms": 1.0}]), {}, tmp_path)
     wrong.ask_derived()
     with pytest.raises(WorkerExit, match="derive"):

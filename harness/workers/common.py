@@ -246,8 +246,8 @@ def _short_paths(line: str) -> str:
 def warm_profiler() -> None:
     """A process's first CUDA trace costs up to seconds (CUPTI starting; 6 ms for every later one). Both roles pay
     it before their timed rounds (KB_WARM_PROFILER, set on GPU slots with the defenses on), so the first profiled
-    call does not stall a round and both sides run the rounds with the profiler in the same state. A
-    failure only means the first profiled call pays it, as before."""
+    call does not stall a round and both sides run the rounds with the profiler in the same state. A failure only
+    means the first profiled call pays it, as before."""
     if os.environ.get("KB_WARM_PROFILER") != "1":
         return
     try:
@@ -260,8 +260,8 @@ def warm_profiler() -> None:
 def warm_reference() -> None:
     """What a reference worker does before its job arrives on a GPU slot with the defenses on (KB_WARM_PROFILER;
     a spare does it while it waits): start the profiler (warm_profiler), and import torch._dynamo, which counting a
-    forward's FLOPs (harness.workers.reference._work, under FlopCounterMode) imports on first use: 4-5 s on the
-    H200, which the pair otherwise waits for after the candidate's trials (worker.phases.derive_wait)."""
+    forward's FLOPs (harness.workers.reference._work, under FlopCounterMode) imports on first use: seconds, which
+    the pair otherwise waits for after the candidate's trials (worker.phases.derive_wait: up to 5.2 s on the H200)."""
     if os.environ.get("KB_WARM_PROFILER") != "1":
         return
     warm_profiler()

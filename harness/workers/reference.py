@@ -38,6 +38,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         "output_shapes": [list(t.shape) for t in expected[0]],
         "parameters": sum(p.numel() for p in model.parameters()),
         "module_mode": "train" if model.training else "eval",
+        "footprint_bytes": _footprint(model, inputs[0], expected[0]),
     }
     from .lint import degenerate_checks
     info["lint"] = degenerate_checks(expected[0], expected[1] if len(expected) > 1 else None, inputs[0],
@@ -159,6 +160,15 @@ def _work(model, inputs, outputs) -> dict[str, Any]:
     tensors = [x for x in inputs if isinstance(x, torch.Tensor)] + list(model.parameters()) + list(model.buffers())
     moved = sum(t.numel() * t.element_size() for t in tensors) + sum(t.numel() * t.element_size() for t in outputs)
     return {"flops": flops, "bytes": int(moved)}
+
+
+def _footprint(model, inputs, outputs) -> int:
+    """Bytes of one trial's inputs and outputs and of the model's parameters and buffers: what the float64
+    reference doubles (the parent decides from it whether that may run beside the candidate's trials)."""
+    import torch
+    tensors = ([x for x in inputs if isinstance(x, torch.Tensor)] + list(model.parameters()) + list(model.buffers())
+               + list(outputs))
+    return int(sum(t.numel() * t.element_size() for t in tensors))
 
 
 def _float64_reference(model, initial_state, inputs):
