@@ -244,10 +244,11 @@ def _short_paths(line: str) -> str:
 
 
 def warm_profiler() -> None:
-    """A process's first CUDA trace costs up to seconds (CUPTI starting; 6 ms for every later one). Both roles pay
-    it before their timed rounds (KB_WARM_PROFILER, set on GPU slots with the defenses on), so the first profiled
-    call does not stall a round and both sides run the rounds with the profiler in the same state. A failure only
-    means the first profiled call pays it, as before."""
+    """A process's first CUDA trace costs more than the later ones (CUPTI starting; through torch.profiler it also
+    imported torch._inductor: 3.5-5.9 s on the H200, see profiling.cuda_trace). Both roles pay it before their timed
+    rounds (KB_WARM_PROFILER, set on GPU slots with the defenses on), so the first profiled call does not stall a
+    round and both sides run the rounds with the profiler in the same state. A failure only means the first
+    profiled call pays it, as before."""
     if os.environ.get("KB_WARM_PROFILER") != "1":
         return
     try:

@@ -38,16 +38,15 @@ def profile_call(call: Callable[[list], Any], inputs: list, device: str) -> dict
 def cuda_trace():
     """A trace of CUDA activity only, through the autograd profiler that torch.profiler.profile wraps. Not through
     torch.profiler.profile itself: its start asks `hasattr(torch, "_inductor")`, which imports torch._inductor,
-    torch._dynamo and sympy (3.4-3.8 s of a worker's first trace on the H200, CUPTI's own start 0.3-2 s:
+    torch._dynamo and sympy (a worker's first trace took 3.5-5.9 s that way on the H200, 0.02 s through here:
     benchmarks/profiler_start.py)."""
     from torch.autograd.profiler import profile
     return profile(use_cpu=False, use_device="cuda", use_kineto=True)
 
 
 def warm_up() -> None:
-    """Start and stop CUDA tracing once, with nothing to trace: CUPTI's first start in a process costs up to
-    seconds, the later ones milliseconds. Both workers of a pair call it before their timed rounds
-    (common.warm_profiler)."""
+    """Start and stop CUDA tracing once, with nothing to trace: the first start in a process costs more than the
+    later ones (CUPTI starting). Both workers of a pair call it before their timed rounds (common.warm_profiler)."""
     import torch
     torch.cuda.init()
     with cuda_trace():

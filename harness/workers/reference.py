@@ -90,8 +90,8 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
 
 def _derive(model, initial_state, inputs: list, expected: list, defenses: bool, device: str, flops: bool):
     """What m.DeriveRequest asks for, and the float64 outputs the verifications compare against (None with the
-    defenses off). Runs while the candidate worker starts: it leaves nothing in the allocator's cache, so the
-    candidate finds the device's memory as the reference's `ready` left it."""
+    defenses off). Runs while the candidate worker starts and runs its trials (after them for a large problem):
+    it leaves nothing in the allocator's cache, so the candidate finds the device's memory as `ready` left it."""
     from .. import messages as m
     if not defenses:
         return m.Derived(None), None
@@ -148,7 +148,6 @@ def _timer_floor(device: str) -> float:
 def _work(model, inputs, outputs) -> dict[str, Any]:
     """FLOPs of one forward (torch.utils.flop_counter) and the fewest bytes it must move: every input, parameter
     and buffer read once, every output written once."""
-    import torch
     from torch.utils.flop_counter import FlopCounterMode
     try:
         counter = FlopCounterMode(display=False)
@@ -157,14 +156,13 @@ def _work(model, inputs, outputs) -> dict[str, Any]:
         flops = int(counter.get_total_flops())
     except Exception:                                  # noqa: BLE001 - an op the counter does not know
         flops = None
-    tensors = [x for x in inputs if isinstance(x, torch.Tensor)] + list(model.parameters()) + list(model.buffers())
-    moved = sum(t.numel() * t.element_size() for t in tensors) + sum(t.numel() * t.element_size() for t in outputs)
-    return {"flops": flops, "bytes": int(moved)}
+    return {"flops": flops, "bytes": _footprint(model, inputs, outputs)}
 
 
 def _footprint(model, inputs, outputs) -> int:
-    """Bytes of one trial's inputs and outputs and of the model's parameters and buffers: what the float64
-    reference doubles (the parent decides from it whether that may run beside the candidate's trials)."""
+    """Bytes of one trial's inputs and outputs and of the model's parameters and buffers: what a forward moves at
+    least (`work.bytes`), and what the float64 reference doubles (the parent decides from it whether that may run
+    beside the candidate's trials)."""
     import torch
     tensors = ([x for x in inputs if isinstance(x, torch.Tensor)] + list(model.parameters()) + list(model.buffers())
                + list(outputs))
