@@ -28,7 +28,7 @@ def main(argv: list[str]) -> None:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     import torch  # noqa: F401 - before the job arrives: a spare worker pays for this while it waits
     if role == "reference":
-        common.warm_reference()         # a spare pays it while it waits; the candidate warms its profiler once confined
+        common.warm_profiler()          # a spare pays it while it waits; the candidate role after its confinement
     job = conn.recv()
     os.environ.update({str(k): str(v) for k, v in (job.pop("env", None) or {}).items()})
     os.environ.setdefault("KB_DEVICE", job.get("device", "cpu"))

@@ -258,20 +258,6 @@ def warm_profiler() -> None:
         print(f"kb-harness: profiler warm-up failed: {describe(exc)}", file=sys.stderr, flush=True)
 
 
-def warm_reference() -> None:
-    """What a reference worker does before its job arrives on a GPU slot with the defenses on (KB_WARM_PROFILER;
-    a spare does it while it waits): start the profiler (warm_profiler), and import torch._dynamo, which counting a
-    forward's FLOPs (harness.workers.reference._work, under FlopCounterMode) imports on first use: seconds, which
-    the pair otherwise waits for after the candidate's trials (worker.phases.derive_wait: up to 5.2 s on the H200)."""
-    if os.environ.get("KB_WARM_PROFILER") != "1":
-        return
-    warm_profiler()
-    try:
-        import torch._dynamo  # noqa: F401
-    except Exception as exc:                           # noqa: BLE001 - the FLOP count imports it again, or fails
-        print(f"kb-harness: importing torch._dynamo failed: {describe(exc)}", file=sys.stderr, flush=True)
-
-
 def worker_device() -> str:
     return os.environ.get("KB_DEVICE", "cpu")
 
