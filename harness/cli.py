@@ -216,6 +216,10 @@ def cmd_calibrate(argv: list[str]) -> int:
                      "its own that its CI does not cover.")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when any problem reads outside 1 +/- target_rel_ci or its CI excludes 1.0")
+    for action in p._actions:
+        if action.dest == "processes":
+            action.help = (f"measure each problem in N process pairs and combine them (default: timing.processes, "
+                           f"at least {CALIBRATE_PROCESSES})")
     args = p.parse_args(argv)
     if args.problem_file is not None or args.solution_file is not None:
         raise UsageError("calibrate selects problems with --level/--problem, not --problem-file/--solution-file")
