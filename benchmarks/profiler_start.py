@@ -1,7 +1,7 @@
 """What torch.profiler's first CUDA trace costs a worker, and under which settings (issue 8: time per pair).
 
 Both workers of a GPU pair start the profiler once before their rounds (harness.workers.profiling.warm_up); on the
-H200 that first start took 4-10 s per process, the largest fixed cost of an A/A pair. Each variant below runs in
+H200 that first start took 3.5-6 s per process, the largest fixed cost of an A/A pair. Each variant below runs in
 a fresh Python process (so each pays the first start) and prints, in seconds:
 
     import    `import torch`
@@ -17,10 +17,11 @@ Variants:
     cpu_only        torch.profiler.profile(activities=[CPU]): no CUPTI, so what torch.profiler's own start costs
     none            no trace at all: launches as a process that never profiled
 
-On the H200 (2026-11-24, before the switch to the autograd profiler): torch_profiler's first trace 3.7-5.9 s,
-cpu_only's 3.4-3.8 s (torch.profiler's start imports torch._inductor), the context 0.4-0.6 s; warm_up() in a
-thread beside a Python loop took 35-49 s, so it cannot hide behind the trials; CUDA_MODULE_LOADING=EAGER moved
-3-5 s into the context and saved nothing.
+On the H200 (2026-11-24, fresh processes, two runs each): torch_profiler's first trace 3.5-5.9 s, cpu_only's
+3.4-5.6 s (torch.profiler's start imports torch._inductor), harness's 0.02 s, every later trace 3-6 ms, the
+context 0.4-0.6 s. Before the switch to the autograd profiler, warm_up() in a thread beside a Python loop took
+35-49 s (it cannot hide behind the trials), and CUDA_MODULE_LOADING=EAGER moved 3-5 s into the context and saved
+nothing.
 
     python benchmarks/profiler_start.py [--variants harness,cpu_only,...] [--repeat 2]
 
@@ -109,7 +110,8 @@ def main() -> int:
                 print(f"{name:14} failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
                 continue
             r = json.loads(lines[-1])
-            other = f"inductor imported: {r['inductor_imported']}" + (f"; kernels {r['kernels']}" if "kernels" in r else "")
+            other = f"inductor imported: {r['inductor_imported']}"
+            other += f"; kernels {r['kernels']}" if "kernels" in r else ""
             print(f"{name:14} {r['import']:7.2f} {r['context']:8.2f} {r.get('first', 0.0):7.2f} "
                   f"{r.get('second', 0.0):7.3f} {r['launches']:9.4f}  {other}", flush=True)
     return 0
