@@ -56,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _run_parser() -> argparse.ArgumentParser:
+CALIBRATE_PROCESSES = 3     # the fewest process pairs `calibrate` measures a problem in, unless --processes is given
+
+
+def _run_parser(processes_default: str = "1") -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="run_eval.py",
         description="Build, verify and time candidate kernels (solutions/) against reference problems (problems/). "
@@ -95,7 +98,7 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="time cap on one pair's timed rounds; a pair that hits it is flagged noisy (default: 30)")
     p.add_argument("--processes", type=int, metavar="N",
                    help="measure each pair in N process pairs (fresh reference and candidate workers) and combine "
-                        "them: the CI then covers the bias each process has of its own (default: 1)")
+                        f"them: the CI then covers the bias each process has of its own (default: {processes_default})")
     p.add_argument("--compile-modes", metavar="LIST",
                    help="torch.compile baselines, e.g. default,max-autotune-no-cudagraphs, or none "
                         "(default: both of those)")
@@ -198,15 +201,12 @@ def cmd_ci(argv: list[str]) -> int:
     return run_pipeline(cfg, args, ["ci", *argv], pairs=selected, conclude=conclude)
 
 
-CALIBRATE_PROCESSES = 3     # the fewest process pairs `calibrate` measures a problem in, unless --processes is given
-
-
 def cmd_calibrate(argv: list[str]) -> int:
     """The A/A test: each selected problem's reference through the full candidate path against itself."""
     from . import calibrate
     from .discover import check_problem_selection, discover
     from .pipeline import run_pipeline
-    p = _run_parser()
+    p = _run_parser(processes_default=f"timing.processes, at least {CALIBRATE_PROCESSES}")
     p.prog = "run_eval.py calibrate"
     p.description = ("The A/A test: every selected problem's own Model, as the candidate `class ModelNew(Model): "
                      "pass`, through the full candidate path against the reference. Prints each speedup with its "
@@ -216,10 +216,6 @@ def cmd_calibrate(argv: list[str]) -> int:
                      "its own that its CI does not cover.")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when any problem reads outside 1 +/- target_rel_ci or its CI excludes 1.0")
-    for action in p._actions:
-        if action.dest == "processes":
-            action.help = (f"measure each problem in N process pairs and combine them (default: timing.processes, "
-                           f"at least {CALIBRATE_PROCESSES})")
     args = p.parse_args(argv)
     if args.problem_file is not None or args.solution_file is not None:
         raise UsageError("calibrate selects problems with --level/--problem, not --problem-file/--solution-file")

@@ -11,7 +11,7 @@ call after the other process ran finds cold host caches (2x on a 0.1 ms CPU call
 one process did not), a cost of the interleaving, not of either side. Both sides get them, on the same seeds; a
 worker cannot tell them from timed samples.
 
-In a few round halves drawn at random (`profiles`), each side also runs one call under torch.profiler after its
+In a few round halves drawn at random (`profiles`), each side also runs one call under the profiler after its
 block: the candidate's show whose kernels ran (harness.defenses.check_kernels); the reference's is the same work,
 so that whatever a profiler leaves behind in a process costs both sides.
 """

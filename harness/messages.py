@@ -124,7 +124,7 @@ class ModeRequest:
 
 @dataclass(frozen=True)
 class ProfileRequest:
-    """One call of `variant` on inputs drawn with `seed`, under torch.profiler, to see whose kernels ran."""
+    """One call of `variant` on inputs drawn with `seed`, under the profiler, to see whose kernels ran."""
     OP: ClassVar[str] = "profile"
     seed: int
     variant: str

@@ -109,13 +109,10 @@ def run_all(pairs: list[Pair], ctx: Context, slots: list[Slot]) -> None:
 
 def pair_worker_env(cfg: Config, slot: Slot) -> dict[str, str]:
     """The environment of a slot's reference and candidate workers. On a GPU slot with the defenses on (the profiled
-    calls), they start torch.profiler's CUDA tracing once before the rounds (KB_WARM_PROFILER,
-    harness.workers.common.warm_profiler): the reference before its job arrives (a spare pays it while it waits),
-    the candidate once confined. The first start cost seconds, which the rounds paid at the first profiled call.
-    A reference spare does nothing more before its job: it is stopped while a side is timed, so what it has not
-    finished in between delays the next reference's `ready` (importing torch._dynamo there for the FLOP count took
-    derive_wait to 0 on the H200, but every reference process of a problem would pay it, where the FLOP count is
-    needed by the first only; not kept, and not measured against)."""
+    calls), they start CUDA tracing once before the rounds (KB_WARM_PROFILER, harness.workers.common.warm_profiler):
+    the reference before its job arrives (a spare pays it while it waits), the candidate once confined, so the
+    first profiled call does not stall a round. A spare does nothing more before its job: it is stopped while a
+    side is timed, and what it has not finished by then delays the next reference's `ready`."""
     env = worker_env(slot.env(cfg.cpu_threads))
     if slot.gpu is not None and cfg.defenses:
         env["KB_WARM_PROFILER"] = "1"

@@ -10,7 +10,7 @@ reference by construction:
       after the call returned), read first from its memory (harness.workers.rawread) and then through torch,
       whether the inputs changed, whether the output's memory changed since the call returned, and optionally
       the whole output;
-  profile(seed, variant): one call under torch.profiler (harness.workers.profiling), where the parent asks.
+  profile(seed, variant): one call under the profiler (harness.workers.profiling), where the parent asks.
 
 Runs only inside worker processes.
 """
