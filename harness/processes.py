@@ -62,7 +62,8 @@ def merge(records: list[dict[str, Any]], planned: int | None = None) -> dict[str
         if est is not None:
             entry["speedup"], entry["speedup_ci"] = est.value, est.ci()
     timing["processes"] = [{**{k: r.get(k) for k in _KEPT}, "rounds": r["timing"].get("rounds"),
-                            "seconds": r["timing"].get("seconds"), "kernels": _kernel_names(r)} for r in records]
+                            "seconds": r["timing"].get("seconds"), "kernels": _kernel_names(r),
+                            "phases": (r.get("worker") or {}).get("phases")} for r in records]
     timing["rounds"] = main.rounds
     timing["seconds"] = round(sum(r["timing"].get("seconds") or 0.0 for r in records), 3)
     timing["rel_ci_half_width"] = main.rel_half_width

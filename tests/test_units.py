@@ -297,9 +297,12 @@ def _ok_record(speedup: float, ci: list[float], rounds: int, flags=()) -> dict:
 
 def test_merge_of_process_pairs_keeps_each_and_combines_the_speedup():
     from harness import processes
-    merged = processes.merge([_ok_record(1.1, [1.09, 1.11], 10), _ok_record(1.0, [0.99, 1.01], 12, ["noisy"])])
+    first, second = _ok_record(1.1, [1.09, 1.11], 10), _ok_record(1.0, [0.99, 1.01], 12, ["noisy"])
+    first["worker"], second["worker"] = {"phases": {"total": 3.0}}, {"phases": {"total": 2.0}}
+    merged = processes.merge([first, second])
     assert merged["status"] == "ok"
     assert [p["speedup"] for p in merged["timing"]["processes"]] == [1.1, 1.0]
+    assert [p["phases"] for p in merged["timing"]["processes"]] == [{"total": 3.0}, {"total": 2.0}]
     assert merged["speedup"] == pytest.approx((1.1 * 1.0) ** 0.5)
     assert merged["timing"]["rounds"] == 22 and len(merged["timing"]["round_ratios"]) == 22
     assert merged["flags"] == ["noisy"] and merged["timing"]["noisy"] is True
