@@ -427,3 +427,67 @@ def test_each_process_pair_keeps_the_kernels_both_sides_ran():
         {"candidate": ["sm90_gemm_a"], "reference": ["fill", "sm90_gemm_a"]},
         {"candidate": ["sm80_gemm_b"], "reference": ["fill", "sm80_gemm_b"]}]
     assert processes.merge([_ok_record(1.0, [0.99, 1.01], 10)] * 2)["timing"]["processes"][0]["kernels"] is None
+
+
+class _MachineClock:
+    """A simulated device whose speed swings with a fixed period, counted in samples served (either side)."""
+
+    def __init__(self, period: int, slow: range, factor: float):
+        self.period, self.slow, self.factor, self.served = period, slow, factor, 0
+        self.log: list[tuple[str, int]] = []
+
+    def sample_ms(self, side: str, seed: int) -> float:
+        ms = self.factor if self.served % self.period in self.slow else 1.0
+        self.log.append((side, seed))
+        self.served += 1
+        return ms
+
+
+class _FakeSide:
+    """The worker interface the interleaver drives (send, recv, pause, resume), answering from the clock."""
+
+    def __init__(self, side: str, clock: _MachineClock):
+        self.side, self.clock, self.pending = side, clock, None
+
+    def send(self, message: dict) -> None:
+        self.pending = message
+
+    def recv(self, deadline: float) -> dict:
+        from harness import messages as m
+        message, self.pending = self.pending, None
+        if message["op"] == m.SampleRequest.OP:
+            return m.wire(m.SampleResult(self.clock.sample_ms(self.side, message["seed"]), 1.0, 0.0, []))
+        return m.wire(m.CheckResult(m.pack_floats([0.0]), [[1]], False, False))
+
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+
+def test_round_orientation_is_a_coin_so_a_periodic_machine_cannot_lock_onto_one_side():
+    """A device that is 5% slower for the middle half of every stretch of 20 samples -- the length of a round of
+    blocks of 1 warm-up + 4 samples -- makes a fixed E K K E schedule time the candidate slow in every round. With
+    the side that goes first drawn per round, the swing lands on either side: an A/A reads it as noise whose CI
+    covers 1.0, not as a confident 0.95."""
+    import statistics
+    from harness import interleave
+    from harness.paired import StopRule, estimate
+    from harness.seeds import RunSeed
+    clock = _MachineClock(period=20, slow=range(5, 15), factor=1.05)
+    seed = RunSeed.resolve(7)
+    inter = interleave.Interleaver(_FakeSide("reference", clock), [interleave.EAGER], 4, seed.stream("samples"),
+                                   seed.stream("checks"), deadline=float("inf"), warmup=1)
+    out = inter.rounds(_FakeSide("candidate", clock), StopRule(60, 60, 0.0, 1e9))
+    assert len(out.rounds) == len(out.orientations) == 60
+    assert 15 < sum(out.orientations) < 45                                   # both orientations, about half each
+    for r, reference_first in enumerate(out.orientations):                  # the log says which side went first
+        assert clock.log[20 * r][0] == ("reference" if reference_first else "candidate")
+        first_half = [s for _, s in clock.log[20 * r:20 * r + 10]]
+        assert first_half[:5] == first_half[5:]                              # both sides on the same seeds
+    ratios = interleave.ratios(out, interleave.EAGER)
+    slow_candidate = [x for x, first in zip(ratios, out.orientations) if first]
+    assert statistics.median(slow_candidate) == pytest.approx(1 / 1.05)     # what a fixed order reads every round
+    est = estimate(ratios)
+    assert est.lo < 1.0 < est.hi
