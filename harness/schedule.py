@@ -29,6 +29,11 @@ class Slot:
     gpu_name: str | None = None
     cpus: tuple[int, ...] = ()      # the cores every worker of this slot runs on (both sides on the same ones)
 
+    def timing_cpus(self, cpu_threads: int = 1) -> tuple[int, ...]:
+        """The cores a worker's threads are held to while it is timed: the first `cpu_threads` of the slot's, the
+        same ones for both sides (harness.workers.common.pin_for_timing)."""
+        return self.cpus[:max(1, cpu_threads)]
+
     @property
     def device(self) -> str:
         return "cpu" if self.gpu is None else "cuda:0"   # each worker sees only its own GPU
@@ -37,7 +42,8 @@ class Slot:
         threads = str(cpu_threads)
         return {"CUDA_VISIBLE_DEVICES": "" if self.gpu is None else str(self.gpu), "KB_DEVICE": self.device,
                 "KB_CPU_THREADS": threads, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-                "KB_CPUS": ",".join(map(str, self.cpus))}
+                "KB_CPUS": ",".join(map(str, self.cpus)),
+                "KB_TIMING_CPUS": ",".join(map(str, self.timing_cpus(cpu_threads)))}
 
 
 def assign_cpus(slots: list[Slot]) -> None:

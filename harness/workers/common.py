@@ -128,6 +128,27 @@ def setup_torch(settings: Settings) -> None:
             pass
 
 
+def pin_for_timing() -> list[int] | None:
+    """Hold every thread of this process to the slot's timing cores (KB_TIMING_CPUS) from now on; the cores, or None
+    where there are none to hold to. Both sides of a pair do it before timing starts, so each side's timed thread
+    runs on the same core as the other's: with a slot's whole share of cores to choose from, the scheduler left
+    each process on a core of its own for seconds at a time, and on a shared machine one core is slower than
+    another for that long (steal time, a busy sibling thread), which read as one process being 1-5% slower."""
+    cpus = os.environ.get("KB_TIMING_CPUS")
+    if not cpus:
+        return None
+    try:
+        cores = {int(c) for c in cpus.split(",")}
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(tid), cores)
+            except OSError:                            # a thread that just ended
+                pass
+    except (OSError, ValueError):
+        return None
+    return sorted(cores)
+
+
 def init_inputs(problem) -> list:
     args = problem.get_init_inputs()
     if not isinstance(args, (list, tuple)):

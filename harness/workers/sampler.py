@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from .. import messages as m
 from . import cudadriver, integrity, profiling, rawread
-from .common import as_tensor_list, device_inputs, fingerprint
+from .common import as_tensor_list, device_inputs, fingerprint, pin_for_timing
 
 
 def same_tensor(a, b) -> bool:
@@ -66,7 +66,9 @@ class Sampler:
 
     def settle(self) -> None:
         """Called by both sides right before the parent starts timing: the device idle, the allocator's cache
-        empty and no L2 set aside for persisting accesses, so neither side starts from a different memory state."""
+        empty and no L2 set aside for persisting accesses, so neither side starts from a different memory state;
+        every thread held to the same timing cores as the other side's (common.pin_for_timing)."""
+        pin_for_timing()
         if self.device != "cpu":
             import torch
             torch.cuda.synchronize()
