@@ -456,7 +456,7 @@ def _timing_record(record: dict[str, Any], reference: ReferenceSide, out: Collec
         "rounds": main.rounds,
         "seconds": round(out.seconds, 3),
         "target_rel_ci": t.target_rel_ci, "rel_ci_half_width": main.rel_half_width, "noisy": out.noisy,
-        "round_ratios": [round(r, 6) for r in ratios(out, EAGER)], "round_reference_first": out.orientations,
+        "round_ratios": [round(r, 6) for r in ratios(out, EAGER)],
         "reference": _side_stats(out, EAGER), "candidate": _side_stats(out, CANDIDATE),
         "baselines": baselines, "baseline_before_ms": before, "baseline_after_ms": after,
     }

@@ -4,11 +4,7 @@ sample and every output check. The arithmetic lives in harness.paired; the verdi
 
 Round r, with reference variants E (eager) and C1.. (torch.compile modes) and the candidate K:
     E C1 .. K   on seeds X (block_samples fresh seeds)     then     K .. C1 E   on seeds Y
-or, on a coin drawn per round from the parent's stream, the same mirrored (K .. C1 E | E C1 .. K), so every
-variant sees the same inputs as the candidate and each side's samples are centred on the round. The coin is what
-makes rounds independent: with a fixed orientation the schedule is periodic (E E K K E E K K ..), and a machine
-whose speed swings with a period near a round's length locks onto it, one side landing in the slow phase for many
-rounds in a row (on the H200, runs of 5-30 rounds at 0.95 or 1.05 in A/A pairs, in both halves of each round).
+so every variant sees the same inputs as the candidate, and each side's samples are centred on the round.
 
 Each block starts with `warmup` samples that run and are checked like the others but are not counted: the first
 call after the other process ran finds cold host caches (2x on a 0.1 ms CPU call, where back-to-back blocks of
@@ -55,7 +51,6 @@ class Checked:
 class Collected:
     """Everything the rounds produced."""
     rounds: list[dict[str, list[float]]] = field(default_factory=list)     # per round: variant -> its samples
-    orientations: list[bool] = field(default_factory=list)  # per round: True when the reference's blocks came first
     host_ms: dict[str, list[float]] = field(default_factory=dict)
     unexplained_ms: dict[str, list[float]] = field(default_factory=dict)   # parent's clock minus reported, per sample
     lag_ms: dict[str, list[float]] = field(default_factory=dict)
@@ -209,20 +204,17 @@ class Interleaver:
         self._profile_at = set(random.Random(self.samples.next()).sample(halves, min(self.profiles, len(halves))))
         started = time.monotonic()
         order = [("reference", v) for v in self.variants] + [(CANDIDATE, CANDIDATE)]
-        coin = random.Random(self.samples.next())      # each round's orientation: the parent's, unpredictable
         ratios: list[float] = []
         while True:
             samples: dict[str, list[float]] = {}
             first = not out.rounds
             forward, backward = self._seeds(), self._seeds()
             r = len(out.rounds)
-            halves = (order, order[::-1]) if coin.random() < 0.5 else (order[::-1], order)
-            for side, variant in halves[0]:
+            for side, variant in order:
                 self._block(side, variant, forward, out, samples, keep_first=first and variant in (EAGER, CANDIDATE),
                             profile=(r, 0) in self._profile_at)
-            for side, variant in halves[1]:
+            for side, variant in reversed(order):
                 self._block(side, variant, backward, out, samples, profile=(r, 1) in self._profile_at)
-            out.orientations.append(halves[0][0][0] == "reference")
             out.rounds.append(samples)
             ratios.append(round_ratio(samples[EAGER], samples[CANDIDATE]))
             out.seconds = time.monotonic() - started

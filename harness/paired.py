@@ -1,8 +1,8 @@
 """The arithmetic of paired, interleaved timing: per-round ratios, a confidence interval on the speedup, the
 stopping rule and the interference test. Pure functions over sample times; no torch, no processes.
 
-A round is four blocks, A B B A or B A A B on a coin per round (A = the reference, B = the candidate; with
-torch.compile baselines, every reference variant takes A's place in order, E C1 C2 B | B C2 C1 E; harness.interleave). Within a round each side's samples are
+A round is four blocks, A B B A (A = the reference, B = the candidate; with torch.compile baselines, every
+reference variant takes A's place in order, E C1 C2 B | B C2 C1 E). Within a round each side's samples are
 symmetric in time around the round's centre, so a linear drift of the machine's speed cancels in the ratio.
 The round's ratio is the median of the reference's samples over the median of the candidate's; the speedup is the
 median of the rounds' ratios, and its confidence interval is the distribution-free one for a median (order

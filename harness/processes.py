@@ -67,8 +67,7 @@ def merge(records: list[dict[str, Any]], planned: int | None = None) -> dict[str
     timing["rounds"] = main.rounds
     timing["seconds"] = round(sum(r["timing"].get("seconds") or 0.0 for r in records), 3)
     timing["rel_ci_half_width"] = main.rel_half_width
-    for key in ("round_ratios", "round_reference_first"):
-        timing[key] = [x for r in records for x in r["timing"].get(key) or []]
+    timing["round_ratios"] = [x for r in records for x in r["timing"].get("round_ratios") or []]
     timing["noisy"] = any(r["timing"].get("noisy") for r in records)
     for record in records[1:]:
         for flag in record.get("flags") or []:
