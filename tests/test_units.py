@@ -355,6 +355,36 @@ def test_pair_workers_warm_the_profiler_only_where_calls_are_profiled(tmp_path):
     assert "KB_WARM_PROFILER" not in pair_worker_env(load_config(cfg, {}), cpu)
 
 
+def test_both_sides_are_timed_on_the_same_cores():
+    """Every worker of a slot gets the slot's timing cores (the first cpu_threads of its share), and once a side is
+    about to be timed every one of its threads, those started earlier included, is held to them: the two sides'
+    timed threads cannot land on two different cores of a shared machine."""
+    import os
+    import subprocess
+    import sys
+    from harness.schedule import Slot
+    slot = Slot("cuda:0", 0, cpus=(4, 5, 6, 7))
+    assert slot.env(1)["KB_TIMING_CPUS"] == "4" and slot.env(2)["KB_TIMING_CPUS"] == "4,5"
+    assert slot.env(1)["KB_CPUS"] == "4,5,6,7"
+    core = min(os.sched_getaffinity(0))
+    script = (
+        "import os, threading\n"
+        "from harness.workers.common import pin_for_timing\n"
+        "started, stop = threading.Event(), threading.Event()\n"
+        "t = threading.Thread(target=lambda: (started.set(), stop.wait())); t.start(); started.wait()\n"
+        "print(sorted(os.sched_getaffinity(t.native_id)) == sorted(os.sched_getaffinity(0)))\n"
+        "print(pin_for_timing())\n"
+        "print(sorted(os.sched_getaffinity(t.native_id)), sorted(os.sched_getaffinity(0)))\n"
+        "stop.set()\n")
+    env = {**os.environ, "KB_TIMING_CPUS": str(core), "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["True", f"[{core}]", f"[{core}] [{core}]"]
+    env.pop("KB_TIMING_CPUS")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split("\n")[1] == "None"            # nothing to hold to: left as it was
+
+
 class _ScriptedReference:
     """A reference worker that records what it was sent and answers from a script."""
 

@@ -131,9 +131,10 @@ def setup_torch(settings: Settings) -> None:
 def pin_for_timing() -> list[int] | None:
     """Hold every thread of this process to the slot's timing cores (KB_TIMING_CPUS) from now on; the cores, or None
     where there are none to hold to. Both sides of a pair do it before timing starts, so each side's timed thread
-    runs on the same core as the other's: with a slot's whole share of cores to choose from, the scheduler left
-    each process on a core of its own for seconds at a time, and on a shared machine one core is slower than
-    another for that long (steal time, a busy sibling thread), which read as one process being 1-5% slower."""
+    runs on the same core as the other's. With a slot's whole share of cores to choose from, the scheduler leaves
+    each process on a core of its own for seconds at a time, and on a shared machine one core can be slower than
+    another for that long (steal time, a busy sibling thread): on the H200 box, A/A pairs read runs of 5-30
+    rounds at 0.95-0.97 or 1.03-1.05 before this pin and none after it (README, Process pairs)."""
     cpus = os.environ.get("KB_TIMING_CPUS")
     if not cpus:
         return None
