@@ -356,7 +356,7 @@ def test_pair_workers_warm_the_profiler_only_where_calls_are_profiled(tmp_path):
 
 
 def test_both_sides_are_timed_on_the_same_cores():
-    """Every worker of a slot gets the slot's timing cores (the first cpu_threads of its share), and once a side is
+    """Every worker of a GPU slot gets the slot's timing cores (the first cpu_threads of its share), and once a side is
     about to be timed every one of its threads, those started earlier included, is held to them: the two sides'
     timed threads cannot land on two different cores of a shared machine."""
     import os
@@ -366,6 +366,7 @@ def test_both_sides_are_timed_on_the_same_cores():
     slot = Slot("cuda:0", 0, cpus=(4, 5, 6, 7))
     assert slot.env(1)["KB_TIMING_CPUS"] == "4" and slot.env(2)["KB_TIMING_CPUS"] == "4,5"
     assert slot.env(1)["KB_CPUS"] == "4,5,6,7"
+    assert Slot("cpu", None, cpus=(0, 1)).env(1)["KB_TIMING_CPUS"] == ""      # the CPU path: not held (caches)
     core = min(os.sched_getaffinity(0))
     script = (
         "import os, threading\n"
