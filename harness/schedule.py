@@ -33,7 +33,7 @@ class Slot:
         """The cores a GPU slot's workers' threads are held to while timed: the first `cpu_threads` of the slot's,
         the same ones for both sides (harness.workers.common.pin_for_timing). None on the CPU path: there the
         timed call runs on the core itself, and two sides on one core find each other's data in its caches at
-        every switch (the 2-core CI box: a 0.07 ms call read 45-50% slower interleaved than alone, and the
+        every switch (the 2-core CI box: a 0.07 ms call read 44-49% slower interleaved than alone, and the
         interference check took that for a cheat)."""
         return self.cpus[:max(1, cpu_threads)] if self.gpu is not None else ()
 
