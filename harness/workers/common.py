@@ -120,12 +120,7 @@ def setup_torch(settings: Settings) -> None:
     threads = os.environ.get("KB_CPU_THREADS")
     if threads:                                    # the same on both sides (config cpu_threads)
         torch.set_num_threads(int(threads))
-    cpus = os.environ.get("KB_CPUS")
-    if cpus:                                       # both sides of a pair on the same cores
-        try:
-            os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
-        except (OSError, ValueError):
-            pass
+    _hold_threads("KB_CPUS")                       # both sides of a pair on the same cores
 
 
 def pin_for_timing() -> list[int] | None:
@@ -135,7 +130,13 @@ def pin_for_timing() -> list[int] | None:
     each process on a core of its own for seconds at a time, and on a shared machine one core can be slower than
     another for that long (steal time, a busy sibling thread): on the H200 box, 31 of 129 A/A process pairs had a
     run of 5 or more rounds more than 2% off 1.0 on one side before this pin, 1 of 162 after it (README)."""
-    cpus = os.environ.get("KB_TIMING_CPUS")
+    return _hold_threads("KB_TIMING_CPUS")
+
+
+def _hold_threads(variable: str) -> list[int] | None:
+    """Hold every thread of this process (and the threads it starts later) to the cores listed in the environment
+    variable; the cores, or None when it names none or they cannot be set."""
+    cpus = os.environ.get(variable)
     if not cpus:
         return None
     try:
