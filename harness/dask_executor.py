@@ -33,6 +33,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -269,7 +270,8 @@ def run_group(task: GroupTask) -> dict[str, Any]:
     scratch = scratch_root(task.run_id) / f"dask-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     scratch.mkdir(parents=True, exist_ok=True)
     ctx = Context(cfg, task.run_id, task.toolchain, builds, scratch, log_dir, records.append, task.seed)
-    spares = SpareWorkers(pair_worker_env(cfg, slot), log_dir, slot.name.replace(":", ""), spares_enabled(cfg, slot))
+    spares = _take_spares(task.run_id, slot, lambda: SpareWorkers(
+        pair_worker_env(cfg, slot), log_dir, slot.name.replace(":", ""), spares_enabled(cfg, slot)))
     where = {"worker": _worker_address(), "host": socket.gethostname(), "pid": os.getpid(), "slot": slot.name,
              "log_dir": str(log_dir)}
     ceilings: dict[str, dict[str, float]] = {}
@@ -282,12 +284,63 @@ def run_group(task: GroupTask) -> dict[str, Any]:
             ceilings[f"{socket.gethostname()}/{slot.name}"] = _CEILINGS[key]
         if group:
             run_problem(group, ctx, slot, spares)
-    finally:
+    except BaseException:
         spares.close()
+        raise
+    else:
+        _keep_spares(task.run_id, slot, spares)
+    finally:
         shutil.rmtree(scratch, ignore_errors=True)
         with contextlib.suppress(OSError):
             scratch.parent.rmdir()                      # the run's scratch root on this host, once empty
     return {"records": records, "where": where, "ceilings": ceilings}
+
+
+# A dask worker keeps its slot's spare workers (SpareWorkers: the next reference and candidate processes, importing
+# torch while a job runs) from one task of a run to the next, as a local slot keeps them across problems: a task is
+# one problem, and spares made new per task would never be ready for its first pair. They are closed when a task of
+# another run arrives, when a task fails, and after KEEP_SPARES_S without a task (an external cluster outlives the
+# run; a reference spare holds a CUDA context).
+KEEP_SPARES_S = 60.0
+_KEPT: dict[tuple[str, str], tuple[Any, threading.Timer]] = {}     # (run id, slot) -> (SpareWorkers, its close timer)
+_KEPT_LOCK = threading.Lock()
+
+
+def _take_spares(run_id: str, slot: Any, make: Any) -> Any:
+    """This run's kept spares for `slot` (taken out, so a second concurrent task makes its own), else make()'s.
+    Spares kept for any other run are closed."""
+    with _KEPT_LOCK:
+        mine = _KEPT.pop((run_id, slot.name), None)
+        stale = [_KEPT.pop(key) for key in [k for k in _KEPT if k[0] != run_id]]
+    for spares, timer in stale:
+        timer.cancel()
+        spares.close()
+    if mine is None:
+        return make()
+    mine[1].cancel()
+    return mine[0]
+
+
+def _keep_spares(run_id: str, slot: Any, spares: Any) -> None:
+    """Keep `spares` for this run's next task on `slot`; closed by a timer after KEEP_SPARES_S unless taken."""
+    key = (run_id, slot.name)
+    timer = threading.Timer(KEEP_SPARES_S, _close_kept, args=(key, spares))
+    timer.daemon = True
+    with _KEPT_LOCK:
+        previous = _KEPT.pop(key, None)
+        _KEPT[key] = (spares, timer)
+    if previous is not None:
+        previous[1].cancel()
+        previous[0].close()
+    timer.start()
+
+
+def _close_kept(key: tuple[str, str], spares: Any) -> None:
+    with _KEPT_LOCK:
+        if key not in _KEPT or _KEPT[key][0] is not spares:
+            return                                      # taken by a task meanwhile
+        del _KEPT[key]
+    spares.close()
 
 
 def toolchain_mismatch(toolchain: Toolchain) -> str | None:

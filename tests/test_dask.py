@@ -187,3 +187,48 @@ def test_killed_worker_loses_no_record(tmp_path, allowed_failures):
             except subprocess.TimeoutExpired:
                 proc.kill()
         log.close()
+
+
+def test_a_dask_worker_keeps_its_spares_between_tasks_of_a_run(tmp_path, monkeypatch):
+    """A task is one problem: spares made new per task would never be ready for its first pair. The spare started
+    during one task serves the next task of the same run; a task of another run closes it, and so does a slot left
+    without a task for KEEP_SPARES_S (an external cluster outlives the run)."""
+    from harness import dask_executor as dx
+    from harness.procs import SpareWorkers, worker_env
+    from harness.schedule import Slot
+
+    monkeypatch.setattr(dx, "KEEP_SPARES_S", 3.0)
+    slot = Slot("cpu", None)
+
+    def make():
+        return SpareWorkers(worker_env(slot.env()), tmp_path, "cpu", True)
+
+    first = dx._take_spares("run-a", slot, make)
+    job = first.take("reference", tmp_path / "job-1.log")        # a task's reference; a spare starts beside it
+    spare = first.spares["reference"]
+    dx._keep_spares("run-a", slot, first)
+    job.kill()
+    job.close()
+
+    second = dx._take_spares("run-a", slot, make)                 # the run's next task on this slot
+    assert second is first and spare.alive()
+    assert second.take("reference", tmp_path / "job-2.log") is spare
+    other = second.spares["reference"]
+    dx._keep_spares("run-a", slot, second)
+    spare.kill()
+    spare.close()
+
+    third = dx._take_spares("run-b", slot, make)                  # another run: run-a's spares are closed
+    assert third is not second
+    deadline = time.monotonic() + 10
+    while other.alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not other.alive()
+
+    third.take("reference", tmp_path / "job-3.log").kill()
+    idle = third.spares["reference"]
+    dx._keep_spares("run-b", slot, third)                          # no task comes: closed after KEEP_SPARES_S
+    deadline = time.monotonic() + 15
+    while idle.alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not idle.alive() and ("run-b", "cpu") not in dx._KEPT
