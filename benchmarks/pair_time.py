@@ -16,6 +16,11 @@ finished. Last column: the harness overhead per pair, wall time / pairs minus th
     python benchmarks/pair_time.py                                  # tests/fixtures/tree on the CPU
     python benchmarks/pair_time.py --problems-dir problems --solutions-dir solutions [--device cuda]
     python benchmarks/pair_time.py -- --max-pair-seconds 5 --compile-modes none   # more run_eval.py flags
+    python benchmarks/pair_time.py --from results/RUN_ID [...]      # the same figures for runs already made
+
+With --from, a run's wall is its run.json `wall_seconds` less `build_seconds` (so it compares with a warm run),
+times the GPUs it ran on (config `gpus` on a CUDA run): the overhead per pair is then per GPU, whatever the run's
+width. A run with no `wall_seconds` (cut short) is skipped.
 
 Nothing here is asserted; it prints figures (performance targets live in benchmarks, not tests).
 """
@@ -154,6 +159,24 @@ def run(config: Path, results: Path, extra: list[str]) -> Finished:
     return Finished(wall, new[-1], [json.loads(line) for line in lines if line.strip()], interrupted)
 
 
+def from_runs(run_dirs: list[Path]) -> list[tuple[str, dict[str, Any]]]:
+    """summarize() over finished run folders: wall after the builds, times the GPUs the run used."""
+    rows = []
+    for run_dir in run_dirs:
+        meta = json.loads((run_dir / "run.json").read_text())
+        wall = _num(meta.get("wall_seconds"))
+        if wall is None:
+            print(f"{run_dir}: no wall_seconds in run.json (cut short?): skipped", file=sys.stderr)
+            continue
+        gpus = (meta.get("config") or {}).get("gpus") or []
+        width = len(gpus) if meta.get("device") == "cuda" and gpus else 1
+        jsonl = run_dir / "results.jsonl"
+        records = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+        wall = (wall - (_num(meta.get("build_seconds")) or 0.0)) * width
+        rows.append((f"{run_dir.name} x{width}", summarize(records, wall, cold=False)))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--problems-dir", type=Path, help="default: tests/fixtures/tree/problems")
@@ -163,8 +186,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float,
                    help="seconds per pair (default: 20 on the fixture tree, whose `hang` candidate waits for it, "
                         "with --max-pair-seconds 5 unless given; else the config's)")
+    p.add_argument("--from", dest="runs", nargs="+", type=Path, metavar="RUN_DIR",
+                   help="print the figures of these finished run folders instead of running")
     p.add_argument("extra", nargs="*", help="after --: more run_eval.py flags, e.g. --max-pair-seconds 5")
     args = p.parse_args(argv)
+    if args.runs:
+        for line in format_rows(from_runs(args.runs)):
+            print(line)
+        return 0
     fixture = args.problems_dir is None and args.solutions_dir is None
     problems = args.problems_dir or (FIXTURE_TREE / "problems" if fixture else REPO / "problems")
     solutions = args.solutions_dir or (FIXTURE_TREE / "solutions" if fixture else REPO / "solutions")

@@ -6,8 +6,10 @@
 #              level2` on every GPU
 #   calibrate: `run_eval.py calibrate` over the whole suite on every GPU (LEVEL=level1 etc. to split it; PROCS=3
 #              for three process pairs per problem)
-#   suite:     `run_eval.py` over every shipped candidate on every GPU (COMPILE=none|default|... for the
-#              torch.compile baselines; default: default mode only, to bound the time)
+#   suite:     `run_eval.py` over every shipped candidate on every GPU (GPUS=0 for one; EXECUTOR=dask for a
+#              LocalCluster of one dask worker per GPU, dask carried as wheels in .whl; COMPILE=none|default|... for
+#              the torch.compile baselines, default: default mode only, to bound the time; PROCS process pairs;
+#              TAG names the output folder, so several runs of one call stay apart)
 #   spread:    A/A of two problems calibrated REPEAT times each (fresh process pairs), beside two GPU tests
 #   placement: benchmarks/placement.py on four problems whose A/A moved between process pairs
 #   bias:      one GPU: placement on three problems, then A/A of three problems in three fresh process pairs each
@@ -46,13 +48,18 @@ level_args=()
 [ -n "${LEVEL:-}" ] && level_args=(--level "$LEVEL")
 [ -n "${PROBLEM:-}" ] && level_args+=(--problem "$PROBLEM")
 
-summary() {   # the one-line summary of each run folder under $1
+summary() {   # the one-line summary of each run folder under $1: wall, builds, and pairs a minute after the builds
     python - "$1" <<'PY'
 import json, pathlib, sys
 for run in sorted(pathlib.Path(sys.argv[1]).glob("*/run.json")):
     meta = json.loads(run.read_text())
-    print(run.parent.name, "wall", meta.get("wall_seconds"), "s; builds compiled", meta.get("builds_compiled"),
-          "cached", meta.get("builds_cached"), "; ceilings", meta.get("ceilings"))
+    jsonl = run.parent / "results.jsonl"
+    pairs = len(jsonl.read_text().splitlines()) if jsonl.exists() else 0
+    wall, built = meta.get("wall_seconds"), meta.get("build_seconds") or 0
+    rate = f"{60 * pairs / (wall - built):.2f}" if wall and wall > built else "-"
+    print(run.parent.name, "wall", wall, "s; builds", built, "s (compiled", meta.get("builds_compiled"), "cached",
+          meta.get("builds_cached"), f"); {pairs} pairs, {rate} pairs a minute after the builds; ceilings",
+          meta.get("ceilings"))
 PY
 }
 
@@ -92,12 +99,19 @@ calibrate)
     summary "$out/cal"
     ;;
 suite)
-    echo "== every shipped candidate on GPUs $all (compile baselines: ${COMPILE:-default})"
-    /usr/bin/time -f "wall %e s" timeout -s INT "${SUITE_TIMEOUT:-560}" python run_eval.py --gpus "$all" --jobs 16 \
-        --output-dir "$out/res" --compile-modes "${COMPILE:-default}" "${level_args[@]}" --json \
-        > "$out/suite.jsonl" 2> "$out/suite.txt"
-    tail -n 4 "$out/suite.txt"
-    python - "$out/suite.jsonl" <<'PY'
+    gpus=${GPUS:-$all}
+    executor=${EXECUTOR:-local}
+    tag=${TAG:-res}
+    if [ "$executor" = dask ] && [ -d .whl ]; then     # dask.distributed is not in the image: carry .whl
+        python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            .whl/*.whl && export PYTHONPATH=/tmp/site
+    fi
+    echo "== every shipped candidate on GPUs $gpus, executor $executor (compile baselines: ${COMPILE:-default})"
+    /usr/bin/time -f "wall %e s" timeout -s INT "${SUITE_TIMEOUT:-560}" python run_eval.py --gpus "$gpus" \
+        --executor "$executor" --jobs "${JOBS:-16}" --output-dir "$out/$tag" --compile-modes "${COMPILE:-default}" \
+        --processes "${PROCS:-1}" "${level_args[@]}" --json > "$out/$tag.jsonl" 2> "$out/$tag.txt"
+    tail -n 4 "$out/$tag.txt"
+    python - "$out/$tag.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 for r in sorted(rows, key=lambda r: r["problem"]):
@@ -108,7 +122,7 @@ for r in sorted(rows, key=lambda r: r["problem"]):
           f"{fmt(r.get('speedup'), ci):24} {fmt(r.get('speedup_vs_compile'), cc):24} {t.get('mode','-'):5} "
           f"{t.get('rounds','-')!s:>4} {','.join(r.get('flags') or [])}")
 PY
-    summary "$out/res"
+    summary "$out/$tag"
     ;;
 spread)
     echo "== A/A spread across process pairs: the same problem calibrated ${REPEAT:-4} times per GPU"
