@@ -4,8 +4,9 @@
 #              then three honest candidates with the torch.compile baselines (default mode)
 #   validate:  the GPU-marked tests on GPU 0 beside `calibrate --level level3` on GPU 1, then `calibrate --level
 #              level2` on every GPU
-#   calibrate: `run_eval.py calibrate` over the whole suite on every GPU (LEVEL=level1 etc. to split it; PROCS=3
-#              for three process pairs per problem)
+#   calibrate: `run_eval.py calibrate` over the whole suite on every GPU (LEVEL=level1 etc. to split it, or
+#              SELS="level1:GLOB level2:GLOB" for several selections in turn; PROCS=3 for three process pairs per
+#              problem; CAL_TIMEOUT seconds in all)
 #   suite:     `run_eval.py` over every shipped candidate on every GPU (GPUS=0 for one; EXECUTOR=dask for a
 #              LocalCluster of one dask worker per GPU, dask carried as wheels in .whl; COMPILE=none|default|... for
 #              the torch.compile baselines, default: default mode only, to bound the time; PROCS process pairs;
@@ -91,11 +92,22 @@ validate)
     grep -v "━" "$out/cal_level2.txt" | tail -n 50
     ;;
 calibrate)
-    echo "== calibrate ${LEVEL:-the whole suite} on GPUs $all, ${PROCS:-1} process pair(s) per problem"
-    /usr/bin/time -f "wall %e s" timeout -s INT "${CAL_TIMEOUT:-560}" python run_eval.py calibrate --gpus "$all" \
-        --jobs 16 --trials 1 --processes "${PROCS:-1}" --output-dir "$out/cal" "${level_args[@]}" \
-        > "$out/calibrate.txt" 2>&1
-    grep -v "━" "$out/calibrate.txt" | tail -n 140
+    # SELS="level1:*04[0-9]_* level2:*01[1-7]_*" runs those selections one after another, within CAL_TIMEOUT in all
+    sels=${SELS:-"${LEVEL:-}:${PROBLEM:-}"}
+    echo "== calibrate ${sels} on GPUs $all, ${PROCS:-1} process pair(s) per problem"
+    deadline=$(( $(date +%s) + ${CAL_TIMEOUT:-560} ))
+    set -f                                              # the globs are run_eval.py's, not the shell's
+    for sel in $sels; do
+        lvl=${sel%%:*} glob=${sel#*:} sel_args=()
+        [ -n "$lvl" ] && sel_args+=(--level "$lvl")
+        [ -n "$glob" ] && sel_args+=(--problem "$glob")
+        left=$(( deadline - $(date +%s) ))
+        [ "$left" -gt 30 ] || { echo "no time left for $sel"; break; }
+        /usr/bin/time -f "wall %e s" timeout -s INT "$left" python run_eval.py calibrate --gpus "$all" --jobs 16 \
+            --trials 1 --processes "${PROCS:-1}" --output-dir "$out/cal" "${sel_args[@]}" >> "$out/calibrate.txt" 2>&1
+    done
+    set +f
+    grep -v "━" "$out/calibrate.txt" | grep -E "level[123]/|wall|within|miss" | tail -n 140
     summary "$out/cal"
     ;;
 suite)
