@@ -20,7 +20,7 @@ finished. Last column: the harness overhead per pair, wall time / pairs minus th
 
 With --from, a run's wall is its run.json `wall_seconds` less `build_seconds` (so it compares with a warm run),
 times the GPUs it ran on (config `gpus` on a CUDA run): the overhead per pair is then per GPU, whatever the run's
-width. A run with no `wall_seconds` (cut short) is skipped.
+width. A run with no `wall_seconds` (cut short) or a resumed one (its wall is the last part's) is skipped.
 
 Nothing here is asserted; it prints figures (performance targets live in benchmarks, not tests).
 """
@@ -165,8 +165,10 @@ def from_runs(run_dirs: list[Path]) -> list[tuple[str, dict[str, Any]]]:
     for run_dir in run_dirs:
         meta = json.loads((run_dir / "run.json").read_text())
         wall = _num(meta.get("wall_seconds"))
-        if wall is None:
-            print(f"{run_dir}: no wall_seconds in run.json (cut short?): skipped", file=sys.stderr)
+        if wall is None or meta.get("resumed_at"):
+            why = "was resumed: its wall_seconds is the last part's" if wall is not None else \
+                "has no wall_seconds in run.json (cut short?)"
+            print(f"{run_dir}: {why}: skipped", file=sys.stderr)
             continue
         gpus = (meta.get("config") or {}).get("gpus") or []
         width = len(gpus) if meta.get("device") == "cuda" and gpus else 1
