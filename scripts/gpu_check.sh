@@ -31,7 +31,8 @@
 # pair 8-36 s (level 1 ~25 s: 19 pairs in 480 s, so `calibrate` over the whole suite is 35-40 min in one process pair
 # each, three times that with --processes 3; split it by LEVEL and PROBLEM; since the profiler's start no longer
 # imports torch._inductor, PROCS=3 runs 30-55 s a problem, 9-11 problems a 420-545 s call; with the timing-core
-# pin 25-45 s, 10-15 problems a 370-545 s call, builds included); an honest pair 8-48 s
+# pin 25-45 s, 10-15 problems a 370-545 s call, builds included; the last 69 problems took 5 calls of 350-560 s);
+# the suite with COMPILE=none ~18 s a pair after 217 s of builds (39 candidates in 920 s, two calls); an honest pair 8-48 s
 # (large elementwise outputs go through tensor files: up to 11 s of trials); a fresh machine builds all 39 candidates in
 # ~4 min (16 jobs), so a whole-suite run does not fit one command there: split it by LEVEL, and make the calls back
 # to back (a machine held warm keeps .cache, and the builds in it, between calls).
