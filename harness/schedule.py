@@ -31,7 +31,7 @@ class Slot:
 
     def timing_cpus(self, cpu_threads: int = 1) -> tuple[int, ...]:
         """The cores a GPU slot's workers' threads are held to while timed: the first `cpu_threads` of the slot's,
-        the same ones for both sides (harness.workers.common.pin_for_timing). None on the CPU path: there the
+        the same ones for both sides (harness.workers.common.pin_for_timing). Empty on the CPU path: there the
         timed call runs on the core itself, and with both sides held to one core a 0.07 ms call read 44-49%
         slower interleaved than alone on the 2-core CI box (likely each finding the other's data in the core's
         caches after every switch), which the interference check took for a cheat."""
