@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 
 import pytest
 from rich.console import Console
@@ -208,3 +209,44 @@ def test_pair_time_summarizes_records():
     assert old["build_s"] is None and old["phases"]["start"] is None
     lines = pair_time.format_rows([("cold", cold), ("warm", old)])
     assert len(lines) == 4 and " - " in lines[3]
+
+
+# ---------------------------------------------------------------- scripts/calibration_table.py
+
+def _calibration_table():
+    spec = importlib.util.spec_from_file_location("calibration_table", REPO / "scripts" / "calibration_table.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module             # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _aa_run(root, run_id, readings):
+    """A calibrate run folder: one A/A record per (problem number, speedup, ci)."""
+    lines = []
+    for n, s, ci in readings:
+        problem = f"level1/{n:03d}_p"
+        lines.append(json.dumps(rec(problem, "aa_reference", speedup=s, ci=ci, run_id=run_id,
+                                    timing={"rounds": 30, "mode": "cold",
+                                            "processes": [{"speedup": s * 0.999}, {"speedup": s * 1.001}]})))
+    (root / run_id).mkdir()
+    (root / run_id / "results.jsonl").write_text("\n".join(lines) + "\n")
+    return str(root / run_id)
+
+
+def test_calibration_table_puts_one_pass_together_from_several_runs(tmp_path, capsys):
+    table = _calibration_table()
+    good = [(n, 1.001, [0.995, 1.007]) for n in range(1, 20)]
+    first = _aa_run(tmp_path, "20261125-000000-aaaa", good + [(20, 1.02, [1.01, 1.03])])
+    later = _aa_run(tmp_path, "20261125-000100-bbbb", [(20, 1.003, [0.99, 1.016])])    # 020 measured again
+    assert table.main([later, first, "--tree", "abc1234"]) == 0          # the later run id wins, in any order
+    out = capsys.readouterr().out
+    assert "| level1/020_p | abc1234 | 1.0030 | [0.9900, 1.0160] | 1.0020, 1.0040 | 30 | ok |" in out
+    assert "20 problems: 20 within" in out and "criteria (>= 95% within, 1.0 inside every CI): hold" in out
+    readings = table.readings([first], 0.005)
+    assert table.summary(readings, 0.005)[-1].endswith("do not hold")   # 1.0 outside 020's CI
+    one_wide = table.readings([_aa_run(tmp_path, "20261125-000200-cccc", good + [(20, 1.007, [0.99, 1.02])])], 0.005)
+    assert "19 within" in table.summary(one_wide, 0.005)[0] and table.summary(one_wide, 0.005)[-1].endswith(" hold")
+    apart = table.against(table.readings([later], 0.005), readings)
+    assert apart[0].startswith("against the earlier pass: 0 of 1") and "1.0200 [1.0100, 1.0300] then 1.0030" in apart[1]
+    assert table.main([str(tmp_path / "missing")]) == 2
