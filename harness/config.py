@@ -24,7 +24,7 @@ class TimingConfig:
     """Paired, interleaved timing (README: How a speedup is measured)."""
     warmup: int = 10                    # untimed calls per side before sampling
     samples: int | None = None          # deprecated (schema 1): at least this many samples per side; sets min_rounds
-    flush_l2: bool = True               # write a buffer of 2x the L2 size before every sample (GPU only)
+    flush_l2: bool = True               # write 2x the L2 (CPU: 2x the last-level cache) before every cold sample
     mode: str = "auto"                  # auto | cold | graph: auto = graph when the reference's call < graph_below_ms
     graph_below_ms: float = 0.1         # auto mode: calls shorter than this are timed as CUDA-graph replays
     graph_calls: int = 20               # graph mode: calls captured per graph (a sample = replay time / calls)

@@ -446,7 +446,7 @@ def _timing_record(record: dict[str, Any], reference: ReferenceSide, out: Collec
     record["timing"] = {
         "clock": "host" if reference.device == "cpu" else "cuda_event",
         "mode": mode,
-        "l2_flush": bool(t.flush_l2 and mode == "cold"),
+        "l2_flush": bool(t.flush_l2 and mode in ("cold", "host")),     # host: the CPU's caches (timing.py)
         "timer_floor_ms": reference.info.get("timer_floor_ms"),
         "cold_probe_ms": reference.info.get("cold_probe_ms"),
         "graph_replays": reference.graph_replays if mode == "graph" else None,

@@ -13,7 +13,8 @@
   The parent picks `replays` (`graph_replays`) from the reference's own replay time so that a sample holds ~3 ms
   of work: the parent's clock around each sample (the `timing_inconsistent` check) cannot see a forged report on a
   sample much shorter than the ~3 ms of per-sample work both sides do, and its noise.
-- `HostClock` (the CPU path): perf_counter_ns around the call.
+- `HostClock` (the CPU path): the CPU's caches flushed (a write of twice the last-level cache, `HostCacheFlusher`),
+  then perf_counter_ns around the call.
 
 The clock functions are bound when this module is imported, before any candidate code runs in the worker, so a
 candidate that replaces torch.cuda.Event.elapsed_time or time.perf_counter later does not change what we read;
@@ -102,6 +103,44 @@ class L2Flusher:
         self.buffer.fill_(0x5A5A5A5A)
 
 
+def cpu_cache_bytes(sysfs: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """The largest data cache the first core sees (its last level), from sysfs; 0 where sysfs says nothing."""
+    import glob
+    import os
+    largest = 0
+    for index in glob.glob(os.path.join(sysfs, "index*")):
+        try:
+            with open(os.path.join(index, "type")) as f:
+                if f.read().strip() == "Instruction":
+                    continue
+            with open(os.path.join(index, "size")) as f:
+                text = f.read().strip().upper()
+            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            largest = max(largest, int(text.rstrip("KMG")) * scale)
+        except (OSError, ValueError):
+            continue
+    return largest
+
+
+class HostCacheFlusher:
+    """The CPU path's cold sample: writes 2x the last-level cache before the call (32 MiB assumed where sysfs does
+    not say; at least 16 MiB, at most 512 MiB), so that a call's inputs, its outputs and the memory the allocator
+    hands it come from memory on both sides, not from whatever each process's heap history left in the caches.
+    Without it, the same 0.08 ms elementwise call ran 10-30% faster in a process whose allocator gave it memory
+    the caches still held (an A/A pair on the 2-core CI box read 1.08-1.20 in three process pairs of three; with
+    it, as cold as the GPU path's samples, the history stopped mattering)."""
+
+    def __init__(self, cache_bytes: int | None = None):
+        size = cpu_cache_bytes() if cache_bytes is None else cache_bytes
+        self.bytes = min(max(2 * (size or 32 << 20), 16 << 20), 512 << 20)
+        self.buffer = torch.empty(self.bytes // 4, dtype=torch.int32)
+        self.value = 0
+
+    def __call__(self) -> None:
+        self.value = (self.value + 1) & 0x7FFFFFFF     # a new value every time: no write can be skipped
+        self.buffer.fill_(self.value)
+
+
 Call = Callable[[list], Any]
 
 
@@ -109,7 +148,12 @@ class HostClock:
     mode = "host"
     clock = "host"
 
+    def __init__(self, flusher: Callable[[], None] | None = None):
+        self.flusher = flusher
+
     def measure(self, call: Call, inputs: list) -> tuple[SampleTimes, Any, list]:
+        if self.flusher is not None:
+            self.flusher()
         t0 = _perf_counter_ns()
         out = call(inputs)
         t1 = _perf_counter_ns()
@@ -232,6 +276,13 @@ class GraphCuda(ColdCuda):
         return self._end(h0, self.calls * self.replays), self.static_out, self.static_inputs
 
 
+def make_flusher(device: str, reset_persisting: Callable[[], int] | None = None) -> L2Flusher | HostCacheFlusher:
+    """What a cold sample flushes first: the GPU's L2, or on the CPU path its caches."""
+    if device == "cpu":
+        return HostCacheFlusher()
+    return L2Flusher(torch.device(device), reset_persisting)
+
+
 def graph_replays(call_ms: float | None, graph_calls: int) -> int:
     """Replays per graph sample for GRAPH_SAMPLE_MS of device time, from one call's replay time (`call_ms`, the
     reference's, measured with one replay a sample)."""
@@ -240,10 +291,11 @@ def graph_replays(call_ms: float | None, graph_calls: int) -> int:
     return max(1, min(GRAPH_MAX_REPLAYS, round(GRAPH_SAMPLE_MS / (graph_calls * call_ms))))
 
 
-def measurement(mode: str, device: str, flusher: L2Flusher | None, graph_calls: int, graph_replays: int = 1):
+def measurement(mode: str, device: str, flusher: L2Flusher | HostCacheFlusher | None, graph_calls: int,
+                graph_replays: int = 1):
     """The measurement object for a mode ('cold' | 'graph'; any mode on the CPU is the host clock)."""
     if device == "cpu":
-        return HostClock()
+        return HostClock(flusher)
     if mode == "graph":
         return GraphCuda(torch.device(device), flusher, graph_calls, graph_replays)
     return ColdCuda(torch.device(device), flusher)
@@ -253,7 +305,7 @@ def time_calls(prepare: Callable[[int], list], call: Call, device: str, warmup: 
                flush_l2: bool) -> dict[str, Any]:
     """Plain cold timing of `call(prepare(i))` for i in range(samples), for lint and the timer floor (pairs are
     timed by the paired protocol, harness.evaluate)."""
-    flusher = L2Flusher(torch.device(device)) if flush_l2 and device != "cpu" else None
+    flusher = make_flusher(device) if flush_l2 else None
     meter = measurement("cold", device, flusher, 1)
     for w in range(warmup):
         call(prepare(-1 - w))

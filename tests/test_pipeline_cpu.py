@@ -81,6 +81,7 @@ def test_correct_record_has_correctness_and_timing_details(first_run):
     assert lo <= record["speedup"] <= hi
     assert record["speedup"] == pytest.approx(statistics.median(timing["round_ratios"]), rel=1e-5)
     assert timing["cpu_threads"] == 1 and timing["mode"] == "host"
+    assert timing["l2_flush"] is True          # the CPU's caches flushed before every sample (timing.HostCacheFlusher)
     assert record["seed"]["fixed"] is False and record["correctness"]["seed"] == record["seed"]["base"]
     assert record["build"]["extensions"] == ["fixture_relu_cpp"]
 

@@ -57,8 +57,7 @@ class Sampler:
         self.calls, self.problem, self.settings, self.device = calls, problem, settings, device
         self.spec, self.defenses, self.keep_full = spec, defenses, keep_full
         self.timing = timing
-        self.flusher = (timing.L2Flusher(_torch_device(device), cudadriver.reset_persisting_l2)
-                        if spec.flush_l2 and device != "cpu" else None)
+        self.flusher = timing.make_flusher(device, cudadriver.reset_persisting_l2) if spec.flush_l2 else None
         self.meters: dict[str, Any] = {}
         self.mode, self.graph_replays = spec.mode, spec.graph_replays
         self.last: tuple[list, list | None, Any, tuple[int, list[float]] | None] | None = None   # the last sample
@@ -162,8 +161,3 @@ class Sampler:
         path = self.keep_full(outs) if req.keep_full else None
         return m.CheckResult(m.pack_floats(values.tolist()), shapes, mutated, not plain, path,
                              raw=m.pack_floats(raw), changed_after_return=changed)
-
-
-def _torch_device(device: str):
-    import torch
-    return torch.device(device)
