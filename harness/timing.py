@@ -22,6 +22,8 @@ candidate that replaces torch.cuda.Event.elapsed_time or time.perf_counter later
 """
 from __future__ import annotations
 
+import glob
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -105,8 +107,6 @@ class L2Flusher:
 
 def cpu_cache_bytes(sysfs: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
     """The largest data cache the first core sees (its last level), from sysfs; 0 where sysfs says nothing."""
-    import glob
-    import os
     largest = 0
     for index in glob.glob(os.path.join(sysfs, "index*")):
         try:

@@ -57,7 +57,7 @@ def _pairs(record: Record) -> list[float]:
 def verdict_word(r: calibrate.Row) -> str:
     if r.status != "ok" or r.speedup is None:
         return r.status
-    word = "ok" if r.within_target and r.one_inside_ci else "miss"
+    word = "ok" if r.good else "miss"
     return f"{word}, noisy" if r.noisy else word
 
 
