@@ -213,12 +213,16 @@ def test_pair_time_summarizes_records():
 
 # ---------------------------------------------------------------- scripts/calibration_table.py
 
-def _calibration_table():
-    spec = importlib.util.spec_from_file_location("calibration_table", REPO / "scripts" / "calibration_table.py")
+def _script(name):
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module             # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def _calibration_table():
+    return _script("calibration_table")
 
 
 def _aa_run(root, run_id, readings):
@@ -249,4 +253,38 @@ def test_calibration_table_puts_one_pass_together_from_several_runs(tmp_path, ca
     assert "19 within" in table.summary(one_wide, 0.005)[0] and table.summary(one_wide, 0.005)[-1].endswith(" hold")
     apart = table.against(table.readings([later], 0.005), readings)
     assert apart[0].startswith("against the earlier pass: 0 of 1") and "1.0200 [1.0100, 1.0300] then 1.0030" in apart[1]
+    assert table.main([str(tmp_path / "missing")]) == 2
+
+
+# ---------------------------------------------------------------- scripts/candidate_table.py
+
+def _suite_run(root, run_id, pairs):
+    """A suite run folder: one record per (problem number, candidate, speedup, ci, vs compile, its ci)."""
+    lines = [json.dumps(rec(f"level1/{n:03d}_p", cand, speedup=s, ci=ci, run_id=run_id, speedup_vs_compile=c,
+                            speedup_vs_compile_ci=cc, timing={"rounds": 40}))
+             for n, cand, s, ci, c, cc in pairs]
+    (root / run_id).mkdir()
+    (root / run_id / "results.jsonl").write_text("\n".join(lines) + "\n")
+    return str(root / run_id)
+
+
+def test_candidate_table_joins_a_suite_run_and_checks_two_runs_against_each_other(tmp_path, capsys):
+    table = _script("candidate_table")
+    level = _suite_run(tmp_path, "20261125-000000-aaaa", [(1, "k", 1.50, [1.49, 1.51], 1.20, [1.19, 1.21]),
+                                                          (2, "k", 2.00, [1.98, 2.02], None, None)])
+    cut = _suite_run(tmp_path, "20261125-000100-bbbb", [(3, "k", 0.90, [0.89, 0.91], 1.00, [0.99, 1.01])])
+    assert table.main([cut, level]) == 0
+    out = capsys.readouterr().out
+    assert "| level1/001_p | k | ok | 1.500 [1.490, 1.510] | 1.200 [1.190, 1.210] | 40 | - |" in out
+    assert "| level1/002_p | k | ok | 2.000 [1.980, 2.020] | - | 40 | - |" in out and "3 pairs, 3 ok" in out
+    again = _suite_run(tmp_path, "20261126-000000-cccc", [(1, "k", 1.505, [1.495, 1.515], 1.25, [1.24, 1.26]),
+                                                          (2, "k", 2.05, [2.03, 2.07], None, None)])
+    assert table.main([again, "--against", level, cut]) == 0
+    out = capsys.readouterr().out
+    assert "| level1/001_p | k | 1.500 [1.490, 1.510] | 1.505 [1.495, 1.515] | +0.3% | yes | " in out
+    assert "| 1.200 [1.190, 1.210] | 1.250 [1.240, 1.260] | no |" in out          # vs compile moved 4%
+    assert "| level1/002_p | k | 2.000 [1.980, 2.020] | 2.050 [2.030, 2.070] | +2.5% | no | - | - | - |" in out
+    assert ("2 pairs ok in both runs: vs eager 1 inside each other's CIs, 1 not; vs torch.compile 0 inside, 1 not, "
+            "1 without a reading") in out and "in one run only: 1 pairs" in out
+    assert table.inside_each_other(1.0, (0.99, 1.01), 1.011, (1.0, 1.02)) is False    # one way is not enough
     assert table.main([str(tmp_path / "missing")]) == 2

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""The shipped candidates' speedups, from one run of the suite made of many run folders: a report, not a test.
+
+A suite run with `--processes 3` and the torch.compile baseline takes longer than one device command, so one run of
+the suite is several run folders (`gpu_check.sh suite`, split by LEVEL and continued with RESUME). This reads their
+records (through the store's one reader), keeps one record per pair (the latest run's, by run id), and prints the
+rows of docs/candidates-h200.md's tables: problem, candidate, status, speedup vs eager and vs torch.compile, each
+with its 95% CI, rounds and flags. With --against (an earlier run's folders), each pair's two readings side by side
+and issue 8's criterion for two runs of the shipped candidates: each speedup inside the other run's CI, vs eager and
+vs torch.compile.
+
+    python scripts/candidate_table.py RUN_DIR... [--against RUN_DIR...]
+
+Always exits 0 unless an argument is unusable (exit 2, one line).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from harness.compare import load_results, resolve_run           # noqa: E402
+from harness.errors import UsageError                           # noqa: E402
+from harness.records import Record                              # noqa: E402
+
+Key = tuple[str, str]                                           # (problem, solution)
+
+
+def latest(runs: list[str]) -> dict[Key, Record]:
+    """(problem, solution) -> its record in the latest run (by run id) that has one."""
+    loaded = sorted((load_results(resolve_run(spec, Path("."))) for spec in runs), key=lambda named: named[0])
+    return {record.key: record for _, records in loaded for record in records}
+
+
+def _reading(value: float | None, ci: tuple[float, float] | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{value:.3f}"
+
+
+def markdown_row(r: Record) -> str:
+    rounds = (r.timing or {}).get("rounds", "-")
+    return (f"| {r.problem} | {r.solution.rsplit('/', 1)[-1]} | {r.status.value} | "
+            f"{_reading(r.speedup, r.speedup_ci)} | {_reading(r.speedup_vs_compile, r.speedup_vs_compile_ci)} | "
+            f"{rounds} | {', '.join(r.flags) or '-'} |")
+
+
+def inside_each_other(a: float | None, ci_a: tuple[float, float] | None,
+                      b: float | None, ci_b: tuple[float, float] | None) -> bool | None:
+    """Whether each reading lies inside the other's CI; None when either has no reading with a CI."""
+    if a is None or b is None or ci_a is None or ci_b is None:
+        return None
+    return ci_b[0] <= a <= ci_b[1] and ci_a[0] <= b <= ci_a[1]
+
+
+def _word(held: bool | None) -> str:
+    return "-" if held is None else ("yes" if held else "no")
+
+
+def against_rows(table: dict[Key, Record], earlier: dict[Key, Record]) -> tuple[list[str], list[str]]:
+    """The side-by-side rows of the pairs ok in both runs, and the summary lines."""
+    common = sorted(k for k in set(table) & set(earlier) if table[k].ok and earlier[k].ok)
+    rows, eager, compiled = [], [], []
+    for k in common:
+        a, b = earlier[k], table[k]
+        e = inside_each_other(a.speedup, a.speedup_ci, b.speedup, b.speedup_ci)
+        c = inside_each_other(a.speedup_vs_compile, a.speedup_vs_compile_ci, b.speedup_vs_compile,
+                              b.speedup_vs_compile_ci)
+        eager.append(e)
+        compiled.append(c)
+        change = f"{b.speedup / a.speedup - 1:+.1%}" if a.speedup and b.speedup else "-"
+        rows.append(f"| {k[0]} | {k[1].rsplit('/', 1)[-1]} | {_reading(a.speedup, a.speedup_ci)} | "
+                    f"{_reading(b.speedup, b.speedup_ci)} | {change} | {_word(e)} | "
+                    f"{_reading(a.speedup_vs_compile, a.speedup_vs_compile_ci)} | "
+                    f"{_reading(b.speedup_vs_compile, b.speedup_vs_compile_ci)} | {_word(c)} |")
+    lines = [f"{len(common)} pairs ok in both runs: vs eager {eager.count(True)} inside each other's CIs, "
+             f"{eager.count(False)} not; vs torch.compile {compiled.count(True)} inside, {compiled.count(False)} not"
+             f", {compiled.count(None)} without a reading"]
+    only = sorted(set(table) ^ set(earlier))
+    if only:
+        lines.append(f"in one run only: {len(only)} pairs")
+    return rows, lines
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders of the suite (or their results.jsonl)")
+    p.add_argument("--against", nargs="+", default=[], metavar="RUN_DIR", help="an earlier run's folders")
+    args = p.parse_args(argv)
+    try:
+        table = latest(args.runs)
+        earlier = latest(args.against) if args.against else {}
+    except UsageError as exc:
+        print(f"candidate_table: {exc}", file=sys.stderr)
+        return 2
+    for key in sorted(table):
+        print(markdown_row(table[key]))
+    ok = sum(r.ok for r in table.values())
+    print(f"\n{len(table)} pairs, {ok} ok")
+    if earlier:
+        rows, lines = against_rows(table, earlier)
+        print()
+        print("\n".join(rows))
+        print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
