@@ -3,15 +3,21 @@
 Pairs are matched by (problem, solution). Two correct pairs are compared by the 95% confidence intervals of their
 speedups (nvbench's compare, on ratios): FASTER when B's interval lies entirely above A's, SLOWER when entirely
 below, else SAME. A record without an interval (schema 1, or a v2 record that has none) gets
-[s / (1 + tol), s * (1 + tol)] around its speedup s. A pair correct in only one run is FIXED (not ok in A, ok in B)
+[s / (1 + tol), s * (1 + tol)] around its speedup s. With a minimum change m (`--min-change`), FASTER and SLOWER
+also need |B's speedup / A's - 1| > m. A pair correct in only one run is FIXED (not ok in A, ok in B)
 or BROKEN (ok in A, not ok in B); a pair failing in both is FAILING; a pair in one run only is ONLY_A or ONLY_B.
 Exit code 1 when any pair is SLOWER or BROKEN (for CI), 0 otherwise, 2 for a usage error.
+
+A speedup's CI covers the run it comes from, not the machine (docs/candidates-h200.md): so `compare` also says
+when the runs' GPUs differ (by the uuids in run.json) or their hosts launch at different speeds (the records'
+median `timing.timer_floor_ms`), or when it cannot tell.
 
 Everything but `cmd_compare` is a pure function over lists of records (`Record`s, or their JSON objects)."""
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -27,6 +33,7 @@ ONLY_A, ONLY_B = "ONLY_A", "ONLY_B"
 VERDICTS = (SLOWER, BROKEN, FASTER, FIXED, SAME, FAILING, ONLY_A, ONLY_B)
 GATING = (SLOWER, BROKEN)                 # verdicts that make the exit code 1
 DEFAULT_TOLERANCE = 0.02
+FLOOR_APART = 0.25          # timer floors further apart than this (relative) are named: the hosts differ
 
 _STYLE = {SLOWER: "bold red", BROKEN: "bold red", FASTER: "green", FIXED: "green", SAME: "", FAILING: "dim",
           ONLY_A: "yellow", ONLY_B: "yellow"}
@@ -93,7 +100,7 @@ def by_ci(a: tuple[float, float] | None, b: tuple[float, float] | None) -> str:
 
 
 def compare_pair(a: Record | dict[str, Any] | None, b: Record | dict[str, Any] | None,
-                 tolerance: float = DEFAULT_TOLERANCE) -> Row:
+                 tolerance: float = DEFAULT_TOLERANCE, min_change: float = 0.0) -> Row:
     if a is None and b is None:
         raise ValueError("compare_pair needs at least one record")
     a, b = (None if r is None else Record.of(r, f"run {run}") for r, run in ((a, "A"), (b, "B")))
@@ -109,6 +116,8 @@ def compare_pair(a: Record | dict[str, Any] | None, b: Record | dict[str, Any] |
         verdict = ONLY_A
     elif a.ok and b.ok:
         verdict = by_ci(sa.ci, sb.ci)
+        if change is not None and abs(change) <= min_change:
+            verdict = SAME
     elif b.ok:
         verdict = FIXED
     elif a.ok:
@@ -124,9 +133,55 @@ def _index(records: Iterable[Record | dict[str, Any]], run: str) -> dict[tuple[s
 
 
 def compare_runs(records_a: Iterable[Record | dict[str, Any]], records_b: Iterable[Record | dict[str, Any]],
-                 tolerance: float = DEFAULT_TOLERANCE) -> list[Row]:
+                 tolerance: float = DEFAULT_TOLERANCE, min_change: float = 0.0) -> list[Row]:
     a, b = _index(records_a, "A"), _index(records_b, "B")
-    return [compare_pair(a.get(k), b.get(k), tolerance) for k in sorted(a.keys() | b.keys())]
+    return [compare_pair(a.get(k), b.get(k), tolerance, min_change) for k in sorted(a.keys() | b.keys())]
+
+
+# ---------------------------------------------------------------- where the runs ran
+
+@dataclass(frozen=True)
+class Machine:
+    """Where a run's pairs ran, as far as its files say: the uuids of the GPUs its records name (run.json's gpus,
+    from nvidia-smi; None when run.json has none, as runs before 2026-11-25 do not) and the median
+    timer floor over its records (two CUDA events around an empty call: the host's speed, not the GPU's)."""
+    gpu_uuids: frozenset[str] | None
+    timer_floor_ms: float | None
+
+
+def machine_of(meta: dict[str, Any] | None, records: Iterable[Record]) -> Machine:
+    records, meta = list(records), meta or {}
+    config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    by_index = {g.get("index"): g.get("uuid") for g in meta.get("gpus") or [] if isinstance(g, dict)}
+    if config.get("executor") == "dask":        # run.json lists the client's GPUs, not the dask workers'
+        by_index = {}
+    used = {by_index.get((r.gpu or {}).get("index")) for r in records if r.gpu}
+    uuids = frozenset(used) if used and None not in used else None
+    floors = [f for r in records if isinstance(f := (r.timing or {}).get("timer_floor_ms"), (int, float)) and f > 0]
+    return Machine(uuids, statistics.median(floors) if floors else None)
+
+
+def machine_notes(a: Machine, b: Machine) -> list[str]:
+    """One line per way the two runs' machines differ, or cannot be told apart; [] when they look the same."""
+    notes = []
+    if a.gpu_uuids is None or b.gpu_uuids is None:
+        if a.timer_floor_ms is not None or b.timer_floor_ms is not None:      # GPU runs; CPU runs have no floor
+            notes.append("cannot tell whether A and B ran on the same GPUs (a run.json without GPU uuids)")
+    elif a.gpu_uuids != b.gpu_uuids:
+        notes.append(f"A and B ran on different GPUs ({', '.join(sorted(a.gpu_uuids))} and "
+                     f"{', '.join(sorted(b.gpu_uuids))})")
+    fa, fb = a.timer_floor_ms, b.timer_floor_ms
+    if fa and fb and max(fa, fb) / min(fa, fb) - 1 > FLOOR_APART:
+        notes.append(f"the hosts differ: timer floor {fa * 1000:.1f} us in A, {fb * 1000:.1f} us in B")
+    return notes
+
+
+def machine_hint(min_change: float) -> str:
+    """The line after machine_notes: what a difference of machines does to the verdicts."""
+    if min_change:
+        return f"a speedup's CI does not cover the machine: changes within {min_change:.1%} read SAME (--min-change)"
+    return ("a speedup's CI does not cover the machine: a change the machines made reads as FASTER or SLOWER; "
+            "--min-change 0.03 keeps one under 3% out of the verdicts")
 
 
 def counts(rows: Iterable[Row]) -> dict[str, int]:
@@ -222,6 +277,15 @@ def load_run(spec: str, output_dir: Path) -> tuple[str, list[Record]]:
     return load_results(resolve_run(spec, output_dir))
 
 
+def run_meta(results: Path) -> dict[str, Any] | None:
+    """The run.json beside a results.jsonl, or None where there is none or it does not parse."""
+    try:
+        meta = json.loads((results.parent / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
 def load_results(path: Path) -> tuple[str, list[Record]]:
     """(run name, records) of a results.jsonl, through the store's one reader: lines are verified with the run's
     key, and a line that fails, or a second line for a pair, is named in a warning and left out."""
@@ -253,6 +317,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", type=Path, help="config file for the default --output-dir")
     p.add_argument("--tolerance", type=_tolerance, default=DEFAULT_TOLERANCE, metavar="TOL",
                    help="a record without a CI (schema 1) gets [s/(1+TOL), s*(1+TOL)] (default: 0.02)")
+    p.add_argument("--min-change", type=_tolerance, default=0.0, metavar="FRAC",
+                   help="FASTER / SLOWER also need the speedup to change by more than FRAC (default: 0); between "
+                        "runs on different machines, whose difference a CI does not cover, 0.03")
     p.add_argument("--json", action="store_true", help="print one JSON object per pair instead of a table")
     return p
 
@@ -265,13 +332,17 @@ def cmd_compare(argv: list[str]) -> int:
     output_dir = Path(args.output_dir or _config_output_dir(args.config))
     paths = [resolve_run(spec, output_dir) for spec in (args.run_a, args.run_b)]     # both found before either is read
     (name_a, records_a), (name_b, records_b) = map(load_results, paths)
-    rows = compare_runs(records_a, records_b, args.tolerance)
+    rows = compare_runs(records_a, records_b, args.tolerance, args.min_change)
+    notes = machine_notes(*(machine_of(run_meta(p), r) for p, r in zip(paths, (records_a, records_b))))
+    notes += [machine_hint(args.min_change)] if notes else []
     if args.json:
         for r in rows:
             print(json.dumps(r.to_json()))
-        print(summary_line(rows), file=sys.stderr)
+        for line in (*notes, summary_line(rows)):
+            print(line, file=sys.stderr)
     else:
         console = wide_console()
         console.print(table(rows, f"compare A = {name_a}  B = {name_b}", width=console.width))
-        console.print(summary_line(rows), highlight=False)
+        for line in (*notes, summary_line(rows)):
+            console.print(line, highlight=False)
     return exit_code(rows)

@@ -21,18 +21,32 @@ def _run(cmd: list[str], timeout: float = 20.0) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+GPU_FIELDS = "index,name,driver_version,memory.total,compute_cap"
+
+
 def gpus() -> list[dict[str, Any]]:
-    """Visible GPUs as nvidia-smi lists them; [] where there is none."""
+    """Visible GPUs as nvidia-smi lists them, each with its uuid (which physical GPU: `compare` tells machines
+    apart by it) where nvidia-smi gives one; [] where there is none."""
     if shutil.which("nvidia-smi") is None:
         return []
-    out = _run(["nvidia-smi", "--query-gpu=index,name,driver_version,memory.total,compute_cap",
-                "--format=csv,noheader,nounits"])
+    for fields in (GPU_FIELDS + ",uuid", GPU_FIELDS):          # an nvidia-smi without uuid still lists the GPUs
+        listed = parse_gpus(_run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"]))
+        if listed:
+            return listed
+    return []
+
+
+def parse_gpus(out: str | None) -> list[dict[str, Any]]:
+    """nvidia-smi's CSV lines of GPU_FIELDS, with or without a sixth field, the uuid."""
     result = []
     for line in (out or "").splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 5 and parts[0].isdigit():
-            result.append({"index": int(parts[0]), "name": parts[1], "driver": parts[2],
-                           "memory_mib": parts[3], "compute_capability": parts[4]})
+        if len(parts) in (5, 6) and parts[0].isdigit():
+            gpu = {"index": int(parts[0]), "name": parts[1], "driver": parts[2], "memory_mib": parts[3],
+                   "compute_capability": parts[4]}
+            if len(parts) == 6 and parts[5]:
+                gpu["uuid"] = parts[5]
+            result.append(gpu)
     return result
 
 

@@ -98,6 +98,56 @@ def test_cli_compare_table_json_and_run_folders(two_runs, capsys):
     assert lines[0]["a"]["ci"] == [1.9, 2.1] and lines[0]["change"] == pytest.approx(-0.25)
 
 
+def test_min_change_keeps_small_changes_out_of_the_verdicts():
+    a = rec(speedup=1.323, ci=[1.317, 1.328])
+    b = rec(speedup=1.305, ci=[1.295, 1.314])            # -1.4%, CIs apart: two machines, the same code
+    assert compare.compare_pair(a, b).verdict == compare.SLOWER
+    assert compare.compare_pair(a, b, min_change=0.03).verdict == compare.SAME
+    worse = rec(speedup=1.25, ci=[1.24, 1.26])           # -5.5%
+    assert compare.compare_pair(a, worse, min_change=0.03).verdict == compare.SLOWER
+    assert compare.compare_pair(a, rec(speedup=1.40, ci=[1.39, 1.41]), min_change=0.03).verdict == compare.FASTER
+
+
+def _gpu_run(records_floor, uuid):
+    meta = {"gpus": [{"index": 0, "name": "NVIDIA H200", "uuid": uuid}] if uuid else [{"index": 0}]}
+    records = [compare.Record.of(rec(gpu={"index": 0}, timing={"timer_floor_ms": f}), "test") for f in records_floor]
+    return compare.machine_of(meta, records)
+
+
+def test_machine_notes_say_when_the_runs_machines_differ_or_cannot_be_told_apart():
+    same = _gpu_run([0.0050, 0.0052], "GPU-a")
+    assert compare.machine_notes(same, _gpu_run([0.0051], "GPU-a")) == []
+    notes = compare.machine_notes(same, _gpu_run([0.0084, 0.0090], "GPU-b"))
+    assert notes == ["A and B ran on different GPUs (GPU-a and GPU-b)",
+                     "the hosts differ: timer floor 5.1 us in A, 8.7 us in B"]
+    assert compare.machine_notes(same, _gpu_run([0.0051], None)) == [
+        "cannot tell whether A and B ran on the same GPUs (a run.json without GPU uuids)"]
+    dask = compare.machine_of({"gpus": [{"index": 0, "uuid": "GPU-a"}], "config": {"executor": "dask"}},
+                              [compare.Record.of(rec(gpu={"index": 0}), "test")])
+    assert dask.gpu_uuids is None                        # run.json lists the client's GPUs, not the workers'
+    cpu = compare.machine_of({"gpus": []}, [compare.Record.of(rec(), "test")])
+    assert compare.machine_notes(cpu, cpu) == []          # CPU runs: no GPU, no timer floor, nothing to say
+    assert "--min-change 0.03" in compare.machine_hint(0.0) and "within 3.0% read SAME" in compare.machine_hint(0.03)
+
+
+def test_cli_compare_names_different_machines_and_takes_min_change(tmp_path, capsys):
+    def run(run_id, uuid, floor, speedup, ci):
+        d = write_run(tmp_path, run_id, [rec(cand="x", speedup=speedup, ci=ci, gpu={"index": 0},
+                                             timing={"timer_floor_ms": floor})])
+        (d / "run.json").write_text(json.dumps({"schema_version": 2, "run_id": run_id,
+                                                "gpus": [{"index": 0, "uuid": uuid}]}))
+        return str(d)
+    a, b = run("a", "GPU-1", 0.005, 1.323, [1.317, 1.328]), run("b", "GPU-2", 0.005, 1.305, [1.295, 1.314])
+    assert main(["compare", a, b]) == 1
+    out = capsys.readouterr().out
+    assert "A and B ran on different GPUs (GPU-1 and GPU-2)" in out and "--min-change 0.03 keeps" in out
+    assert main(["compare", a, b, "--min-change", "0.03"]) == 0
+    assert "changes within 3.0% read SAME" in capsys.readouterr().out
+    assert main(["compare", a, run("c", "GPU-1", 0.005, 1.30, [1.29, 1.31]), "--json"]) == 1
+    assert "different GPUs" not in capsys.readouterr().err
+    assert main(["compare", a, b, "--min-change", "2"]) == 2
+
+
 def test_cli_compare_unknown_run_is_a_one_line_usage_error(two_runs, capsys):
     tmp, _ = two_runs
     assert main(["compare", "run-a", "no-such-run", "--output-dir", str(tmp / "results")]) == 2
