@@ -144,7 +144,8 @@ def compare_runs(records_a: Iterable[Record | dict[str, Any]], records_b: Iterab
 class Machine:
     """Where a run's pairs ran, as far as its files say: the uuids of the GPUs its records name (run.json's gpus,
     from nvidia-smi; None when run.json has none, as runs before 2026-11-25 do not) and the median
-    timer floor over its records (two CUDA events around an empty call: the host's speed, not the GPU's)."""
+    timer floor over its records (two CUDA events, or host clock reads, around an empty call: the host's speed)."""
+    on_gpu: bool
     gpu_uuids: frozenset[str] | None
     timer_floor_ms: float | None
 
@@ -158,15 +159,17 @@ def machine_of(meta: dict[str, Any] | None, records: Iterable[Record]) -> Machin
     used = {by_index.get((r.gpu or {}).get("index")) for r in records if r.gpu}
     uuids = frozenset(used) if used and None not in used else None
     floors = [f for r in records if isinstance(f := (r.timing or {}).get("timer_floor_ms"), (int, float)) and f > 0]
-    return Machine(uuids, statistics.median(floors) if floors else None)
+    on_gpu = any(r.device.startswith("cuda") for r in records)
+    return Machine(on_gpu, uuids, statistics.median(floors) if floors else None)
 
 
 def machine_notes(a: Machine, b: Machine) -> list[str]:
     """One line per way the two runs' machines differ, or cannot be told apart; [] when they look the same."""
     notes = []
-    if a.gpu_uuids is None or b.gpu_uuids is None:
-        if a.timer_floor_ms is not None or b.timer_floor_ms is not None:      # GPU runs; CPU runs have no floor
-            notes.append("cannot tell whether A and B ran on the same GPUs (a run.json without GPU uuids)")
+    if not (a.on_gpu and b.on_gpu):
+        pass                                    # a CPU run has no GPU to tell apart
+    elif a.gpu_uuids is None or b.gpu_uuids is None:
+        notes.append("cannot tell whether A and B ran on the same GPUs (a run.json without GPU uuids)")
     elif a.gpu_uuids != b.gpu_uuids:
         notes.append(f"A and B ran on different GPUs ({', '.join(sorted(a.gpu_uuids))} and "
                      f"{', '.join(sorted(b.gpu_uuids))})")

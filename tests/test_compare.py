@@ -110,7 +110,8 @@ def test_min_change_keeps_small_changes_out_of_the_verdicts():
 
 def _gpu_run(records_floor, uuid):
     meta = {"gpus": [{"index": 0, "name": "NVIDIA H200", "uuid": uuid}] if uuid else [{"index": 0}]}
-    records = [compare.Record.of(rec(gpu={"index": 0}, timing={"timer_floor_ms": f}), "test") for f in records_floor]
+    records = [compare.Record.of(rec(gpu={"index": 0}, device="cuda", timing={"timer_floor_ms": f}), "test")
+               for f in records_floor]
     return compare.machine_of(meta, records)
 
 
@@ -123,16 +124,18 @@ def test_machine_notes_say_when_the_runs_machines_differ_or_cannot_be_told_apart
     assert compare.machine_notes(same, _gpu_run([0.0051], None)) == [
         "cannot tell whether A and B ran on the same GPUs (a run.json without GPU uuids)"]
     dask = compare.machine_of({"gpus": [{"index": 0, "uuid": "GPU-a"}], "config": {"executor": "dask"}},
-                              [compare.Record.of(rec(gpu={"index": 0}), "test")])
+                              [compare.Record.of(rec(gpu={"index": 0}, device="cuda"), "test")])
     assert dask.gpu_uuids is None                        # run.json lists the client's GPUs, not the workers'
-    cpu = compare.machine_of({"gpus": []}, [compare.Record.of(rec(), "test")])
-    assert compare.machine_notes(cpu, cpu) == []          # CPU runs: no GPU, no timer floor, nothing to say
+    cpu = compare.machine_of({"gpus": []}, [compare.Record.of(rec(timing={"timer_floor_ms": 0.0002}), "test")])
+    assert compare.machine_notes(cpu, cpu) == []          # CPU runs: no GPU to tell apart, the same host speed
+    slow_host = compare.machine_of({}, [compare.Record.of(rec(timing={"timer_floor_ms": 0.0004}), "test")])
+    assert compare.machine_notes(cpu, slow_host) == ["the hosts differ: timer floor 0.2 us in A, 0.4 us in B"]
     assert "--min-change 0.03" in compare.machine_hint(0.0) and "within 3.0% read SAME" in compare.machine_hint(0.03)
 
 
 def test_cli_compare_names_different_machines_and_takes_min_change(tmp_path, capsys):
     def run(run_id, uuid, floor, speedup, ci):
-        d = write_run(tmp_path, run_id, [rec(cand="x", speedup=speedup, ci=ci, gpu={"index": 0},
+        d = write_run(tmp_path, run_id, [rec(cand="x", speedup=speedup, ci=ci, gpu={"index": 0}, device="cuda",
                                              timing={"timer_floor_ms": floor})])
         (d / "run.json").write_text(json.dumps({"schema_version": 2, "run_id": run_id,
                                                 "gpus": [{"index": 0, "uuid": uuid}]}))
