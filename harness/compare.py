@@ -336,7 +336,8 @@ def cmd_compare(argv: list[str]) -> int:
     paths = [resolve_run(spec, output_dir) for spec in (args.run_a, args.run_b)]     # both found before either is read
     (name_a, records_a), (name_b, records_b) = map(load_results, paths)
     rows = compare_runs(records_a, records_b, args.tolerance, args.min_change)
-    notes = machine_notes(*(machine_of(run_meta(p), r) for p, r in zip(paths, (records_a, records_b))))
+    notes = [] if paths[0].resolve() == paths[1].resolve() else \
+        machine_notes(*(machine_of(run_meta(p), r) for p, r in zip(paths, (records_a, records_b))))
     notes += [machine_hint(args.min_change)] if notes else []
     if args.json:
         for r in rows:

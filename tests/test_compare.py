@@ -149,6 +149,11 @@ def test_cli_compare_names_different_machines_and_takes_min_change(tmp_path, cap
     assert main(["compare", a, run("c", "GPU-1", 0.005, 1.30, [1.29, 1.31]), "--json"]) == 1
     assert "different GPUs" not in capsys.readouterr().err
     assert main(["compare", a, b, "--min-change", "2"]) == 2
+    capsys.readouterr()
+    old = str(write_run(tmp_path, "old", [rec(cand="x", gpu={"index": 0}, device="cuda",
+                                              timing={"timer_floor_ms": 0.005})]))      # run.json without uuids
+    assert main(["compare", a, old]) == 0 and "cannot tell" in capsys.readouterr().out
+    assert main(["compare", old, old]) == 0 and "cannot tell" not in capsys.readouterr().out   # a run and itself
 
 
 def test_cli_compare_unknown_run_is_a_one_line_usage_error(two_runs, capsys):
