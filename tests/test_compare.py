@@ -150,8 +150,8 @@ def test_cli_compare_names_different_machines_and_takes_min_change(tmp_path, cap
     assert "different GPUs" not in capsys.readouterr().err
     assert main(["compare", a, b, "--min-change", "2"]) == 2
     capsys.readouterr()
-    old = str(write_run(tmp_path, "old", [rec(cand="x", gpu={"index": 0}, device="cuda",
-                                              timing={"timer_floor_ms": 0.005})]))      # run.json without uuids
+    old = str(write_run(tmp_path, "old", [rec(cand="x", speedup=1.323, ci=[1.317, 1.328], gpu={"index": 0},
+                                              device="cuda", timing={"timer_floor_ms": 0.005})]))   # no uuids
     assert main(["compare", a, old]) == 0 and "cannot tell" in capsys.readouterr().out
     assert main(["compare", old, old]) == 0 and "cannot tell" not in capsys.readouterr().out   # a run and itself
 
