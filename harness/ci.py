@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from . import report
-from .compare import BROKEN, SLOWER, Row, compare_runs, fmt_change, load_results
+from .compare import (BROKEN, SLOWER, Row, compare_runs, fmt_change, load_results, machine_notes, machine_of,
+                      run_meta)
 from .discover import Pair
 from .errors import UsageError
 from .records import Record, Status, as_records
@@ -94,7 +95,9 @@ def _cell(text: Any) -> str:
 
 
 def markdown(records: Iterable[Record | dict[str, Any]], verdict: Verdict, run_id: str,
-             baseline_name: str | None) -> str:
+             baseline_name: str | None, machine_notes: Iterable[str] = ()) -> str:
+    """The summary; machine_notes (compare.machine_notes and its hint) say how main's run and this one's machines
+    differ, since a speedup's CI does not cover the machine."""
     records = as_records(records)
     agg = report.aggregate(records)
     head = "PASS" if verdict.exit_code == 0 else "FAIL"
@@ -102,6 +105,8 @@ def markdown(records: Iterable[Record | dict[str, Any]], verdict: Verdict, run_i
              f"run `{run_id}`: {agg['pairs']} pairs, {agg['correct']} correct; "
              + ", ".join(f"{k} {v}" for k, v in agg["by_status"].items())
              + (f"; compared with `{baseline_name}`" if baseline_name else "; no baseline run of main given"), ""]
+    notes = list(machine_notes)
+    lines += [*(f"> {n}" for n in notes), ""] if notes else []
     lines += ["| problem | candidate | status | speedup [95% CI] | vs main | flags / error |",
               "| --- | --- | --- | --- | --- | --- |"]
     for r in sorted(records, key=lambda r: r.key):
@@ -120,7 +125,20 @@ def markdown(records: Iterable[Record | dict[str, Any]], verdict: Verdict, run_i
     return "\n".join(lines) + "\n"
 
 
-def load_baseline(spec: str | None) -> tuple[str | None, list[Record] | None]:
+def load_baseline(spec: str | None) -> tuple[str | None, list[Record] | None, dict[str, Any] | None]:
+    """(run name, records, run.json) of main's last run; Nones without --baseline."""
     if spec is None:
-        return None, None
-    return load_results(baseline_results(spec))
+        return None, None, None
+    path = baseline_results(spec)
+    name, records = load_results(path)
+    return name, records, run_meta(path)
+
+
+def machine_lines(baseline: list[Record] | None, baseline_meta: dict[str, Any] | None,
+                  records: list[Record], meta: dict[str, Any]) -> list[str]:
+    """compare's lines on how the baseline's machine and this run's differ (none without a baseline)."""
+    if baseline is None:
+        return []
+    notes = machine_notes(machine_of(baseline_meta, baseline), machine_of(meta, records), ("main's run", "this run"))
+    return [*notes, "a speedup's CI does not cover the machine: a FASTER or SLOWER against this baseline may be the "
+                    "machines' doing, not the branch's"] if notes else []

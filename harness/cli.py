@@ -158,6 +158,7 @@ def cmd_ci(argv: list[str]) -> int:
     from . import ci
     from .discover import discover
     from .pipeline import run_pipeline
+    from .records import as_records
     p = _run_parser()
     p.prog = "run_eval.py ci"
     p.description = ("Evaluate what a branch changed under the problems and solutions trees since it left BASE "
@@ -175,7 +176,7 @@ def cmd_ci(argv: list[str]) -> int:
     if args.resume is not None or args.problem_file is not None:
         raise UsageError("ci selects its pairs from git; --resume and --problem-file do not apply")
     cfg = load_run_config(args)
-    baseline_name, baseline = ci.load_baseline(args.baseline)
+    baseline_name, baseline, baseline_meta = ci.load_baseline(args.baseline)
     _, pairs = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate)
     changed = ci.changed_files(args.base, Path(cfg.solutions_dir)) | ci.changed_files(args.base, Path(cfg.problems_dir))
     selected = ci.select(pairs, changed)
@@ -193,9 +194,10 @@ def cmd_ci(argv: list[str]) -> int:
         return 0
 
     def conclude(store) -> int:
-        records = store.records()
+        records = as_records(store.records())
         verdict = ci.judge(records, baseline)
-        publish(ci.markdown(records, verdict, store.run_id, baseline_name))
+        machines = ci.machine_lines(baseline, baseline_meta, records, store.metadata())
+        publish(ci.markdown(records, verdict, store.run_id, baseline_name, machines))
         return verdict.exit_code
 
     return run_pipeline(cfg, args, ["ci", *argv], pairs=selected, conclude=conclude)

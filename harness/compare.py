@@ -163,19 +163,20 @@ def machine_of(meta: dict[str, Any] | None, records: Iterable[Record]) -> Machin
     return Machine(on_gpu, uuids, statistics.median(floors) if floors else None)
 
 
-def machine_notes(a: Machine, b: Machine) -> list[str]:
+def machine_notes(a: Machine, b: Machine, names: tuple[str, str] = ("A", "B")) -> list[str]:
     """One line per way the two runs' machines differ, or cannot be told apart; [] when they look the same."""
+    na, nb = names
     notes = []
     if not (a.on_gpu and b.on_gpu):
         pass                                    # a CPU run has no GPU to tell apart
     elif a.gpu_uuids is None or b.gpu_uuids is None:
-        notes.append("cannot tell whether A and B ran on the same GPUs (a run.json without GPU uuids)")
+        notes.append(f"cannot tell whether {na} and {nb} ran on the same GPUs (a run.json without GPU uuids)")
     elif a.gpu_uuids != b.gpu_uuids:
-        notes.append(f"A and B ran on different GPUs ({', '.join(sorted(a.gpu_uuids))} and "
+        notes.append(f"{na} and {nb} ran on different GPUs ({', '.join(sorted(a.gpu_uuids))} and "
                      f"{', '.join(sorted(b.gpu_uuids))})")
     fa, fb = a.timer_floor_ms, b.timer_floor_ms
     if fa and fb and max(fa, fb) / min(fa, fb) - 1 > FLOOR_APART:
-        notes.append(f"the hosts differ: timer floor {fa * 1000:.1f} us in A, {fb * 1000:.1f} us in B")
+        notes.append(f"the hosts differ: timer floor {fa * 1000:.1f} us in {na}, {fb * 1000:.1f} us in {nb}")
     return notes
 
 

@@ -89,6 +89,24 @@ def test_a_regression_against_mains_last_run_fails(repo, tmp_path):
     assert f"Regressed against main: {PROBLEM}/new_ok (SLOWER)" in summary
 
 
+def test_the_summary_says_when_mains_run_was_on_another_machine():
+    from harness import ci
+    from harness.records import Record
+    def run(uuid, floor):
+        rec = {"schema_version": 2, "problem": PROBLEM, "solution": f"{PROBLEM}/k", "status": "ok", "correct": True,
+               "flags": [], "error": None, "speedup": 1.3, "speedup_ci": [1.29, 1.31], "device": "cuda",
+               "gpu": {"index": 0}, "timing": {"timer_floor_ms": floor}}
+        return [Record.of(rec, "test")], {"gpus": [{"index": 0, "uuid": uuid}]}
+    (main_records, main_meta), (ours, meta) = run("GPU-1", 0.005), run("GPU-2", 0.005)
+    lines = ci.machine_lines(main_records, main_meta, ours, meta)
+    assert lines[0] == "main's run and this run ran on different GPUs (GPU-1 and GPU-2)"
+    assert "machines' doing" in lines[-1]
+    assert ci.machine_lines(main_records, main_meta, *run("GPU-1", 0.0051)) == []
+    assert ci.machine_lines(None, None, ours, meta) == []                      # no baseline, nothing to say
+    text = ci.markdown(ours, ci.judge(ours, main_records), "r", "main-run", lines)
+    assert f"> {lines[0]}\n" in text and text.index("> main's run") < text.index("| problem")
+
+
 def test_a_bad_base_is_one_line(repo):
     root, _, config, _ = repo
     done, _ = ci(root, config, "no-such-ref")
