@@ -95,9 +95,9 @@ def _cell(text: Any) -> str:
 
 
 def markdown(records: Iterable[Record | dict[str, Any]], verdict: Verdict, run_id: str,
-             baseline_name: str | None, machine_notes: Iterable[str] = ()) -> str:
-    """The summary; machine_notes (compare.machine_notes and its hint) say how main's run and this one's machines
-    differ, since a speedup's CI does not cover the machine."""
+             baseline_name: str | None, machines: Iterable[str] = ()) -> str:
+    """The summary; `machines` (machine_lines) say how main's run's machine and this run's differ, since a
+    speedup's CI does not cover the machine."""
     records = as_records(records)
     agg = report.aggregate(records)
     head = "PASS" if verdict.exit_code == 0 else "FAIL"
@@ -105,7 +105,7 @@ def markdown(records: Iterable[Record | dict[str, Any]], verdict: Verdict, run_i
              f"run `{run_id}`: {agg['pairs']} pairs, {agg['correct']} correct; "
              + ", ".join(f"{k} {v}" for k, v in agg["by_status"].items())
              + (f"; compared with `{baseline_name}`" if baseline_name else "; no baseline run of main given"), ""]
-    notes = list(machine_notes)
+    notes = list(machines)
     lines += [*(f"> {n}" for n in notes), ""] if notes else []
     lines += ["| problem | candidate | status | speedup [95% CI] | vs main | flags / error |",
               "| --- | --- | --- | --- | --- | --- |"]
