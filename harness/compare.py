@@ -290,6 +290,21 @@ def run_meta(results: Path) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) else None
 
 
+def latest_records(paths: Iterable[Path]) -> dict[tuple[str, str], Record]:
+    """(problem, solution) -> its record in the latest of several runs' results.jsonl that has one (by run folder
+    name, which starts with the run's start time): one reading per pair of a suite measured in many runs."""
+    loaded = sorted((load_results(path) for path in paths), key=lambda named: named[0])
+    return {record.key: record for _, records in loaded for record in records}
+
+
+def inside_each_other(a: float | None, ci_a: tuple[float, float] | None,
+                      b: float | None, ci_b: tuple[float, float] | None) -> bool | None:
+    """Whether each of two readings lies inside the other's CI; None when either lacks a reading or a CI."""
+    if a is None or b is None or ci_a is None or ci_b is None:
+        return None
+    return ci_b[0] <= a <= ci_b[1] and ci_a[0] <= b <= ci_a[1]
+
+
 def load_results(path: Path) -> tuple[str, list[Record]]:
     """(run name, records) of a results.jsonl, through the store's one reader: lines are verified with the run's
     key, and a line that fails, or a second line for a pair, is named in a warning and left out."""

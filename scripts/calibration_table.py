@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness import calibrate                                   # noqa: E402
-from harness.compare import load_results, resolve_run           # noqa: E402
+from harness.compare import inside_each_other, latest_records, resolve_run     # noqa: E402
 from harness.errors import UsageError                           # noqa: E402
 from harness.records import Record                              # noqa: E402
 
@@ -41,12 +41,8 @@ class Reading:
 
 def readings(runs: list[str], target: float) -> dict[str, Reading]:
     """problem -> its reading in the latest run (by run id) that has one."""
-    loaded = sorted((load_results(resolve_run(spec, Path("."))) for spec in runs), key=lambda named: named[0])
-    out: dict[str, Reading] = {}
-    for _, records in loaded:
-        for record in records:
-            out[record.problem] = Reading(calibrate.row(record, target), _pairs(record))
-    return out
+    records = latest_records(resolve_run(spec, Path(".")) for spec in runs).values()
+    return {record.problem: Reading(calibrate.row(record, target), _pairs(record)) for record in records}
 
 
 def _pairs(record: Record) -> list[float]:
@@ -89,14 +85,10 @@ def summary(table: dict[str, Reading], target: float) -> list[str]:
     return lines
 
 
-def _inside(x: float | None, ci: list[float] | None) -> bool:
-    return x is not None and ci is not None and ci[0] <= x <= ci[1]
-
-
 def against(table: dict[str, Reading], earlier: dict[str, Reading]) -> list[str]:
     common = sorted(set(table) & set(earlier))
-    apart = [p for p in common if not (_inside(table[p].row.speedup, earlier[p].row.ci)
-                                       and _inside(earlier[p].row.speedup, table[p].row.ci))]
+    apart = [p for p in common if not inside_each_other(earlier[p].row.speedup, earlier[p].row.ci,
+                                                        table[p].row.speedup, table[p].row.ci)]
     lines = [f"against the earlier pass: {len(common) - len(apart)} of {len(common)} problems read inside each "
              f"other's CI"]
     for p in apart:

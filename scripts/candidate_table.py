@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness.compare import load_results, resolve_run           # noqa: E402
+from harness.compare import inside_each_other, latest_records, resolve_run     # noqa: E402
 from harness.errors import UsageError                           # noqa: E402
 from harness.records import Record                              # noqa: E402
 
@@ -31,8 +31,7 @@ Key = tuple[str, str]                                           # (problem, solu
 
 def latest(runs: list[str]) -> dict[Key, Record]:
     """(problem, solution) -> its record in the latest run (by run id) that has one."""
-    loaded = sorted((load_results(resolve_run(spec, Path("."))) for spec in runs), key=lambda named: named[0])
-    return {record.key: record for _, records in loaded for record in records}
+    return latest_records(resolve_run(spec, Path(".")) for spec in runs)
 
 
 def _reading(value: float | None, ci: tuple[float, float] | None) -> str:
@@ -46,14 +45,6 @@ def markdown_row(r: Record) -> str:
     return (f"| {r.problem} | {r.solution.rsplit('/', 1)[-1]} | {r.status.value} | "
             f"{_reading(r.speedup, r.speedup_ci)} | {_reading(r.speedup_vs_compile, r.speedup_vs_compile_ci)} | "
             f"{rounds} | {', '.join(r.flags) or '-'} |")
-
-
-def inside_each_other(a: float | None, ci_a: tuple[float, float] | None,
-                      b: float | None, ci_b: tuple[float, float] | None) -> bool | None:
-    """Whether each reading lies inside the other's CI; None when either has no reading with a CI."""
-    if a is None or b is None or ci_a is None or ci_b is None:
-        return None
-    return ci_b[0] <= a <= ci_b[1] and ci_a[0] <= b <= ci_a[1]
 
 
 def _word(held: bool | None) -> str:
