@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from collections import Counter
@@ -33,7 +34,9 @@ ONLY_A, ONLY_B = "ONLY_A", "ONLY_B"
 VERDICTS = (SLOWER, BROKEN, FASTER, FIXED, SAME, FAILING, ONLY_A, ONLY_B)
 GATING = (SLOWER, BROKEN)                 # verdicts that make the exit code 1
 DEFAULT_TOLERANCE = 0.02
-FLOOR_APART = 0.25          # timer floors further apart than this (relative) are named: the hosts differ
+# Timer floors further apart than this (relative) are named, where GPU uuids cannot tell the machines apart: a weak
+# hint, since one H200 machine's processes read about 6 or about 11 us (2026-11-25, docs/candidates-h200.md).
+FLOOR_APART = 0.25
 
 _STYLE = {SLOWER: "bold red", BROKEN: "bold red", FASTER: "green", FIXED: "green", SAME: "", FAILING: "dim",
           ONLY_A: "yellow", ONLY_B: "yellow"}
@@ -164,7 +167,8 @@ def machine_of(meta: dict[str, Any] | None, records: Iterable[Record]) -> Machin
 
 
 def machine_notes(a: Machine, b: Machine, names: tuple[str, str] = ("A", "B")) -> list[str]:
-    """One line per way the two runs' machines differ, or cannot be told apart; [] when they look the same."""
+    """One line per way the two runs' machines differ, or cannot be told apart; [] when they look the same. The
+    GPU uuids decide where both runs have them; the timer floors are named only where they do not."""
     na, nb = names
     notes = []
     if not (a.on_gpu and b.on_gpu):
@@ -174,9 +178,10 @@ def machine_notes(a: Machine, b: Machine, names: tuple[str, str] = ("A", "B")) -
     elif a.gpu_uuids != b.gpu_uuids:
         notes.append(f"{na} and {nb} ran on different GPUs ({', '.join(sorted(a.gpu_uuids))} and "
                      f"{', '.join(sorted(b.gpu_uuids))})")
+    told = a.on_gpu and b.on_gpu and a.gpu_uuids is not None and b.gpu_uuids is not None
     fa, fb = a.timer_floor_ms, b.timer_floor_ms
-    if fa and fb and max(fa, fb) / min(fa, fb) - 1 > FLOOR_APART:
-        notes.append(f"the hosts differ: timer floor {fa * 1000:.1f} us in {na}, {fb * 1000:.1f} us in {nb}")
+    if not told and fa and fb and max(fa, fb) / min(fa, fb) - 1 > FLOOR_APART:
+        notes.append(f"the hosts may differ: timer floor {fa * 1000:.1f} us in {na}, {fb * 1000:.1f} us in {nb}")
     return notes
 
 
@@ -303,6 +308,36 @@ def inside_each_other(a: float | None, ci_a: tuple[float, float] | None,
     if a is None or b is None or ci_a is None or ci_b is None:
         return None
     return ci_b[0] <= a <= ci_b[1] and ci_a[0] <= b <= ci_a[1]
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Two runs' readings of one speedup, each CI taken as a normal 95% interval on the log scale (its standard error
+    is half its log width over 1.96). Each reading lies inside the other's CI only when the two differ by less than
+    the narrower CI's half-width, so even two exact CIs of equal width both hold the other's reading only 83% of the
+    time when nothing changed; the test that the runs agree is the difference against its own CI: |z| <= 1.96."""
+    inside: bool                    # each reading inside the other's CI
+    z: float                        # log(b / a) over the two standard errors combined
+    p_inside: float                 # how often `inside` holds when the CIs are exact and nothing changed
+
+    @property
+    def apart(self) -> bool:
+        """The two readings differ beyond their combined 95% CI (5% of pairs by chance alone)."""
+        return abs(self.z) > 1.96
+
+
+def agreement(a: float | None, ci_a: tuple[float, float] | None,
+              b: float | None, ci_b: tuple[float, float] | None) -> Agreement | None:
+    """The Agreement of two readings; None when either lacks a reading or a CI, or a value is not positive."""
+    inside = inside_each_other(a, ci_a, b, ci_b)
+    if inside is None or min(a, b, *ci_a, *ci_b) <= 0:
+        return None
+    half_a, half_b = (math.log(ci_a[1] / ci_a[0]) / 2, math.log(ci_b[1] / ci_b[0]) / 2)
+    spread = math.hypot(half_a, half_b) / 1.96
+    if spread == 0:
+        return Agreement(inside, 0.0 if a == b else math.copysign(math.inf, b - a), 1.0)
+    p_inside = math.erf(min(half_a, half_b) / (spread * math.sqrt(2)))
+    return Agreement(inside, math.log(b / a) / spread, p_inside)
 
 
 def load_results(path: Path) -> tuple[str, list[Record]]:

@@ -119,17 +119,21 @@ def test_machine_notes_say_when_the_runs_machines_differ_or_cannot_be_told_apart
     same = _gpu_run([0.0050, 0.0052], "GPU-a")
     assert compare.machine_notes(same, _gpu_run([0.0051], "GPU-a")) == []
     notes = compare.machine_notes(same, _gpu_run([0.0084, 0.0090], "GPU-b"))
-    assert notes == ["A and B ran on different GPUs (GPU-a and GPU-b)",
-                     "the hosts differ: timer floor 5.1 us in A, 8.7 us in B"]
+    assert notes == ["A and B ran on different GPUs (GPU-a and GPU-b)"]
+    # one H200 machine, two runs: its processes read a timer floor of about 6 or about 11 us; the uuids decide
+    assert compare.machine_notes(_gpu_run([0.0064, 0.0107, 0.0092], "GPU-a"), _gpu_run([0.0064, 0.0059], "GPU-a")) == []
     assert compare.machine_notes(same, _gpu_run([0.0051], None)) == [
         "cannot tell whether A and B ran on the same GPUs (a run.json without GPU uuids)"]
+    assert compare.machine_notes(same, _gpu_run([0.0084, 0.0090], None)) == [
+        "cannot tell whether A and B ran on the same GPUs (a run.json without GPU uuids)",
+        "the hosts may differ: timer floor 5.1 us in A, 8.7 us in B"]
     dask = compare.machine_of({"gpus": [{"index": 0, "uuid": "GPU-a"}], "config": {"executor": "dask"}},
                               [compare.Record.of(rec(gpu={"index": 0}, device="cuda"), "test")])
     assert dask.gpu_uuids is None                        # run.json lists the client's GPUs, not the workers'
     cpu = compare.machine_of({"gpus": []}, [compare.Record.of(rec(timing={"timer_floor_ms": 0.0002}), "test")])
     assert compare.machine_notes(cpu, cpu) == []          # CPU runs: no GPU to tell apart, the same host speed
     slow_host = compare.machine_of({}, [compare.Record.of(rec(timing={"timer_floor_ms": 0.0004}), "test")])
-    assert compare.machine_notes(cpu, slow_host) == ["the hosts differ: timer floor 0.2 us in A, 0.4 us in B"]
+    assert compare.machine_notes(cpu, slow_host) == ["the hosts may differ: timer floor 0.2 us in A, 0.4 us in B"]
     assert "--min-change 0.03" in compare.machine_hint(0.0) and "within 3.0% read SAME" in compare.machine_hint(0.03)
 
 
@@ -341,8 +345,29 @@ def test_candidate_table_joins_a_suite_run_and_checks_two_runs_against_each_othe
     out = capsys.readouterr().out
     assert "| level1/001_p | k | 1.500 [1.490, 1.510] | 1.505 [1.495, 1.515] | +0.3% | yes | " in out
     assert "| 1.200 [1.190, 1.210] | 1.250 [1.240, 1.260] | no |" in out          # vs compile moved 4%
-    assert "| level1/002_p | k | 2.000 [1.980, 2.020] | 2.050 [2.030, 2.070] | +2.5% | no | - | - | - |" in out
-    assert ("2 pairs ok in both runs: vs eager 1 inside each other's CIs, 1 not; vs torch.compile 0 inside, 1 not, "
-            "1 without a reading") in out and "in one run only: 1 pairs" in out
-    assert table.inside_each_other(1.0, (0.99, 1.01), 1.011, (1.0, 1.02)) is False    # one way is not enough
+    # z = log(2.05 / 2.0) / (hypot(log(2.02 / 1.98) / 2, log(2.07 / 2.03) / 2) / 1.96) = 0.02469 / 0.00713
+    assert "| level1/002_p | k | 2.000 [1.980, 2.020] | 2.050 [2.030, 2.070] | +2.5% | no | +3.5 | - | - | - | - |" in out
+    assert "| 1.200 [1.190, 1.210] | 1.250 [1.240, 1.260] | no | +6.9 |" in out
+    assert ("vs eager: 1 of 2 inside each other's CIs (1.7 expected if the CIs are exact), 1 apart beyond their "
+            "combined CI (|z| > 1.96; 0.1 expected by chance), 0 without a reading") in out
+    assert "vs torch.compile: 0 of 1 inside each other's CIs (0.8 expected" in out and "1 without a reading" in out
+    assert "2 pairs ok in both runs" in out and "in one run only: 1 pairs" in out
     assert table.main([str(tmp_path / "missing")]) == 2
+
+
+def test_agreement_judges_two_runs_by_the_difference_and_knows_what_exact_cis_give():
+    from harness.compare import agreement, inside_each_other
+    assert inside_each_other(1.0, (0.99, 1.01), 1.011, (1.0, 1.02)) is False        # one way is not enough
+    same = agreement(1.0, (0.98, 1.0 / 0.98), 1.0, (0.98, 1.0 / 0.98))
+    assert same.inside and same.z == 0 and not same.apart
+    assert abs(same.p_inside - 0.834) < 0.001       # equal widths: P(|Z| < 1.96 / sqrt(2)), not 95%
+    narrow = agreement(1.0, (0.999, 1.001), 1.0, (0.9, 1 / 0.9))
+    assert narrow.p_inside < 0.02                   # a CI far narrower than the other's rarely holds its reading
+    moved = agreement(1.0, (0.99, 1 / 0.99), 0.97, (0.96, 0.98))
+    assert not moved.inside and moved.apart and moved.z < -1.96
+    near = agreement(1.0, (0.99, 1 / 0.99), 1.011, (1.0, 1.022))
+    assert not near.inside and not near.apart       # outside one CI, yet well within the difference's own CI
+    assert agreement(None, None, 1.0, (0.9, 1.1)) is None and agreement(1.0, (0.9, 1.1), 1.0, None) is None
+    assert agreement(1.0, (0.0, 1.1), 1.0, (0.9, 1.1)) is None
+    flat = agreement(1.0, (1.0, 1.0), 1.0, (1.0, 1.0))
+    assert flat.z == 0 and flat.p_inside == 1.0
