@@ -121,7 +121,8 @@ def test_machine_notes_say_when_the_runs_machines_differ_or_cannot_be_told_apart
     notes = compare.machine_notes(same, _gpu_run([0.0084, 0.0090], "GPU-b"))
     assert notes == ["A and B ran on different GPUs (GPU-a and GPU-b)"]
     # one H200 machine, two runs: its processes read a timer floor of about 6 or about 11 us; the uuids decide
-    assert compare.machine_notes(_gpu_run([0.0064, 0.0107, 0.0092], "GPU-a"), _gpu_run([0.0064, 0.0059], "GPU-a")) == []
+    one_machine = _gpu_run([0.0064, 0.0107, 0.0092], "GPU-a"), _gpu_run([0.0064, 0.0059], "GPU-a")
+    assert compare.machine_notes(*one_machine) == []
     assert compare.machine_notes(same, _gpu_run([0.0051], None)) == [
         "cannot tell whether A and B ran on the same GPUs (a run.json without GPU uuids)"]
     assert compare.machine_notes(same, _gpu_run([0.0084, 0.0090], None)) == [
@@ -346,7 +347,8 @@ def test_candidate_table_joins_a_suite_run_and_checks_two_runs_against_each_othe
     assert "| level1/001_p | k | 1.500 [1.490, 1.510] | 1.505 [1.495, 1.515] | +0.3% | yes | " in out
     assert "| 1.200 [1.190, 1.210] | 1.250 [1.240, 1.260] | no |" in out          # vs compile moved 4%
     # z = log(2.05 / 2.0) / (hypot(log(2.02 / 1.98) / 2, log(2.07 / 2.03) / 2) / 1.96) = 0.02469 / 0.00713
-    assert "| level1/002_p | k | 2.000 [1.980, 2.020] | 2.050 [2.030, 2.070] | +2.5% | no | +3.5 | - | - | - | - |" in out
+    assert ("| level1/002_p | k | 2.000 [1.980, 2.020] | 2.050 [2.030, 2.070] | +2.5% | no | +3.5 | - | - | - | - |"
+            in out)
     assert "| 1.200 [1.190, 1.210] | 1.250 [1.240, 1.260] | no | +6.9 |" in out
     assert ("vs eager: 1 of 2 inside each other's CIs (1.7 expected if the CIs are exact), 1 apart beyond their "
             "combined CI (|z| > 1.96; 0.1 expected by chance), 0 without a reading") in out
