@@ -36,7 +36,9 @@
 # the suite with COMPILE=none ~18 s a pair after 217 s of builds (39 candidates in 920 s, two calls); an honest pair 8-48 s
 # (large elementwise outputs go through tensor files: up to 11 s of trials); a fresh machine builds all 39 candidates in
 # ~4 min (16 jobs), so a whole-suite run does not fit one command there: split it by LEVEL, and make the calls back
-# to back (a machine held warm keeps .cache, and the builds in it, between calls).
+# to back (a machine held warm keeps .cache, and the builds in it, between calls). The suite with PROCS=3 and the
+# default compile baseline (2026-11-25): 30-65 s a pair on some machines, 80-120 s on others (level1), plus ~1 min
+# of builds a run; both runs of issue 8's same-machine check fit ~7 level1 pairs into a machine's 30 minutes held.
 set -uo pipefail
 phase=${1:-smoke}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
