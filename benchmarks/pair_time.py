@@ -1,17 +1,18 @@
 """Where a pair's time goes: runs `run_eval.py` over a tree twice, cold (empty build cache in a temp dir) then warm
 (every build cached), and prints per run the wall time, the pairs, and the mean per-pair split read from the
-records: `build.seconds` (cold run only) and the parts of `worker.phases` -- `start` (worker process start until it
-got its job), `trials` (candidate import and correctness trials), `derive` (`derive_wait`: the wait after the
-trials for what the reference works out meanwhile: FLOPs, the float64 reference), `timing` (interleaved timed
-rounds), `checks` (verification and defense checks), `baseline` (reference-only blocks before and after the pair,
-for the interference check), `close` (the candidate worker's exit and the sweep after it), `total` (the whole
-pair) and `other` (total minus the parts); then two parts of `timing`: `profile` (the profiled calls, both sides)
-and `switch` (stopping one side and resuming the other between blocks); and `ref setup` (`reference_setup`: the
-problem's reference process from its start to `ready`, counted by the first pair it serves, before that pair's
-`total`; averaged over every pair, so a problem with several candidates spreads it). A part no record has (records
-written before phases existed) prints as "-". A run cut short (Ctrl-C, `timeout -s INT`) prints the pairs it
-finished. Last column: the harness overhead per pair, wall time / pairs minus the time inside timed samples
-(timing.reference.samples_ms + timing.candidate.samples_ms).
+records: `build.seconds` (cold run only) and the parts of `worker.phases` (summed over a pair's process pairs,
+`timing.processes`, with `--processes N`) -- `start` (worker process start until it got its job), `trials`
+(candidate import and correctness trials), `derive` (`derive_wait`: the wait after the trials for what the reference
+works out meanwhile: FLOPs, the float64 reference), `timing` (interleaved timed rounds), `checks` (verification and
+defense checks), `baseline` (reference-only blocks before and after the pair, for the interference check), `close`
+(the candidate worker's exit and the sweep after it), `total` (the whole pair) and `other` (total minus the parts);
+then two parts of `timing`: `profile` (the profiled calls, both sides) and `switch` (stopping one side and resuming
+the other between blocks); and `ref setup` (`reference_setup`: the problem's reference process from its start to
+`ready`, counted by the first pair it serves, before that pair's `total`; averaged over every pair, so a problem
+with several candidates spreads it). A part no record has (records written before phases existed) prints as "-". A
+run cut short (Ctrl-C, `timeout -s INT`) prints the pairs it finished. Last column: the harness overhead per pair,
+wall time / pairs minus the time inside timed samples (timing.reference.samples_ms + timing.candidate.samples_ms;
+past the first process pair, estimated by rounds).
 
     python benchmarks/pair_time.py                                  # tests/fixtures/tree on the CPU
     python benchmarks/pair_time.py --problems-dir problems --solutions-dir solutions [--device cuda]
@@ -46,28 +47,45 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
-def _phases(record: dict[str, Any]) -> dict[str, float] | None:
-    """The record's worker.phases with baseline_before + baseline_after folded into `baseline`; None without."""
+def _process_phases(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The worker.phases of each process pair the record stands for: with `--processes N` the record's own
+    worker.phases is the first pair's, and timing.processes[i].phases has each one's."""
+    procs = (record.get("timing") or {}).get("processes")
+    if isinstance(procs, list) and procs and all(isinstance(p, dict) and isinstance(p.get("phases"), dict)
+                                                 for p in procs):
+        return [p["phases"] for p in procs]
     phases = (record.get("worker") or {}).get("phases")
-    if not isinstance(phases, dict):
+    return [phases] if isinstance(phases, dict) else []
+
+
+def _phases(record: dict[str, Any]) -> dict[str, float] | None:
+    """The pair's phases summed over its process pairs, baseline_before + baseline_after folded into `baseline`;
+    None without."""
+    dicts = _process_phases(record)
+    if not dicts:
         return None
-    out = {k: v for k, v in ((k, _num(phases.get(k))) for k in PARTS + SUBPARTS + BEFORE if k != "baseline")
-           if v is not None}
-    baseline = [v for v in (_num(phases.get("baseline_before")), _num(phases.get("baseline_after")),
-                            _num(phases.get("baseline"))) if v is not None]
-    if baseline:
-        out["baseline"] = sum(baseline)
+    out: dict[str, float] = {}
+    for phases in dicts:
+        for k in PARTS + SUBPARTS + BEFORE:
+            parts = ("baseline_before", "baseline_after", "baseline") if k == "baseline" else (k,)
+            values = [v for v in (_num(phases.get(part)) for part in parts) if v is not None]
+            if values:
+                out[k] = out.get(k, 0.0) + sum(values)
     return out
 
 
 def sampled_s(record: dict[str, Any]) -> float:
-    """Seconds inside the record's timed samples, both sides."""
+    """Seconds inside the record's timed samples, both sides. With `--processes N` the record keeps the first
+    process pair's samples only: the others' are estimated from them, in proportion to their rounds."""
     timing = record.get("timing") or {}
     total = 0.0
     for side in ("reference", "candidate"):
         samples = (timing.get(side) or {}).get("samples_ms") or []
         total += sum(s for s in samples if _num(s) is not None) / 1e3
-    return total
+    procs = timing.get("processes")
+    first = _num(procs[0].get("rounds")) if isinstance(procs, list) and procs and isinstance(procs[0], dict) else None
+    rounds = _num(timing.get("rounds"))
+    return total * rounds / first if first and rounds else total
 
 
 def summarize(records: Iterable[dict[str, Any]], wall_s: float, cold: bool) -> dict[str, Any]:

@@ -272,6 +272,17 @@ def test_pair_time_summarizes_records():
     assert old["build_s"] is None and old["phases"]["start"] is None
     lines = pair_time.format_rows([("cold", cold), ("warm", old)])
     assert len(lines) == 4 and " - " in lines[3]
+    # --processes 2: the record's worker.phases and samples are the first process pair's; the split sums both pairs
+    first = {"reference_setup": 8.0, "trials": 7.0, "timing": 5.0, "baseline_before": 0.2, "total": 13.0}
+    second = {"reference_setup": 9.0, "trials": 8.0, "timing": 15.0, "baseline_after": 0.3, "total": 24.0}
+    two = rec(cand="c", worker={"phases": first},
+              timing={"rounds": 40, "reference": {"samples_ms": [1000.0]}, "candidate": {"samples_ms": [1000.0]},
+                      "processes": [{"rounds": 10, "phases": first}, {"rounds": 30, "phases": second}]})
+    summed = pair_time.summarize([two], wall_s=50.0, cold=False)
+    assert summed["phases"]["reference_setup"] == 17.0 and summed["phases"]["trials"] == 15.0
+    assert summed["phases"]["timing"] == 20.0 and summed["phases"]["total"] == 37.0
+    assert summed["phases"]["baseline"] == pytest.approx(0.5)
+    assert summed["in_samples_s"] == pytest.approx(8.0)       # 2 s in the first pair's 10 rounds, of 40 rounds
 
 
 # ---------------------------------------------------------------- scripts/calibration_table.py
