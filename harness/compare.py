@@ -9,8 +9,8 @@ or BROKEN (ok in A, not ok in B); a pair failing in both is FAILING; a pair in o
 Exit code 1 when any pair is SLOWER or BROKEN (for CI), 0 otherwise, 2 for a usage error.
 
 A speedup's CI covers the run it comes from, not the machine (docs/candidates-h200.md): so `compare` also says
-when the runs' GPUs differ (by the uuids in run.json) or their hosts launch at different speeds (the records'
-median `timing.timer_floor_ms`), or when it cannot tell.
+when the runs' GPUs differ (by the uuids in run.json), or when it cannot tell; only then, as a weaker hint, when
+their hosts launch at different speeds (the records' median `timing.timer_floor_ms`).
 
 Everything but `cmd_compare` is a pure function over lists of records (`Record`s, or their JSON objects)."""
 from __future__ import annotations
@@ -171,14 +171,12 @@ def machine_notes(a: Machine, b: Machine, names: tuple[str, str] = ("A", "B")) -
     GPU uuids decide where both runs have them; the timer floors are named only where they do not."""
     na, nb = names
     notes = []
-    if not (a.on_gpu and b.on_gpu):
-        pass                                    # a CPU run has no GPU to tell apart
-    elif a.gpu_uuids is None or b.gpu_uuids is None:
-        notes.append(f"cannot tell whether {na} and {nb} ran on the same GPUs (a run.json without GPU uuids)")
-    elif a.gpu_uuids != b.gpu_uuids:
+    told = a.on_gpu and b.on_gpu and a.gpu_uuids is not None and b.gpu_uuids is not None
+    if told and a.gpu_uuids != b.gpu_uuids:
         notes.append(f"{na} and {nb} ran on different GPUs ({', '.join(sorted(a.gpu_uuids))} and "
                      f"{', '.join(sorted(b.gpu_uuids))})")
-    told = a.on_gpu and b.on_gpu and a.gpu_uuids is not None and b.gpu_uuids is not None
+    elif a.on_gpu and b.on_gpu and not told:   # (a CPU run has no GPU to tell apart)
+        notes.append(f"cannot tell whether {na} and {nb} ran on the same GPUs (a run.json without GPU uuids)")
     fa, fb = a.timer_floor_ms, b.timer_floor_ms
     if not told and fa and fb and max(fa, fb) / min(fa, fb) - 1 > FLOOR_APART:
         notes.append(f"the hosts may differ: timer floor {fa * 1000:.1f} us in {na}, {fb * 1000:.1f} us in {nb}")
