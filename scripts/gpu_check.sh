@@ -22,9 +22,18 @@
 #              `python run_eval.py import-kernelbench CHECKOUT --problems-dir .kb/problems`, and carry `.kb`, and
 #              einops as a wheel in `.kbwhl`); `--json` lines are printed as each problem finishes
 #   tests:     the GPU-marked tests alone
+#   twice:     issue 8's same-machine check: every selection of SELS ("level3:*004_* level1:*033_*") run twice back to
+#              back (output folders a/ and b/, one run_eval.py per selection and run, PROCS process pairs, COMPILE
+#              baselines), so that what ends before the machine goes back is whole pairs of runs; the candidates of all
+#              selections are built first, in parallel. A selection starts only while twice the longest run so far
+#              (EST seconds at first) fits into TWICE_SECONDS. PROBLEMS_DIR/SOLUTIONS_DIR/DEVICE for a dry run on
+#              the CPU. To outlast one device command, start it under setsid with OUT outside the repo and copy
+#              $OUT back in later calls (a setsid process runs on while the machine is held); it writes
+#              $OUT/twice.done when it ends: wait for that file, not for `pgrep -f`, which finds the waiting command's
+#              own command line and so waits out the whole call
 # Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out. The device returns at most 8
 # files: end a device command with `cd $OUT && tar czf /tmp/all.tgz . && rm -rf $OUT/* && mv /tmp/all.tgz $OUT/`.
-#   usage: bash scripts/gpu_check.sh [first|smoke|validate|calibrate|suite|spread|placement|overhead|kblint|tests]
+#   usage: bash scripts/gpu_check.sh [first|smoke|validate|calibrate|suite|twice|spread|placement|overhead|kblint|tests]
 #
 # What things cost on one H200 (2026-11-24): the GPU tests 6-7 min (15 of 16 finished in 410 s; after the profiler
 # change below, 17 in 343 s), so `first` needs TESTS_TIMEOUT=450 and ROOT_TIMEOUT=140 to fit a call; lint of the
@@ -143,6 +152,55 @@ for r in sorted(rows, key=lambda r: r["problem"]):
           f"{t.get('rounds','-')!s:>4} {','.join(r.get('flags') or [])}")
 PY
     summary "$out/$tag"
+    ;;
+twice)
+    deadline=$(( $(date +%s) + ${TWICE_SECONDS:-560} ))
+    est=${EST:-120}
+    tree_args=(--problems-dir "${PROBLEMS_DIR:-problems}" --solutions-dir "${SOLUTIONS_DIR:-solutions}")
+    where_args=(--device "${DEVICE:-cuda}")
+    [ "${DEVICE:-cuda}" = cuda ] && where_args+=(--gpus "${GPUS:-0}")
+    set -f                                              # the globs are run_eval.py's, not the shell's
+    echo "== building the candidates of: ${SELS}"
+    /usr/bin/time -f "builds %e s" python - "${PROBLEMS_DIR:-problems}" "${SOLUTIONS_DIR:-solutions}" \
+        "${DEVICE:-cuda}" ${SELS} <<'PY'
+import sys
+from pathlib import Path
+from harness import meta
+from harness.build import build_all
+from harness.config import load_config
+from harness.discover import discover
+from harness.pipeline import toolchain_for
+problems, solutions, device, *sels = sys.argv[1:]
+cfg = load_config(Path("config.yaml"), {})
+pairs = []
+for sel in sels:
+    level, glob = sel.split(":", 1)
+    pairs += discover(Path(problems), Path(solutions), level or None, glob or "*")[1]
+builds = build_all(pairs, Path(cfg.cache_dir) / "builds", toolchain_for(device, cfg, meta.gpus()), 16,
+                   cfg.build_timeout, 0)
+for cid, b in sorted(builds.items()):
+    print(f"  {cid}: {b.status}{' (cached)' if b.cached else ''} {b.seconds} s")
+PY
+    for sel in ${SELS}; do
+        lvl=${sel%%:*} glob=${sel#*:}
+        left=$(( deadline - $(date +%s) ))
+        if [ "$left" -lt $(( 2 * est + 20 )) ]; then
+            echo "stop before $sel: $left s left, two runs may take $(( 2 * est )) s"; break
+        fi
+        for tag in a b; do
+            t0=$(date +%s)
+            timeout -s INT "$(( deadline - t0 ))" python run_eval.py "${tree_args[@]}" "${where_args[@]}" --jobs 16 \
+                --output-dir "$out/$tag" --compile-modes "${COMPILE:-default}" --processes "${PROCS:-3}" \
+                ${lvl:+--level "$lvl"} --problem "${glob:-*}" --json >> "$out/$tag.jsonl" 2>> "$out/$tag.txt"
+            rc=$? dt=$(( $(date +%s) - t0 ))
+            [ "$dt" -gt "$est" ] && est=$dt
+            echo "$sel run $tag: exit $rc, $dt s"
+        done
+    done
+    set +f
+    for tag in a b; do [ -d "$out/$tag" ] && summary "$out/$tag"; done
+    [ -d "$out/b" ] && python scripts/candidate_table.py "$out"/b/*/ --against "$out"/a/*/
+    touch "$out/twice.done"
     ;;
 spread)
     echo "== A/A spread across process pairs: the same problem calibrated ${REPEAT:-4} times per GPU"
