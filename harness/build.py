@@ -79,7 +79,7 @@ def build_env(build_dir: Path, toolchain: Toolchain) -> dict[str, str]:
 def _prepare_dir(pair: Pair, root: Path, toolchain: Toolchain) -> tuple[str, Path, Path]:
     cand = pair.candidate
     key = build_key(cand.source or "", toolchain)
-    build_dir = root / key
+    build_dir = (root / key).absolute()              # its paths reach processes that change directory (ninja)
     build_dir.mkdir(parents=True, exist_ok=True)
     if cand.path.suffix == ".py":
         candidate_path = cand.path.resolve()

@@ -231,6 +231,7 @@ def worker_paths(role: str, job: dict[str, Any], environ: os._Environ | dict) ->
 def _private_tmp(parent: str | None) -> str | None:
     if not parent:
         return None
+    parent = os.path.abspath(parent)            # TMPDIR must hold in a child that changes directory (the compiler)
     os.makedirs(parent, exist_ok=True)
     return tempfile.mkdtemp(prefix=".kb-tmp-", dir=parent)
 

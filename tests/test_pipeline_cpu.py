@@ -197,3 +197,19 @@ def test_processes_measure_each_pair_in_fresh_process_pairs(tmp_path, fixture_tr
     assert record["speedup_ci"][0] < record["speedup"] < record["speedup_ci"][1]
     assert record["timing"]["rounds"] == sum(p["rounds"] for p in each)
     assert each[0]["speedup"] != each[1]["speedup"]         # separate measurements, not one copied
+
+
+def test_a_relative_cache_dir_builds_the_cpu_examples(tmp_path):
+    """config.yaml's cache_dir is relative (.cache). The compiler runs in the extension's own folder, so the build's
+    temporary folder must be absolute there: with a relative one, g++ fell back to /tmp, which the build's sandbox
+    does not let it write, and the README's CPU example read compile_error."""
+    examples = REPO / "examples" / "cpu"
+    config = write_config(tmp_path, examples)
+    config.write_text(config.read_text().replace(f"cache_dir: {tmp_path / 'cache'}", "cache_dir: cache"))
+    done = run_cli("--config", str(config), "--json", "--problem", "*001_relu_scale", "--candidate", "cpp_loop",
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    record = json_records(done.stdout)["cpp_loop"]
+    assert record["build"]["status"] == "built", record["error"]
+    assert record["status"] == "ok", record["error"]
+    assert list((tmp_path / "cache" / "builds").rglob("*.so"))
