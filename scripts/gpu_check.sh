@@ -189,6 +189,7 @@ PY
         fi
         for tag in a b; do
             t0=$(date +%s)
+            [ $(( deadline - t0 )) -gt 10 ] || { echo "no time left for $sel run $tag"; break 2; }   # (timeout 0: none)
             timeout -s INT "$(( deadline - t0 ))" python run_eval.py "${tree_args[@]}" "${where_args[@]}" --jobs 16 \
                 --output-dir "$out/$tag" --compile-modes "${COMPILE:-default}" --processes "${PROCS:-3}" \
                 ${lvl:+--level "$lvl"} --problem "${glob:-*}" --json >> "$out/$tag.jsonl" 2>> "$out/$tag.txt"
