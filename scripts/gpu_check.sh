@@ -27,13 +27,15 @@
 #              baselines), so that what ends before the machine goes back is whole pairs of runs; the candidates of all
 #              selections are built first, in parallel. A selection starts only while twice the longest run so far
 #              (EST seconds at first) fits into TWICE_SECONDS. PROBLEMS_DIR/SOLUTIONS_DIR/DEVICE for a dry run on
-#              the CPU. To outlast one device command, start it under setsid with OUT outside the repo and copy
-#              $OUT back in later calls (a setsid process runs on while the machine is held); it writes
-#              $OUT/twice.done when it ends: wait for that file, not for `pgrep -f`, which finds the waiting command's
-#              own command line and so waits out the whole call
+#              the CPU; it writes twice.done in its output folder when it ends
+#   twice-bg:  `twice` for longer than one device command: a copy of this tree runs it under setsid (such a process
+#              runs on between commands while the machine is held), writing to $W/out (W=/tmp/w), then `follow`
+#   follow:    until $W/out/twice.done appears or FOLLOW_SECONDS (570) pass, copy $W/out and its log into
+#              $OUT/snap.tgz every 15 s (what a call cut short still returns); the next device command is `follow`
+#              again, made within the machine's 30 s idle release
 # Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out. The device returns at most 8
 # files: end a device command with `cd $OUT && tar czf /tmp/all.tgz . && rm -rf $OUT/* && mv /tmp/all.tgz $OUT/`.
-#   usage: bash scripts/gpu_check.sh [first|smoke|validate|calibrate|suite|twice|spread|placement|overhead|kblint|tests]
+#   usage: bash scripts/gpu_check.sh [first|smoke|validate|calibrate|suite|twice|twice-bg|follow|spread|placement|overhead|kblint|tests]
 #
 # What things cost on one H200 (2026-11-24): the GPU tests 6-7 min (15 of 16 finished in 410 s; after the profiler
 # change below, 17 in 343 s), so `first` needs TESTS_TIMEOUT=450 and ROOT_TIMEOUT=140 to fit a call; lint of the
@@ -202,6 +204,23 @@ PY
     for tag in a b; do [ -d "$out/$tag" ] && summary "$out/$tag"; done
     [ -d "$out/b" ] && python scripts/candidate_table.py "$out"/b/*/ --against "$out"/a/*/
     touch "$out/twice.done"
+    ;;
+twice-bg)
+    w=${W:-/tmp/w}
+    rm -rf "$w/h" "$w/out" && mkdir -p "$w/out" && cp -a . "$w/h"
+    (cd "$w/h" && OUT="$w/out" setsid nohup bash scripts/gpu_check.sh twice > "$w/log" 2>&1 < /dev/null &)
+    echo "== twice started under setsid in $w/h (SELS=${SELS:-}); following it"
+    bash "$0" follow
+    ;;
+follow)
+    w=${W:-/tmp/w}
+    snap() { tar czf "$out/snap.tgz.tmp" -C "$w" out log 2>/dev/null && mv -f "$out/snap.tgz.tmp" "$out/snap.tgz"; }
+    end=$(( $(date +%s) + ${FOLLOW_SECONDS:-570} ))
+    until [ -e "$w/out/twice.done" ] || [ "$(date +%s)" -ge "$end" ]; do sleep 15; snap; done
+    snap
+    [ -e "$w/out/twice.done" ] && echo "== twice has ended" || echo "== twice still runs: call follow again"
+    grep -E "run [ab]:|stop before|no time left|builds " "$w/log" | tail -n 40
+    [ -e "$w/out/twice.done" ] && sed -n '/^| /,$p' "$w/log" | tail -n 60
     ;;
 spread)
     echo "== A/A spread across process pairs: the same problem calibrated ${REPEAT:-4} times per GPU"
