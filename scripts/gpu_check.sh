@@ -218,9 +218,12 @@ follow)
     end=$(( $(date +%s) + ${FOLLOW_SECONDS:-570} ))
     until [ -e "$w/out/twice.done" ] || [ "$(date +%s)" -ge "$end" ]; do sleep 15; snap; done
     snap
-    [ -e "$w/out/twice.done" ] && echo "== twice has ended" || echo "== twice still runs: call follow again"
     grep -E "run [ab]:|stop before|no time left|builds " "$w/log" | tail -n 40
-    [ -e "$w/out/twice.done" ] && sed -n '/^| /,$p' "$w/log" | tail -n 60
+    if [ -e "$w/out/twice.done" ]; then
+        echo "== twice has ended"; sed -n '/^| /,$p' "$w/log" | tail -n 60
+    else
+        echo "== twice still runs: call follow again"
+    fi
     ;;
 spread)
     echo "== A/A spread across process pairs: the same problem calibrated ${REPEAT:-4} times per GPU"
