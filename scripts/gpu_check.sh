@@ -26,7 +26,8 @@
 #              back (output folders a/ and b/, one run_eval.py per selection and run, PROCS process pairs, COMPILE
 #              baselines), so that what ends before the machine goes back is whole pairs of runs; the candidates of all
 #              selections are built first, in parallel. A selection starts only while twice the longest run so far
-#              (EST seconds at first) fits into TWICE_SECONDS. PROBLEMS_DIR/SOLUTIONS_DIR/DEVICE for a dry run on
+#              of its level (EST seconds at first) fits into TWICE_SECONDS; one that does not is skipped, and a later,
+#              shorter level's may still start. PROBLEMS_DIR/SOLUTIONS_DIR/DEVICE for a dry run on
 #              the CPU; it writes twice.done in its output folder when it ends
 #   twice-bg:  `twice` for longer than one device command: a copy of this tree runs it under setsid (such a process
 #              runs on between commands while the machine is held), writing to $W/out (W=/tmp/w), then `follow`
@@ -157,7 +158,7 @@ PY
     ;;
 twice)
     deadline=$(( $(date +%s) + ${TWICE_SECONDS:-560} ))
-    est=${EST:-120}
+    declare -A longest=()                               # per level: the longest run so far
     tree_args=(--problems-dir "${PROBLEMS_DIR:-problems}" --solutions-dir "${SOLUTIONS_DIR:-solutions}")
     where_args=(--device "${DEVICE:-cuda}")
     [ "${DEVICE:-cuda}" = cuda ] && where_args+=(--gpus "${GPUS:-0}")
@@ -185,9 +186,10 @@ for cid, b in sorted(builds.items()):
 PY
     for sel in ${SELS}; do
         lvl=${sel%%:*} glob=${sel#*:}
+        est=${longest[${lvl:-any}]:-${EST:-120}}
         left=$(( deadline - $(date +%s) ))
         if [ "$left" -lt $(( 2 * est + 20 )) ]; then
-            echo "stop before $sel: $left s left, two runs may take $(( 2 * est )) s"; break
+            echo "skip $sel: $left s left, two runs may take $(( 2 * est )) s"; continue
         fi
         for tag in a b; do
             t0=$(date +%s)
@@ -196,7 +198,7 @@ PY
                 --output-dir "$out/$tag" --compile-modes "${COMPILE:-default}" --processes "${PROCS:-3}" \
                 ${lvl:+--level "$lvl"} --problem "${glob:-*}" --json >> "$out/$tag.jsonl" 2>> "$out/$tag.txt"
             rc=$? dt=$(( $(date +%s) - t0 ))
-            [ "$dt" -gt "$est" ] && est=$dt
+            [ "$dt" -gt "$est" ] && est=$dt && longest[${lvl:-any}]=$dt
             echo "$sel run $tag: exit $rc, $dt s"
         done
     done
@@ -218,7 +220,7 @@ follow)
     end=$(( $(date +%s) + ${FOLLOW_SECONDS:-570} ))
     until [ -e "$w/out/twice.done" ] || [ "$(date +%s)" -ge "$end" ]; do sleep 15; snap; done
     snap
-    grep -E "run [ab]:|stop before|no time left|builds " "$w/log" | tail -n 40
+    grep -E "run [ab]:|skip |no time left|builds " "$w/log" | tail -n 40
     if [ -e "$w/out/twice.done" ]; then
         echo "== twice has ended"; sed -n '/^| /,$p' "$w/log" | tail -n 60
     else
