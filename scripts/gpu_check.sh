@@ -198,7 +198,7 @@ PY
                 --output-dir "$out/$tag" --compile-modes "${COMPILE:-default}" --processes "${PROCS:-3}" \
                 ${lvl:+--level "$lvl"} --problem "${glob:-*}" --json >> "$out/$tag.jsonl" 2>> "$out/$tag.txt"
             rc=$? dt=$(( $(date +%s) - t0 ))
-            [ "$dt" -gt "$est" ] && est=$dt && longest[${lvl:-any}]=$dt
+            [ "$dt" -gt "${longest[${lvl:-any}]:-0}" ] && longest[${lvl:-any}]=$dt   # measured: EST no longer counts
             echo "$sel run $tag: exit $rc, $dt s"
         done
     done
