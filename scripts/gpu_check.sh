@@ -186,7 +186,8 @@ for cid, b in sorted(builds.items()):
 PY
     for sel in ${SELS}; do
         lvl=${sel%%:*} glob=${sel#*:}
-        est=${longest[${lvl:-any}]:-${EST:-120}}
+        key=${lvl:-any}                                 # the level whose longest run decides
+        est=${longest[$key]:-${EST:-120}}
         left=$(( deadline - $(date +%s) ))
         if [ "$left" -lt $(( 2 * est + 20 )) ]; then
             echo "skip $sel: $left s left, two runs may take $(( 2 * est )) s"; continue
@@ -198,7 +199,7 @@ PY
                 --output-dir "$out/$tag" --compile-modes "${COMPILE:-default}" --processes "${PROCS:-3}" \
                 ${lvl:+--level "$lvl"} --problem "${glob:-*}" --json >> "$out/$tag.jsonl" 2>> "$out/$tag.txt"
             rc=$? dt=$(( $(date +%s) - t0 ))
-            [ "$dt" -gt "${longest[${lvl:-any}]:-0}" ] && longest[${lvl:-any}]=$dt   # measured: EST no longer counts
+            [ "$dt" -gt "${longest[$key]:-0}" ] && longest[$key]=$dt      # measured: EST no longer counts
             echo "$sel run $tag: exit $rc, $dt s"
         done
     done
