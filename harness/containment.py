@@ -272,6 +272,7 @@ def sweep(root: int | None, pgid: int, tag: str, since: int, timeout: float = 5.
     me, my_sid = os.getpid(), os.getsid(0)
     deadline = time.monotonic() + timeout
     total = 0
+    killed: dict[int, int] = {}                     # pid -> start time of each process signalled so far
     while True:
         with spawn_lock:
             own = registry.snapshot() - {root}
@@ -292,12 +293,24 @@ def sweep(root: int | None, pgid: int, tag: str, since: int, timeout: float = 5.
         for pid in tree(alive, skip):                  # including anything forked before the freeze
             _signal(pid, signal.SIGKILL)
             total += 1
+            st = stats.get(pid) or stat(pid)
+            if st is not None:
+                killed.setdefault(pid, st[4])
         if root is not None:
             _signal_group(pgid, signal.SIGKILL)
         reap_strays(since, {root})
-        if not alive or time.monotonic() > deadline:
+        # done when nothing is found alive and everything killed is dead: a process still exiting may no longer
+        # be found (its environment, and so its tag, is gone before it becomes a zombie)
+        dying = [pid for pid, started in killed.items() if _not_dead(pid, started)]
+        if (not alive and not dying) or time.monotonic() > deadline:
             return total
         time.sleep(0.002)
+
+
+def _not_dead(pid: int, started: int) -> bool:
+    """The process `pid` that started at `started` is neither gone nor a zombie (a reused number is not it)."""
+    st = stat(pid)
+    return st is not None and st[0] not in "ZX" and st[4] == started
 
 
 def reap_strays(since: int, keep: set[int] = frozenset()) -> None:
