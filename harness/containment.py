@@ -337,8 +337,10 @@ def oom_kills() -> int | None:
     return int(m.group(1)) if m else None
 
 
-MEMORY_WORDS = ("out of memory", "can't allocate memory", "cannot allocate memory", "not enough memory",
-                "unable to allocate", "std::bad_alloc", "memoryerror")
+# What a failed host or device allocation says, in Python, C++, torch, CUDA and native libraries ("OpenBLAS error:
+# Memory allocation still failed after 10 retries", glibc's "cannot allocate memory", "failed to allocate ...").
+MEMORY_WORDS = re.compile(r"out of memory|(can't|cannot|could not|couldn't|unable to|failed to) allocate"
+                          r"|not enough memory|alloc\w*( still)? failed|std::bad_alloc|memoryerror", re.I)
 
 
 def is_memory_error(exc: BaseException | None) -> bool:
@@ -347,8 +349,7 @@ def is_memory_error(exc: BaseException | None) -> bool:
     while exc is not None and seen < 20:
         if isinstance(exc, MemoryError) or type(exc).__name__ in ("OutOfMemoryError", "MemoryError"):
             return True
-        text = str(exc).lower()
-        if any(word in text for word in MEMORY_WORDS):
+        if MEMORY_WORDS.search(str(exc)):
             return True
         exc = exc.__cause__ or exc.__context__
         seen += 1
@@ -356,8 +357,7 @@ def is_memory_error(exc: BaseException | None) -> bool:
 
 
 def log_says_oom(text: str) -> bool:
-    low = text.lower()
-    return any(word in low for word in MEMORY_WORDS)
+    return MEMORY_WORDS.search(text) is not None
 
 
 # ---------------------------------------------------------------- the worker's side

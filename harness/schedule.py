@@ -45,6 +45,7 @@ class Slot:
         threads = str(cpu_threads)
         return {"CUDA_VISIBLE_DEVICES": "" if self.gpu is None else str(self.gpu), "KB_DEVICE": self.device,
                 "KB_CPU_THREADS": threads, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+                "OPENBLAS_NUM_THREADS": threads,
                 "KB_CPUS": ",".join(map(str, self.cpus)),
                 "KB_TIMING_CPUS": ",".join(map(str, self.timing_cpus(cpu_threads)))}
 

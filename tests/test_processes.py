@@ -145,13 +145,15 @@ def test_logs_are_capped(orphan_run):
     tmp, _, _, _ = orphan_run
     (run_dir,) = run_dirs(tmp)
     log = run_dir / "logs" / "level1__001_linear_relu__chatty.log"
-    build_logs = [p for p in (tmp / "cache" / "builds").glob("*/build.log") if b"kb-chatty" in p.read_bytes()[:100]]
+    # (a log may open with the worker's own warnings, e.g. torch's "No CUDA runtime is found" in a build worker on
+    # a GPU machine, where the build hides the GPU)
+    build_logs = [p for p in (tmp / "cache" / "builds").glob("*/build.log") if b"kb-chatty" in p.read_bytes()[:4096]]
     assert len(build_logs) == 1
     for path in (log, build_logs[0]):
         data = path.read_bytes()
         assert len(data) <= LOG_CAP_BYTES + 4096, (path, len(data))       # 100 MiB were written
         assert b"kb-chatty-last-line" in data                               # the tail is kept ...
-        assert data.startswith(b"kb-chatty-output")                         # ... and the head
+        assert b"kb-chatty-output" in data[:4096]                           # ... and the head
         assert b"bytes of output dropped here" in data
 
 
@@ -312,18 +314,23 @@ def test_lint_out_of_memory_is_oom_and_shows_progress(tmp_path):
     assert "lint" in done.stderr and "2/2" in done.stderr and "ETA" in done.stderr      # the progress bar
 
 
-def test_death_after_an_allocation_failure_is_oom(tmp_path):
-    """A worker that dies of a failed allocation it could not handle (std::bad_alloc, then abort) is `oom`."""
+@pytest.mark.parametrize("last_words, death, seen", [
+    ("terminate called after throwing an instance of 'std::bad_alloc'", "os.abort()", "SIGABRT"),
+    # numpy's OpenBLAS under a memory cap, seen on a 16-core machine with worker_memory_gb: 1
+    ("OpenBLAS error: Memory allocation still failed after 10 retries, giving up.", "os._exit(1)", "code 1"),
+])
+def test_death_after_an_allocation_failure_is_oom(tmp_path, last_words, death, seen):
+    """A worker that dies of a failed allocation it could not handle (a C++ abort, a native library's exit) is
+    `oom`."""
     from harness import procs
     script = tmp_path / "bad_alloc.py"
-    script.write_text("import os, sys\nprint(\"terminate called after throwing an instance of 'std::bad_alloc'\")\n"
-                      "sys.stdout.flush()\nos.abort()\n")
+    script.write_text(f"import os, sys\nprint({last_words!r})\nsys.stdout.flush()\n{death}\n")
     worker = procs.Worker("build", procs.worker_env({"KB_DEVICE": "cpu"}), tmp_path / "worker.log")
     try:
         worker.send({"candidate_path": str(script), "problem_path": str(script), "device_kind": "cpu", "seed": 0})
         with pytest.raises(procs.WorkerExit) as exc:
             worker.recv(time.monotonic() + 60)
-        assert exc.value.kind == "oom" and "SIGABRT" in exc.value.detail
+        assert exc.value.kind == "oom" and seen in exc.value.detail, exc.value.detail
     finally:
         worker.close()
 
