@@ -16,7 +16,8 @@
 #   placement: benchmarks/placement.py on four problems whose A/A moved between process pairs
 #   bias:      one GPU: placement on three problems, then A/A of three problems in three fresh process pairs each
 #   processes: A/A of seven problems with --processes PROCS (3), then the level3 candidates (custom_share)
-#   first:     the GPU tests, the sandbox and exploit tests as the device's user (root there), six A/A problems
+#   first:     the GPU tests, then (with CAL_SECONDS) an A/A calibration of level 1-3's 002 and 003
+#   root:      the tests of the sandbox, the exploits and the process tree as the device's user (root there)
 #   overhead:  benchmarks/sample_overhead.py on three problems (where a sample's harness work goes)
 #   kblint:    lint of the imported KernelBench problems (import them here first, into the ignored .kb/:
 #              `python run_eval.py import-kernelbench CHECKOUT --problems-dir .kb/problems`, and carry `.kb`, and
@@ -36,10 +37,11 @@
 #              again, made within the machine's 30 s idle release
 # Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out. The device returns at most 8
 # files: end a device command with `cd $OUT && tar czf /tmp/all.tgz . && rm -rf $OUT/* && mv /tmp/all.tgz $OUT/`.
-#   usage: bash scripts/gpu_check.sh [first|smoke|validate|calibrate|suite|twice|twice-bg|follow|spread|placement|overhead|kblint|tests]
+#   usage: bash scripts/gpu_check.sh [first|root|smoke|validate|calibrate|suite|twice|twice-bg|follow|spread|placement|overhead|kblint|tests]
 #
 # What things cost on one H200 (2026-11-24): the GPU tests 6-7 min (15 of 16 finished in 410 s; after the profiler
-# change below, 17 in 343 s), so `first` needs TESTS_TIMEOUT=450 and ROOT_TIMEOUT=140 to fit a call; lint of the
+# change below, 17 in 343 s; 18 in 309 s on 2026-11-25), so `first` needs TESTS_TIMEOUT=450; `root` ~8 min (the
+# exploit fixture alone 235 s there: the CPU path flushes 512 MiB before every sample on that host's large L3); lint of the
 # 250 KernelBench problems ~8 min with --per-gpu 6; the suite with torch.compile baselines ~25 s a pair after ~4 min of builds on a fresh machine; an A/A
 # pair 8-36 s (level 1 ~25 s: 19 pairs in 480 s, so `calibrate` over the whole suite is 35-40 min in one process pair
 # each, three times that with --processes 3; split it by LEVEL and PROBLEM; since the profiler's start no longer
@@ -278,16 +280,20 @@ for r in (json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")):
 PY
     ;;
 first)
-    echo "== GPU tests, then the sandbox/exploit tests as this machine's user (root there), then six A/A problems"
+    echo "== GPU tests, then (CAL_SECONDS) six A/A problems"
     export TEST_RUNS_OUT="$out/runs"
     timeout -s INT "${TESTS_TIMEOUT:-450}" python -m pytest -q -rf --tb=short -m gpu tests/ ${K:+-k "$K"} 2>&1 \
         | tee "$out/gpu_tests.txt" | tail -n 60
-    timeout -s INT "${ROOT_TIMEOUT:-140}" python -m pytest -q -rf --tb=short -p no:cacheprovider tests/test_sandbox.py \
-        tests/test_exploits.py 2>&1 | tee "$out/root_tests.txt" | tail -n 40
     if [ -n "${CAL_SECONDS:-}" ]; then
         timeout -s INT "$CAL_SECONDS" python run_eval.py calibrate --gpus "$all" --output-dir "$out/cal" \
             --problem '*00[2-3]_*' 2>&1 | grep -v "━" | tee "$out/cal_smoke.txt" | tail -n 20
     fi
+    ;;
+root)
+    echo "== the sandbox, exploit and process-tree tests as this machine's user (root there)"
+    export TEST_RUNS_OUT="$out/runs"
+    timeout -s INT "${ROOT_TIMEOUT:-560}" python -m pytest -q -rf --tb=short -p no:cacheprovider tests/test_sandbox.py \
+        tests/test_exploits.py tests/test_processes.py ${K:+-k "$K"} 2>&1 | tee "$out/root_tests.txt" | tail -n 40
     ;;
 overhead)
     echo "== per-sample harness work, part by part (benchmarks/sample_overhead.py)"
