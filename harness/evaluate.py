@@ -401,9 +401,11 @@ def _check_consistency(record: dict[str, Any], reference: ReferenceSide, inter: 
         return
     reported = [ms * inter.calls_per_sample for ms in out.samples(CANDIDATE)]
     share = paired.OVERHEAD_SHARE_CPU if reference.device == "cpu" else 0.0
-    found = paired.consistency(ref, cand, reported, pc.cfg.timing.consistency_tolerance, share)
+    flush = statistics.median(out.flush_ms.get(EAGER) or [0.0])     # the reference's: no candidate code runs there
+    found = paired.consistency(ref, cand, reported, pc.cfg.timing.consistency_tolerance, share, flush)
     record["timing"]["consistency"] = {"reference_unexplained_ms": found.reference_ms,
                                        "candidate_unexplained_ms": found.candidate_ms,
+                                       "reference_flush_ms": found.flush_ms,
                                        "allowed_ms": found.allowed_ms, "found": found.found}
     defenses.flag_inconsistent(record, found)
 

@@ -53,6 +53,7 @@ class Collected:
     rounds: list[dict[str, list[float]]] = field(default_factory=list)     # per round: variant -> its samples
     host_ms: dict[str, list[float]] = field(default_factory=dict)
     unexplained_ms: dict[str, list[float]] = field(default_factory=dict)   # parent's clock minus reported, per sample
+    flush_ms: dict[str, list[float]] = field(default_factory=dict)  # the cache flush of each sample, as reported
     lag_ms: dict[str, list[float]] = field(default_factory=dict)
     checks: dict[int, dict[str, Checked]] = field(default_factory=dict)    # sample seed -> side -> values
     mutated: bool = False
@@ -147,6 +148,7 @@ class Interleaver:
         if times is not None and not keep_full:     # writing a whole output is not per-sample work
             bracket_ms = (time.perf_counter_ns() - started) / 1e6
             out.unexplained_ms.setdefault(variant, []).append(bracket_ms - result.ms * self.calls_per_sample)
+            out.flush_ms.setdefault(variant, []).append(result.flush_ms)
         out.mutated = out.mutated or checked.mutated
         out.changed_after_return = out.changed_after_return or checked.changed_after_return
         out.not_plain = out.not_plain or checked.not_plain

@@ -151,6 +151,7 @@ class SampleResult:
     lag_ms: float               # device end minus current-stream end (work left on other streams)
     tampered: list[str]         # harness clock functions found replaced after the sample
     error: str | None = None    # the sample could not run in this mode (e.g. "graph capture failed: ...")
+    flush_ms: float = 0.0       # host time of the cache flush before the call (the CPU path's; 0 on the GPU)
 
 
 @dataclass(frozen=True)

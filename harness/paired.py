@@ -143,6 +143,7 @@ class Consistency:
     candidate_ms: float             # the same, candidate
     candidate_reported_ms: float    # median sample time the candidate reported
     allowed_ms: float
+    flush_ms: float = 0.0           # the reference's median cache flush, part of its unexplained time
 
     def detail(self) -> str:
         return (f"the parent's clock saw {self.candidate_ms - self.reference_ms:.4g} ms more per candidate sample "
@@ -151,27 +152,34 @@ class Consistency:
 
 
 CONSISTENCY_FLOOR_MS = 0.05         # pipe and scheduling jitter the parent's clock cannot tell from forging
+FLUSH_SHARE = 0.05                  # how much two processes' cache flushes (one memory-bound fill) may differ
 
 
 def consistency(reference_unexplained: list[float], candidate_unexplained: list[float],
-                candidate_reported: list[float], tolerance: float, overhead_share: float = 0.0) -> Consistency:
+                candidate_reported: list[float], tolerance: float, overhead_share: float = 0.0,
+                flush_ms: float = 0.0) -> Consistency:
     """`found` when the candidate's median unexplained time exceeds the reference's by more than `tolerance` times
-    its reported median, plus `overhead_share` times the reference's own per-sample overhead, plus the floor, plus
-    four standard errors of the difference of the two medians, with the noise taken from the reference's
-    unexplained times alone (its process runs no candidate code, so a candidate cannot widen the allowance by
-    adding noise of its own).
+    its reported median, plus `overhead_share` times the reference's own per-sample overhead other than its cache
+    flush (`flush_ms`), plus FLUSH_SHARE times that flush, plus the floor, plus four standard errors of the
+    difference of the two medians, with the noise taken from the reference's unexplained times alone (its process
+    runs no candidate code, so a candidate cannot widen the allowance by adding noise of its own).
 
     `overhead_share` is 0 on the GPU: there the two processes' per-sample work agreed to within ~0.3 ms (one pair
     in 30 A/A and honest pairs: 0.8 ms on 4.7 ms of reported time), and any share of a ~2 ms overhead would let a
     forger hide a tiny call's whole time (a 100x forged report on a 0.015 ms call hides 0.3 ms a sample). On the
     CPU path (OVERHEAD_SHARE_CPU) two processes differ by more: inputs are drawn and compared on the host, and
-    where the scheduler puts each process matters (1.5 ms on 4.3 ms seen on a 16-core VM)."""
+    where the scheduler puts each process matters (1.5 ms on 4.3 ms seen on a 16-core VM). The CPU path's cache
+    flush (2x the last-level cache, up to 512 MiB) is apart: one fill of memory, the same in both processes to a
+    few percent (on the H200's host, ~75 ms a sample, 14 pairs' two sides -1.2 to +2.3 ms apart), where a share
+    of 25% of it let a forger hide 20 ms a sample."""
     ref, cand = statistics.median(reference_unexplained), statistics.median(candidate_unexplained)
     reported = statistics.median(candidate_reported)
     sigma = statistics.median(abs(x - ref) for x in reference_unexplained) * 1.4826
     std_error = 1.2533 * sigma * math.sqrt(1 / len(reference_unexplained) + 1 / len(candidate_unexplained))
-    allowed = tolerance * reported + overhead_share * max(ref, 0.0) + CONSISTENCY_FLOOR_MS + 4 * std_error
-    return Consistency(cand - ref > allowed, ref, cand, reported, allowed)
+    flush = min(max(flush_ms, 0.0), max(ref, 0.0))
+    allowed = (tolerance * reported + overhead_share * (max(ref, 0.0) - flush) + FLUSH_SHARE * flush
+               + CONSISTENCY_FLOOR_MS + 4 * std_error)
+    return Consistency(cand - ref > allowed, ref, cand, reported, allowed, flush)
 
 
 OVERHEAD_SHARE_CPU = 0.25

@@ -82,6 +82,7 @@ class SampleTimes:
     ms: float                   # what the sample is worth: device time (events) or host time (CPU)
     host_ms: float
     lag_ms: float = 0.0         # device work past the stream's end, beyond an empty sample's sync tail
+    flush_ms: float = 0.0       # host time of the cache flush before the call (CPU path; on the GPU it is queued)
 
 TAIL_SLACK_MS = 0.005           # off-stream work shorter than this past the stream's end is not told from jitter
 TAIL_CAP_MS = 0.2               # the most a sync tail (and its slack) may discount, whatever was running meanwhile
@@ -152,13 +153,14 @@ class HostClock:
         self.flusher = flusher
 
     def measure(self, call: Call, inputs: list) -> tuple[SampleTimes, Any, list]:
+        t0 = _perf_counter_ns()
         if self.flusher is not None:
             self.flusher()
-        t0 = _perf_counter_ns()
-        out = call(inputs)
         t1 = _perf_counter_ns()
-        ms = (t1 - t0) / 1e6
-        return SampleTimes(ms, ms), out, inputs
+        out = call(inputs)
+        t2 = _perf_counter_ns()
+        ms = (t2 - t1) / 1e6
+        return SampleTimes(ms, ms, flush_ms=(t1 - t0) / 1e6), out, inputs
 
 
 class ColdCuda:

@@ -123,7 +123,7 @@ class Sampler:
         except self.timing.GraphCaptureError as exc:
             return m.SampleResult(0.0, 0.0, 0.0, self.tampered(), f"graph capture failed: {exc}")
         self.last = (used, pristine, out, self._at_return(out))
-        return m.SampleResult(times.ms, times.host_ms, times.lag_ms, self.tampered())
+        return m.SampleResult(times.ms, times.host_ms, times.lag_ms, self.tampered(), flush_ms=times.flush_ms)
 
     def _at_return(self, out) -> tuple[int, list[float]] | None:
         """A few positions of the output read from memory the moment the call returned, drawn from this process's
