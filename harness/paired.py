@@ -169,9 +169,9 @@ def consistency(reference_unexplained: list[float], candidate_unexplained: list[
     forger hide a tiny call's whole time (a 100x forged report on a 0.015 ms call hides 0.3 ms a sample). On the
     CPU path (OVERHEAD_SHARE_CPU) two processes differ by more: inputs are drawn and compared on the host, and
     where the scheduler puts each process matters (1.5 ms on 4.3 ms seen on a 16-core VM). The CPU path's cache
-    flush (2x the last-level cache, up to 512 MiB) is apart: one fill of memory, the same in both processes to a
-    few percent (on the H200's host, ~75 ms a sample, 14 pairs' two sides -1.2 to +2.3 ms apart), where a share
-    of 25% of it let a forger hide 20 ms a sample."""
+    flush (2x the last-level cache, up to 512 MiB) is apart: one fill of memory, the same work in both processes
+    (on the H200's host, 64-84 ms a sample, where 25% of it let a forger hide 20 ms a sample; the two sides of the
+    exploit tests' pairs there were -6.1 to +3.3 ms apart, inside four standard errors of that flush's jitter)."""
     ref, cand = statistics.median(reference_unexplained), statistics.median(candidate_unexplained)
     reported = statistics.median(candidate_reported)
     sigma = statistics.median(abs(x - ref) for x in reference_unexplained) * 1.4826
