@@ -87,7 +87,8 @@ def _run_parser(processes_default: str = "1") -> argparse.ArgumentParser:
     p.add_argument("--trials", type=int, help="correctness trials per pair, each with fresh inputs (default: 5)")
     p.add_argument("--samples", type=int, help="deprecated: at least this many timed samples per side (raises "
                    "--min-rounds); pairs are timed in rounds until the speedup's CI reaches --target-rel-ci")
-    p.add_argument("--seed", type=int, help="base seed, for a reproducible run (default: drawn from os.urandom per run)")
+    p.add_argument("--seed", type=int, help="base seed, for reproducible weights and correctness trials (default: "
+                   "drawn from os.urandom per run); timed samples' inputs stay secret either way")
     p.add_argument("--timing-mode", choices=("auto", "cold", "graph"),
                    help="cold: one call per sample, L2 flushed; graph: CUDA-graph replay; auto (default): graph when "
                         "the reference's call takes under timing.graph_below_ms")

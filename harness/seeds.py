@@ -1,8 +1,9 @@
 """Seeds a candidate cannot predict. The run's base seed (weights, correctness trials) is drawn from os.urandom
 unless `--seed N` fixes it. Timed samples and the positions where timed outputs are checked come from streams
-keyed by a secret only the parent holds (os.urandom per run; with a fixed seed, derived from it so that the run
-is reproducible): a worker learns a sample's seed when that sample starts, and a check's seed after the call
-returned."""
+keyed by a secret only the parent holds, drawn from os.urandom for every run, a fixed seed or not: a worker
+learns a sample's seed when that sample starts, and a check's seed after the call returned. (A secret derived
+from a fixed seed, as it once was, is one the candidate's process can derive too: it knows the base seed, the
+stream's tags and this file, so it could compute every timed sample's inputs and outputs before timing began.)"""
 from __future__ import annotations
 
 import hashlib
@@ -21,17 +22,14 @@ class RunSeed:
     @classmethod
     def resolve(cls, seed: int | None) -> "RunSeed":
         if seed is not None:
-            return cls(seed, True, f"kb-harness fixed seed {seed}".encode())
+            return cls(seed, True, os.urandom(32))
         return cls(int.from_bytes(os.urandom(4), "little") % SEED_LIMIT, False, os.urandom(32))
 
     @classmethod
     def resumed(cls, recorded: object, seed: int | None) -> "RunSeed":
-        """A resumed run keeps its base seed (weights and trials); its sample streams get a new secret unless the
-        seed was fixed."""
+        """A resumed run keeps its base seed (weights and trials); its sample streams get a new secret."""
         if isinstance(recorded, dict) and isinstance(recorded.get("base"), int):
-            if recorded.get("fixed"):
-                return cls.resolve(recorded["base"])
-            return cls(recorded["base"], False, os.urandom(32))
+            return cls(recorded["base"], bool(recorded.get("fixed")), os.urandom(32))
         return cls.resolve(seed)
 
     def stream(self, *tags: str) -> "SeedStream":
