@@ -266,12 +266,11 @@ def signal_tree(root: int, pgid: int, tag: str, sig: int, known: set[int]) -> se
 
 
 def sweep(root: int | None, pgid: int, tag: str, since: int, timeout: float = 5.0) -> int:
-    """Kill every process of one worker (see the module docstring); returns how many were signalled. `root` is the
+    """Kill every process of one worker (see the module docstring); returns how many processes it signalled. `root` is the
     worker's pid while it is not reaped (None after: the number may be reused); it is killed, not reaped (its
     Popen does that). The group is signalled by killpg only while the root holds its number."""
     me, my_sid = os.getpid(), os.getsid(0)
     deadline = time.monotonic() + timeout
-    total = 0
     killed: dict[int, int] = {}                     # pid -> start time of each process signalled so far
     while True:
         with spawn_lock:
@@ -292,7 +291,6 @@ def sweep(root: int | None, pgid: int, tag: str, since: int, timeout: float = 5.
             _signal(pid, signal.SIGSTOP)
         for pid in tree(alive, skip):                  # including anything forked before the freeze
             _signal(pid, signal.SIGKILL)
-            total += 1
             st = stats.get(pid) or stat(pid)
             if st is not None:
                 killed.setdefault(pid, st[4])
@@ -303,7 +301,7 @@ def sweep(root: int | None, pgid: int, tag: str, since: int, timeout: float = 5.
         # be found (its environment, and so its tag, is gone before it becomes a zombie)
         dying = [pid for pid, started in killed.items() if _not_dead(pid, started)]
         if (not alive and not dying) or time.monotonic() > deadline:
-            return total
+            return len(killed)
         time.sleep(0.002)
 
 

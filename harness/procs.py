@@ -73,8 +73,9 @@ def worker_env(extra: dict[str, str]) -> dict[str, str]:
     env["KB_MEMORY_CAP_BYTES"] = str(memory_cap_bytes())    # applied by the worker (containment.apply_memory_cap)
     env["GLIBC_TUNABLES"] = MALLOC_TUNABLES
     # numpy's OpenBLAS (imported with torch) starts a thread per core at import, each with a buffer of its own: on
-    # a 16-core machine that alone overran a 1 GB worker_memory_gb before any job arrived, and a sandboxed worker
-    # must not have threads running before it is confined. Slots pass the pair's cpu_threads instead.
+    # a 16-core machine that alone overran a 1 GB worker_memory_gb before any job arrived, and the sandbox binds
+    # only the threads that exist when it is applied and those they start, so a pool started at `import torch`
+    # would be threads candidate code could later run in. Slots pass the pair's cpu_threads instead.
     env["OPENBLAS_NUM_THREADS"] = "1"
     env.update(extra)
     return env

@@ -22,10 +22,6 @@ def main(argv: list[str]) -> None:
     common.is_oom = containment.is_memory_error
     role, cmd_fd, res_fd = argv[0], int(argv[1]), int(argv[2])
     conn = Conn(cmd_fd, res_fd)
-    # The sandbox binds the threads that exist when it is applied and those they start: numpy's OpenBLAS would
-    # otherwise start a thread pool at `import torch`, threads candidate code could later run in (procs.worker_env
-    # sets its size; this holds where a worker is started some other way).
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     import torch  # noqa: F401 - before the job arrives: a spare worker pays for this while it waits
     if role == "reference":
         common.warm_profiler()          # a spare pays it while it waits; the candidate role after its confinement
