@@ -70,29 +70,46 @@ def values_match(got: list[Any], want: list[Any], atol: float, rtol: float) -> t
     return bad == 0, bad
 
 
-def check_timed_outputs(out: Collected, atol: float, rtol: float) -> tuple[int, str | None]:
-    """Every timed output of the candidate against the reference's output for the same inputs, at positions the
-    parent chose after the call returned, first as read from memory, then as read through torch: (samples
-    checked, the first failure or None)."""
-    checked = 0
+def check_timed_outputs(out: Collected, atol: float, rtol: float) -> tuple[int, list[dict[str, Any]], str | None]:
+    """Every timed output of the candidate against the reference's output for the same inputs, at positions drawn
+    after the candidate handed the output over and read by a process it cannot touch (harness.trusted), and the
+    few checked whole: (samples checked, the whole-output results, the first failure or None)."""
+    checked, full = 0, []
     for n, (seed, sides) in enumerate(out.checks.items()):
         cand, ref = sides.get(CANDIDATE), sides.get("reference")
         if cand is None or ref is None:
             continue
         checked += 1
+        if cand.error:
+            return checked, full, f"timed call {n}: {cand.error}"
+        if ref.error:
+            continue                                   # the reference's own read failed: nothing to hold it to
         if cand.shapes != ref.shapes:
-            return checked, f"timed call {n}: output shape {cand.shapes} != the reference's {ref.shapes}"
-        ok, bad = values_match(cand.raw, ref.raw, atol, rtol)
-        if not ok:
-            return checked, (f"timed call {n}: {bad} of {len(ref.raw)} values read from the output's memory (not "
-                             f"through torch) differ from the reference's output for the same inputs")
+            return checked, full, f"timed call {n}: output shape {cand.shapes} != the reference's {ref.shapes}"
         ok, bad = values_match(cand.values, ref.values, atol, rtol)
         if not ok:
-            return checked, (f"timed call {n}: {bad} of {len(ref.values)} sampled values differ from the reference's "
-                             f"output for the same inputs")
+            return checked, full, (f"timed call {n}: {bad} of {len(ref.values)} values read from the output's "
+                                   f"memory after it was handed over differ from the reference's output for the "
+                                   f"same inputs")
+        if cand.full is not None:
+            full.append(cand.full)
+            if not cand.full.get("ok"):
+                return checked, full, f"timed call {n} (checked whole): {cand.full.get('reason')}"
     if out.output_errors:
-        return checked, out.output_errors[0]
-    return checked, None
+        return checked, full, out.output_errors[0]
+    return checked, full, None
+
+
+def check_timed_precision(record: dict[str, Any], full: list[dict[str, Any]], info: dict[str, Any]) -> None:
+    """`reduced_precision` from the timed outputs checked whole, by the rule of check_precision (a candidate
+    that computes in fp32 during its trials and in lower precision once timed)."""
+    for result in full:
+        probe: dict[str, Any] = {"flags": [], "correctness": {"fp64_max_abs_err": result.get("fp64_max_abs_err"),
+                                 "fp64_reference_max_abs_err": result.get("fp64_reference_max_abs_err")}}
+        check_precision(probe, {**info, "fp64_output_scale": result.get("fp64_output_scale")})
+        if "reduced_precision" in probe.get("flags", []):
+            flag(record, "reduced_precision", f"timed call checked whole: {probe['flag_details']['reduced_precision']}")
+            return
 
 
 def flag_inconsistent(record: dict[str, Any], found: Consistency) -> None:

@@ -7,7 +7,8 @@ Per pair:
   2. a fresh candidate worker imports the candidate and runs the correctness trials; the reference verifies;
   3. paired, interleaved rounds (harness.interleave) until the speedup's CI reaches its target or the time cap,
      with one call of each side profiled in a few round halves drawn at random;
-  4. the candidate's first timed output verified whole; the candidate worker is killed;
+     every timed output checked by the trusted side after the candidate handed it over (harness.trusted), a
+     few of them whole; the candidate worker is killed;
   5. reference blocks alone again (the `after` bracket), then the verdict.
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ from .records import INVALIDATING_FLAGS, finish
 from .seeds import RunSeed
 from .signing import RunKey
 from .timing import graph_replays, summarize
+from .trusted import Reader
 
 
 @dataclass
@@ -217,6 +219,7 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
         str(reference.state_path),
         cfg.defenses, cfg.precision, hide=[str(RunKey.keys_dir(cfg.cache_dir))], env=env)))
     phases["start"] = time.monotonic() - t_start
+    inter.reader = Reader(reference.worker, device, str(pair_dir), deadline)
     collected = None
     try:
         if reference.beside_trials():
@@ -241,6 +244,10 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
         inter.release()
         t0 = time.monotonic()
         code = worker.close()
+        try:
+            inter.reader.close()                    # the reference drops its views of the candidate's memory
+        except WorkerExit:
+            pass                                    # the reference is dead or out of step: the next use says so
         phases["close"] = time.monotonic() - t0
         try:
             reference.read_derived()                # not read when the candidate failed before verify
@@ -313,12 +320,6 @@ def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, int
     t0 = time.monotonic()
     if pc.cfg.defenses:
         defenses.check_kernels(record, collected.profiles, collected.reference_profiles)
-    if collected.full_path:
-        full = reference.verify([{"label": "timed0", "path": str(collected.full_path), "trial": -1}])
-        record["correctness"]["timed_outputs_full_checked"] = len(full)
-        bad = next((r for r in full if not r.get("ok")), None)
-        if bad is not None and pc.cfg.defenses:
-            defenses.flag(record, "output_changed_under_timing", f"timed call 0: {bad.get('reason')}")
     phases["checks"] += time.monotonic() - t0
     return collected
 
@@ -355,11 +356,13 @@ def _conclude(record: dict[str, Any], reference: ReferenceSide, inter: Interleav
     _timing_record(record, reference, out, before, after, pc)
     defenses.flag_timing(record, out)
     if pc.cfg.defenses:
-        checked, failure = defenses.check_timed_outputs(out, reference.info.get("atol", 0.0),
-                                                       reference.info.get("rtol", 0.0))
+        checked, full, failure = defenses.check_timed_outputs(out, reference.info.get("atol", 0.0),
+                                                             reference.info.get("rtol", 0.0))
         record["correctness"]["timed_outputs_checked"] = checked
+        record["correctness"]["timed_outputs_full_checked"] = len(full)
         if failure is not None:
             defenses.flag(record, "output_changed_under_timing", failure)
+        defenses.check_timed_precision(record, full, reference.info)
         during = _block_medians(out, EAGER, pc.cfg.timing.block_samples)
         found = paired.interference(before, during, after, pc.cfg.timing.interference_tolerance)
         record["timing"]["interference"] = {"before_ms": before, "after_ms": after, "during_ms": found.during_ms,

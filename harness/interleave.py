@@ -26,9 +26,11 @@ from . import messages as m
 from .paired import StopRule, should_stop
 from .procs import SpareWorkers, Worker, WorkerExit
 from .seeds import SeedStream
+from .trusted import Checked, Reader
 
 CANDIDATE = "candidate"
 EAGER = "eager"
+FULL_CHECKS = 2                 # timed outputs per pair checked whole, at samples drawn at random
 
 
 class GraphFallback(Exception):
@@ -37,14 +39,6 @@ class GraphFallback(Exception):
     def __init__(self, side: str, error: str):
         super().__init__(error)
         self.side, self.error = side, error
-
-
-@dataclass
-class Checked:
-    """One side's output check of one sample."""
-    values: list[Any]
-    shapes: list[list[int]]
-    raw: list[float] = field(default_factory=list)     # read from the output's memory, not through torch
 
 
 @dataclass
@@ -61,7 +55,6 @@ class Collected:
     not_plain: bool = False
     output_errors: list[str] = field(default_factory=list)
     tampered: set[str] = field(default_factory=set)
-    full_path: str | None = None            # the candidate's first timed output, whole
     profiles: list[Any] = field(default_factory=list)   # the candidate's profiled calls (defenses.check_kernels)
     reference_profiles: list[Any] = field(default_factory=list)     # the reference's (eager) profiled calls
     noisy: bool = False
@@ -88,6 +81,8 @@ class Interleaver:
         self.active: Worker | None = None
         self.check_for: dict[int, int] = {}
         self.calls_per_sample = 1               # graph mode: a sample replays graph_calls x graph_replays calls
+        self.reader: Reader | None = None       # reads the candidate's outputs (set with the candidate)
+        self.full_seeds: set[int] = set()       # samples whose outputs are checked whole (drawn in rounds())
 
     # ------------------------------------------------------------ one side at a time
 
@@ -129,11 +124,14 @@ class Interleaver:
 
     # ------------------------------------------------------------ blocks
 
-    def _sample(self, worker: Worker, side: str, variant: str, seed: int, keep_full: bool,
-                out: Collected, times: list[float] | None) -> None:
-        """One sample and its output check; `times` None: a block's warm-up (checked, not counted)."""
+    def _sample(self, worker: Worker, side: str, variant: str, seed: int, out: Collected,
+                times: list[float] | None) -> None:
+        """One sample, then its output check; `times` None: a block's warm-up (checked, not counted). The parent's
+        clock brackets the sample request alone, on both sides; the check comes after the reply, with the
+        candidate stopped (trusted.Reader), or from the reference itself."""
         started = time.perf_counter_ns()          # the parent's clock: out of the workers' reach
         result = self._ask(worker, m.SampleRequest(variant, seed), m.SampleResult)
+        bracket_ms = (time.perf_counter_ns() - started) / 1e6
         if result.error:
             raise GraphFallback(side, result.error)
         if not result.ms > 0:
@@ -143,28 +141,41 @@ class Interleaver:
             times.append(result.ms)
             out.host_ms.setdefault(variant, []).append(result.host_ms)
             out.lag_ms.setdefault(variant, []).append(result.lag_ms)
-        check_seed = self.check_for.setdefault(seed, self.check_seeds.next())
-        checked = self._ask(worker, m.CheckRequest(check_seed, keep_full), m.CheckResult)
-        if times is not None and not keep_full:     # writing a whole output is not per-sample work
-            bracket_ms = (time.perf_counter_ns() - started) / 1e6
             out.unexplained_ms.setdefault(variant, []).append(bracket_ms - result.ms * self.calls_per_sample)
             out.flush_ms.setdefault(variant, []).append(result.flush_ms)
-        out.mutated = out.mutated or checked.mutated
-        out.changed_after_return = out.changed_after_return or checked.changed_after_return
-        out.not_plain = out.not_plain or checked.not_plain
+        out.mutated = out.mutated or result.mutated
+        out.changed_after_return = out.changed_after_return or result.changed_after_return
+        out.not_plain = out.not_plain or result.not_plain
+        if variant not in (EAGER, CANDIDATE):
+            return
+        check_seed = self.check_for.setdefault(seed, self.check_seeds.next())
+        full = seed in self.full_seeds
+        if side == CANDIDATE:
+            if self.reader is None:
+                raise WorkerExit("protocol", None, "no reader for the candidate's outputs")
+            checked = self.reader.read(worker, result, check_seed, full)
+        else:
+            checked = self._own_check(worker, result, check_seed, full)
         if checked.error:
             out.output_errors.append(f"timed call ({side}): {checked.error}")
-        if variant in (EAGER, CANDIDATE):
-            try:
-                values, raw = m.unpack_floats(checked.values), m.unpack_floats(checked.raw)
-            except m.ProtocolError as exc:
-                raise WorkerExit("protocol", None, f"sent a malformed 'checked' reply: {exc}") from None
-            out.checks.setdefault(seed, {})[side] = Checked(values, checked.shapes, raw)
-        if keep_full and side == CANDIDATE:
-            out.full_path = checked.path
+        out.checks.setdefault(seed, {})[side] = checked
+
+    def _own_check(self, worker: Worker, result: m.SampleResult, check_seed: int, full: bool) -> Checked:
+        """The reference's own output at the same positions (it is trusted): stopped and resumed as the candidate
+        is for its read, so both sides go through the same signals between samples."""
+        from .trusted import slots_for
+        worker.pause()
+        worker.resume()
+        slots = slots_for(check_seed, max(1, len(result.outputs)))
+        checked = self._ask(worker, m.CheckRequest(check_seed, slots, full), m.CheckResult)
+        try:
+            values = m.unpack_floats(checked.values) if not checked.error else []
+        except m.ProtocolError as exc:
+            raise WorkerExit("protocol", None, f"sent a malformed 'checked' reply: {exc}") from None
+        return Checked(values, checked.shapes, checked.error)
 
     def _block(self, side: str, variant: str, seeds: list[int], out: Collected, round_samples: dict,
-               keep_first: bool = False, profile: bool = False) -> None:
+               profile: bool = False) -> None:
         worker = self.candidate if side == CANDIDATE else self.reference
         t0 = time.perf_counter()
         self._activate(worker)
@@ -172,7 +183,7 @@ class Interleaver:
         times = round_samples.setdefault(variant, [])
         for i, seed in enumerate(seeds):
             timed = i >= self.warmup
-            self._sample(worker, side, variant, seed, keep_first and i == self.warmup, out, times if timed else None)
+            self._sample(worker, side, variant, seed, out, times if timed else None)
         if profile and variant in (EAGER, CANDIDATE):     # both sides, so that whatever a profiler leaves behind
             t0 = time.perf_counter()
             profiled = self._ask(worker, m.ProfileRequest(seeds[0], variant), m.ProfileResult)   # costs both
@@ -203,18 +214,23 @@ class Interleaver:
         # `profiles` round halves drawn among those every pair runs, after whose blocks each side profiles one
         # call: the candidate cannot tell which of its calls will be looked at, nor that one was until it ran
         halves = [(r, h) for r in range(rule.min_rounds) for h in (0, 1)]
-        self._profile_at = set(random.Random(self.samples.next()).sample(halves, min(self.profiles, len(halves))))
+        draw = random.Random(self.samples.next())
+        self._profile_at = set(draw.sample(halves, min(self.profiles, len(halves))))
+        # the timed samples whose outputs are checked whole: forward halves (the reference's block comes first
+        # there, so its output on the same inputs is kept), drawn among the rounds every pair runs
+        full_at = set(draw.sample([(r, i) for r in range(rule.min_rounds) for i in range(self.block)],
+                                  min(FULL_CHECKS, rule.min_rounds * self.block)))
         started = time.monotonic()
         order = [("reference", v) for v in self.variants] + [(CANDIDATE, CANDIDATE)]
         ratios: list[float] = []
         while True:
             samples: dict[str, list[float]] = {}
-            first = not out.rounds
             forward, backward = self._seeds(), self._seeds()
             r = len(out.rounds)
+            self.full_seeds = {forward[self.warmup + i] for (fr, i) in full_at if fr == r}
             for side, variant in order:
-                self._block(side, variant, forward, out, samples, keep_first=first and variant in (EAGER, CANDIDATE),
-                            profile=(r, 0) in self._profile_at)
+                self._block(side, variant, forward, out, samples, profile=(r, 0) in self._profile_at)
+            self.full_seeds = set()
             for side, variant in reversed(order):
                 self._block(side, variant, backward, out, samples, profile=(r, 1) in self._profile_at)
             out.rounds.append(samples)

@@ -105,12 +105,38 @@ class SampleRequest:
 
 @dataclass(frozen=True)
 class CheckRequest:
-    """After a sample: the output values at positions drawn from `check_seed` (known only after the call
-    returned), whether the inputs changed, and with `keep_full` the whole output (reference: kept in memory;
-    candidate: written to a file the reference compares)."""
+    """Reference only, after one of its own samples: its output's values at the positions drawn from `check_seed`
+    (harness.points; the parent draws it after the sample), in the output of each captured call listed in
+    `slots` (graph mode; cold: [0]), and with `keep_full` the whole output and its inputs kept for the full check of
+    the candidate's output on the same inputs. No such request ever reaches the candidate: its outputs are read
+    by the parent (CPU) or by the reference (GPU, ReadRequest)."""
     OP: ClassVar[str] = "check"
     check_seed: int
+    slots: list[int] = field(default_factory=lambda: [0])
     keep_full: bool = False
+
+
+@dataclass(frozen=True)
+class ReadRequest:
+    """Reference only (GPU): read the candidate's output where its sample reply says it lies (CUDA IPC handles),
+    while the candidate is stopped, at the positions drawn from `check_seed`; with `full`, also compare the whole
+    output with the reference's kept one (CheckRequest.keep_full) and measure both against float64."""
+    OP: ClassVar[str] = "read"
+    outputs: list[list[dict[str, Any]]]         # the chosen slots' Exported dicts, in `slots` order
+    check_seed: int
+    slots: list[int] = field(default_factory=lambda: [0])
+    full: bool = False                          # also the whole output of the last slot listed
+
+
+@dataclass(frozen=True)
+class Exported:
+    """Where one output tensor of a sample lies in the worker that made it: what the trusted side needs to read it
+    (harness.peek on the host, the reference's CUDA IPC mapping on the device)."""
+    dtype: str                  # "torch.float32", ...
+    shape: list[int]
+    strides: list[int]          # in elements
+    address: int                # host: the first element's address; device: its byte offset in the allocation
+    handle: str = ""            # device: the allocation's IPC handle (base64); "" on the host
 
 
 @dataclass(frozen=True)
@@ -152,19 +178,28 @@ class SampleResult:
     tampered: list[str]         # harness clock functions found replaced after the sample
     error: str | None = None    # the sample could not run in this mode (e.g. "graph capture failed: ...")
     flush_ms: float = 0.0       # host time of the cache flush before the call (the CPU path's; 0 on the GPU)
+    outputs: list[list[dict[str, Any]]] = field(default_factory=list)   # per captured call, per tensor: Exported
+    output_error: str | None = None     # the output is not a list of readable tensors (one line)
+    not_plain: bool = False     # the output is a tensor subclass or lazy object
+    mutated: bool = False       # the call changed its inputs (as the worker saw it)
+    changed_after_return: bool = False     # the previous sample's output changed after its call returned
 
 
 @dataclass(frozen=True)
 class CheckResult:
     KIND: ClassVar[str] = "checked"
-    values: str                 # the sampled floats, packed (pack_floats): JSON text of 2048 floats took ~1 ms
+    values: str                 # the floats at the drawn positions, packed (pack_floats)
     shapes: list[list[int]]
-    mutated: bool
-    not_plain: bool
-    path: str | None = None     # keep_full on the candidate side: the output file
-    error: str | None = None    # the output is not a list of tensors, or its memory cannot be read (one line)
-    raw: str = ""               # values read from the output's memory (harness.workers.rawread), packed
-    changed_after_return: bool = False     # memory read when the call returned differed at the check
+    error: str | None = None    # the output cannot be read (one line)
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    KIND: ClassVar[str] = "read"
+    values: str                 # the candidate's floats at the drawn positions, packed
+    shapes: list[list[int]]
+    error: str | None = None    # its memory could not be read (one line): a failed check
+    full: dict[str, Any] | None = None     # with `full`: ok, reason, max_abs_err, fp64 errors (reference.full_check)
 
 
 @dataclass(frozen=True)

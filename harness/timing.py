@@ -7,7 +7,8 @@
   other streams counts, while the constant cost of the host's synchronize and the end event's launch (several
   microseconds, which would shrink every speedup toward 1) does not.
 - `GraphCuda` (mode `graph`, for calls so short that launch overhead dominates): `graph_calls` calls are captured
-  once in a CUDA graph over static input buffers; a sample copies fresh inputs into those buffers, queues a short
+  once in a CUDA graph, each over input buffers of its own and keeping its own output; a sample copies one fresh
+  input set into each call's buffers, queues a short
   spin kernel (so the graph's launch hides behind it), replays the graph `replays` times between the same events
   and divides by `graph_calls * replays`. No L2 flush: a replay is a hot batch, as in nvbench's batch measurements.
   The parent picks `replays` (`graph_replays`) from the reference's own replay time so that a sample holds ~3 ms
@@ -245,33 +246,39 @@ class GraphCuda(ColdCuda):
         _event_record(self.start)
         return h0
 
-    def capture(self, call: Call, inputs: list) -> None:
+    def capture(self, call: Call, inputs: list[list]) -> None:
+        """Captures `calls` calls, call k on its own input buffers (a copy of inputs[k]) and keeping its own output:
+        a captured call that skips its work and hands back another call's output is checked against the
+        reference's output for its own inputs, and fails."""
         try:
-            self.static_inputs = [_clone(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+            self.static_inputs = [[_clone(x) if isinstance(x, torch.Tensor) else x for x in one] for one in inputs]
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
                 for _ in range(3):
-                    call(self.static_inputs)
+                    call(self.static_inputs[0])
             torch.cuda.current_stream(self.device).wait_stream(side)
             _synchronize(self.device)
             graph = torch.cuda.CUDAGraph()
+            outs = []
             with torch.cuda.graph(graph):
-                for _ in range(self.calls):
-                    out = call(self.static_inputs)
+                for k in range(self.calls):
+                    outs.append(call(self.static_inputs[k % len(self.static_inputs)]))
             _synchronize(self.device)
         except Exception as exc:                       # noqa: BLE001 - any failure means: not capturable
             self.graph = None
             raise GraphCaptureError(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}") from None
-        self.graph, self.static_out = graph, out
+        self.graph, self.static_out = graph, outs
 
-    def measure(self, call: Call, inputs: list) -> tuple[SampleTimes, Any, list]:
+    def measure(self, call: Call, inputs: list[list]) -> tuple[SampleTimes, Any, list]:
+        """`inputs`: one input set per captured call. Returns the outputs of every captured call."""
         if self.graph is None:
             self.capture(call, inputs)
         self.calibrate()
-        for static, fresh in zip(self.static_inputs, inputs):
-            if isinstance(static, torch.Tensor):
-                _copy(static, fresh)
+        for statics, fresh in zip(self.static_inputs, inputs):
+            for static, x in zip(statics, fresh):
+                if isinstance(static, torch.Tensor):
+                    _copy(static, x)
         h0 = self._begin()
         for _ in range(self.replays):
             _graph_replay(self.graph)

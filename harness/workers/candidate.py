@@ -166,21 +166,15 @@ def _correctness(model, trial_inputs, job, device, settings) -> dict[str, Any]:
 
 
 def _serve(conn, model, problem, settings, job, device) -> None:
-    """Timed samples and checks on the parent's request (harness.workers.sampler, the path the reference goes
-    through too), and profiled calls where the parent asks for them, until told to exit. A sample's seed arrives
-    with the request for it."""
+    """Timed samples on the parent's request (harness.workers.sampler, the path the reference goes through too),
+    and profiled calls where the parent asks for them, until told to exit. A sample's seed arrives with the
+    request for it; its output is checked by the parent or the reference, never here."""
     from .. import messages as m
     from .sampler import Sampler
-    scratch = job.scratch
-
-    def keep_full(outs: list) -> str:
-        return _save(outs, scratch, "timed0")
-
     def call(x: list):
         return model(*x)
 
-    sampler = Sampler({"candidate": call}, problem, settings, device, job.timing,
-                      job.defenses, keep_full)
+    sampler = Sampler({"candidate": call}, problem, settings, device, job.timing, job.defenses)
     sampler.settle()
     while True:
         message = conn.recv()

@@ -1,41 +1,40 @@
-"""An output's values read from its memory, not through torch.
+"""An output's values read from its memory, not through torch, and where an output lies for the trusted side.
 
-Candidate code can replace any torch method in its process (Tensor.__getitem__, reshape, copy_, to) or register
-its own kernels for torch's operators, so an output read through torch may show values its memory never held:
-the empty tensor a cheat returned, filled in on the fly for exactly the positions read. This module reads a few
-positions of each output straight from memory (ctypes.string_at on the host, cuMemcpyDtoH from the CUDA driver
-on the device) with functions bound by `bind()` when the worker starts, before candidate code is imported, and
-with tensor accessors taken from torch's C base class, which Python code cannot modify. The positions come from
-the check seed (drawn by the parent after the call returned) through a generator written here in plain integer
-arithmetic, so nothing candidate code can patch decides where to look.
+Candidate code can replace any torch method in its process (Tensor.__getitem__, reshape, copy_, to), so the
+harness's own reads in a worker use functions bound by `bind()` when the worker starts, before candidate code is
+imported, and tensor accessors taken from torch's C base class, which Python code cannot modify:
 
-Both workers read this way after every sample (the same per-sample work on both sides), before the output is
-read through torch at all; harness.integrity watches this module's globals like the rest of the timing path.
-Runs only inside worker processes.
+  read(outs, seed)   a few positions straight from memory (ctypes.string_at on the host, cuMemcpyDtoH on the
+                     device): the moment a call returns and again before the next sample, so that work still
+                     filling the output after the call returned shows (`unsynchronized_work`);
+  export(outs)       where each output lies (address, or CUDA IPC handle and offset), sent with the sample's
+                     reply; the timed output's check is then made by a process the candidate cannot touch: the
+                     parent (harness.peek) or the reference worker (harness.workers.peer), at positions drawn
+                     after the reply (harness.points).
+
+Both workers do the same per-sample work; harness.integrity watches this module's globals like the rest of the
+timing path. Runs only inside worker processes.
 """
 from __future__ import annotations
 
+import base64
 import ctypes
-import math
 import os
 import struct
 from typing import Any
 
+from .. import points
 from . import cudadriver
 
-RAW_POINTS = 32                  # positions per output tensor read from memory after every sample
-RETURN_POINTS = 8                # positions read the moment a call returns, and again at its check
+RETURN_POINTS = 8                # positions read the moment a call returns, and again before the next sample
 SPAN_BYTES = 1 << 20             # positions within this many bytes are read with one copy
 
-_MASK = (1 << 64) - 1
-_FORMATS = {"torch.float32": "<f", "torch.float64": "<d", "torch.float16": "<e", "torch.int64": "<q",
-            "torch.int32": "<i", "torch.int16": "<h", "torch.int8": "<b", "torch.uint8": "<B", "torch.bool": "<?",
-            "torch.complex64": "<f", "torch.complex128": "<d"}      # complex: the real part, as torch's .to() reads
-
+_FORMATS = points.FORMATS
 _string_at = ctypes.string_at
 _create_buffer = ctypes.create_string_buffer
 _unpack_from = struct.unpack_from
 _urandom = os.urandom
+_b64encode = base64.b64encode
 # bound by bind(), each a module global so that harness.integrity sees one replaced
 _data_ptr = _stride = _numel = _element_size = _storage = _storage_ptr = _storage_nbytes = None
 _shape = _dtype = _is_cuda = None
@@ -59,16 +58,8 @@ def bind(cuda: bool) -> None:
         cudadriver.bind()
 
 
-def positions(seed: int, numel: int, count: int) -> list[int]:
-    """`count` flat indices in [0, numel) drawn from `seed` (splitmix64), the same in every process."""
-    state, out = seed & _MASK, []
-    for _ in range(count):
-        state = (state + 0x9E3779B97F4A7C15) & _MASK
-        z = state
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-        out.append((z ^ (z >> 31)) % numel)
-    return out
+positions = points.positions
+same = points.same
 
 
 def fresh_seed() -> int:
@@ -76,12 +67,7 @@ def fresh_seed() -> int:
     return int.from_bytes(_urandom(8), "little")
 
 
-def same(a: list[float], b: list[float]) -> bool:
-    """Equal value for value, NaN equal to NaN."""
-    return len(a) == len(b) and all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in zip(a, b))
-
-
-def read(outs: list, seed: int, points: int = RAW_POINTS) -> list[float]:
+def read(outs: list, seed: int, count: int = RETURN_POINTS) -> list[float]:
     """Values of each output at `points` positions drawn from seed + the tensor's index, read from memory, as
     floats (bfloat16 widened, complex: the real part). Raises RawReadError."""
     if _data_ptr is None:
@@ -98,7 +84,7 @@ def read(outs: list, seed: int, points: int = RAW_POINTS) -> list[float]:
         if cuda and not synced:
             _check(cudadriver.synchronize(), "cuCtxSynchronize")
             synced = True
-        values.extend(_read_tensor(t, positions(seed + 7919 * j, numel, min(points, numel)), cuda))
+        values.extend(_read_tensor(t, positions(seed + points.TENSOR_STRIDE * j, numel, min(count, numel)), cuda))
     return values
 
 
@@ -144,3 +130,27 @@ def _copy_out(address: int, size: int, cuda: bool) -> bytes:
 def _check(result: int, what: str) -> None:
     if result != 0:
         raise RawReadError(f"{what} failed (CUresult {result})")
+
+
+def export(outs: list) -> list[dict[str, Any]]:
+    """Where each output tensor lies (messages.Exported, as dicts), for the trusted side to read: on the host its
+    address in this process; on the device the IPC handle of the allocation that holds it and its offset there
+    (cudadriver.export). Raises RawReadError for a tensor that cannot be described or exported."""
+    if _data_ptr is None:
+        raise RawReadError("raw reads were not bound at worker start")
+    described = []
+    for t in outs:
+        dtype = str(_dtype(t))
+        if dtype not in points.SIZES:
+            raise RawReadError(f"cannot read dtype {dtype} from memory")
+        address, handle = _data_ptr(t), ""
+        if _is_cuda(t) and _numel(t):
+            if cudadriver.export is None:
+                raise RawReadError("a CUDA output in a worker bound without the CUDA driver")
+            raw, base = cudadriver.export(address)
+            if raw is None:
+                raise RawReadError(f"its memory cannot be exported to another process (CUresult {base})")
+            address, handle = address - base, _b64encode(raw).decode("ascii")
+        described.append({"dtype": dtype, "shape": list(_shape(t)), "strides": list(_stride(t)),
+                          "address": address, "handle": handle})
+    return described

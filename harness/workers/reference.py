@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any
 
+from .peer import PeerError, PeerReader, values_at
 from .common import (Conn, ProblemError, as_tensor_list, describe, device_inputs, init_inputs, is_oom,
                      load_module, problem_settings, setup_torch, tail_traceback)
 
@@ -43,16 +44,11 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     from .lint import degenerate_checks
     info["lint"] = degenerate_checks(expected[0], expected[1] if len(expected) > 1 else None, inputs[0],
                                      settings.atol, settings.rtol)
-    kept: dict[int, list] = {}                         # full timed outputs kept to compare the candidate's with
-
-    def keep_full(outs: list) -> None:
-        kept[-1] = [o.clone() for o in outs]
-
     try:
         calls, info["compile"] = _variants(model, job.compile_modes, inputs[0], expected[0], settings)
         info["timer_floor_ms"] = _timer_floor(device)
         spec = job.timing
-        sampler = Sampler(calls, problem, settings, device, spec, job.defenses, keep_full)
+        sampler = Sampler(calls, problem, settings, device, spec, job.defenses, trusted=True)
         info["cold_probe_ms"] = _probe(sampler, job.probe_seeds)
     except BaseException as exc:                       # noqa: BLE001
         conn.send("error", stage="reference timing", error=describe(exc), oom=is_oom(exc),
@@ -61,6 +57,8 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     sampler.settle()
     conn.send("ready", **info)
     expected64 = None
+    full = _FullCheck(model, initial_state, settings, job.defenses)
+    peer = PeerReader() if device != "cpu" else None
     while True:
         message = conn.recv()
         op = message.get("op")
@@ -73,8 +71,17 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
                                           req.flops)
             reply = m.wire(derived)
             conn.send(reply.pop("kind"), **reply)
+        elif op == m.ReadRequest.OP and peer is not None:
+            reply = m.wire(_read_peer(peer, m.parse(m.ReadRequest, message), sampler, full))
+            conn.send(reply.pop("kind"), **reply)
+        elif op == "peer_close":
+            if peer is not None:
+                peer.close()
+            sampler.kept.clear()
+            conn.send("peer_closed")
         elif op == "verify":
-            results = [_verify_file(item, expected, kept, settings, device, verify) for item in message["files"]]
+            results = [_verify_file(item, expected, sampler, full, settings, device, verify)
+                       for item in message["files"]]
             for result, item in zip(results, message["files"]):
                 if item["trial"] == 0 and result.get("outputs") is not None and expected64 is not None:
                     result["fp64_max_abs_err"] = _max_abs(result["outputs"], expected64)
@@ -249,21 +256,73 @@ def _prepare(job, device: str):
     return problem, model, settings, inputs, expected, state
 
 
-def _verify_file(item: dict[str, Any], expected, kept, settings, device: str, verify) -> dict[str, Any]:
+def _verify_file(item: dict[str, Any], expected, sampler, full: "_FullCheck", settings, device: str,
+                 verify) -> dict[str, Any]:
+    """A trial's output file against its expected output; trial -1: a timed output the parent copied out of a CPU
+    candidate's memory (one 1-D tensor per output with `shapes` and `strides` beside it), against the output kept
+    at that sample's CheckRequest (keep_full), with the float64 figures of _FullCheck."""
     from .tensorfile import read_tensors
     label, path, k = item["label"], item["path"], int(item["trial"])
-    want = expected[k] if k >= 0 else kept.get(k)
-    if want is None:
+    kept = sampler.kept.pop(int(item.get("check_seed", -1)), None) if k < 0 else None
+    if k < 0 and kept is None:
         _remove(path)
         return {"label": label, "ok": False, "reason": "no expected output for this call"}
     try:
         outs = read_tensors(path, device)
+        if k < 0:
+            outs = [t.as_strided(list(shape), list(strides)) for t, shape, strides in
+                    zip(outs, item.get("shapes") or [], item.get("strides") or [])]
     except Exception as exc:                           # noqa: BLE001 - a malformed file is a failed check
         return {"label": label, "ok": False, "reason": f"unreadable output file: {describe(exc)}"}
     finally:
         _remove(path)
-    result = verify.compare_outputs(outs, want, settings.atol, settings.rtol)
+    if k < 0:
+        return {"label": label, **full.compare(outs, kept)}
+    result = verify.compare_outputs(outs, expected[k], settings.atol, settings.rtol)
     return {"label": label, **result, "outputs": outs}
+
+
+def _read_peer(peer: PeerReader, req, sampler, full: "_FullCheck"):
+    """A GPU candidate's timed output, read through its IPC handles at the drawn positions (and whole with
+    `full`), while the candidate is stopped (messages.ReadRequest)."""
+    from .. import messages as m
+    from .. import points
+    try:
+        values: list[float] = []
+        shapes: list[list[int]] = []
+        for slot, exported in zip(req.slots, req.outputs):
+            outs = [peer.tensor(e) for e in exported]
+            for j, t in enumerate(outs):
+                values += values_at(t, points.output_positions(req.check_seed, slot, j, t.numel()))
+            shapes = [list(t.shape) for t in outs]
+        checked = full.compare(outs, sampler.kept.pop(req.check_seed, None)) if req.full and req.outputs else None
+    except (PeerError, RuntimeError, ValueError, TypeError, KeyError) as exc:
+        return m.ReadResult("", [], f"its memory could not be read: {describe(exc)}")
+    return m.ReadResult(m.pack_floats(values), shapes, full=checked)
+
+
+class _FullCheck:
+    """A whole timed output of the candidate against the reference's output on the same inputs (kept at that
+    sample's check), and both against float64 on those inputs, so that reduced precision used only while timed
+    shows as it does in the trials (`defenses.check_precision`)."""
+
+    def __init__(self, model, initial_state, settings, defenses: bool):
+        self.model, self.initial_state, self.settings, self.defenses = model, initial_state, settings, defenses
+
+    def compare(self, outs: list, kept) -> dict[str, Any]:
+        from .. import verify
+        if kept is None:
+            return {"ok": False, "reason": "no expected output for this call"}
+        expected, inputs = kept
+        result = verify.compare_outputs(outs, expected, self.settings.atol, self.settings.rtol)
+        result = {k: v for k, v in result.items() if k in ("ok", "reason", "max_abs_err", "max_rel_err")}
+        if self.defenses and self.settings.dtype == "float32":
+            exact = _float64_reference(self.model, self.initial_state, inputs)
+            if exact is not None:
+                result.update(fp64_max_abs_err=_max_abs(outs, exact),
+                              fp64_reference_max_abs_err=_max_abs(expected, exact),
+                              fp64_output_scale=_max_magnitude(exact))
+        return result
 
 
 class _EvalModeHint:

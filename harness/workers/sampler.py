@@ -2,14 +2,17 @@
 and serve the same requests with the same per-sample work, so an A/A candidate is indistinguishable from the
 reference by construction:
 
-  sample(variant, seed): draw the inputs for `seed` on the device (the worker learns the seed only now) and keep
-      a copy for the mutation check, both with torch as it was before candidate code ran (every input here is
-      drawn that way: harness.workers.integrity.clean_torch), time one call with the mode's measurement object
-      (harness.timing), keep the output until the check;
-  check(check_seed, keep_full): the output's values at positions drawn from `check_seed` (chosen by the parent
-      after the call returned), read first from its memory (harness.workers.rawread) and then through torch,
-      whether the inputs changed, whether the output's memory changed since the call returned, and optionally
-      the whole output;
+  sample(variant, seed): draw the inputs for `seed` on the device (the worker learns the seed only now; graph
+      mode: one input set per captured call) and keep a copy for the mutation check, both with torch as it was
+      before candidate code ran (harness.workers.integrity.clean_torch), time one call with the mode's
+      measurement object (harness.timing), read a few positions of the output from memory the moment it returned
+      (read again before the next sample: `changed_after_return`), and reply with where the output lies
+      (rawread.export). The output is kept until the next sample.
+  check(check_seed, slots, keep_full): reference only: its own output's values at the positions drawn from
+      `check_seed` (harness.points), and with `keep_full` the whole output and its inputs kept for the full check
+      of the candidate's output on the same inputs. The candidate's output is never checked here: the parent
+      reads it (CPU, harness.peek) or the reference does (GPU, harness.workers.peer), after the reply, with the
+      candidate stopped, at positions the candidate never learns (README, Hardening: commit, then check).
   profile(seed, variant): one call under the profiler (harness.workers.profiling), where the parent asks.
 
 Runs only inside worker processes.
@@ -19,8 +22,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .. import messages as m
+from .. import points
 from . import cudadriver, integrity, profiling, rawread
-from .common import as_tensor_list, device_inputs, fingerprint, pin_for_timing
+from .common import as_tensor_list, device_inputs, pin_for_timing
 
 
 def same_tensor(a, b) -> bool:
@@ -52,15 +56,16 @@ WARMUP_SEED = 7_777_777          # warm-up calls are not checked; their inputs n
 
 class Sampler:
     def __init__(self, calls: dict[str, Callable[[list], Any]], problem, settings, device: str,
-                 spec: m.TimingSpec, defenses: bool, keep_full: Callable[[list], str | None]):
+                 spec: m.TimingSpec, defenses: bool, trusted: bool = False):
         from .. import timing
         self.calls, self.problem, self.settings, self.device = calls, problem, settings, device
-        self.spec, self.defenses, self.keep_full = spec, defenses, keep_full
+        self.spec, self.defenses, self.trusted = spec, defenses, trusted     # trusted: the reference
         self.timing = timing
         self.flusher = timing.make_flusher(device, cudadriver.reset_persisting_l2) if spec.flush_l2 else None
         self.meters: dict[str, Any] = {}
         self.mode, self.graph_replays = spec.mode, spec.graph_replays
-        self.last: tuple[list, list | None, Any, tuple[int, list[float]] | None] | None = None   # the last sample
+        self.last: tuple[list, list | None, list, tuple[int, list[float]] | None] | None = None   # the last sample
+        self.kept: dict[int, tuple[list, list]] = {}     # reference: check seed -> (output, inputs), full checks
         self.fixed = None if defenses else device_inputs(problem, WARMUP_SEED, settings, device)
 
     def settle(self) -> None:
@@ -79,16 +84,17 @@ class Sampler:
         """The reply to a timing request, or None when the message is not one."""
         op = message.get("op")
         if op == m.SampleRequest.OP:
-            return m.wire(self.sample(m.SampleRequest(str(message["variant"]), int(message["seed"]))))
-        if op == m.CheckRequest.OP:
-            return m.wire(self.check(m.CheckRequest(int(message["check_seed"]), bool(message.get("keep_full")))))
+            return m.wire(self.sample(m.parse(m.SampleRequest, message)))
+        if op == m.CheckRequest.OP and self.trusted:
+            return m.wire(self.check(m.parse(m.CheckRequest, message)))
         if op == m.ProfileRequest.OP:
-            req = m.ProfileRequest(int(message["seed"]), str(message["variant"]))
+            req = m.parse(m.ProfileRequest, message)
             return m.wire(m.ProfileResult(profiling.profile_call(self.calls[req.variant], self._clean_inputs(req.seed),
                                                                  self.device)))
         if op == m.ModeRequest.OP:
             self.mode, self.graph_replays = str(message["mode"]), int(message.get("graph_replays", 1))
             self.meters.clear()
+            self.last = None
             return {"kind": "mode", "mode": self.mode}
         return None
 
@@ -98,6 +104,13 @@ class Sampler:
     def _clean_inputs(self, seed: int) -> list:
         with integrity.clean_torch():
             return self._inputs(seed)
+
+    def _sample_inputs(self, seed: int) -> list:
+        """Graph mode: one input set per captured call (points.slot_seed), so that no captured call sees the
+        inputs of another; otherwise the sample's one set."""
+        if self.mode == "graph" and self.device != "cpu":
+            return [self._inputs(points.slot_seed(seed, k)) for k in range(self.spec.graph_calls)]
+        return self._inputs(seed)
 
     def _meter(self, variant: str):
         meter = self.meters.get(variant)
@@ -112,30 +125,53 @@ class Sampler:
 
     def sample(self, req: m.SampleRequest) -> m.SampleResult:
         import torch
+        changed = self._changed_after_return()
         self.last = None
         call = self.calls[req.variant]
         meter = self._meter(req.variant)
         with integrity.clean_torch():                      # nothing of the candidate's runs while inputs are made
-            inputs = self._inputs(req.seed)
-            pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs] if self.defenses else None
+            inputs = self._sample_inputs(req.seed)
+            pristine = _clone_all(inputs) if self.defenses else None
         try:
             times, out, used = meter.measure(call, inputs)
         except self.timing.GraphCaptureError as exc:
             return m.SampleResult(0.0, 0.0, 0.0, self.tampered(), f"graph capture failed: {exc}")
-        self.last = (used, pristine, out, self._at_return(out))
-        return m.SampleResult(times.ms, times.host_ms, times.lag_ms, self.tampered(), flush_ms=times.flush_ms)
+        slots = list(out) if getattr(meter, "mode", "") == "graph" else [out]
+        at_return = self._at_return(slots[-1])
+        self.last = (used, pristine, slots, at_return)
+        exported, error = self._export(slots)
+        mutated = pristine is not None and inputs_changed(_flat(used), _flat(pristine))
+        return m.SampleResult(times.ms, times.host_ms, times.lag_ms, self.tampered(), flush_ms=times.flush_ms,
+                              outputs=exported, output_error=error, not_plain=any(not_plain(o) for o in slots),
+                              mutated=bool(mutated), changed_after_return=changed)
+
+    def _export(self, slots: list) -> tuple[list[list[dict[str, Any]]], str | None]:
+        try:
+            return [rawread.export(as_tensor_list(o)) for o in slots], None
+        except (ValueError, rawread.RawReadError) as exc:
+            return [], str(exc)
 
     def _at_return(self, out) -> tuple[int, list[float]] | None:
         """A few positions of the output read from memory the moment the call returned, drawn from this process's
-        own randomness (nothing in it knew them before): the check reads them again, and work still running
-        after the call returned (a thread, another stream) shows as a change."""
+        own randomness (nothing in it knew them before): read again before the next sample, so that work still
+        running after the call returned (a thread, another stream) shows as a change."""
         if not self.defenses:
             return None
         try:
             seed = rawread.fresh_seed()
             return seed, rawread.read(as_tensor_list(out), seed, rawread.RETURN_POINTS)
         except (ValueError, rawread.RawReadError):
-            return None                                    # the check reports what is wrong with the output
+            return None                                    # the trusted read reports what is wrong with it
+
+    def _changed_after_return(self) -> bool:
+        if self.last is None or self.last[3] is None:
+            return False
+        seed, values = self.last[3]
+        try:
+            return not rawread.same(rawread.read(as_tensor_list(self.last[2][-1]), seed, rawread.RETURN_POINTS),
+                                    values)
+        except (ValueError, rawread.RawReadError):
+            return False
 
     def tampered(self) -> list[str]:
         """Clocks replaced since import, harness functions and globals replaced since the snapshot taken before
@@ -143,21 +179,30 @@ class Sampler:
         return self.timing.timers_tampered() + integrity.changed() + integrity.shadowed(self)
 
     def check(self, req: m.CheckRequest) -> m.CheckResult:
+        """Reference only: its own last output at the drawn positions (and kept whole with keep_full)."""
+        from .peer import values_at
         if self.last is None:
-            return m.CheckResult("", [], False, False, None, "no sample to check")
-        used, pristine, out, at_return = self.last
-        self.last = None
-        plain = not not_plain(out)
+            return m.CheckResult("", [], "no sample to check")
+        used, _, slots, _ = self.last
         try:
-            outs = as_tensor_list(out)
-            # first: before anything reads the output through torch
-            raw = rawread.read(outs, req.check_seed) if self.defenses else []
-            changed = at_return is not None and not rawread.same(rawread.read(outs, at_return[0],
-                                                                              rawread.RETURN_POINTS), at_return[1])
-        except (ValueError, rawread.RawReadError) as exc:
-            return m.CheckResult("", [], False, not plain, None, str(exc))
-        values, shapes = fingerprint(outs, req.check_seed)
-        mutated = pristine is not None and inputs_changed(used, pristine)
-        path = self.keep_full(outs) if req.keep_full else None
-        return m.CheckResult(m.pack_floats(values.tolist()), shapes, mutated, not plain, path,
-                             raw=m.pack_floats(raw), changed_after_return=changed)
+            values: list[float] = []
+            for k in req.slots:
+                outs = as_tensor_list(slots[k])
+                for j, t in enumerate(outs):
+                    values += values_at(t, points.output_positions(req.check_seed, k, j, t.numel()))
+            shapes = [list(t.shape) for t in as_tensor_list(slots[-1])]
+        except (ValueError, IndexError) as exc:
+            return m.CheckResult("", [], str(exc))
+        if req.keep_full:
+            last_inputs = used[-1] if self.mode == "graph" and self.device != "cpu" else used
+            self.kept[req.check_seed] = ([t.clone() for t in as_tensor_list(slots[-1])], _clone_all(last_inputs))
+        return m.CheckResult(m.pack_floats(values), shapes)
+
+
+def _clone_all(inputs: list) -> list:
+    import torch
+    return [_clone_all(x) if isinstance(x, list) else x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def _flat(inputs: list) -> list:
+    return [y for x in inputs for y in (_flat(x) if isinstance(x, list) else [x])]

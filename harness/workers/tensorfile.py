@@ -62,6 +62,24 @@ def write_tensors(tensors: list, path: str) -> str:
     return path
 
 
+def write_raw(entries: list[tuple[str, int, bytes]], path: str) -> str:
+    """Write 1-D tensors given as (dtype name, element count, their bytes) to `path`, in write_tensors's format,
+    without torch: the parent's copy of a CPU candidate's output, read from its memory (harness.peek)."""
+    heads, offset = [], 0
+    for dtype, count, data in entries:
+        heads.append({"dtype": dtype, "shape": [count], "offset": offset, "nbytes": len(data)})
+        offset = _aligned(offset + len(data))
+    header = json.dumps({"format": FORMAT, "tensors": heads}).encode()
+    data_start = _aligned(8 + len(header))
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        for head, (_, _, data) in zip(heads, entries):
+            f.seek(data_start + head["offset"])
+            f.write(data)
+        f.truncate(data_start + offset)
+    return path
+
+
 def read_tensors(path: str, device: str) -> list:
     """The tensors of a file written by write_tensors, copied to `device`. Raises TensorFileError."""
     import torch
