@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from . import flags
 from .discover import Candidate, Pair, Problem
 from .records import Record, Status, as_records
 
@@ -59,7 +60,7 @@ def row(r: Record, target: float) -> Row:
     timing = r.timing or {}
     ok = r.status is Status.OK and s is not None
     return Row(r.problem, r.status.value, s, None if ci is None else list(ci), timing.get("rounds"),
-               timing.get("mode"), "noisy" in r.flags, ok and abs(s - 1) <= target,
+               timing.get("mode"), flags.NOISY.name in r.flags, ok and abs(s - 1) <= target,
                ok and ci is not None and ci[0] <= 1.0 <= ci[1], r.error)
 
 

@@ -5,8 +5,10 @@
      yet committed, under the problems and solutions trees;
   2. the pairs to evaluate: every changed candidate, and every candidate of a changed problem;
   3. the verdict: the PR fails when a pair is not `ok` (`invalid`, `incorrect`, a build or load error, a crash, a
-     timeout, an out-of-memory; `skipped`, a CUDA candidate on a machine without a GPU, does not fail), or when it
-     regresses against the last run of main (`compare`: SLOWER, its speedup CI entirely below main's, or BROKEN);
+     timeout, an out-of-memory; `skipped`, a CUDA candidate on a machine without a GPU, does not fail), when an
+     `ok` pair is not ranked (a flag keeps it off the leaderboard: `no_custom_kernel`, `degenerate_problem`;
+     harness.flags), or when it regresses against the last run of main (`compare`: SLOWER, its speedup CI
+     entirely below main's, or BROKEN);
   4. a Markdown summary for the job summary ($GITHUB_STEP_SUMMARY) and stdout.
 """
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from . import report
+from . import flags, report
 from .compare import (BROKEN, SLOWER, Row, compare_runs, fmt_change, load_results, machine_notes, machine_of,
                       run_meta)
 from .discover import Pair
@@ -68,18 +70,20 @@ def baseline_results(spec: str) -> Path:
 @dataclass
 class Verdict:
     failing: list[Record] = field(default_factory=list)             # records that are not ok
+    unranked: list[Record] = field(default_factory=list)           # ok, but a flag keeps them off the leaderboard
     regressions: list[Row] = field(default_factory=list)           # SLOWER or BROKEN against the baseline
     rows: dict[tuple[str, str], Row] = field(default_factory=dict)  # (problem, solution) -> comparison
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.failing or self.regressions else 0
+        return 1 if self.failing or self.unranked or self.regressions else 0
 
 
 def judge(records: Iterable[Record | dict[str, Any]],
           baseline: Iterable[Record | dict[str, Any]] | None) -> Verdict:
     records = as_records(records)
-    verdict = Verdict(failing=[r for r in records if r.status not in PASSING])
+    verdict = Verdict(failing=[r for r in records if r.status not in PASSING],
+                      unranked=[r for r in records if r.ok and not r.ranked])
     if baseline is not None:
         keys = {r.key for r in records}
         ours = [r for r in as_records(baseline, "baseline record") if r.key in keys]
@@ -119,6 +123,9 @@ def markdown(records: Iterable[Record | dict[str, Any]], verdict: Verdict, run_i
                      f"{report.fmt_speedup(r.speedup, r.speedup_ci)} | {_cell(against)} | {_cell(note) or '-'} |")
     if verdict.failing:
         lines += ["", f"Not ok: {', '.join(r.solution for r in verdict.failing)}"]
+    if verdict.unranked:
+        named = ", ".join(f"{r.solution} ({', '.join(flags.unranked(r.flags))})" for r in verdict.unranked)
+        lines += ["", f"Correct but not ranked (flagged off the leaderboard): {named}"]
     if verdict.regressions:
         regressed = ", ".join(f"{row.solution} ({row.verdict})" for row in verdict.regressions)
         lines += ["", f"Regressed against main: {regressed}"]

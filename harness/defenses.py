@@ -5,41 +5,42 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from . import flags
+from .flags import Flag
 from .interleave import CANDIDATE, Collected
 from .paired import Consistency, Interference
 from .records import add_flag
 
-FLAG_DETAILS = {
-    "mutates_inputs": "the candidate changed its input tensors",
-    "unsynchronized_work": "outputs kept changing after the call returned and the device was idle",
-    "output_not_plain_tensor": "the call returned a tensor subclass or lazy object, not a plain tensor",
-    "tampered_timer": "candidate code replaced clock, harness or problem functions",
-}
+FLAG_DETAILS = flags.DETAILS    # each flag's default flag_details text (its meaning in flags.FLAGS)
+
+# The flags a candidate worker's correctness message carries, each as a field of the flag's name.
+MESSAGE_FLAGS = (flags.MUTATES_INPUTS, flags.UNSYNCHRONIZED_WORK, flags.OUTPUT_NOT_PLAIN_TENSOR)
 
 
-def flag(record: dict[str, Any], name: str, detail: str) -> None:
-    add_flag(record, name)
-    record.setdefault("flag_details", {})[name] = detail
+def flag(record: dict[str, Any], which: Flag, detail: str | None = None) -> None:
+    """Put `which` on the record, with `detail` (default: the flag's meaning) as its flag_details sentence."""
+    add_flag(record, which.name)
+    record.setdefault("flag_details", {})[which.name] = which.meaning if detail is None else detail
 
 
 def flag_from(record: dict[str, Any], message: dict[str, Any]) -> None:
     """Flags a candidate worker's correctness message carries."""
-    for key in ("mutates_inputs", "unsynchronized_work", "output_not_plain_tensor"):
-        if message.get(key):
-            flag(record, key, FLAG_DETAILS[key])
+    for which in MESSAGE_FLAGS:
+        if message.get(which.name):
+            flag(record, which)
 
 
 def flag_timing(record: dict[str, Any], out: Collected) -> None:
     """Flags from the timed samples: inputs changed, outputs still changing, lazy outputs, replaced clocks."""
     if out.mutated:
-        flag(record, "mutates_inputs", FLAG_DETAILS["mutates_inputs"])
+        flag(record, flags.MUTATES_INPUTS)
     if out.changed_after_return:
-        flag(record, "unsynchronized_work", "a timed output's memory changed between the moment its call returned "
-                                            "and its check: work was left running past the timed region")
+        flag(record, flags.UNSYNCHRONIZED_WORK, "a timed output's memory changed between the moment its call "
+                                                "returned and its check: work was left running past the timed region")
     if out.not_plain:
-        flag(record, "output_not_plain_tensor", FLAG_DETAILS["output_not_plain_tensor"])
+        flag(record, flags.OUTPUT_NOT_PLAIN_TENSOR)
     if out.tampered:
-        flag(record, "tampered_timer", f"{FLAG_DETAILS['tampered_timer']}: {', '.join(sorted(out.tampered))}")
+        flag(record, flags.TAMPERED_TIMER, f"{flags.TAMPERED_TIMER.meaning}: {', '.join(sorted(out.tampered))}")
 
 
 def _number(value: Any) -> float | None:
@@ -107,19 +108,20 @@ def check_timed_precision(record: dict[str, Any], full: list[dict[str, Any]], in
         probe: dict[str, Any] = {"flags": [], "correctness": {"fp64_max_abs_err": result.get("fp64_max_abs_err"),
                                  "fp64_reference_max_abs_err": result.get("fp64_reference_max_abs_err")}}
         check_precision(probe, {**info, "fp64_output_scale": result.get("fp64_output_scale")})
-        if "reduced_precision" in probe.get("flags", []):
-            flag(record, "reduced_precision", f"timed call checked whole: {probe['flag_details']['reduced_precision']}")
+        name = flags.REDUCED_PRECISION.name
+        if name in probe["flags"]:
+            flag(record, flags.REDUCED_PRECISION, f"timed call checked whole: {probe['flag_details'][name]}")
             return
 
 
 def flag_inconsistent(record: dict[str, Any], found: Consistency) -> None:
     if found.found:
-        flag(record, "timing_inconsistent", found.detail())
+        flag(record, flags.TIMING_INCONSISTENT, found.detail())
 
 
 def flag_interference(record: dict[str, Any], found: Interference) -> None:
     if found.found:
-        flag(record, "interference", found.detail())
+        flag(record, flags.INTERFERENCE, found.detail())
 
 
 LITTLE_CUSTOM_SHARE = 0.10    # under this share of a profiled call's GPU time in its own kernels: little_custom_work
@@ -146,10 +148,10 @@ def check_kernels(record: dict[str, Any], profiles: list[Any], reference_profile
                          "reference_kernels": eager[:20]}
     without = sum(1 for p in found if not p.get("custom_kernels"))
     if without:
-        flag(record, "no_custom_kernel", f"no GPU kernel from the candidate's own extension or Triton kernels ran "
-                                         f"during {without} of {len(found)} profiled calls")
+        flag(record, flags.NO_CUSTOM_KERNEL, f"no GPU kernel from the candidate's own extension or Triton kernels "
+                                             f"ran during {without} of {len(found)} profiled calls")
     elif shares and min(shares) < LITTLE_CUSTOM_SHARE:
-        flag(record, "little_custom_work",
+        flag(record, flags.LITTLE_CUSTOM_WORK,
              f"its own kernels took {min(shares):.1%} of a profiled call's GPU time (under "
              f"{LITTLE_CUSTOM_SHARE:.0%}; the least of {len(found)} calls); the rest ran in library kernels")
 
@@ -171,7 +173,7 @@ def check_precision(record: dict[str, Any], info: dict[str, Any]) -> None:
         return
     floor = max(eager, (scale or 0.0) * FP32_EPS)
     if floor > 0 and cand > PRECISION_FACTOR * floor:
-        flag(record, "reduced_precision",
+        flag(record, flags.REDUCED_PRECISION,
              f"its error against float64 ({cand:.3g}) is {cand / floor:.0f}x eager fp32's ({floor:.3g}); an fp32 "
              f"problem without ALLOW_TF32 allows at most {PRECISION_FACTOR}x")
 
@@ -195,7 +197,7 @@ def check_physics(record: dict[str, Any], work: Any, ceilings: dict[str, float])
                     pct_of_peak_bandwidth=100 * perf["achieved_gbps"] / bw if perf["achieved_gbps"] else None,
                     pct_of_peak_flops=100 * perf["achieved_tflops"] / peak if perf["achieved_tflops"] else None)
         if ms < 0.6 * floor_ms:
-            flag(record, "faster_than_physics", f"{ms:.4f} ms is under 60% of the roofline floor {floor_ms:.4f} ms")
+            flag(record, flags.FASTER_THAN_PHYSICS, f"{ms:.4f} ms is under 60% of the roofline floor {floor_ms:.4f} ms")
     record["performance"] = perf
 
 

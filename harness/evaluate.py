@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import defenses, paired
+from . import defenses, flags, paired
 from .build import build_env
 from .config import Config
 from .discover import Pair
 from .interleave import CANDIDATE, EAGER, CandidateFailed, Collected, GraphFallback, Interleaver, fastest, ratios
 from .messages import CandidateJob, Derived, DeriveRequest, ProtocolError, ReferenceJob, TimingSpec, parse, wire
 from .procs import SpareWorkers, Worker, WorkerExit
-from .records import INVALIDATING_FLAGS, finish
+from .records import finish
 from .seeds import RunSeed
 from .signing import RunKey
 from .timing import graph_replays, summarize
@@ -296,16 +296,17 @@ def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, int
         first = failing[0]
         hint = f"{first['hint']}; " if first.get("hint") else ""
         reason = f"{str(first.get('label')).replace('trial', 'trial ')}: {hint}{first.get('reason')}"
-        if "unsynchronized_work" in record["flags"]:          # the values checked were not the final ones
-            finish(record, "invalid",
-                   f"unsynchronized_work: {defenses.FLAG_DETAILS['unsynchronized_work']}; {reason}")
+        unsynchronized = flags.UNSYNCHRONIZED_WORK
+        if unsynchronized.name in record["flags"]:          # the values checked were not the final ones
+            finish(record, "invalid", f"{unsynchronized}: {unsynchronized.meaning}; {reason}")
         else:
             finish(record, "incorrect", reason)
         return None
     if pc.cfg.defenses:
         defenses.check_precision(record, reference.info)
-        if "reduced_precision" in record["flags"]:          # inside the tolerance, but not fp32 arithmetic
-            finish(record, "invalid", f"reduced_precision: {record['flag_details']['reduced_precision']}")
+        reduced = flags.REDUCED_PRECISION
+        if reduced.name in record["flags"]:                 # inside the tolerance, but not fp32 arithmetic
+            finish(record, "invalid", f"{reduced}: {record['flag_details'][reduced.name]}")
             return None
     t0 = time.monotonic()
     rule = paired.StopRule(pc.cfg.timing.rounds_floor(), pc.cfg.timing.max_rounds, pc.cfg.timing.target_rel_ci,
@@ -361,7 +362,7 @@ def _conclude(record: dict[str, Any], reference: ReferenceSide, inter: Interleav
         record["correctness"]["timed_outputs_checked"] = checked
         record["correctness"]["timed_outputs_full_checked"] = len(full)
         if failure is not None:
-            defenses.flag(record, "output_changed_under_timing", failure)
+            defenses.flag(record, flags.OUTPUT_CHANGED_UNDER_TIMING, failure)
         defenses.check_timed_precision(record, full, reference.info)
         during = _block_medians(out, EAGER, pc.cfg.timing.block_samples)
         found = paired.interference(before, during, after, pc.cfg.timing.interference_tolerance)
@@ -371,10 +372,10 @@ def _conclude(record: dict[str, Any], reference: ReferenceSide, inter: Interleav
         _check_consistency(record, reference, inter, out, pc)
     if out.noisy:
         est = record["speedup_ci"]
-        defenses.flag(record, "noisy", f"the speedup's 95% CI [{est[0]:.4g}, {est[1]:.4g}] did not reach "
-                                       f"+/-{pc.cfg.timing.target_rel_ci:.1%} within the time cap")
+        defenses.flag(record, flags.NOISY, f"the speedup's 95% CI [{est[0]:.4g}, {est[1]:.4g}] did not reach "
+                                           f"+/-{pc.cfg.timing.target_rel_ci:.1%} within the time cap")
     defenses.check_physics(record, reference.info.get("work"), pc.ceilings)
-    invalid = [f for f in record["flags"] if f in INVALIDATING_FLAGS]
+    invalid = flags.invalidating(record["flags"])
     if invalid:
         finish(record, "invalid", f"{invalid[0]}: {record.get('flag_details', {}).get(invalid[0], '')}".rstrip(": "))
     else:

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from harness import flags as flag_table
 from harness.records import Record, RecordError
-from harness.report import abbreviate, fmt_speedup, tally
+from harness.report import Outcome, abbreviate, fmt_speedup, tally
 
 # Best attempt for a problem with no correct candidate: the status nearest to correct wins.
 STATUS_RANK = ("ok", "invalid", "incorrect", "runtime_error", "timeout", "oom", "load_error", "compile_error",
@@ -71,9 +72,14 @@ class Pair:
         return self.status == "ok"
 
     @property
-    def outcome(self) -> tuple[str, bool, float | None]:
+    def ranked(self) -> bool:
+        """Correct, and no flag keeps it off a problem's best, the geomean and fast_p (harness.flags)."""
+        return self.correct and flag_table.ranks(self.flags)
+
+    @property
+    def outcome(self) -> Outcome:
         """What report.tally counts."""
-        return self.status, self.correct, self.speedup
+        return Outcome(self.status, self.correct, self.ranked, self.speedup)
 
     @classmethod
     def from_record(cls, r: Record) -> "Pair":
@@ -159,10 +165,11 @@ def _e(value: Any) -> str:
 
 
 def best_per_problem(pairs: list[Pair]) -> dict[str, Pair]:
-    """Per problem, sorted: the correct pair with the highest speedup, else the best attempt (status nearest ok)."""
+    """Per problem, sorted: the ranked pair with the highest speedup, else the best attempt (a correct pair flagged
+    off the ranking, else the status nearest ok). Only a ranked pair is a problem's best (`Pair.ranked`)."""
     def key(p: Pair) -> tuple[int, int, float]:
         rank = STATUS_RANK.index(p.status) if p.status in STATUS_RANK else len(STATUS_RANK)
-        return (0 if p.correct else 1, rank, -(p.speedup or 0.0))
+        return (0 if p.ranked else 1 if p.correct else 2, rank, -(p.speedup or 0.0))
     best: dict[str, Pair] = {}
     for p in pairs:
         if p.problem not in best or key(p) < key(best[p.problem]):
@@ -200,15 +207,32 @@ def _table(head: list[str], rows: list[str], table_id: str) -> str:
 def leaderboard_table(pairs: list[Pair]) -> str:
     rows = []
     for problem, p in best_per_problem(pairs).items():
-        name = _e(p.candidate) if p.correct else f'<i>none correct</i> <span class="muted">({_e(p.candidate)})</span>'
-        rows.append(f"<tr><td>{_e(problem)}</td><td>{name}</td><td>{_status(p.status)}</td>"
-                    f"{_speedup_cell(p.speedup if p.correct else None, p.speedup_ci)}"
-                    f"{_speedup_cell(p.vs_compile if p.correct else None, p.vs_compile_ci)}"
-                    f'<td class="num">{_pct(p.pct_bandwidth if p.correct else None)}</td>'
-                    f'<td class="num">{_pct(p.pct_flops if p.correct else None)}</td>'
-                    f"<td>{_flags(p.flags)}</td>{_error_cell('' if p.correct else p.error)}</tr>")
+        rows.append(f"<tr><td>{_e(problem)}</td><td>{_best_name(p)}</td><td>{_status(p.status)}</td>"
+                    f"{_speedup_cell(p.speedup if p.ranked else None, p.speedup_ci)}"
+                    f"{_speedup_cell(p.vs_compile if p.ranked else None, p.vs_compile_ci)}"
+                    f'<td class="num">{_pct(p.pct_bandwidth if p.ranked else None)}</td>'
+                    f'<td class="num">{_pct(p.pct_flops if p.ranked else None)}</td>'
+                    f"<td>{_flags(p.flags)}</td>{_error_cell(_best_note(p))}</tr>")
     return _table(["problem", "best candidate", "status", ">vs eager [95% CI]", ">vs torch.compile [95% CI]",
                    ">% peak BW", ">% peak FLOPs", "flags", "error (best attempt)"], rows, "leaderboard")
+
+
+def _best_name(p: Pair) -> str:
+    """The best candidate's name; a problem without a ranked pair says so, naming its best attempt."""
+    if p.ranked:
+        return _e(p.candidate)
+    none = "none ranked" if p.correct else "none correct"
+    return f'<i>{none}</i> <span class="muted">({_e(p.candidate)})</span>'
+
+
+def _best_note(p: Pair) -> str:
+    """What the leaderboard's last cell says: nothing for a ranked pair, why a correct one is not ranked, else the
+    best attempt's error."""
+    if p.ranked:
+        return ""
+    if p.correct:
+        return f"not ranked: flagged {', '.join(flag_table.unranked(p.flags))}"
+    return p.error
 
 
 def _error_cell(error: str) -> str:
@@ -229,7 +253,7 @@ def summary_cards(pairs: list[Pair]) -> str:
     agg = tally(p.outcome for p in pairs)
     geo = agg["geomean_speedup"]
     cards = [("pairs", str(agg["pairs"])), ("correct", f"{agg['correct']} ({agg['correctness_rate']:.0%})"),
-             ("geomean speedup", "-" if geo is None else f"{geo:.2f}x")]
+             ("ranked", str(agg["ranked"])), ("geomean speedup (ranked)", "-" if geo is None else f"{geo:.2f}x")]
     cards += [(f"fast_{float(p):g}", f"{v:.0%}") for p, v in agg["fast_p"].items()]
     statuses = ", ".join(f"{k} {v}" for k, v in agg["by_status"].items())
     body = "".join(f'<div class="card"><div class="v">{_e(v)}</div><div class="k">{_e(k)}</div></div>'
@@ -291,11 +315,11 @@ def _log_ticks(axis, suffix: str, lo: float, hi: float) -> None:
 
 
 def speedup_histogram(pairs: list[Pair]) -> str:
-    speedups = [p.speedup for p in pairs if p.correct and p.speedup and p.speedup > 0]
+    speedups = [p.speedup for p in pairs if p.ranked and p.speedup and p.speedup > 0]
     if not speedups:
-        return _note("No correct pair has a speedup.")
+        return _note("No ranked pair has a speedup.")
     lo, hi = min(speedups + [1.0]) / 1.25, max(speedups + [1.0]) * 1.25
-    fig, ax = _axes("speedup vs eager (log)", "correct pairs")
+    fig, ax = _axes("speedup vs eager (log)", "ranked pairs")
     ax.hist(speedups, bins=[lo * (hi / lo) ** (i / 20) for i in range(21)], color="#4c8bf5", edgecolor="white")
     ax.set_xscale("log")
     ax.axvline(1.0, color="#cf222e", linestyle="--", linewidth=1, label="1.0x (eager)")
@@ -307,14 +331,15 @@ def speedup_histogram(pairs: list[Pair]) -> str:
 
 
 def fast_p_curve(pairs: list[Pair]) -> str:
-    """fast_p for p from 0 to the largest speedup: the share of ALL pairs that are correct and faster than p."""
+    """fast_p for p from 0 to the largest speedup: the share of ALL pairs that are ranked (correct, not flagged off
+    the ranking) and faster than p."""
     from matplotlib.ticker import PercentFormatter
-    speedups = sorted(p.speedup for p in pairs if p.correct and p.speedup is not None)
+    speedups = sorted(p.speedup for p in pairs if p.ranked and p.speedup is not None)
     if not speedups:
-        return _note("No correct pair: fast_p is 0 everywhere.")
+        return _note("No ranked pair: fast_p is 0 everywhere.")
     top = max(speedups[-1], 1.0) * 1.05
     ps = [top * i / 200 for i in range(201)]
-    fig, ax = _axes("p (speedup threshold)", "pairs correct with speedup > p")
+    fig, ax = _axes("p (speedup threshold)", "pairs ranked with speedup > p")
     ax.step(ps, [sum(s > p for s in speedups) / len(pairs) for p in ps], where="post", color="#1a7f37")
     ax.axvline(1.0, color="#cf222e", linestyle="--", linewidth=1)
     ax.set(xlim=(0, top), ylim=(0, 1.02))
@@ -345,7 +370,7 @@ def roofline_scatter(pairs: list[Pair]) -> str:
 
 def history_plot(problems: list[str], run_ids: list[str], best: dict[tuple[str, str], float]) -> str:
     from matplotlib import colormaps
-    fig, ax = _axes("run", "best correct speedup (log)", size=(7.0, 3.4))
+    fig, ax = _axes("run", "best ranked speedup (log)", size=(7.0, 3.4))
     cmap = colormaps["tab10" if len(problems) <= 10 else "tab20"]
     ax.set_prop_cycle(color=[cmap(i % cmap.N) for i in range(len(problems))])
     xs, values = list(range(len(run_ids))), list(best.values())
@@ -367,10 +392,10 @@ def _short_run(run_id: str) -> str:
 
 
 def _run_sections(pairs: list[Pair]) -> str:
-    plots = (_figure("Speedup distribution (correct pairs)", speedup_histogram(pairs))
+    plots = (_figure("Speedup distribution (ranked pairs)", speedup_histogram(pairs))
              + _figure("fast_p over p", fast_p_curve(pairs))
              + _figure("Roofline: candidate time vs floor", roofline_scatter(pairs)))
-    return (f"<h2>Summary</h2>{summary_cards(pairs)}<h2>Leaderboard: best correct candidate per problem</h2>"
+    return (f"<h2>Summary</h2>{summary_cards(pairs)}<h2>Leaderboard: best ranked candidate per problem</h2>"
             f'{leaderboard_table(pairs)}<h2>Plots</h2><div class="plots">{plots}</div>'
             f"<h2>All pairs</h2>{pairs_table(pairs)}")
 
@@ -408,11 +433,11 @@ def _runs_table(output_dir: Path, runs: list[Run]) -> str:
 
 
 def _history(runs: list[Run]) -> str:
-    """Per problem, each run's best correct speedup: a table, and a line plot from two runs on."""
+    """Per problem, each run's best ranked speedup: a table, and a line plot from two runs on."""
     best: dict[tuple[str, str], float] = {}
     for run in runs:
         for problem, p in best_per_problem(run.pairs).items():
-            if p.correct and p.speedup is not None:
+            if p.ranked and p.speedup is not None:
                 best[(problem, run.run_id)] = p.speedup
     run_ids = [run.run_id for run in runs]
     problems = sorted({p.problem for run in runs for p in run.pairs})
@@ -420,7 +445,7 @@ def _history(runs: list[Run]) -> str:
             "</tr>" for problem in problems]
     out = _table(["problem", *[">" + _short_run(r) for r in run_ids]], rows, "history")
     if len(runs) >= 2 and best:
-        out += _figure("Best correct speedup per run", history_plot(problems, run_ids, best), "wide")
+        out += _figure("Best ranked speedup per run", history_plot(problems, run_ids, best), "wide")
     return out
 
 
@@ -444,7 +469,7 @@ def write_site(output_dir: Path, runs: list[tuple[str, dict, list[Record | dict[
         latest = ordered[-1]
         body += (f"{meta_header(RunMeta.from_json(latest.run_id, latest.meta, latest.pairs))}"
                  f"<h2>Runs</h2>{_runs_table(output_dir, ordered)}"
-                 f"<h2>History: best correct speedup per problem</h2>{_history(ordered)}"
+                 f"<h2>History: best ranked speedup per problem</h2>{_history(ordered)}"
                  f"<h2>Standings: each pair's newest record across the runs</h2>{_run_sections(standings(ordered))}")
     else:
         body += _note("No runs yet.")

@@ -9,8 +9,9 @@ KernelBench counts them.
   "runtime_stats"}` in sample order. (Earlier KernelBench versions keyed the samples by id, or held one sample per
   problem; the import reads all three.)
 * `run_eval.py report RUN_ID --kernelbench` (`kernelbench_metrics`): per level, fast_p over every problem of that
-  level in the problems tree (a problem without a record counts as a failure) on each problem's sample 0, and
-  pass@k over all samples with the unbiased estimator 1 - C(n-c, k) / C(n, k).
+  level in the problems tree (a problem without a record counts as a failure) on each problem's sample 0, counting
+  only ranked records as report's fast_p does (ok, and no flag keeps them off the ranking: harness.flags), and
+  pass@k over all samples (correct ones) with the unbiased estimator 1 - C(n-c, k) / C(n, k).
 
 Pure functions over records (`Record`s, or their JSON objects), except the two command helpers at the end.
 """
@@ -154,7 +155,7 @@ def kernelbench_metrics(records: Iterable[Record | dict[str, Any]], tree: dict[s
         first = {pid: min(by_problem[pid], key=sample_key) for pid in pids if pid in by_problem}
         fast = {}
         for p in FAST_P:
-            hits = sum(1 for r in first.values() if r.ok and (r.speedup or 0.0) > p)
+            hits = sum(1 for r in first.values() if r.ranked and (r.speedup or 0.0) > p)   # as report's fast_p
             fast[str(p)] = hits / len(pids) if pids else 0.0
         counts = {pid: (len(rs), sum(1 for r in rs if r.ok))
                   for pid, rs in by_problem.items() if pid.split("/", 1)[0] == level}

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 from . import SCHEMA_VERSION
 from .errors import InputError
+from .flags import INVALIDATING, ranks
 
 
 class Status(str, enum.Enum):
@@ -35,12 +36,8 @@ class Status(str, enum.Enum):
 
 STATUSES = tuple(s.value for s in Status)
 
-# Flags that mean the output or the timing cannot be trusted: a pair carrying one is `invalid`, not `ok`, and
-# stays out of fast_p and the geometric mean. Other flags (no_custom_kernel, little_custom_work,
-# degenerate_problem, noisy) only warn.
-INVALIDATING_FLAGS = ("mutates_inputs", "output_changed_under_timing", "unsynchronized_work", "tampered_timer",
-                      "faster_than_physics", "output_not_plain_tensor", "interference",
-                      "reduced_precision", "timing_inconsistent")
+# Flags that mean the output or the timing cannot be trusted (a pair carrying one is `invalid`): harness.flags.
+INVALIDATING_FLAGS = INVALIDATING
 
 REQUIRED_FIELDS = ("schema_version", "problem", "solution", "status", "correct", "flags", "error", "speedup",
                    "device")
@@ -195,6 +192,11 @@ class Record:
     def ok(self) -> bool:
         """Correct, and nothing makes its output or timing untrustworthy."""
         return self.status is Status.OK and self.correct
+
+    @property
+    def ranked(self) -> bool:
+        """`ok`, and none of its flags keeps it off a problem's best, the geometric mean and fast_p (flags.FLAGS)."""
+        return self.ok and ranks(self.flags)
 
     @property
     def invalid(self) -> bool:

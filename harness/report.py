@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from . import flags
 from .records import Record, as_records
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
-# Flags that make a timing or an output untrustworthy keep a pair out of fast_p and the geometric mean.
 COUNTS_AS_CORRECT = ("ok",)
 
 Records = Iterable["Record | dict[str, Any]"]
@@ -25,34 +26,46 @@ def _fmt_err(record: Record) -> str:
     return "-" if err is None else f"{err:.1e}"
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What the counts read of one pair: its status, whether it is correct (`ok`), whether it is ranked (correct,
+    and no flag keeps it off the ranking: harness.flags) and its speedup."""
+    status: str
+    correct: bool
+    ranked: bool
+    speedup: float | None
+
+
 def aggregate(records: Iterable[Record | Mapping[str, Any]]) -> dict[str, Any]:
-    """Counts over records; a mapping needs only status, correct and speedup (all the counts read)."""
-    return tally(_outcome(r) for r in records)
+    """Counts over records; a mapping needs only status, correct, flags and speedup (all the counts read)."""
+    return tally(outcome(r) for r in records)
 
 
-def _outcome(record: Record | Mapping[str, Any]) -> tuple[str, bool, float | None]:
-    """(status, counts as correct, speedup) of a record."""
+def outcome(record: Record | Mapping[str, Any]) -> Outcome:
     if isinstance(record, Record):
-        return record.status.value, record.ok, record.speedup
+        return Outcome(record.status.value, record.ok, record.ranked, record.speedup)
     speedup = record.get("speedup")
-    return (record["status"], record.get("status") in COUNTS_AS_CORRECT and bool(record.get("correct")),
-            speedup if isinstance(speedup, (int, float)) else None)
+    correct = record.get("status") in COUNTS_AS_CORRECT and bool(record.get("correct"))
+    return Outcome(str(record["status"]), correct, correct and flags.ranked(dict(record)),
+                   speedup if isinstance(speedup, (int, float)) and not isinstance(speedup, bool) else None)
 
 
-def tally(outcomes: Iterable[tuple[str, bool, float | None]]) -> dict[str, Any]:
-    """pairs, correct, correctness rate, geomean speedup and fast_p over the correct ones, count per status, from
-    (status, correct, speedup) per pair."""
+def tally(outcomes: Iterable[Outcome]) -> dict[str, Any]:
+    """pairs, correct, correctness rate, ranked (the correct pairs no flag keeps off the ranking), the geomean
+    speedup and fast_p over the ranked ones (fast_p as a share of all pairs), count per status."""
     outcomes = list(outcomes)
     total = len(outcomes)
-    correct = [speedup for _, ok, speedup in outcomes if ok]
-    speedups = [s for s in correct if s is not None and s > 0]
+    correct = sum(1 for o in outcomes if o.correct)
+    ranked = [o.speedup for o in outcomes if o.correct and o.ranked]
+    speedups = [s for s in ranked if s is not None and s > 0]
     by_status: dict[str, int] = {}
-    for status, _, _ in outcomes:
-        by_status[status] = by_status.get(status, 0) + 1
+    for o in outcomes:
+        by_status[o.status] = by_status.get(o.status, 0) + 1
     return {
         "pairs": total,
-        "correct": len(correct),
-        "correctness_rate": len(correct) / total if total else 0.0,
+        "correct": correct,
+        "correctness_rate": correct / total if total else 0.0,
+        "ranked": len(ranked),
         "geomean_speedup": math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None,
         "fast_p": {str(p): (sum(1 for s in speedups if s > p) / total if total else 0.0) for p in FAST_P},
         "by_status": dict(sorted(by_status.items())),
@@ -154,7 +167,7 @@ def _flags_text(record: Record):
     for i, flag in enumerate(record.flags):
         if i:
             text.append(",")
-        text.append(flag, style="yellow" if flag == "noisy" else "")
+        text.append(flag, style="yellow" if flags.ranks([flag]) else "bold yellow")   # bold: off the ranking
     return text
 
 
@@ -216,9 +229,9 @@ def _compact_table(records: list[Record], title: str, width: int, compile_col: b
             elif name == "status":
                 row.append(Text(abbreviate(cells[name][i], w), style=style.get(r.status.value, "yellow")))
             elif name == "flags":
-                flags = _flags_text(r)
-                flags.truncate(w, overflow="ellipsis")
-                row.append(flags)
+                cell = _flags_text(r)
+                cell.truncate(w, overflow="ellipsis")
+                row.append(cell)
             else:
                 row.append(Text(abbreviate(cells[name][i], w)))
         t.add_row(*row)
@@ -229,23 +242,40 @@ def summary_lines(agg: dict[str, Any]) -> list[str]:
     geo = agg["geomean_speedup"]
     fast = "  ".join(f"fast_{p}={v:.0%}" for p, v in agg["fast_p"].items())
     statuses = ", ".join(f"{k} {v}" for k, v in agg["by_status"].items())
+    ranked = agg.get("ranked", agg["correct"])
+    off = agg["correct"] - ranked
+    flagged = f" ({off} correct but flagged off the ranking)" if off else ""
     return [
         f"pairs {agg['pairs']}, correct {agg['correct']} ({agg['correctness_rate']:.0%}); statuses: {statuses}",
-        f"geomean speedup over correct: {'-' if geo is None else f'{geo:.2f}x'};  {fast}",
+        f"geomean speedup over {ranked} ranked{flagged}: {'-' if geo is None else f'{geo:.2f}x'};  {fast}",
     ]
 
 
-def leaderboard(records: Records, run_id: str) -> str:
-    """Markdown: the best correct candidate per problem."""
-    records = as_records(records)
+def best_ranked(records: list[Record]) -> dict[str, Record]:
+    """Per problem, the ranked record (ok, no flag keeps it off the ranking) with the highest speedup."""
     best: dict[str, Record] = {}
-    problems = sorted({r.problem for r in records})
     for r in records:
-        if not r.ok:
-            continue
         current = best.get(r.problem)
-        if current is None or (r.speedup or 0) > (current.speedup or 0):
+        if r.ranked and (current is None or (r.speedup or 0) > (current.speedup or 0)):
             best[r.problem] = r
+    return best
+
+
+def _no_best(records: list[Record], pid: str) -> str:
+    """The candidate cell of a problem without a ranked record: the correct ones flagged off it, with their flags."""
+    flagged = [r for r in records if r.problem == pid and r.ok]
+    if not flagged:
+        return "(no correct candidate)"
+    named = ", ".join(f"{r.candidate}: {', '.join(flags.unranked(r.flags))}" for r in flagged)
+    return f"(no ranked candidate; correct but flagged: {named})"
+
+
+def leaderboard(records: Records, run_id: str) -> str:
+    """Markdown: the best ranked candidate per problem (correct, and no flag keeps it off: harness.flags). A
+    problem whose correct candidates are all flagged off the ranking names them, with their flags, and no speedup."""
+    records = as_records(records)
+    best = best_ranked(records)
+    problems = sorted({r.problem for r in records})
     compile_col = _has_compile(records)
     header = "| problem | best candidate | speedup [95% CI] |" + (" vs torch.compile [95% CI] |" if compile_col else "")
     header += " candidate ms | reference ms | flags |"
@@ -254,7 +284,7 @@ def leaderboard(records: Records, run_id: str) -> str:
     for pid in problems:
         r = best.get(pid)
         if r is None:
-            lines.append(f"| {pid} | (no correct candidate) | - |" + (" - |" if compile_col else "") + " - | - | |")
+            lines.append(f"| {pid} | {_no_best(records, pid)} | - |" + (" - |" if compile_col else "") + " - | - | |")
             continue
         timing = r.timing or {}
         cells = [pid, r.candidate, fmt_speedup(r.speedup, r.speedup_ci)]

@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import defenses, processes
+from . import defenses, flags, processes
 from .build import BuildResult, Toolchain
 from .config import Config
 from .discover import Pair
 from .evaluate import PairContext, ReferenceSide, run_pair, slug
 from .messages import CeilingsJob, wire
 from .procs import SpareWorkers, Worker, WorkerExit, worker_env
-from .records import INVALIDATING_FLAGS, finish, new_record
+from .records import finish, new_record
 from .seeds import RunSeed
 
 
@@ -181,19 +181,18 @@ def _decided_without_running(pair: Pair, ctx: Context, slot: Slot) -> dict[str, 
     return finish(record, status, build.error)
 
 
-RETRIED_FLAGS = ("interference", "timing_inconsistent")    # verdicts a burst of load can also produce
+RETRIED_FLAGS = flags.RETRIED    # verdicts a burst of load can also produce (flags.FLAGS: `retry`)
 
 
 def _load_sensitive(record: dict[str, Any]) -> str | None:
     """The first invalidating flag, when an `invalid` pair's invalidating flags are all ones a busy machine can also
-    raise: the reference ran slower while the candidate was alive (`interference`), or the parent's clock saw more
+    raise (the table's `retry` flags, harness.flags): the reference ran slower while the candidate was alive (`interference`), or the parent's clock saw more
     time around the candidate's samples than around the reference's (`timing_inconsistent`); a burst of load often
     raises both. A cheat does that every time; a burst of load on a shared machine rarely lands twice, so such a
     pair is measured once more (fresh candidate process, fresh samples) and the second try's record stands."""
-    invalid = [f for f in record.get("flags", []) if f in INVALIDATING_FLAGS]
-    if record.get("status") == "invalid" and invalid and all(f in RETRIED_FLAGS for f in invalid):
-        return invalid[0]
-    return None
+    if record.get("status") != "invalid":
+        return None
+    return flags.retryable(record.get("flags", []))
 
 
 def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorkers) -> None:
@@ -255,7 +254,7 @@ def _one_process(pairs: list[Pair], ctx: Context, slot: Slot, spares: SpareWorke
                 record["retried"] = {"reason": reason, "first_try": first["flag_details"][reason]}
             lint = reference.info.get("lint") or {}
             if lint.get("degenerate"):
-                defenses.flag(record, "degenerate_problem", "; ".join(lint.get("reasons", [])))
+                defenses.flag(record, flags.DEGENERATE_PROBLEM, "; ".join(lint.get("reasons", [])))
             deliver(pair, record)
             if (record["worker"] or {}).get("device_usable_after") is False or not reference.worker.alive():
                 reference.close()                       # the next pair gets a fresh reference process too
