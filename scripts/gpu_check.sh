@@ -16,6 +16,8 @@
 #   placement: benchmarks/placement.py on four problems whose A/A moved between process pairs
 #   bias:      one GPU: placement on three problems, then A/A of three problems in three fresh process pairs each
 #   processes: A/A of seven problems with --processes PROCS (3), then the level3 candidates (custom_share)
+#   trusted:   issue 28's GPU checks: the exploit set and graph-mode skipping, A/A and a pair's cost on this tree
+#              and on the tree before it (.old/, carried)
 #   first:     the GPU tests, then (with CAL_SECONDS) an A/A calibration of level 1-3's 002 and 003
 #   root:      the tests of the sandbox, the exploits and the process tree as the device's user (root there)
 #   overhead:  benchmarks/sample_overhead.py on three problems (where a sample's harness work goes)
@@ -278,6 +280,23 @@ for r in (json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")):
     print(r["problem"], r["solution"].rsplit("/", 1)[-1], r["status"], r.get("speedup"), r.get("flags"),
           (r.get("kernels") or r.get("profile") or {}).get("custom_share") if isinstance(r.get("kernels") or r.get("profile"), dict) else "")
 PY
+    ;;
+trusted)
+    # issue 28 (the trusted side reads what it checks): the exploit set and graph-mode skipping on the GPU, then A/A
+    # of four problems and the cost of a pair, on this tree and (when carried in .old/, `git archive 73b98c5 harness
+    # run_eval.py config.yaml`) on the tree before it, back to back on this machine
+    echo "== GPU exploit tests (trusted reads, graph slots)"
+    timeout -s INT "${TESTS_TIMEOUT:-300}" python -m pytest -q -rf --tb=short -m gpu tests/test_gpu.py \
+        -k "${K:-exploits_on_the_gpu or graph_mode or captured}" 2>&1 | tee "$out/trusted_tests.txt" | tail -n 40
+    for tree in . .old; do
+        [ -f "$tree/run_eval.py" ] || continue
+        name=$([ "$tree" = . ] && echo new || echo old)
+        echo "== A/A, one process pair each ($name tree)"
+        (cd "$tree" && timeout -s INT "${CAL_SECONDS:-150}" python run_eval.py calibrate --processes 1 \
+            --problems-dir "$OLDPWD/problems" --solutions-dir "$OLDPWD/solutions" --output-dir "$OLDPWD/$out/cal-$name" \
+            --problem "${PROBLEM:-*00[23]_*}" --level "${LEVEL:-level1}" 2>&1) | grep -v "━" | tail -n 8
+        python benchmarks/pair_time.py --from "$out"/cal-$name/* 2>&1 | tail -n 6
+    done
     ;;
 first)
     echo "== GPU tests, then (CAL_SECONDS) six A/A problems"

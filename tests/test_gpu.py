@@ -83,7 +83,8 @@ def test_exploits_on_the_gpu(tmp_path):
                 "eval_mode_bn": "incorrect", "control_plain": "ok", "control_train_bn": "ok",
                 "patch_reference": "ok", "reduced_mantissa": "invalid", "forge_sample_times": "invalid",
                 "patch_sampler": "invalid", "compute_on_read": "invalid", "read_points_only": "invalid",
-                "thread_when_timed": "invalid", "precompute_at_inputs": "invalid", "precompute_in_torch": "ok"}
+                "thread_when_timed": "invalid", "precompute_at_inputs": "invalid", "precompute_in_torch": "ok",
+                "fill_checked_points": "invalid", "precision_when_timed": "invalid", "skip_captured_calls": "ok"}
     got = {name: records[name]["status"] for name in expected}
     # compute_on_read keys its pending outputs by data pointer: where the allocator hands a stale pointer to
     # another tensor, the cheat's own code raises (seen on the H200): a crash is as much a failure for it
@@ -108,6 +109,21 @@ def test_forged_report_in_graph_mode_is_caught(tmp_path):
     assert timing["mode"] == "graph" and timing["graph_replays"] >= 1, timing.get("graph_error")
     assert record["status"] == "invalid" and "timing_inconsistent" in record["flags"], (record["error"],
                                                                                          timing["consistency"])
+
+
+def test_skipped_captured_calls_are_caught_in_graph_mode(tmp_path):
+    """skip_captured_calls records its kernels for one captured call in five and hands back the previous output for
+    the rest: each captured call now has inputs of its own and the outputs of calls other than the last are read
+    too, so the skipped ones fail their check."""
+    config = write_config(tmp_path, FIXTURES / "exploits")
+    done = run_cli("--config", str(config), "--device", "cuda", "--json", "--timeout", "60", "--timing-mode", "graph",
+                   "--candidate", "[sc][ko]*[sn]", "--problem", "*001_linear_relu")
+    assert done.returncode == 0, done.stderr
+    records = json_records(done.stdout)
+    cheat, control = records["skip_captured_calls"], records["control_plain"]
+    assert cheat["timing"]["mode"] == "graph", cheat["timing"].get("graph_error")
+    assert cheat["status"] == "invalid" and "output_changed_under_timing" in cheat["flags"], cheat["error"]
+    assert control["status"] == "ok", control["error"]
 
 
 def test_work_left_running_to_slow_the_reference_is_invalid(gpu_run):
