@@ -49,9 +49,9 @@ def commit(repo: Path, message: str) -> str:
 
 @pytest.fixture(scope="module")
 def origin(tmp_path_factory):
-    """origin: main (this harness, its run_eval.py, a config, one problem) and two pull-request branches: `bend`
+    """origin: main (this harness, its run_eval.py, a config, two problems) and pull-request branches: `bend`
     edits harness/ci.py so that every pair passes and adds a wrong candidate; `weaken` changes the problem's
-    reference so that the same wrong candidate is right."""
+    reference so that the same wrong candidate is right; `drop` deletes a problem."""
     root = tmp_path_factory.mktemp("wf")
     repo = root / "origin"
     repo.mkdir()
@@ -61,6 +61,7 @@ def origin(tmp_path_factory):
     (repo / "problems" / "level1").mkdir(parents=True)
     (repo / "solutions" / PROBLEM).mkdir(parents=True)
     shutil.copy(TREE / "problems" / f"{PROBLEM}.py", repo / "problems" / f"{PROBLEM}.py")
+    shutil.copy(TREE / "problems" / f"{PROBLEM}.py", repo / "problems" / "level1" / "003_another.py")
     (repo / "solutions" / PROBLEM / ".gitkeep").write_text("")
     config = write_config(root, repo)                       # the base's config.yaml: CPU, quick timing
     shutil.move(config, repo / "config.yaml")
@@ -78,9 +79,13 @@ def origin(tmp_path_factory):
     text = problem.read_text()                                   # the reference now computes what cheat does
     problem.write_text(text.replace("torch.relu(self.linear(x))", "nn.functional.leaky_relu(self.linear(x), 0.01)"))
     shutil.copy(TREE / "solutions" / PROBLEM / "incorrect.py", repo / "solutions" / PROBLEM / "cheat.py")
-    weaken = commit(repo, "a candidate, and a tolerance it fits")
+    weaken = commit(repo, "a candidate, and a reference it fits")
+
+    git(repo, "checkout", "-q", "-b", "drop", base)
+    (repo / "problems" / f"{PROBLEM}.py").unlink()
+    drop = commit(repo, "no more problem")
     git(repo, "checkout", "-q", "main")
-    return root, repo, {"base": base, "bend": bend, "weaken": weaken}
+    return root, repo, {"base": base, "bend": bend, "weaken": weaken, "drop": drop}
 
 
 def checkout(origin: Path, sha: str, dest: Path) -> Path:
@@ -149,6 +154,14 @@ def test_a_changed_problem_is_named_above_the_table(origin):
     note = f"> **This branch changes 1 problem file**: `{PROBLEM}.py`."
     assert note in summary and summary.index(note) < summary.index("| problem |")
     assert "| cheat | ok |" in summary
+
+
+def test_a_deleted_problem_is_named_even_when_nothing_runs(origin):
+    root, repo, shas = origin
+    done, summary, _ = pr_job(root, repo, shas, "drop")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert summary.startswith("## Kernel evaluation: nothing to evaluate")
+    assert f"> **This branch changes 1 problem file**: `{PROBLEM}.py`." in summary
 
 
 def tree_digest(folder: Path) -> dict[str, tuple[str, int]]:
