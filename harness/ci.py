@@ -9,7 +9,14 @@
      `ok` pair is not ranked (a flag keeps it off the leaderboard: `no_custom_kernel`, `degenerate_problem`;
      harness.flags), or when it regresses against the last run of main (`compare`: SLOWER, its speedup CI
      entirely below main's, or BROKEN);
-  4. a Markdown summary for the job summary ($GITHUB_STEP_SUMMARY) and stdout.
+  4. a Markdown summary for the job summary ($GITHUB_STEP_SUMMARY) and stdout; it names, above its table, every
+     problem file the branch changed (added, edited or deleted): a changed problem's candidates are judged against
+     the branch's own reference, so a reviewer must read that reference.
+
+The workflow runs the base branch's harness with --problems-dir/--solutions-dir pointing at the pull request's
+checkout; the diff is computed in the tree the solutions live in, whatever harness reads it. --baseline is read
+only: it is loaded before any candidate or problem code runs, and ci refuses to write anywhere inside it
+(`check_outside_baseline`).
 """
 from __future__ import annotations
 
@@ -55,6 +62,23 @@ def select(pairs: Iterable[Pair], changed: set[Path]) -> list[Pair]:
             or (p.problem is not None and p.problem.path.resolve() in changed)]
 
 
+def changed_problems(changed: set[Path], problems_dir: Path) -> list[str]:
+    """The changed files under the problems tree (added, edited or deleted), relative to it, sorted."""
+    root = problems_dir.resolve()
+    return sorted(str(path.relative_to(root)) for path in changed if path.is_relative_to(root))
+
+
+def check_outside_baseline(baseline: str | None, writes: dict[str, Path | None]) -> None:
+    """Refuse a place ci would write (output folder, cache, summary) that lies inside --baseline: main's last run is
+    only ever read."""
+    if baseline is None:
+        return
+    root = Path(baseline).resolve()
+    for name, path in writes.items():
+        if path is not None and path.resolve().is_relative_to(root):
+            raise UsageError(f"ci: {name} {path} is inside --baseline {baseline}; ci never writes there")
+
+
 def baseline_results(spec: str) -> Path:
     """The results.jsonl of `spec`: a run folder, or an output folder whose newest run is taken (the last run of
     main, kept on the runner)."""
@@ -98,14 +122,25 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def problems_note(problems: Iterable[str]) -> list[str]:
+    """Lines that put the changed problem files in front of a reviewer (none when no problem changed)."""
+    problems = list(problems)
+    if not problems:
+        return []
+    return [f"> **This branch changes {len(problems)} problem file{'s' if len(problems) != 1 else ''}**: "
+            + ", ".join(f"`{_cell(p)}`" for p in problems) + ".",
+            "> Their candidates are judged against the branch's own reference: a reviewer must read the change "
+            "(a weakened reference, tolerance or input makes a wrong candidate pass).", ""]
+
+
 def markdown(records: Iterable[Record | dict[str, Any]], verdict: Verdict, run_id: str,
-             baseline_name: str | None, machines: Iterable[str] = ()) -> str:
+             baseline_name: str | None, machines: Iterable[str] = (), problems: Iterable[str] = ()) -> str:
     """The summary; `machines` (machine_lines) say how main's run's machine and this run's differ, since a
-    speedup's CI does not cover the machine."""
+    speedup's CI does not cover the machine; `problems` (changed_problems) are named above everything else."""
     records = as_records(records)
     agg = report.aggregate(records)
     head = "PASS" if verdict.exit_code == 0 else "FAIL"
-    lines = [f"## Kernel evaluation: {head}", "",
+    lines = [f"## Kernel evaluation: {head}", "", *problems_note(problems),
              f"run `{run_id}`: {agg['pairs']} pairs, {agg['correct']} correct; "
              + ", ".join(f"{k} {v}" for k, v in agg["by_status"].items())
              + (f"; compared with `{baseline_name}`" if baseline_name else "; no baseline run of main given"), ""]

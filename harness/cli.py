@@ -166,23 +166,29 @@ def cmd_ci(argv: list[str]) -> int:
                      "(git diff BASE...HEAD, plus uncommitted files): every changed candidate and every candidate of "
                      "a changed problem. Writes a Markdown summary to --summary or $GITHUB_STEP_SUMMARY and stdout; "
                      "exits 1 when a pair is not ok (skipped excepted) or regressed against --baseline (SLOWER or "
-                     "BROKEN, as `compare` judges).")
+                     "BROKEN, as `compare` judges). The summary names every problem file the branch changed. In CI, "
+                     "run the base branch's run_eval.py with --problems-dir/--solutions-dir pointing at the pull "
+                     "request's checkout: the diff is taken in that checkout.")
     p.add_argument("--base", required=True, metavar="REF", help="the git ref the branch is compared with, e.g. "
                    "origin/main")
     p.add_argument("--baseline", metavar="RUN", help="main's last run: a run folder, or a folder of runs (the newest "
-                   "is taken)")
+                   "is taken); only read, before any candidate runs: an --output-dir, cache_dir or --summary inside "
+                   "it is refused")
     p.add_argument("--summary", type=Path, metavar="PATH", help="append the Markdown summary here (default: "
                    "$GITHUB_STEP_SUMMARY when set)")
     args = p.parse_args(argv)
     if args.resume is not None or args.problem_file is not None:
         raise UsageError("ci selects its pairs from git; --resume and --problem-file do not apply")
     cfg = load_run_config(args)
-    baseline_name, baseline, baseline_meta = ci.load_baseline(args.baseline)
+    summary = args.summary or (Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY")
+                               else None)
+    ci.check_outside_baseline(args.baseline, {"--output-dir": Path(cfg.output_dir), "cache_dir": Path(cfg.cache_dir),
+                                              "--summary": summary})
+    baseline_name, baseline, baseline_meta = ci.load_baseline(args.baseline)     # read now, before any PR code runs
     _, pairs = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate)
     changed = ci.changed_files(args.base, Path(cfg.solutions_dir)) | ci.changed_files(args.base, Path(cfg.problems_dir))
     selected = ci.select(pairs, changed)
-    summary = args.summary or (Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY")
-                               else None)
+    problems = ci.changed_problems(changed, Path(cfg.problems_dir))
 
     def publish(text: str) -> None:
         print(text)
@@ -191,14 +197,17 @@ def cmd_ci(argv: list[str]) -> int:
                 f.write(text)
 
     if not selected:
-        publish(f"## Kernel evaluation: nothing to evaluate\n\nno candidate or problem changed since {args.base}\n")
+        note = "\n".join(ci.problems_note(problems))
+        publish(f"## Kernel evaluation: nothing to evaluate\n\n{note}\nno candidate of a changed problem and no "
+                f"changed candidate since {args.base}\n" if problems else
+                f"## Kernel evaluation: nothing to evaluate\n\nno candidate or problem changed since {args.base}\n")
         return 0
 
     def conclude(store) -> int:
         records = as_records(store.records())
         verdict = ci.judge(records, baseline)
         machines = ci.machine_lines(baseline, baseline_meta, records, store.metadata())
-        publish(ci.markdown(records, verdict, store.run_id, baseline_name, machines))
+        publish(ci.markdown(records, verdict, store.run_id, baseline_name, machines, problems))
         return verdict.exit_code
 
     return run_pipeline(cfg, args, ["ci", *argv], pairs=selected, conclude=conclude)

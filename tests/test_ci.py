@@ -115,4 +115,4 @@ def test_a_bad_base_is_one_line(repo):
 
 def test_the_workflow_calls_the_command():
     workflow = (REPO / ".github" / "workflows" / "kernels.yml").read_text()
-    assert "python run_eval.py ci --base" in workflow and "solutions/**" in workflow and "problems/**" in workflow
+    assert "run_eval.py ci --base" in workflow and "solutions/**" in workflow and "problems/**" in workflow
