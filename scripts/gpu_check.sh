@@ -288,14 +288,15 @@ trusted)
     echo "== GPU exploit tests (trusted reads, graph slots)"
     timeout -s INT "${TESTS_TIMEOUT:-300}" python -m pytest -q -rf --tb=short -m gpu tests/test_gpu.py \
         -k "${K:-exploits_on_the_gpu or graph_mode or captured}" 2>&1 | tee "$out/trusted_tests.txt" | tail -n 40
+    here=$(pwd); abs_out=$(cd "$out" && pwd)
     for tree in . .old; do
         [ -f "$tree/run_eval.py" ] || continue
         name=$([ "$tree" = . ] && echo new || echo old)
         echo "== A/A, one process pair each ($name tree)"
         (cd "$tree" && timeout -s INT "${CAL_SECONDS:-150}" python run_eval.py calibrate --processes 1 \
-            --problems-dir "$OLDPWD/problems" --solutions-dir "$OLDPWD/solutions" --output-dir "$OLDPWD/$out/cal-$name" \
+            --problems-dir "$here/problems" --solutions-dir "$here/solutions" --output-dir "$abs_out/cal-$name" \
             --problem "${PROBLEM:-*00[23]_*}" --level "${LEVEL:-level1}" 2>&1) | grep -v "━" | tail -n 8
-        python benchmarks/pair_time.py --from "$out"/cal-$name/* 2>&1 | tail -n 6
+        python benchmarks/pair_time.py --from $(ls -d "$abs_out"/cal-$name/*/ 2>/dev/null) 2>&1 | tail -n 6
     done
     ;;
 first)

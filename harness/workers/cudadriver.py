@@ -65,7 +65,7 @@ def _ipc(lib):
         result = get_range(ctypes.byref(base), ctypes.byref(size), address)
         if result == 0:
             result = get_handle(ctypes.byref(handle), base.value)
-        return (bytes(handle.reserved), base.value) if result == 0 else (None, result)
+        return (ctypes.string_at(ctypes.addressof(handle), IPC_HANDLE_BYTES), base.value) if result == 0 else (None, result)
 
     def open_handle_(raw: bytes):
         handle, address, base, size = _IpcHandle(), u64(), u64(), ctypes.c_size_t()
