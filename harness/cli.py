@@ -144,11 +144,11 @@ def load_run_config(args: argparse.Namespace) -> Config:
 
 
 def cmd_run(argv: list[str]) -> int:
-    from .pipeline import run_pipeline
     args = _run_parser().parse_args(argv)
     if (args.problem_file is None) != (args.solution_file is None):
         raise UsageError("--problem-file and --solution-file go together")
     cfg = load_run_config(args)
+    from .pipeline import run_pipeline     # here, not above: --help and usage errors stay quick
     return run_pipeline(cfg, args, argv)
 
 
@@ -158,7 +158,6 @@ def cmd_ci(argv: list[str]) -> int:
     import os
     from . import ci
     from .discover import discover
-    from .pipeline import run_pipeline
     from .records import as_records
     p = _run_parser()
     p.prog = "run_eval.py ci"
@@ -201,6 +200,7 @@ def cmd_ci(argv: list[str]) -> int:
         publish(ci.markdown(records, verdict, store.run_id, baseline_name, machines))
         return verdict.exit_code
 
+    from .pipeline import run_pipeline
     return run_pipeline(cfg, args, ["ci", *argv], pairs=selected, conclude=conclude)
 
 
@@ -208,7 +208,6 @@ def cmd_calibrate(argv: list[str]) -> int:
     """The A/A test: each selected problem's reference through the full candidate path against itself."""
     from . import calibrate
     from .discover import check_problem_selection, discover
-    from .pipeline import run_pipeline
     p = _run_parser(processes_default=f"timing.processes, at least {CALIBRATE_PROCESSES}")
     p.prog = "run_eval.py calibrate"
     p.description = ("The A/A test: every selected problem's own Model, as the candidate `class ModelNew(Model): "
@@ -242,6 +241,7 @@ def cmd_calibrate(argv: list[str]) -> int:
         print(f"calibration: {path}", file=sys.stderr)
         return 1 if args.strict and not calibrate.verdict(table)["passed"] else 0
 
+    from .pipeline import run_pipeline
     return run_pipeline(cfg, args, ["calibrate", *argv], pairs=calibrate.aa_pairs(problems), conclude=conclude)
 
 
