@@ -2,7 +2,9 @@
 import argparse
 import os
 import select
+import shlex
 import sys
+from pathlib import Path
 
 
 class HarnessError(Exception):
@@ -27,6 +29,13 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def command_line(args: list[str]) -> str:
+    """A run_eval.py command to print for the user to run next, with run_eval.py as this one was started (a path
+    when it was started from another folder), quoted for the shell."""
+    script = sys.argv[0] if sys.argv and Path(sys.argv[0]).name == "run_eval.py" else "run_eval.py"
+    return shlex.join(["python", script, *args])
 
 
 class RunInterrupted(KeyboardInterrupt):

@@ -5,7 +5,6 @@ import argparse
 import contextlib
 import json
 import os
-import shlex
 import sys
 import tempfile
 import time
@@ -17,7 +16,7 @@ from .build import Toolchain, build_all
 from .config import Config, config_to_dict
 from .resume import selection_record
 from .discover import Pair, check_selection, check_trees, discover, needs_cuda, single_pair
-from .errors import RunInterrupted, UsageError
+from .errors import RunInterrupted, UsageError, command_line
 from .schedule import Context, Slot, run_all
 from .seeds import RunSeed
 from .records import now
@@ -197,10 +196,10 @@ def resume_hint(run_id: str, results_path: Path, output_dir: str, argv: list[str
     said = f"interrupted: finished pairs are in {results_path}"
     if argv[:1] == ["ci"]:                      # ci selects from git and takes no --resume
         return f"{said} (run {run_id})"
-    command = ["python", "run_eval.py", *(["calibrate"] if argv[:1] == ["calibrate"] else []), "--resume", run_id]
+    command = [*(["calibrate"] if argv[:1] == ["calibrate"] else []), "--resume", run_id]
     if Path(output_dir) != Path("results"):
-        command += ["--output-dir", output_dir]
-    return f"{said}; continue with: {shlex.join(command)}"
+        command += ["--output-dir", str(output_dir)]
+    return f"{said}; continue with: {command_line(command)}"
 
 
 def _progress(console):
