@@ -12,7 +12,7 @@ from typing import Any
 from . import report
 from .render import config_output_dir as _config_output_dir, render, wide_console, write_site
 from .config import PRECISIONS, Config, load_config
-from .errors import HarnessError, OneLineParser, UsageError
+from .errors import HarnessError, OneLineParser, UsageError, interrupted_message, silence_stdout, stdout_pipe_closed
 
 SUBCOMMANDS = ("report", "compare", "lint", "import-kernelbench", "export-kernelbench", "calibrate", "new")
 
@@ -20,33 +20,21 @@ SUBCOMMANDS = ("report", "compare", "lint", "import-kernelbench", "export-kernel
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if argv and argv[0] == "report":
-            return cmd_report(argv[1:])
-        if argv and argv[0] == "compare":
-            from .compare import cmd_compare
-            return cmd_compare(argv[1:])
-        if argv and argv[0] == "lint":
-            from .lint import cmd_lint
-            return cmd_lint(argv[1:])
-        if argv and argv[0] == "calibrate":
-            return cmd_calibrate(argv[1:])
-        if argv and argv[0] == "import-kernelbench":
-            from .kbimport import cmd_import
-            return cmd_import(argv[1:])
-        if argv and argv[0] == "export-kernelbench":
-            from .kbexport import cmd_export
-            return cmd_export(argv[1:])
-        if argv and argv[0] == "ci":
-            return cmd_ci(argv[1:])
-        if argv and argv[0] == "new":
-            from .scaffold import cmd_new
-            return cmd_new(argv[1:])
-        return cmd_run(argv)
+        code = _dispatch(argv)
+        sys.stdout.flush()                         # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        if not stdout_pipe_closed():               # a pipe of the harness's own: a fault, not a reader gone
+            traceback.print_exc()
+            print("error: harness fault (traceback above)", file=sys.stderr)
+            return 1
+        silence_stdout()                           # `report --csv | head`: the reader has what it wanted
+        return 0
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted: finished pairs are in results.jsonl; continue with --resume RUN_ID", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(interrupted_message(exc), file=sys.stderr)
         return 130
     except SystemExit as exc:                      # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else 2
@@ -54,6 +42,31 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         print("error: harness fault (traceback above)", file=sys.stderr)
         return 1
+
+
+def _dispatch(argv: list[str]) -> int:
+    if argv and argv[0] == "report":
+        return cmd_report(argv[1:])
+    if argv and argv[0] == "compare":
+        from .compare import cmd_compare
+        return cmd_compare(argv[1:])
+    if argv and argv[0] == "lint":
+        from .lint import cmd_lint
+        return cmd_lint(argv[1:])
+    if argv and argv[0] == "calibrate":
+        return cmd_calibrate(argv[1:])
+    if argv and argv[0] == "import-kernelbench":
+        from .kbimport import cmd_import
+        return cmd_import(argv[1:])
+    if argv and argv[0] == "export-kernelbench":
+        from .kbexport import cmd_export
+        return cmd_export(argv[1:])
+    if argv and argv[0] == "ci":
+        return cmd_ci(argv[1:])
+    if argv and argv[0] == "new":
+        from .scaffold import cmd_new
+        return cmd_new(argv[1:])
+    return cmd_run(argv)
 
 
 CALIBRATE_PROCESSES = 3     # the fewest process pairs `calibrate` measures a problem in, unless --processes is given
@@ -144,11 +157,11 @@ def load_run_config(args: argparse.Namespace) -> Config:
 
 
 def cmd_run(argv: list[str]) -> int:
-    from .pipeline import run_pipeline
     args = _run_parser().parse_args(argv)
     if (args.problem_file is None) != (args.solution_file is None):
         raise UsageError("--problem-file and --solution-file go together")
     cfg = load_run_config(args)
+    from .pipeline import run_pipeline     # here, not above: --help and usage errors stay quick
     return run_pipeline(cfg, args, argv)
 
 
@@ -158,7 +171,6 @@ def cmd_ci(argv: list[str]) -> int:
     import os
     from . import ci
     from .discover import discover
-    from .pipeline import run_pipeline
     from .records import as_records
     p = _run_parser()
     p.prog = "run_eval.py ci"
@@ -210,6 +222,7 @@ def cmd_ci(argv: list[str]) -> int:
         publish(ci.markdown(records, verdict, store.run_id, baseline_name, machines, problems))
         return verdict.exit_code
 
+    from .pipeline import run_pipeline
     return run_pipeline(cfg, args, ["ci", *argv], pairs=selected, conclude=conclude)
 
 
@@ -217,7 +230,6 @@ def cmd_calibrate(argv: list[str]) -> int:
     """The A/A test: each selected problem's reference through the full candidate path against itself."""
     from . import calibrate
     from .discover import check_problem_selection, discover
-    from .pipeline import run_pipeline
     p = _run_parser(processes_default=f"timing.processes, at least {CALIBRATE_PROCESSES}")
     p.prog = "run_eval.py calibrate"
     p.description = ("The A/A test: every selected problem's own Model, as the candidate `class ModelNew(Model): "
@@ -251,6 +263,7 @@ def cmd_calibrate(argv: list[str]) -> int:
         print(f"calibration: {path}", file=sys.stderr)
         return 1 if args.strict and not calibrate.verdict(table)["passed"] else 0
 
+    from .pipeline import run_pipeline
     return run_pipeline(cfg, args, ["calibrate", *argv], pairs=calibrate.aa_pairs(problems), conclude=conclude)
 
 

@@ -94,7 +94,7 @@ def run_all_dask(pairs: list[Pair], ctx: Any, slots: list[Any], device: str,
                 client = Client(cfg.scheduler, timeout="60s")
             except (OSError, TimeoutError) as exc:
                 raise UsageError(f"--scheduler {cfg.scheduler}: cannot connect: {_describe(exc)} (finished pairs "
-                                 "are in results.jsonl; continue with --resume RUN_ID)") from None
+                                 f"are in results.jsonl; continue with --resume {ctx.run_id})") from None
         else:
             cluster = start_local_cluster(cfg, device, slots)
             client = Client(cluster)

@@ -151,7 +151,7 @@ def discover(problems_dir: Path, solutions_dir: Path, level: str | None = None,
              problem_glob: str = "*", candidate_glob: str = "*") -> tuple[list[Problem], list[Pair]]:
     """All selected problems, and every (problem, candidate) pair under the two trees, sorted."""
     if not problems_dir.is_dir():
-        raise InputError(f"{problems_dir}: problems directory does not exist")
+        raise InputError(f"{problems_dir}: problems directory does not exist{looked_at(problems_dir)}")
     problems: dict[str, Problem] = {}
     for path in sorted(problems_dir.glob("*/*.py")):
         level_name = path.parent.name
@@ -176,11 +176,16 @@ def discover(problems_dir: Path, solutions_dir: Path, level: str | None = None,
     return list(problems.values()), pairs
 
 
+def looked_at(path: Path) -> str:
+    """For a relative path that is not there: where it was looked for (the command may run from another folder)."""
+    return "" if path.is_absolute() else f" (looked at {Path.cwd() / path})"
+
+
 def check_trees(problems_dir: Path, solutions_dir: Path | None) -> tuple[list[Path], list[Path]]:
     """The problem and candidate files of the two trees (problems only when `solutions_dir` is None); InputError
     naming a directory that is missing or empty."""
     if not problems_dir.is_dir():
-        raise InputError(f"{problems_dir}: problems directory does not exist")
+        raise InputError(f"{problems_dir}: problems directory does not exist{looked_at(problems_dir)}")
     problem_files = [p for p in sorted(problems_dir.glob("*/*.py")) if not p.name.startswith("_")]
     if not problem_files:
         raise InputError(f"{problems_dir}: no problem files here (expected <level>/<NNN>_<name>.py)")
@@ -188,7 +193,7 @@ def check_trees(problems_dir: Path, solutions_dir: Path | None) -> tuple[list[Pa
         return problem_files, []
     if not solutions_dir.is_dir():
         what = "is not a directory" if solutions_dir.exists() else "directory does not exist"
-        raise InputError(f"{solutions_dir}: solutions {what}")
+        raise InputError(f"{solutions_dir}: solutions {what}{looked_at(solutions_dir)}")
     candidates = [p for p in sorted(solutions_dir.glob("*/*/*")) if p.suffix in CANDIDATE_SUFFIXES
                   and not p.name.startswith(("_", ".")) and p.is_file()]
     if not candidates:

@@ -31,7 +31,7 @@ from .procs import SpareWorkers, Worker, WorkerExit
 from .records import finish
 from .seeds import RunSeed
 from .signing import RunKey
-from .timing import graph_replays, summarize
+from .stats import graph_replays, summarize
 from .trusted import Reader
 
 
@@ -384,7 +384,7 @@ def _conclude(record: dict[str, Any], reference: ReferenceSide, inter: Interleav
 
 def _set_reference_mode(reference: ReferenceSide, inter: Interleaver, graph_calls: int) -> None:
     """The reference's timing mode for this pair. Graph mode: one block with one replay a sample sizes the replays
-    (timing.graph_replays, once per problem) so that a sample holds enough work for the parent's clock."""
+    (stats.graph_replays, once per problem) so that a sample holds enough work for the parent's clock."""
     if reference.mode == "graph" and not reference.replays_sized:
         inter.set_mode(reference.worker, "graph", 1)
         inter.calls_per_sample = graph_calls

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -15,7 +16,7 @@ from .build import Toolchain, build_all
 from .config import Config, config_to_dict
 from .resume import selection_record
 from .discover import Pair, check_selection, check_trees, discover, needs_cuda, single_pair
-from .errors import UsageError
+from .errors import RunInterrupted, UsageError, command_line
 from .schedule import Context, Slot, run_all
 from .seeds import RunSeed
 from .records import now
@@ -122,61 +123,83 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
                                              "started_at": now(), "config": config_to_dict(cfg),
                                              "selection": selection_record(cfg, args),
                                              "seed": seed.record()}, warn)
-    notice = cpu_notice(pairs, gpu_list) if device == "cpu" else None
-    if notice:
-        print(notice, file=sys.stderr, flush=True)
-    if cfg.executor == "dask":
-        where = f"dask ({cfg.scheduler or 'LocalCluster here'}, {device})"
-    else:
-        where = ", ".join(s.name for s in slots)
-    console.print(f"run {store.run_id}: {len(pairs)} pairs on {where}", highlight=False)
-    if cfg.executor == "dask":
-        from .dask_executor import require_distributed
-        require_distributed()
-    started = time.monotonic()
-    toolchain = toolchain_for(device, cfg, gpu_list)
-    records_out: list[dict[str, Any]] = []
-    with _progress(console) as progress:
-        build_task = progress.add_task("build", total=len(pairs))
-        builds = build_all(pairs, Path(cfg.cache_dir) / "builds", toolchain, cfg.build_jobs(), cfg.build_timeout,
-                           seed.base, on_done=lambda pair, result: progress.advance(build_task))
-        progress.update(build_task, completed=len(pairs))
-        store.update_metadata(builds_compiled=sum(1 for b in builds.values() if not b.cached),
-                              builds_cached=sum(1 for b in builds.values() if b.cached),
-                              build_seconds=round(time.monotonic() - started, 1))
-        eval_task = progress.add_task("evaluate", total=len(pairs))
+    with _resume_hint_on_interrupt(store, cfg, argv):
+        notice = cpu_notice(pairs, gpu_list) if device == "cpu" else None
+        if notice:
+            print(notice, file=sys.stderr, flush=True)
+        if cfg.executor == "dask":
+            where = f"dask ({cfg.scheduler or 'LocalCluster here'}, {device})"
+        else:
+            where = ", ".join(s.name for s in slots)
+        console.print(f"run {store.run_id}: {len(pairs)} pairs on {where}", highlight=False)
+        if cfg.executor == "dask":
+            from .dask_executor import require_distributed
+            require_distributed()
+        started = time.monotonic()
+        toolchain = toolchain_for(device, cfg, gpu_list)
+        records_out: list[dict[str, Any]] = []
+        with _progress(console) as progress:
+            build_task = progress.add_task("build", total=len(pairs))
+            builds = build_all(pairs, Path(cfg.cache_dir) / "builds", toolchain, cfg.build_jobs(), cfg.build_timeout,
+                               seed.base, on_done=lambda pair, result: progress.advance(build_task))
+            progress.update(build_task, completed=len(pairs))
+            store.update_metadata(builds_compiled=sum(1 for b in builds.values() if not b.cached),
+                                  builds_cached=sum(1 for b in builds.values() if b.cached),
+                                  build_seconds=round(time.monotonic() - started, 1))
+            eval_task = progress.add_task("evaluate", total=len(pairs))
 
-        def emit(record: dict[str, Any]) -> None:
-            store.append(record)
-            records_out.append(record)
-            progress.advance(eval_task)
-            if args.json:
-                print(json.dumps(record, default=str), flush=True)
+            def emit(record: dict[str, Any]) -> None:
+                store.append(record)
+                records_out.append(record)
+                progress.advance(eval_task)
+                if args.json:
+                    print(json.dumps(record, default=str), flush=True)
 
-        scratch = scratch_root(store.run_id)
-        scratch.mkdir(parents=True, exist_ok=True)
-        ctx = Context(cfg, store.run_id, toolchain, builds, scratch, store.dir / "logs", emit, seed)
-        try:
-            if cfg.executor == "dask":                  # imports distributed only here (README: Scale-out on Dask)
-                from .dask_executor import run_all_dask
-                store.update_metadata(dask=run_all_dask(pairs, ctx, slots, device, say=lambda text: console.print(
-                    text, highlight=False, markup=False, soft_wrap=True)))
-            else:
-                run_all(pairs, ctx, slots)
-        finally:
-            import shutil
-            shutil.rmtree(scratch, ignore_errors=True)
-    store.update_metadata(finished_at=now(), wall_seconds=round(time.monotonic() - started, 3),
-                          ceilings=ctx.ceilings)
-    store.finish()                                     # results.jsonl and run.json hold what this run wrote
-    if args.json:
-        from . import report
-        for line in report.summary_lines(report.aggregate(store.records())):
-            console.print(line, highlight=False)
-    if conclude is not None:
-        return conclude(store)
-    render(store.records(), store, json_mode=False, console=None if args.json else wide_console())
-    return 0
+            scratch = scratch_root(store.run_id)
+            scratch.mkdir(parents=True, exist_ok=True)
+            ctx = Context(cfg, store.run_id, toolchain, builds, scratch, store.dir / "logs", emit, seed)
+            try:
+                if cfg.executor == "dask":                  # imports distributed only here (README: Scale-out on Dask)
+                    from .dask_executor import run_all_dask
+                    store.update_metadata(dask=run_all_dask(pairs, ctx, slots, device, say=lambda text: console.print(
+                        text, highlight=False, markup=False, soft_wrap=True)))
+                else:
+                    run_all(pairs, ctx, slots)
+            finally:
+                import shutil
+                shutil.rmtree(scratch, ignore_errors=True)
+        store.update_metadata(finished_at=now(), wall_seconds=round(time.monotonic() - started, 3),
+                              ceilings=ctx.ceilings)
+        store.finish()                                     # results.jsonl and run.json hold what this run wrote
+        if args.json:
+            from . import report
+            for line in report.summary_lines(report.aggregate(store.records())):
+                console.print(line, highlight=False)
+        if conclude is not None:
+            return conclude(store)
+        render(store.records(), store, json_mode=False, console=None if args.json else wide_console())
+        return 0
+
+
+@contextlib.contextmanager
+def _resume_hint_on_interrupt(store: RunStore, cfg: Config, argv: list[str]):
+    """Ctrl-C once the run has its folder: a RunInterrupted that names the run and the command that goes on."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise RunInterrupted(resume_hint(store.run_id, store.results_path, cfg.output_dir, argv)) from None
+
+
+def resume_hint(run_id: str, results_path: Path, output_dir: str, argv: list[str]) -> str:
+    """What Ctrl-C prints: where the finished pairs are and the command that runs the rest (`argv`: the run's, with
+    its subcommand first for calibrate and ci)."""
+    said = f"interrupted: finished pairs are in {results_path}"
+    if argv[:1] == ["ci"]:                      # ci selects from git and takes no --resume
+        return f"{said} (run {run_id})"
+    command = [*(["calibrate"] if argv[:1] == ["calibrate"] else []), "--resume", run_id]
+    if Path(output_dir) != Path("results"):
+        command += ["--output-dir", str(output_dir)]
+    return f"{said}; continue with: {command_line(command)}"
 
 
 def _progress(console):

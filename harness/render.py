@@ -3,6 +3,8 @@
 `lint` and `compare`; imports nothing of the CLI, which sits on top."""
 from __future__ import annotations
 
+import errno
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -13,11 +15,25 @@ from .config import load_config
 
 def wide_console(stderr: bool = False):
     """A rich console; when output is not a terminal (CI logs, files), wide enough that the table stays legible."""
-    from rich.console import Console
+    Console = _console_class()
     console = Console(stderr=stderr)
     if not console.is_terminal:
         console = Console(stderr=stderr, width=200)
     return console
+
+
+@functools.cache
+def _console_class():
+    """rich's Console, except that a closed pipe (`report RUN | head`) is a BrokenPipeError for harness.cli.main to
+    end quietly on, where rich's own handler would exit 1."""
+    from rich.console import Console
+
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "the reader of the console's output has gone")
+
+    return PipeConsole
 
 
 def config_output_dir(path: Path | None) -> str:

@@ -16,7 +16,7 @@ import re
 import textwrap
 from pathlib import Path
 
-from .errors import InputError, OneLineParser, UsageError
+from .errors import InputError, OneLineParser, UsageError, command_line
 
 SKIPPED_DEFS = ("Model", "get_inputs", "get_init_inputs")
 SETTINGS = ("ATOL", "RTOL", "DTYPE", "ALLOW_TF32")
@@ -278,12 +278,21 @@ def cmd_new(argv: list[str]) -> int:
     p.add_argument("--config", type=Path, help="config file (default: ./config.yaml when it exists)")
     args = p.parse_args(argv)
     check_name(args.name)
+    given = {flag: value for flag, value in (("--config", args.config), ("--problems-dir", args.problems_dir),
+                                             ("--solutions-dir", args.solutions_dir)) if value is not None}
     if args.problems_dir is None or args.solutions_dir is None:
         problems, solutions = _default_dirs(args.config)
         args.problems_dir = args.problems_dir or Path(problems)
         args.solutions_dir = args.solutions_dir or Path(solutions)
     dest = new_candidate(args.problems_dir, args.solutions_dir, args.problem, args.name, args.cuda)
-    level, stem = dest.parent.parent.name, dest.parent.name
-    print(f"wrote {dest}; evaluate it with: python run_eval.py --level {level} --problem '{stem}' "
-          f"--candidate {args.name}{' --device cuda' if args.cuda else ''}")
+    print(f"wrote {dest}; evaluate it with: {evaluate_command(dest, args.name, args.cuda, given)}")
     return 0
+
+
+def evaluate_command(dest: Path, name: str, cuda: bool, trees: dict[str, Path]) -> str:
+    """The run that evaluates just this candidate, from where `new` ran: its --config and trees as `new` was given
+    them (without them a run reads the same config.yaml and defaults `new` did)."""
+    level, stem = dest.parent.parent.name, dest.parent.name
+    args = [arg for flag, value in trees.items() for arg in (flag, str(value))]
+    args += ["--level", level, "--problem", re.sub(r"([*?[])", r"[\1]", stem), "--candidate", name]
+    return command_line(args + (["--device", "cuda"] if cuda else []))

@@ -32,6 +32,8 @@ from typing import Any, Callable
 
 import torch
 
+from .stats import GRAPH_MAX_REPLAYS, GRAPH_SAMPLE_MS, graph_replays, summarize  # noqa: F401 - re-exported
+
 _perf_counter_ns = time.perf_counter_ns
 _Event = torch.cuda.Event
 _event_record = torch.cuda.Event.record
@@ -51,31 +53,11 @@ _ORIGINALS = {
     "torch.cuda.synchronize": (torch.cuda, "synchronize", _synchronize),
     "torch.cuda.CUDAGraph.replay": (torch.cuda.CUDAGraph, "replay", _graph_replay),
 }
-GRAPH_SAMPLE_MS = 3.0           # graph mode: a sample replays the graph until it holds about this much device time
-GRAPH_MAX_REPLAYS = 200
 
 
 def timers_tampered() -> list[str]:
     """Names of clock functions that no longer are the ones bound at import."""
     return [name for name, (owner, attr, original) in _ORIGINALS.items() if getattr(owner, attr, None) is not original]
-
-
-def summarize(samples_ms: list[float]) -> dict[str, Any]:
-    ordered = sorted(samples_ms)
-    n = len(ordered)
-    if n == 0:
-        return {"n": 0}
-    quartiles = statistics.quantiles(ordered, n=4) if n >= 2 else [ordered[0]] * 3
-    return {
-        "n": n,
-        "median_ms": statistics.median(ordered),
-        "mean_ms": statistics.fmean(ordered),
-        "stdev_ms": statistics.stdev(ordered) if n >= 2 else 0.0,
-        "min_ms": ordered[0],
-        "max_ms": ordered[-1],
-        "iqr_ms": quartiles[2] - quartiles[0],
-        "samples_ms": [round(s, 6) for s in samples_ms],
-    }
 
 
 @dataclass(frozen=True)
@@ -290,14 +272,6 @@ def make_flusher(device: str, reset_persisting: Callable[[], int] | None = None)
     if device == "cpu":
         return HostCacheFlusher()
     return L2Flusher(torch.device(device), reset_persisting)
-
-
-def graph_replays(call_ms: float | None, graph_calls: int) -> int:
-    """Replays per graph sample for GRAPH_SAMPLE_MS of device time, from one call's replay time (`call_ms`, the
-    reference's, measured with one replay a sample)."""
-    if not isinstance(call_ms, (int, float)) or not call_ms > 0:
-        return 1
-    return max(1, min(GRAPH_MAX_REPLAYS, round(GRAPH_SAMPLE_MS / (graph_calls * call_ms))))
 
 
 def measurement(mode: str, device: str, flusher: L2Flusher | HostCacheFlusher | None, graph_calls: int,

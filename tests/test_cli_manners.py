@@ -1,0 +1,248 @@
+"""The CLI's manners: --help and usage errors that import no torch, a closed pipe that ends quietly, messages that
+name the real run and the real path, and `new`'s next command that works as printed. The real CLI in a subprocess,
+except where a function is checked on its own."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, REPO, json_records, write_config
+from harness import cli
+from harness.errors import RunInterrupted, interrupted_message
+
+TREE = FIXTURES / "tree"
+RUN_EVAL = str(REPO / "run_eval.py")
+
+
+def cli_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def imported_modules(stderr: str) -> list[str]:
+    """Module names from `python -X importtime`'s lines on stderr."""
+    return [line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if line.startswith("import time:")]
+
+
+def write_run(root: Path, run_id: str, count: int) -> Path:
+    """A run folder with `count` records, as `report` and `compare` read it (unsigned: an old run)."""
+    d = root / run_id
+    d.mkdir(parents=True)
+    (d / "run.json").write_text(json.dumps({"schema_version": 2, "run_id": run_id}))
+    lines = []
+    for i in range(count):
+        problem = f"level1/{i % 7:03d}_p"
+        lines.append(json.dumps({"schema_version": 2, "run_id": run_id, "problem": problem,
+                                 "solution": f"{problem}/c{i}", "status": "ok", "correct": True, "flags": [],
+                                 "error": None, "speedup": 1 + i / 1000, "speedup_ci": [1 + i / 1000 - 0.01,
+                                                                                        1 + i / 1000 + 0.01],
+                                 "device": "cpu"}))
+    (d / "results.jsonl").write_text("".join(line + "\n" for line in lines))
+    return d
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    """<tmp>/results with a small run and two big ones (each command's output far past a pipe's 64 KiB)."""
+    root = tmp_path_factory.mktemp("runs") / "results"
+    write_run(root, "small", 12)
+    write_run(root, "big-a", 3000)
+    write_run(root, "big-b", 3000)
+    return root
+
+
+# ---------------------------------------------------------------- 1. no torch before there is work for it
+
+@pytest.mark.parametrize("args, code", [
+    (["--help"], 0),
+    (["report", "--help"], 0),
+    (["compare", "--help"], 0),
+    (["lint", "--help"], 0),
+    (["calibrate", "--help"], 0),
+    (["ci", "--help"], 0),
+    (["new", "--help"], 0),
+    (["import-kernelbench", "--help"], 0),
+    (["export-kernelbench", "--help"], 0),
+    (["--bogus"], 2),
+    (["--trials", "many"], 2),
+    (["--problem-file", "p.py"], 2),
+    (["calibrate", "--strict", "--bogus"], 2),
+    (["lint", "--bogus"], 2),
+    (["report"], 2),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
+def test_help_and_usage_errors_import_no_torch(args, code):
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-X", "importtime", RUN_EVAL, *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, env=cli_env())
+    elapsed = time.monotonic() - t0
+    assert done.returncode == code, done.stderr[-2000:]
+    torch = [m for m in imported_modules(done.stderr) if m == "torch" or m.startswith("torch.")]
+    assert not torch, f"{args} imported {torch[:5]}"
+    assert elapsed < 5, f"{args} took {elapsed:.1f} s"         # ~0.3 s on the 2-core box; torch alone is ~2 s
+    if code == 2:
+        errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+        assert len(errors) == 1 and errors[0].startswith("error: "), errors
+
+
+@pytest.mark.parametrize("export", [[], ["--csv"], ["--json"], ["--jsonl"]], ids=lambda v: " ".join(v) or "table")
+def test_report_of_a_run_imports_no_torch(runs, export):
+    done = subprocess.run([sys.executable, "-X", "importtime", RUN_EVAL, "report", "small", "--output-dir",
+                           str(runs), *export], cwd=REPO, capture_output=True, text=True, timeout=60, env=cli_env())
+    assert done.returncode == 0, done.stderr[-2000:]
+    torch = [m for m in imported_modules(done.stderr) if m == "torch" or m.startswith("torch.")]
+    assert not torch, torch[:5]
+    assert done.stdout.strip()
+
+
+def test_timing_keeps_its_names_for_the_workers():
+    """The parent's arithmetic moved to harness.stats; harness.timing (the workers' clocks) still offers it."""
+    from harness import stats, timing
+    assert timing.summarize is stats.summarize and timing.graph_replays is stats.graph_replays
+    assert timing.GRAPH_SAMPLE_MS == stats.GRAPH_SAMPLE_MS and timing.GRAPH_MAX_REPLAYS == stats.GRAPH_MAX_REPLAYS
+
+
+# ---------------------------------------------------------------- 2. a reader that stops early
+
+@pytest.mark.parametrize("args", [
+    ["report", "big-a", "--csv"],
+    ["report", "big-a", "--jsonl"],
+    ["compare", "big-a", "big-b", "--json"],
+    ["report", "big-a"],
+], ids=" ".join)
+def test_closed_pipe_ends_quietly_with_exit_0(runs, args):
+    """`run_eval.py report RUN --csv | head -1`: the reader takes a line and goes; no traceback, exit 0."""
+    proc = subprocess.Popen([sys.executable, RUN_EVAL, *args, "--output-dir", str(runs)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env())
+    try:
+        first = proc.stdout.readline()
+        proc.stdout.close()                        # as `head -1` does
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert first.strip()
+    err_text = err.decode()
+    assert proc.returncode == 0, err_text[-2000:]
+    assert "Traceback" not in err_text and "error:" not in err_text and "Exception ignored" not in err_text
+
+
+def test_a_broken_pipe_of_the_harness_own_is_still_a_fault(monkeypatch, capsys):
+    """Only stdout's reader going away is quiet: a BrokenPipeError from anything else (a worker's pipe) is a
+    harness fault, as before."""
+    def broken(argv):
+        raise BrokenPipeError(32, "Broken pipe")
+    monkeypatch.setattr(cli, "_dispatch", broken)
+    assert cli.main(["report", "x"]) == 1
+    assert "harness fault" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- 3. messages that name what they mean
+
+def test_resume_hint_names_the_run_and_the_command():
+    from harness.pipeline import resume_hint
+    results = Path("results/20260101-000000-abcd/results.jsonl")
+    plain = resume_hint("20260101-000000-abcd", results, "results", ["--level", "1"])
+    assert plain.endswith("continue with: python run_eval.py --resume 20260101-000000-abcd")
+    assert "RUN_ID" not in plain and str(results) in plain
+    elsewhere = resume_hint("r1", results, "/tmp/my runs", ["calibrate", "--level", "1"])
+    assert elsewhere.endswith("python run_eval.py calibrate --resume r1 --output-dir '/tmp/my runs'")
+    assert "--resume" not in resume_hint("r1", results, "results", ["ci", "--base", "main"])
+    assert interrupted_message(RunInterrupted(plain)) == plain
+    assert "RUN_ID" not in interrupted_message(KeyboardInterrupt())
+
+
+def test_ctrl_c_during_a_run_names_the_run_to_resume(tmp_path):
+    config = write_config(tmp_path, TREE, timeout=120)
+    proc = subprocess.Popen([sys.executable, RUN_EVAL, "--config", str(config), "--problem", "001_linear_relu",
+                             "--candidate", "hang"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=cli_env())
+    try:
+        run_id = None
+        deadline = time.monotonic() + 120
+        while run_id is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            if line.startswith("run "):
+                run_id = line.split()[1].rstrip(":")
+        assert run_id, "the run never said its id"
+        time.sleep(2)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("interrupted: finished pairs are in ") and "RUN_ID" not in last, last
+    assert f"--resume {run_id} --output-dir {tmp_path / 'results'}" in last, last
+
+
+def test_a_missing_tree_says_where_it_looked(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run([sys.executable, RUN_EVAL, "--device", "cpu"], cwd=elsewhere, capture_output=True,
+                          text=True, timeout=120, env=cli_env())
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"error: problems: problems directory does not exist "
+                                   f"(looked at {elsewhere / 'problems'})")
+    shutil.copytree(TREE / "problems", elsewhere / "problems")
+    done = subprocess.run([sys.executable, RUN_EVAL, "--device", "cpu", "--solutions-dir", "mine"], cwd=elsewhere,
+                          capture_output=True, text=True, timeout=120, env=cli_env())
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"error: mine: solutions directory does not exist (looked at {elsewhere / 'mine'})"
+
+
+# ---------------------------------------------------------------- 4. new's next command works as printed
+
+def new_in(cwd: Path, *args: str) -> list[str]:
+    """Run `new` from `cwd`; the printed next command, as argv."""
+    done = subprocess.run([sys.executable, RUN_EVAL, "new", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=60, env=cli_env())
+    assert done.returncode == 0, done.stderr
+    command = shlex.split(done.stdout.split("evaluate it with: ", 1)[1])
+    assert command[:2] == ["python", RUN_EVAL]               # run_eval.py as it was started: from another folder
+    return command[2:]
+
+
+def trees_in(tmp_path: Path) -> Path:
+    """A folder to work in, with the fixture's problems under a relative path (new's bug dropped such trees)."""
+    work = tmp_path / "work"
+    shutil.copytree(TREE / "problems", work / "my problems")
+    return work
+
+
+def test_new_command_selects_the_new_candidate(tmp_path, monkeypatch):
+    """The printed command, parsed and selected as a run would: exactly the new candidate."""
+    from harness.discover import discover
+    work = trees_in(tmp_path)
+    args = new_in(work, "level1/001_linear_relu", "my_kernel", "--problems-dir", "my problems",
+                  "--solutions-dir", "my solutions")
+    assert args[:4] == ["--problems-dir", "my problems", "--solutions-dir", "my solutions"]
+    monkeypatch.chdir(work)
+    parsed = cli._run_parser().parse_args(args)
+    cfg = cli.load_run_config(parsed)
+    _, pairs = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate)
+    assert [p.candidate.id for p in pairs] == ["level1/001_linear_relu/my_kernel"]
+    assert pairs[0].problem is not None
+
+
+def test_new_cuda_command_runs_as_printed(tmp_path):
+    """The --cuda variant's command, run from where `new` ran (on the CPU here: --device cpu after it, so the
+    pair is selected, built and recorded as skipped rather than refused for want of a GPU)."""
+    work = trees_in(tmp_path)
+    args = new_in(work, "level1/001_linear_relu", "gpu_kernel", "--cuda", "--problems-dir", "my problems",
+                  "--solutions-dir", "my solutions")
+    assert args[-2:] == ["--device", "cuda"]
+    config = write_config(tmp_path, TREE)                     # quick timing, its own output and cache folders
+    done = subprocess.run([sys.executable, RUN_EVAL, *args, "--device", "cpu", "--config", str(config), "--json"],
+                          cwd=work, capture_output=True, text=True, timeout=300, env=cli_env())
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = json_records(done.stdout)
+    assert list(records) == ["gpu_kernel"] and records["gpu_kernel"]["status"] == "skipped"
