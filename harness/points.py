@@ -49,11 +49,6 @@ def output_positions(seed: int, slot: int, j: int, numel: int) -> list[int]:
     return tensor_positions(seed + SLOT_STRIDE * slot, j, numel)
 
 
-def slot_seed(seed: int, slot: int) -> int:
-    """The inputs of captured call `slot` of a graph sample drawn with `seed` (slot 0: the sample's own seed)."""
-    return seed if slot == 0 else (seed + 0x9E3779B97F4A7C15 * slot) & ((1 << 62) - 1)
-
-
 def numel(shape: list[int]) -> int:
     return math.prod(shape) if shape else 1
 

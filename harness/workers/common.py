@@ -294,18 +294,27 @@ def device_inputs(problem, seed: int, settings: Settings, device: str) -> list:
     """The problem's get_inputs() after manual_seed(seed), with tensors created directly on the device (the same
     distributions as on the CPU, drawn fast enough for every trial and every timed sample); the reference and
     candidate workers draw the same ones for the same seed."""
+    return device_input_sets(problem, seed, settings, device, 1)[0]
+
+
+def device_input_sets(problem, seed: int, settings: Settings, device: str, count: int) -> list[list]:
+    """`count` input sets drawn one after another after one manual_seed(seed) (graph mode: one set per captured
+    call; seeding once, not per set: seeding the CUDA generators costs ~0.5 ms a time)."""
     import torch
     if device == "cpu":
         torch.default_generator.manual_seed(seed)   # torch.manual_seed also queues a CUDA seeding, with a stack trace
     else:
         torch.manual_seed(seed)
-    with torch.device(device):
-        inputs = problem.get_inputs()
-    if not isinstance(inputs, (list, tuple)):
-        raise ProblemError(f"get_inputs() must return a list, got {type(inputs).__name__}")
     dtype = getattr(torch, settings.dtype)
-    return [(x.to(device=device, dtype=dtype) if x.is_floating_point() else x.to(device))
-            if isinstance(x, torch.Tensor) else x for x in inputs]
+    sets = []
+    for _ in range(count):
+        with torch.device(device):
+            inputs = problem.get_inputs()
+        if not isinstance(inputs, (list, tuple)):
+            raise ProblemError(f"get_inputs() must return a list, got {type(inputs).__name__}")
+        sets.append([(x.to(device=device, dtype=dtype) if x.is_floating_point() else x.to(device))
+                     if isinstance(x, torch.Tensor) else x for x in inputs])
+    return sets
 
 
 def fingerprint(outs: list, seed: int):

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from .. import messages as m
 from .. import points
 from . import cudadriver, integrity, profiling, rawread
-from .common import as_tensor_list, device_inputs, pin_for_timing
+from .common import as_tensor_list, device_input_sets, device_inputs, pin_for_timing
 
 
 def same_tensor(a, b) -> bool:
@@ -106,10 +106,12 @@ class Sampler:
             return self._inputs(seed)
 
     def _sample_inputs(self, seed: int) -> list:
-        """Graph mode: one input set per captured call (points.slot_seed), so that no captured call sees the
-        inputs of another; otherwise the sample's one set."""
+        """Graph mode: one input set per captured call (drawn one after another from the sample's seed), so that no
+        captured call sees the inputs of another; otherwise the sample's one set."""
         if self.mode == "graph" and self.device != "cpu":
-            return [self._inputs(points.slot_seed(seed, k)) for k in range(self.spec.graph_calls)]
+            if self.fixed is not None:
+                return [self.fixed] * self.spec.graph_calls
+            return device_input_sets(self.problem, seed, self.settings, self.device, self.spec.graph_calls)
         return self._inputs(seed)
 
     def _meter(self, variant: str):
