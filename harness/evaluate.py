@@ -201,6 +201,8 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
     inter = Interleaver(reference.worker, reference.variants, cfg.timing.block_samples,
                         pc.seed.stream("samples", *tags), pc.seed.stream("checks", *tags), deadline,
                         cfg.timing.block_warmup, defenses.PROFILED_CALLS if cfg.defenses else 0, spares)
+    inter.prepare = device == "cpu"
+    inter.reader = Reader(reference.worker, device, str(pair_dir), deadline)
     try:
         _set_reference_mode(reference, inter, cfg.timing.graph_calls)
         before = inter.reference_blocks(cfg.timing.baseline_blocks)
@@ -219,7 +221,6 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
         str(reference.state_path),
         cfg.defenses, cfg.precision, hide=[str(RunKey.keys_dir(cfg.cache_dir))], env=env)))
     phases["start"] = time.monotonic() - t_start
-    inter.reader = Reader(reference.worker, device, str(pair_dir), deadline)
     collected = None
     try:
         if reference.beside_trials():
@@ -404,9 +405,12 @@ def _check_consistency(record: dict[str, Any], reference: ReferenceSide, inter: 
     if not ref or not cand:
         return
     reported = [ms * inter.calls_per_sample for ms in out.samples(CANDIDATE)]
-    share = paired.OVERHEAD_SHARE_CPU if reference.device == "cpu" else 0.0
+    cpu = reference.device == "cpu"
+    share = paired.OVERHEAD_SHARE_CPU if cpu else 0.0
+    tolerance = min(pc.cfg.timing.consistency_tolerance, paired.REPORTED_SHARE_CPU) if cpu else \
+        pc.cfg.timing.consistency_tolerance
     flush = statistics.median(out.flush_ms.get(EAGER) or [0.0])     # the reference's: no candidate code runs there
-    found = paired.consistency(ref, cand, reported, pc.cfg.timing.consistency_tolerance, share, flush)
+    found = paired.consistency(ref, cand, reported, tolerance, share, flush)
     record["timing"]["consistency"] = {"reference_unexplained_ms": found.reference_ms,
                                        "candidate_unexplained_ms": found.candidate_ms,
                                        "reference_flush_ms": found.flush_ms,

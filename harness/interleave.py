@@ -81,8 +81,9 @@ class Interleaver:
         self.active: Worker | None = None
         self.check_for: dict[int, int] = {}
         self.calls_per_sample = 1               # graph mode: a sample replays graph_calls x graph_replays calls
-        self.reader: Reader | None = None       # reads the candidate's outputs (set with the candidate)
+        self.reader: Reader | None = None       # reads each side's timed outputs (harness.trusted)
         self.full_seeds: set[int] = set()       # samples whose outputs are checked whole (drawn in rounds())
+        self.prepare = False                    # CPU path: flush and inputs in a request of their own (PrepareRequest)
 
     # ------------------------------------------------------------ one side at a time
 
@@ -129,6 +130,9 @@ class Interleaver:
         """One sample, then its output check; `times` None: a block's warm-up (checked, not counted). The parent's
         clock brackets the sample request alone, on both sides; the check comes after the reply, with the
         candidate stopped (trusted.Reader), or from the reference itself."""
+        flush_ms = None
+        if self.prepare:
+            flush_ms = self._ask(worker, m.PrepareRequest(variant, seed), m.Prepared).flush_ms
         started = time.perf_counter_ns()          # the parent's clock: out of the workers' reach
         result = self._ask(worker, m.SampleRequest(variant, seed), m.SampleResult)
         bracket_ms = (time.perf_counter_ns() - started) / 1e6
@@ -142,7 +146,7 @@ class Interleaver:
             out.host_ms.setdefault(variant, []).append(result.host_ms)
             out.lag_ms.setdefault(variant, []).append(result.lag_ms)
             out.unexplained_ms.setdefault(variant, []).append(bracket_ms - result.ms * self.calls_per_sample)
-            out.flush_ms.setdefault(variant, []).append(result.flush_ms)
+            out.flush_ms.setdefault(variant, []).append(result.flush_ms if flush_ms is None else 0.0)
         out.mutated = out.mutated or result.mutated
         out.changed_after_return = out.changed_after_return or result.changed_after_return
         out.not_plain = out.not_plain or result.not_plain
@@ -150,29 +154,14 @@ class Interleaver:
             return
         check_seed = self.check_for.setdefault(seed, self.check_seeds.next())
         full = seed in self.full_seeds
-        if side == CANDIDATE:
-            if self.reader is None:
-                raise WorkerExit("protocol", None, "no reader for the candidate's outputs")
-            checked = self.reader.read(worker, result, check_seed, full)
-        else:
-            checked = self._own_check(worker, result, check_seed, full)
+        if self.reader is None:
+            raise WorkerExit("protocol", None, "no reader for the outputs")
+        checked = self.reader.read(worker, side == CANDIDATE, result, check_seed, full)
+        if side != CANDIDATE:
+            self.reader.keep(check_seed, full)
         if checked.error:
             out.output_errors.append(f"timed call ({side}): {checked.error}")
         out.checks.setdefault(seed, {})[side] = checked
-
-    def _own_check(self, worker: Worker, result: m.SampleResult, check_seed: int, full: bool) -> Checked:
-        """The reference's own output at the same positions (it is trusted): stopped and resumed as the candidate
-        is for its read, so both sides go through the same signals between samples."""
-        from .trusted import slots_for
-        worker.pause()
-        worker.resume()
-        slots = slots_for(check_seed, max(1, len(result.outputs)))
-        checked = self._ask(worker, m.CheckRequest(check_seed, slots, full), m.CheckResult)
-        try:
-            values = m.unpack_floats(checked.values) if not checked.error else []
-        except m.ProtocolError as exc:
-            raise WorkerExit("protocol", None, f"sent a malformed 'checked' reply: {exc}") from None
-        return Checked(values, checked.shapes, checked.error)
 
     def _block(self, side: str, variant: str, seeds: list[int], out: Collected, round_samples: dict,
                profile: bool = False) -> None:

@@ -104,6 +104,16 @@ class SampleRequest:
 
 
 @dataclass(frozen=True)
+class PrepareRequest:
+    """CPU path: before a sample, flush the caches and draw the inputs for `seed`; the SampleRequest that follows
+    times the call alone, so that the parent's clock around it holds the call and little else (the flush, up to
+    512 MiB written, jitters by milliseconds on big-cache hosts and would hide a forged report)."""
+    OP: ClassVar[str] = "prepare"
+    variant: str
+    seed: int
+
+
+@dataclass(frozen=True)
 class CheckRequest:
     """Reference only, after one of its own samples: its output's values at the positions drawn from `check_seed`
     (harness.points; the parent draws it after the sample), in the output of each captured call listed in
@@ -183,6 +193,12 @@ class SampleResult:
     not_plain: bool = False     # the output is a tensor subclass or lazy object
     mutated: bool = False       # the call changed its inputs (as the worker saw it)
     changed_after_return: bool = False     # the previous sample's output changed after its call returned
+
+
+@dataclass(frozen=True)
+class Prepared:
+    KIND: ClassVar[str] = "prepared"
+    flush_ms: float = 0.0       # host time of the cache flush
 
 
 @dataclass(frozen=True)

@@ -52,18 +52,41 @@ class Reader:
         self.reference, self.device, self.scratch, self.deadline = reference, device, scratch, deadline
         self.full_checks = 0
 
-    def read(self, candidate: Worker, result: m.SampleResult, check_seed: int, full: bool) -> Checked:
-        """The candidate stopped; its output at the drawn positions (and whole with `full`); resumed after."""
-        candidate.pause()
+    def read(self, worker: Worker, candidate: bool, result: m.SampleResult, check_seed: int, full: bool) -> Checked:
+        """One side's output at the drawn positions (and the candidate's whole with `full`), its worker stopped.
+        The reference's own outputs go the same way on the CPU path (both sides stopped and read by the parent,
+        so that neither does more between samples than the other); on the GPU the reference reads its own."""
+        worker.pause()
         try:
             if result.output_error or not result.outputs:
                 return Checked([], [], result.output_error or "the sample reply says where no output lies")
             slots = slots_for(check_seed, len(result.outputs))
             if self.device == "cpu":
-                return self._host(candidate.proc.pid, result, check_seed, slots, full)
-            return self._device(result, check_seed, slots, full)
+                return self._host(worker.proc.pid, result, check_seed, slots, full and candidate)
+            if candidate:
+                return self._device(result, check_seed, slots, full)
         finally:
-            candidate.resume()
+            worker.resume()
+        return self._own(worker, check_seed, slots, full)
+
+    def keep(self, check_seed: int, full: bool) -> None:
+        """CPU path: the reference keeps its last output whole for the full check of the candidate's (the values
+        the parent read are what it compares at points)."""
+        if full and self.device == "cpu":
+            self._check_request(self.reference, check_seed, [0], True)
+
+    def _own(self, reference: Worker, check_seed: int, slots: list[int], full: bool) -> Checked:
+        return self._check_request(reference, check_seed, slots, full)
+
+    def _check_request(self, reference: Worker, check_seed: int, slots: list[int], full: bool) -> Checked:
+        reference.send(m.wire(m.CheckRequest(check_seed, slots, full)))
+        reply = reference.recv(max(self.deadline, time.monotonic() + 60))
+        try:
+            checked = m.parse(m.CheckResult, reply)
+            values = m.unpack_floats(checked.values) if not checked.error else []
+        except m.ProtocolError as exc:
+            raise WorkerExit("protocol", None, f"reference answered a check with {exc}") from None
+        return Checked(values, checked.shapes, checked.error)
 
     def _host(self, pid: int, result: m.SampleResult, seed: int, slots: list[int], full: bool) -> Checked:
         values: list[float] = []
