@@ -336,25 +336,30 @@ cluster)
     port=$(python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     addr=tcp://127.0.0.1:$port
     pids=()
+    group() {   # LOG CMD...: CMD in a session of its own, its id (the process group to kill) appended to pids
+        local log=$1 f; shift; f=$(mktemp)
+        setsid sh -c 'echo $$ > "$0"; exec "$@"' "$f" "$@" > "$log" 2>&1 &
+        for _ in 1 2 3 4 5 6 7 8 9 10; do [ -s "$f" ] && break; sleep 0.2; done
+        pids+=("$(cat "$f")"); rm -f "$f"
+    }
     stop_cluster() { for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done; sleep 5
                      for p in "${pids[@]}"; do kill -KILL -- "-$p" 2>/dev/null; done; }
     trap stop_cluster EXIT
     (cd /tmp && DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION=1.0 PYTHONPATH="/tmp/kb-no-harness${site:+:$site}" \
-        exec setsid python -m dask scheduler --host 127.0.0.1 --port "$port" --no-dashboard) > "$out/scheduler.txt" 2>&1 &
-    pids+=($!)
+        group "$out/scheduler.txt" python -m dask scheduler --host 127.0.0.1 --port "$port" --no-dashboard
+        echo "${pids[@]}" > /tmp/kb-scheduler.pgid)
+    pids+=("$(cat /tmp/kb-scheduler.pgid)")
     sleep 3
     if [ "$dev" = cuda ]; then
         for g in $(seq 0 "$last"); do
-            (CUDA_VISIBLE_DEVICES=$g PYTHONPATH="$wpath" exec setsid python -m dask worker "$addr" --nthreads 1 \
-                --resources GPU=1 --name "gpu$g" --no-dashboard) > "$out/worker$g.txt" 2>&1 &
-            pids+=($!)
+            CUDA_VISIBLE_DEVICES=$g PYTHONPATH="$wpath" group "$out/worker$g.txt" python -m dask worker "$addr" \
+                --nthreads 1 --resources GPU=1 --name "gpu$g" --no-dashboard
         done
         sel=(--level "${LEVEL:-level1}" --problem "${PROBLEM:-*0[12][019]_*}")
     else
         for c in 0 1; do
-            (PYTHONPATH="$wpath" exec setsid taskset -c "$c" python -m dask worker "$addr" --nthreads 1 --name "cpu$c" \
-                --no-dashboard) > "$out/worker$c.txt" 2>&1 &
-            pids+=($!)
+            PYTHONPATH="$wpath" group "$out/worker$c.txt" taskset -c "$c" python -m dask worker "$addr" --nthreads 1 \
+                --name "cpu$c" --no-dashboard
         done
         sel=(--problems-dir examples/cpu/problems --solutions-dir examples/cpu/solutions --target-rel-ci 0.05 \
              --max-pair-seconds 5)
