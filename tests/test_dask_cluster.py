@@ -38,7 +38,8 @@ MISSING = "cannot import the harness"
 
 class Cluster:
     """`dask scheduler` and `dask worker` processes, each in its own session (killed by process group), all
-    carrying MARK=<token> in their environment so that anything they leave behind can be found in /proc."""
+    carrying MARK=<token> and a TMPDIR of their own in their environment, so that anything they or their harness
+    workers leave behind can be found in /proc."""
 
     MARK = "KB_TEST_CLUSTER"
 
@@ -49,12 +50,14 @@ class Cluster:
         self.address = f"tcp://127.0.0.1:{self.port}"
         self.procs: list[subprocess.Popen] = []
         self.log = open(tmp / "cluster.log", "w")
+        self.tmpdir = tmp / f"tmp-{self.token[:8]}"
+        self.tmpdir.mkdir()
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         env.update({"PATH": f"{DASK.parent}{os.pathsep}{env.get('PATH', '')}", "VIRTUAL_ENV": str(Path(sys.prefix)),
                     "PYTHONUNBUFFERED": "1", self.MARK: self.token,
-                    "KB_RUN_TAG": self.token})     # every harness worker's KB_WORKER_TAG starts with it
+                    "TMPDIR": str(self.tmpdir)})    # harness workers keep only whitelisted variables, TMPDIR among them
         env.update(extra)
         return env
 
@@ -105,7 +108,7 @@ class Cluster:
         self.procs.clear()
         self.log.close()
         deadline = time.monotonic() + 15                      # harness workers die by PDEATHSIG and their guardian
-        while (left := marked(self.token)) and time.monotonic() < deadline:
+        while (left := marked(self.token, self.tmpdir)) and time.monotonic() < deadline:
             time.sleep(0.3)
         for pid in left:
             _kill(pid)
@@ -147,9 +150,11 @@ def _kill(pid: int) -> None:
         pass
 
 
-def marked(token: str) -> list[int]:
-    """Live processes whose environment carries the cluster's mark or a harness worker tag of its runs."""
-    wanted = (f"{Cluster.MARK}={token}".encode(), f"KB_WORKER_TAG={token}".encode())
+def marked(token: str, tmpdir: Path) -> list[int]:
+    """Live processes whose environment carries the cluster's mark, or its TMPDIR (the harness workers its runs
+    started). Not a shared KB_RUN_TAG: a harness parent's guardian kills every process of its run tag when that
+    parent dies, which would reach the other dask worker's processes when one is killed."""
+    wanted = (f"{Cluster.MARK}={token}\0".encode(), f"TMPDIR={tmpdir}\0".encode())
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
