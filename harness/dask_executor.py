@@ -29,11 +29,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import pickle
 import shutil
 import socket
 import sys
 import tempfile
 import threading
+import traceback
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +43,7 @@ from typing import Any, Iterator
 
 from .build import BuildResult, Toolchain, build_one
 from .config import Config
+from .dask_task import task_payload
 from .discover import Pair
 from .errors import UsageError
 from .evaluate import slug
@@ -49,6 +52,7 @@ from .schedule import pair_record
 from .seeds import RunSeed
 
 LOST = "dask worker lost while evaluating this problem"
+SCHEDULER_UNREADABLE = "Error during deserialization of the task graph"     # distributed's words
 ALLOWED_FAILURES = 2          # worker deaths a task may cause on a LocalCluster started here before it is given up
 CPU_WORKERS = 2               # LocalCluster workers on the CPU when dask_workers is 0
 CPU_RESOURCES: dict[str, float] | None = None     # CPU tasks need no resource: any worker (run with --nthreads 1)
@@ -105,21 +109,29 @@ def run_all_dask(pairs: list[Pair], ctx: Any, slots: list[Any], device: str,
             task = GroupTask(cfg, ctx.run_id, device, ctx.toolchain,
                              {p.candidate.id: ctx.builds[p.candidate.id] for p in group if p.candidate.id in ctx.builds},
                              ctx.seed, str(Path(ctx.log_dir).resolve()), group)
-            future = client.submit(run_group, task, key=f"kb-{ctx.run_id}-{slug(pid)}", resources=resources,
-                                   pure=False, retries=0)
+            future = client.submit(pickle.loads, task_payload(task), key=f"kb-{ctx.run_id}-{slug(pid)}",
+                                   resources=resources, pure=False, retries=0)
             futures[future] = pid
+        said: set[str] = set()
         for future in as_completed(list(futures)):
             pid = futures[future]
             group = groups[pid]
             try:
                 result = future.result()
+            except Exception as exc:                              # noqa: BLE001 - KilledWorker, the scheduler's
+                result = {"failed": failure_text(exc, cfg.scheduler)}
+            if "records" in result:
                 records = result["records"]
                 info["tasks"][pid] = result["where"]
                 for name, ceilings in (result.get("ceilings") or {}).items():
                     ctx.ceilings[name] = ceilings
-            except Exception as exc:                              # noqa: BLE001 - KilledWorker or the task's own
-                records = lost_records(group, ctx.run_id, device, ctx.builds, exc)
-                info["tasks"][pid] = {"error": _describe(exc)}
+            else:
+                why = result_error(result)
+                records = failed_records(group, ctx.run_id, device, ctx.builds, why)
+                info["tasks"][pid] = {"error": why}
+                if "unavailable" in result and why not in said:    # a host without the harness: once, on the terminal
+                    said.add(why)
+                    say(why)
             for record in checked(group, records, ctx.run_id, device, ctx.builds):
                 ctx.emit(record)
             future.release()
@@ -203,10 +215,38 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:500] if text else type(exc).__name__
 
 
-def lost_records(group: list[Pair], run_id: str, device: str, builds: dict[str, BuildResult],
-                 exc: BaseException) -> list[dict[str, Any]]:
+def failure_text(exc: BaseException, scheduler: str | None) -> str:
+    """The error of a task that raised in the parent's hands: the worker died (KilledWorker) or the scheduler could
+    not read the graph (an environment unlike the parent's: other dask or Python versions)."""
+    text = _describe(exc)
+    if SCHEDULER_UNREADABLE in text:
+        return (f"dask scheduler {scheduler or ''} could not read the task graph: it needs the same dask and "
+                f"distributed versions as this process ({_dask_versions()}); its log says why").replace("  ", " ")
+    return f"{LOST}: {text}"
+
+
+def result_error(result: dict[str, Any]) -> str:
+    """One line for a task's non-record answer: the harness missing on its worker, or what the task raised."""
+    gone = result.get("unavailable")
+    if gone:
+        missing = gone.get("missing") or ""
+        what = "the harness" if missing.split(".")[0] in ("", "harness") else f"{missing!r}, which the harness needs"
+        return (f"dask worker host {gone.get('host')} cannot import {what} ({gone.get('error')}; its Python: "
+                f"{gone.get('python')}): install the harness in that environment (`pip install -e .` in the "
+                "checkout, README: Scale-out on Dask)")
+    return str(result.get("failed") or "its task returned no records (harness fault)")
+
+
+def failed_records(group: list[Pair], run_id: str, device: str, builds: dict[str, BuildResult],
+                   why: str) -> list[dict[str, Any]]:
     """A `crashed` record for each pair of a group whose task finally failed."""
-    return [finish(pair_record(pair, run_id, device, builds), "crashed", f"{LOST}: {_describe(exc)}") for pair in group]
+    return [finish(pair_record(pair, run_id, device, builds), "crashed", why) for pair in group]
+
+
+def _dask_versions() -> str:
+    import dask
+    import distributed
+    return f"dask {dask.__version__}, distributed {distributed.__version__}, Python {sys.version.split()[0]}"
 
 
 def checked(group: list[Pair], records: list[dict[str, Any]], run_id: str, device: str,
@@ -244,6 +284,17 @@ def _absolute_config(cfg: Config) -> Config:
 # ---------------------------------------------------------------- the task, on a dask worker
 
 _CEILINGS: dict[tuple[str, str], dict[str, float]] = {}      # (run id, slot) -> measured once per worker process
+
+
+def run_task_bytes(task_bytes: bytes) -> dict[str, Any]:
+    """dask_task.enter's call on the worker: run_group's answer, or {"failed": one line} where the task cannot be
+    read (a checkout unlike the parent's) or raises. The traceback goes to this dask worker's log; nothing of the
+    harness's own types goes back through the scheduler."""
+    try:
+        return run_group(pickle.loads(task_bytes))
+    except Exception as exc:                                       # noqa: BLE001 - every fault is the records' line
+        traceback.print_exc()
+        return {"failed": f"dask worker host {socket.gethostname()} failed the task: {_describe(exc)}"}
 
 
 def run_group(task: GroupTask) -> dict[str, Any]:

@@ -25,6 +25,11 @@
 #              `python run_eval.py import-kernelbench CHECKOUT --problems-dir .kb/problems`, and carry `.kb`, and
 #              einops as a wheel in `.kbwhl`); `--json` lines are printed as each problem finishes
 #   tests:     the GPU-marked tests alone
+#   cluster:   README's external-cluster recipe on this machine (issue 33): `dask scheduler` where the harness cannot
+#              be imported (only dask, as on a login node), one `dask worker --nthreads 1 --resources GPU=1` per GPU
+#              (CUDA_VISIBLE_DEVICES=g, in the checkout, the harness installed with pip install -e . or else on
+#              PYTHONPATH), then the same selection (LEVEL/PROBLEM, default four level1 problems) run locally and with
+#              --scheduler, statuses compared; every process stopped afterwards. DEVICE=cpu: a dry run on the CPU
 #   twice:     issue 8's same-machine check: every selection of SELS ("level3:*004_* level1:*033_*") run twice back to
 #              back (output folders a/ and b/, one run_eval.py per selection and run, PROCS process pairs, COMPILE
 #              baselines), so that what ends before the machine goes back is whole pairs of runs; the candidates of all
@@ -39,7 +44,7 @@
 #              again, made within the machine's 30 s idle release
 # Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out. The device returns at most 8
 # files: end a device command with `cd $OUT && tar czf /tmp/all.tgz . && rm -rf $OUT/* && mv /tmp/all.tgz $OUT/`.
-#   usage: bash scripts/gpu_check.sh [first|root|smoke|validate|calibrate|suite|twice|twice-bg|follow|spread|placement|overhead|kblint|tests]
+#   usage: bash scripts/gpu_check.sh [first|root|smoke|validate|calibrate|suite|twice|twice-bg|follow|spread|placement|overhead|kblint|tests|cluster]
 #
 # What things cost on one H200 (2026-11-24): the GPU tests 6-7 min (15 of 16 finished in 410 s; after the profiler
 # change below, 17 in 343 s; 17 and 1 skipped in 309 s on 2026-11-25), so `first` needs TESTS_TIMEOUT=450; `root` ~8 min (the
@@ -60,7 +65,7 @@ phase=${1:-smoke}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out=${OUT:-gpu_check_out}
 mkdir -p "$out"
-n=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+n=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)
 all=$(seq -s, 0 $((n - 1)))
 last=$((n - 1))
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/gpus.txt"
@@ -334,6 +339,73 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 print(len(rows), "problems:", dict(collections.Counter(r["verdict"] for r in rows)),
       "not bit-for-bit deterministic:", sum(1 for r in rows if r.get("deterministic") is False))
 PY
+    ;;
+cluster)
+    dev=${DEVICE:-cuda}
+    [ -d .whl ] && python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    site=${PYTHONPATH:-}
+    python -m pip install -q --no-deps --no-build-isolation -e . > "$out/install.txt" 2>&1
+    if (cd / && env PYTHONPATH="$site" python -c 'import harness' 2>/dev/null); then
+        wpath=$site; echo "workers: the harness installed (pip install -e .)"
+    else
+        wpath=$PWD${site:+:$site}; echo "workers: pip install -e . failed here ($(tail -n 1 "$out/install.txt")); PYTHONPATH=$PWD"
+    fi
+    stub=/tmp/kb-no-harness/harness; mkdir -p "$stub"
+    echo 'raise ModuleNotFoundError("No module named '"'harness'"'", name="harness")' > "$stub/__init__.py"
+    port=$(python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    addr=tcp://127.0.0.1:$port
+    pids=()
+    group() {   # LOG CMD...: CMD in a session of its own, its id (the process group to kill) appended to pids
+        local log=$1 f; shift; f=$(mktemp)
+        setsid sh -c 'echo $$ > "$0"; exec "$@"' "$f" "$@" > "$log" 2>&1 &
+        for _ in 1 2 3 4 5 6 7 8 9 10; do [ -s "$f" ] && break; sleep 0.2; done
+        pids+=("$(cat "$f")"); rm -f "$f"
+    }
+    stop_cluster() { for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done; sleep 5
+                     for p in "${pids[@]}"; do kill -KILL -- "-$p" 2>/dev/null; done; }
+    trap stop_cluster EXIT
+    (cd /tmp && DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION=1.0 PYTHONPATH="/tmp/kb-no-harness${site:+:$site}" \
+        group "$out/scheduler.txt" python -m dask scheduler --host 127.0.0.1 --port "$port" --no-dashboard
+        echo "${pids[@]}" > /tmp/kb-scheduler.pgid)
+    pids+=("$(cat /tmp/kb-scheduler.pgid)")
+    sleep 3
+    if [ "$dev" = cuda ]; then
+        for g in $(seq 0 "$last"); do
+            CUDA_VISIBLE_DEVICES=$g PYTHONPATH="$wpath" group "$out/worker$g.txt" python -m dask worker "$addr" \
+                --nthreads 1 --resources GPU=1 --name "gpu$g" --no-dashboard
+        done
+        sel=(--level "${LEVEL:-level1}" --problem "${PROBLEM:-*0[12][019]_*}")
+    else
+        for c in 0 1; do
+            PYTHONPATH="$wpath" group "$out/worker$c.txt" taskset -c "$c" python -m dask worker "$addr" --nthreads 1 \
+                --name "cpu$c" --no-dashboard
+        done
+        sel=(--problems-dir examples/cpu/problems --solutions-dir examples/cpu/solutions --target-rel-ci 0.05 \
+             --max-pair-seconds 5)
+    fi
+    common=(--device "$dev" --compile-modes "${COMPILE:-none}" "${sel[@]}" --json)
+    echo "== local run"
+    timeout -s INT "${CLUSTER_TIMEOUT:-250}" python run_eval.py "${common[@]}" --output-dir "$out/local" \
+        > "$out/local.jsonl" 2> "$out/local.txt"; tail -n 3 "$out/local.txt"
+    echo "== the same over $addr"
+    timeout -s INT "${CLUSTER_TIMEOUT:-250}" python run_eval.py "${common[@]}" --executor dask --scheduler "$addr" \
+        --output-dir "$out/dask" > "$out/dask.jsonl" 2> "$out/dask.txt"; echo "rc $?"
+    grep -v "━" "$out/dask.txt" | grep -E "^dask|worker|harness|pairs" | head -n 8
+    python - "$out/local.jsonl" "$out/dask.jsonl" <<'PY'
+import json, sys
+runs = [{(r["problem"], r["solution"]): (r["status"], r.get("speedup")) for r in map(json.loads, open(f))
+         if r.get("problem")} for f in sys.argv[1:]]
+for key in sorted(set(runs[0]) | set(runs[1])):
+    a, b = (run.get(key, ("missing", None)) for run in runs)
+    print(f"{key[1]:60s} local {a[0]:14s} {a[1] or 0:6.3f}  dask {b[0]:14s} {b[1] or 0:6.3f}  {'' if a[0] == b[0] else 'DIFFERENT'}")
+print("statuses equal" if all(runs[0].get(k, ("",))[0] == runs[1].get(k, ("",))[0] for k in set(runs[0]) | set(runs[1]))
+      else "statuses differ")
+PY
+    summary "$out/dask"
+    grep -c "No module named 'harness'" "$out/scheduler.txt" | sed 's/^/scheduler log lines naming a missing harness: /'
+    stop_cluster; trap - EXIT
+    sleep 2; echo "left running: $(pgrep -f 'dask (scheduler|worker)' | wc -l) dask processes"
     ;;
 tests)
     timeout 560 python -m pytest -q -m gpu tests/ 2>&1 | tail -n 40
