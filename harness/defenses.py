@@ -1,13 +1,21 @@
 """The defense checks the parent makes on what the workers sent, each turning into a flag on the record (README,
-Hardening). Pure functions over records and messages: no processes, no torch."""
+Hardening). Pure functions over records and messages: no processes, no torch.
+
+A check is one function of `Evidence` and one entry in an ordered list: AFTER_TRIALS (the candidate's correctness
+trials passed; a flag that invalidates ends the pair there) or AFTER_ROUNDS (the timed rounds and the reference's
+`after` bracket are done). A check that exists only to catch cheats is marked `@defense`: `defenses: false` in
+config.yaml skips it. Its flag is one row of harness.flags.FLAGS.
+"""
 from __future__ import annotations
 
 import math
-from typing import Any
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
-from . import flags
+from . import flags, paired
 from .flags import Flag
-from .interleave import CANDIDATE, Collected
+from .interleave import CANDIDATE, EAGER, Collected
 from .paired import Consistency, Interference
 from .records import add_flag
 
@@ -206,3 +214,129 @@ def largest(values: list[Any]) -> float | None:
     if any(v != v for v in numbers):
         return float("nan")
     return max(numbers, default=None)
+
+
+# ---------------------------------------------------------------- the checks, in order
+
+@dataclass
+class Evidence:
+    """What the checks read: the record being written, the reference's figures, the candidate's trials message
+    and, after the rounds, what they collected."""
+    record: dict[str, Any]
+    info: dict[str, Any]                        # the reference worker's ready and derived figures
+    timing: Any                                 # config.TimingConfig
+    device: str
+    message: dict[str, Any] = field(default_factory=dict)
+    out: Collected | None = None
+    before: list[float] = field(default_factory=list)
+    after: list[float] = field(default_factory=list)
+    calls_per_sample: int = 1
+    ceilings: dict[str, float] = field(default_factory=dict)
+
+
+Check = Callable[[Evidence], None]
+
+
+def defense(check: Check) -> Check:
+    """Marks a check that only catches cheats (off with `defenses: false`)."""
+    check.defense = True                        # type: ignore[attr-defined]
+    return check
+
+
+def run(checks: tuple[Check, ...], evidence: Evidence, defenses: bool) -> None:
+    for check in checks:
+        if defenses or not getattr(check, "defense", False):
+            check(evidence)
+
+
+def trial_flags(ev: Evidence) -> None:
+    flag_from(ev.record, ev.message)
+
+
+@defense
+def trial_precision(ev: Evidence) -> None:
+    check_precision(ev.record, ev.info)
+
+
+@defense
+def kernels(ev: Evidence) -> None:
+    if ev.out is not None:
+        check_kernels(ev.record, ev.out.profiles, ev.out.reference_profiles)
+
+
+def sample_flags(ev: Evidence) -> None:
+    if ev.out is not None:
+        flag_timing(ev.record, ev.out)
+
+
+@defense
+def timed_outputs(ev: Evidence) -> None:
+    """Every timed output read by the trusted side, a few whole, and those against float64."""
+    if ev.out is None:
+        return
+    checked, full, failure = check_timed_outputs(ev.out, ev.info.get("atol", 0.0), ev.info.get("rtol", 0.0))
+    correctness = ev.record.setdefault("correctness", {})
+    correctness["timed_outputs_checked"], correctness["timed_outputs_full_checked"] = checked, len(full)
+    if failure is not None:
+        flag(ev.record, flags.OUTPUT_CHANGED_UNDER_TIMING, failure)
+    check_timed_precision(ev.record, full, ev.info)
+
+
+def block_medians(out: Collected, variant: str, block: int) -> list[float]:
+    medians = []
+    for r in out.rounds:
+        samples = r.get(variant, [])
+        medians += [statistics.median(samples[i:i + block]) for i in range(0, len(samples), block)]
+    return medians
+
+
+@defense
+def interference(ev: Evidence) -> None:
+    """The reference's blocks while the candidate was alive against its blocks before and after it."""
+    if ev.out is None or not ev.before or not ev.after:
+        return
+    during = block_medians(ev.out, EAGER, ev.timing.block_samples)
+    found = paired.interference(ev.before, during, ev.after, ev.timing.interference_tolerance)
+    ev.record.setdefault("timing", {})["interference"] = {
+        "before_ms": ev.before, "after_ms": ev.after, "during_ms": found.during_ms, "tolerance": found.tolerance,
+        "found": found.found}
+    flag_interference(ev.record, found)
+
+
+@defense
+def consistency(ev: Evidence) -> None:
+    """The parent's clock around every sample request against what each side reported (`timing_inconsistent`);
+    on the CPU path the call's request alone is bracketed, and 5% of the reported time is allowed."""
+    if ev.out is None:
+        return
+    ref, cand = ev.out.unexplained_ms.get(EAGER), ev.out.unexplained_ms.get(CANDIDATE)
+    if not ref or not cand:
+        return
+    reported = [ms * ev.calls_per_sample for ms in ev.out.samples(CANDIDATE)]
+    cpu = ev.device == "cpu"
+    share = paired.OVERHEAD_SHARE_CPU if cpu else 0.0
+    tolerance = ev.timing.consistency_tolerance
+    tolerance = min(tolerance, paired.REPORTED_SHARE_CPU) if cpu else tolerance
+    flush = statistics.median(ev.out.flush_ms.get(EAGER) or [0.0])    # the reference's: no candidate code there
+    found = paired.consistency(ref, cand, reported, tolerance, share, flush)
+    ev.record.setdefault("timing", {})["consistency"] = {
+        "reference_unexplained_ms": found.reference_ms, "candidate_unexplained_ms": found.candidate_ms,
+        "reference_flush_ms": found.flush_ms, "allowed_ms": found.allowed_ms, "found": found.found}
+    flag_inconsistent(ev.record, found)
+
+
+def noisy(ev: Evidence) -> None:
+    if ev.out is not None and ev.out.noisy:
+        est = ev.record["speedup_ci"]
+        flag(ev.record, flags.NOISY, f"the speedup's 95% CI [{est[0]:.4g}, {est[1]:.4g}] did not reach "
+                                     f"+/-{ev.timing.target_rel_ci:.1%} within the time cap")
+
+
+def physics(ev: Evidence) -> None:
+    check_physics(ev.record, ev.info.get("work"), ev.ceilings)
+
+
+AFTER_TRIALS: tuple[Check, ...] = (trial_flags, trial_precision)     # a flag these add that invalidates ends
+                                                                     # the pair before timing (trial_flags' do not:
+                                                                     # the rounds still run, for the record)
+AFTER_ROUNDS: tuple[Check, ...] = (kernels, sample_flags, timed_outputs, interference, consistency, noisy, physics)

@@ -291,7 +291,8 @@ def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, int
     record["correctness"] = _correctness(results, message, reference.info, pc)
     record["precision"] = {"requested": pc.cfg.precision, "dtype": reference.info.get("dtype"),
                            "source": reference.info.get("dtype_source")}
-    defenses.flag_from(record, message)
+    evidence = defenses.Evidence(record, reference.info, pc.cfg.timing, reference.device, message)
+    defenses.run(defenses.AFTER_TRIALS[:1], evidence, pc.cfg.defenses)      # the trials' own flags
     failing = [r for r in results if not r.get("ok")]
     if failing:
         first = failing[0]
@@ -303,12 +304,12 @@ def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, int
         else:
             finish(record, "incorrect", reason)
         return None
-    if pc.cfg.defenses:
-        defenses.check_precision(record, reference.info)
-        reduced = flags.REDUCED_PRECISION
-        if reduced.name in record["flags"]:                 # inside the tolerance, but not fp32 arithmetic
-            finish(record, "invalid", f"{reduced}: {record['flag_details'][reduced.name]}")
-            return None
+    earlier = list(record["flags"])
+    defenses.run(defenses.AFTER_TRIALS[1:], evidence, pc.cfg.defenses)
+    invalid = flags.invalidating([f for f in record["flags"] if f not in earlier])
+    if invalid:                                             # e.g. inside the tolerance, but not fp32 arithmetic
+        finish(record, "invalid", f"{invalid[0]}: {record['flag_details'].get(invalid[0], '')}")
+        return None
     t0 = time.monotonic()
     rule = paired.StopRule(pc.cfg.timing.rounds_floor(), pc.cfg.timing.max_rounds, pc.cfg.timing.target_rel_ci,
                            pc.cfg.timing.max_pair_seconds)
@@ -319,10 +320,6 @@ def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, int
     phases["timing"] = time.monotonic() - t0
     phases["timing_profile"] = collected.profile_seconds      # parts of "timing"
     phases["timing_switch"] = collected.switch_seconds
-    t0 = time.monotonic()
-    if pc.cfg.defenses:
-        defenses.check_kernels(record, collected.profiles, collected.reference_profiles)
-    phases["checks"] += time.monotonic() - t0
     return collected
 
 
@@ -356,26 +353,11 @@ def _conclude(record: dict[str, Any], reference: ReferenceSide, inter: Interleav
         inter.release()
     phases["baseline_after"] = time.monotonic() - t0
     _timing_record(record, reference, out, before, after, pc)
-    defenses.flag_timing(record, out)
-    if pc.cfg.defenses:
-        checked, full, failure = defenses.check_timed_outputs(out, reference.info.get("atol", 0.0),
-                                                             reference.info.get("rtol", 0.0))
-        record["correctness"]["timed_outputs_checked"] = checked
-        record["correctness"]["timed_outputs_full_checked"] = len(full)
-        if failure is not None:
-            defenses.flag(record, flags.OUTPUT_CHANGED_UNDER_TIMING, failure)
-        defenses.check_timed_precision(record, full, reference.info)
-        during = _block_medians(out, EAGER, pc.cfg.timing.block_samples)
-        found = paired.interference(before, during, after, pc.cfg.timing.interference_tolerance)
-        record["timing"]["interference"] = {"before_ms": before, "after_ms": after, "during_ms": found.during_ms,
-                                            "tolerance": found.tolerance, "found": found.found}
-        defenses.flag_interference(record, found)
-        _check_consistency(record, reference, inter, out, pc)
-    if out.noisy:
-        est = record["speedup_ci"]
-        defenses.flag(record, flags.NOISY, f"the speedup's 95% CI [{est[0]:.4g}, {est[1]:.4g}] did not reach "
-                                           f"+/-{pc.cfg.timing.target_rel_ci:.1%} within the time cap")
-    defenses.check_physics(record, reference.info.get("work"), pc.ceilings)
+    t0 = time.monotonic()
+    evidence = defenses.Evidence(record, reference.info, pc.cfg.timing, reference.device, out=out, before=before,
+                                 after=after, calls_per_sample=inter.calls_per_sample, ceilings=pc.ceilings)
+    defenses.run(defenses.AFTER_ROUNDS, evidence, pc.cfg.defenses)
+    phases["checks"] = phases.get("checks", 0.0) + time.monotonic() - t0
     invalid = flags.invalidating(record["flags"])
     if invalid:
         finish(record, "invalid", f"{invalid[0]}: {record.get('flag_details', {}).get(invalid[0], '')}".rstrip(": "))
@@ -396,34 +378,6 @@ def _set_reference_mode(reference: ReferenceSide, inter: Interleaver, graph_call
         reference.replays_sized = True
     inter.set_mode(reference.worker, reference.mode, reference.graph_replays)
     inter.calls_per_sample = graph_calls * reference.graph_replays if reference.mode == "graph" else 1
-
-
-def _check_consistency(record: dict[str, Any], reference: ReferenceSide, inter: Interleaver, out: Collected,
-                       pc: PairContext) -> None:
-    """The parent's clock around every sample against what each side reported (`timing_inconsistent`)."""
-    ref, cand = out.unexplained_ms.get(EAGER), out.unexplained_ms.get(CANDIDATE)
-    if not ref or not cand:
-        return
-    reported = [ms * inter.calls_per_sample for ms in out.samples(CANDIDATE)]
-    cpu = reference.device == "cpu"
-    share = paired.OVERHEAD_SHARE_CPU if cpu else 0.0
-    tolerance = min(pc.cfg.timing.consistency_tolerance, paired.REPORTED_SHARE_CPU) if cpu else \
-        pc.cfg.timing.consistency_tolerance
-    flush = statistics.median(out.flush_ms.get(EAGER) or [0.0])     # the reference's: no candidate code runs there
-    found = paired.consistency(ref, cand, reported, tolerance, share, flush)
-    record["timing"]["consistency"] = {"reference_unexplained_ms": found.reference_ms,
-                                       "candidate_unexplained_ms": found.candidate_ms,
-                                       "reference_flush_ms": found.flush_ms,
-                                       "allowed_ms": found.allowed_ms, "found": found.found}
-    defenses.flag_inconsistent(record, found)
-
-
-def _block_medians(out: Collected, variant: str, block: int) -> list[float]:
-    medians = []
-    for r in out.rounds:
-        samples = r.get(variant, [])
-        medians += [statistics.median(samples[i:i + block]) for i in range(0, len(samples), block)]
-    return medians
 
 
 def _side_stats(out: Collected, variant: str) -> dict[str, Any]:
