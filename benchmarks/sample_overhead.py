@@ -1,20 +1,24 @@
 """Where one timed sample's harness work goes, inside a worker (issue 11: the per-sample overhead).
 
-Every timed sample is a request and a check (harness/workers/sampler.py); the parent's clock sees their round
-trip, and `timing.consistency` in a record says how much of it is not the timed call. This builds the same
-Sampler a worker builds, for one problem's reference on one device, and times each part of a sample and its
-check separately, each part synchronised (so the figures attribute device work to the part that queued it):
+Every timed sample is a request (harness/workers/sampler.py; on the CPU path preceded by a PrepareRequest for the
+flush and the inputs); the parent's clock sees its round trip, and `timing.consistency` in a record says how much
+of it is not the timed call. The output is then read by the trusted side (harness.trusted: `trusted read` below is
+the parent's or the reference's read at the drawn positions). This builds the same Sampler a worker builds, for one
+problem's reference on one device, and times each part of a sample separately, each part synchronised (so the
+figures attribute device work to the part that queued it):
 
     clean    the pass over torch's namespaces that undoes a candidate's replacements while inputs are drawn
     inputs   get_inputs() under the sample's seed, on the device
     copy     the pristine copy of the inputs kept for the mutation check
     measure  the mode's measurement (flush, events, the call, synchronize)
     tamper   the integrity checks after the sample (clocks, harness globals, instance attributes)
-    return   8 positions of the output read from memory when the call returned, and again at the check
-    raw      32 positions of the output read from memory at the check (harness/workers/rawread.py)
-    print    the output's fingerprint at the check positions (read through torch)
+    return   8 positions of the output read from memory when the call returned, and again before the next sample
+    export   where the output lies, for the trusted side (rawread.export: on the GPU, the allocation's IPC handle)
     mutate   the inputs compared with their pristine copy
     wire     the reply as a message and its JSON line
+    trusted read   the reference's read of its own output at points.CHECK_POINTS positions per tensor (what the
+             GPU reference does for each of its samples; the candidate's read through its IPC mapping is the same
+             indexing on mapped memory)
 
     python benchmarks/sample_overhead.py problems/level1/001_square_matmul.py [--device cuda] [--samples 200]
 
@@ -42,7 +46,9 @@ def main() -> int:
     from harness import messages as m
     from harness.channel import encode
     from harness.workers import integrity, rawread
-    from harness.workers.common import device_inputs, fingerprint, load_module, problem_settings
+    from harness import points
+    from harness.workers.common import device_inputs, load_module, problem_settings
+    from harness.workers.peer import values_at
     from harness.workers.sampler import Sampler, inputs_changed
 
     torch.set_num_threads(1)
@@ -53,7 +59,7 @@ def main() -> int:
     integrity.snapshot()
     mode = "host" if args.device == "cpu" else "cold"
     sampler = Sampler({"eager": lambda x: model(*x)}, problem, settings, args.device,
-                      m.TimingSpec(mode, 3, args.device != "cpu", 20), True, lambda outs: None)
+                      m.TimingSpec(mode, 3, args.device != "cpu", 20), True, trusted=True)
     sync = torch.cuda.synchronize if args.device != "cpu" else (lambda: None)
     meter = sampler._meter("eager")
     parts: dict[str, list[float]] = {}
@@ -79,11 +85,12 @@ def main() -> int:
         tampered = timed("tamper", sampler.tampered)
         outs = out if isinstance(out, list) else [out]
         timed("return", lambda: [rawread.read(outs, 77 + i, rawread.RETURN_POINTS) for _ in range(2)])
-        timed("raw", lambda: rawread.read(outs, 55 + i))
-        values, shapes = timed("print", lambda: fingerprint(outs, 55 + i))
+        exported = timed("export", lambda: rawread.export(outs))
         mutated = timed("mutate", lambda: inputs_changed(used, pristine))
-        timed("wire", lambda: encode(m.wire(m.CheckResult(m.pack_floats(values.tolist()), shapes, mutated, False)))
-              + encode(m.wire(m.SampleResult(times.ms, times.host_ms, times.lag_ms, tampered))))
+        timed("wire", lambda: encode(m.wire(m.SampleResult(times.ms, times.host_ms, times.lag_ms, tampered,
+                                                           outputs=[exported], mutated=mutated))))
+        timed("trusted read", lambda: [values_at(t, points.output_positions(55 + i, 0, j, t.numel()))
+                                       for j, t in enumerate(outs)])
         parts.setdefault("call (reported)", []).append(times.ms)
         if i == 9:
             parts.clear()                                   # warm-up samples

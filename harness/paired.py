@@ -134,10 +134,11 @@ class Interference:
 
 @dataclass(frozen=True)
 class Consistency:
-    """The parent's clock against a side's reported times. `unexplained` = request-to-reply time of a sample and its
-    check (the parent's clock) minus the sample time the worker reported: per-sample work both sides do the same
-    way (inputs, flush, synchronize, fingerprints, the pipe). A candidate whose process under-reports its time, or
-    moves work into the check, shows more unexplained time than the reference for the same requests."""
+    """The parent's clock against a side's reported times. `unexplained` = request-to-reply time of a sample (the
+    parent's clock; on the CPU path the call's request alone, PrepareRequest having taken the flush and the inputs)
+    minus the sample time the worker reported: per-sample work both sides do the same way (inputs on the GPU, the
+    flush, synchronize, the at-return read, the pipe). A candidate whose process under-reports its time shows more
+    unexplained time than the reference for the same requests."""
     found: bool
     reference_ms: float             # median unexplained time per sample, reference
     candidate_ms: float             # the same, candidate

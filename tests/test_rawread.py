@@ -8,13 +8,16 @@ import torch
 from harness.workers import rawread
 
 
+POINTS = 32
+
+
 @pytest.fixture(scope="module", autouse=True)
 def bound():
     rawread.bind(cuda=False)
 
 
 def _torch_reads(t: torch.Tensor, seed: int) -> list[float]:
-    idx = torch.tensor(rawread.positions(seed, t.numel(), min(rawread.RAW_POINTS, t.numel())))
+    idx = torch.tensor(rawread.positions(seed, t.numel(), min(POINTS, t.numel())))
     picked = t.reshape(-1)[idx]
     return (picked.real if picked.is_complex() else picked).to(torch.float64).tolist()
 
@@ -38,14 +41,14 @@ def _torch_reads(t: torch.Tensor, seed: int) -> list[float]:
 def test_raw_values_are_what_torch_reads(make):
     t = make()
     for seed in (0, 12345, 2**40 + 7):
-        assert rawread.read([t], seed) == _torch_reads(t, seed)
+        assert rawread.read([t], seed, POINTS) == _torch_reads(t, seed)
 
 
 def test_several_outputs_and_empty_ones():
     a, b, empty = torch.randn(3, 3), torch.randn(100), torch.empty(0, 4)
-    got = rawread.read([a, empty, b], 9)
+    got = rawread.read([a, empty, b], 9, POINTS)
     assert got == _torch_reads(a, 9) + _torch_reads(b, 9 + 7919 * 2)
-    assert len(got) == 9 + rawread.RAW_POINTS
+    assert len(got) == 9 + POINTS
 
 
 def test_positions_are_fixed_by_the_seed_and_spread():
@@ -60,7 +63,7 @@ def test_patched_torch_does_not_change_what_is_read(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "__getitem__", lambda self, index: torch.ones(32))
     monkeypatch.setattr(torch.Tensor, "data_ptr", lambda self: 0)
     monkeypatch.setattr(torch.Tensor, "stride", lambda self, *a: (0, 0))
-    assert rawread.read([t], 3) == [0.0] * 32
+    assert rawread.read([t], 3, POINTS) == [0.0] * 32
 
 
 def test_an_output_larger_than_its_storage_is_refused():
@@ -68,7 +71,7 @@ def test_an_output_larger_than_its_storage_is_refused():
     view = t[32:]
     t.untyped_storage().resize_(16)                        # the view now claims bytes its storage no longer has
     with pytest.raises(rawread.RawReadError, match="outside its storage"):
-        rawread.read([view], 1)
+        rawread.read([view], 1, POINTS)
 
 
 def test_values_compare_with_nan_equal_and_seeds_are_fresh():

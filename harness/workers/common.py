@@ -285,10 +285,7 @@ def worker_device() -> str:
     return os.environ.get("KB_DEVICE", "cpu")
 
 
-# ---------------------------------------------------------------- timed inputs and output fingerprints
-
-FINGERPRINT_POINTS = 2048
-
+# ---------------------------------------------------------------- timed inputs
 
 def device_inputs(problem, seed: int, settings: Settings, device: str) -> list:
     """The problem's get_inputs() after manual_seed(seed), with tensors created directly on the device (the same
@@ -315,19 +312,3 @@ def device_input_sets(problem, seed: int, settings: Settings, device: str, count
         sets.append([(x.to(device=device, dtype=dtype) if x.is_floating_point() else x.to(device))
                      if isinstance(x, torch.Tensor) else x for x in inputs])
     return sets
-
-
-def fingerprint(outs: list, seed: int):
-    """Values of each output at FINGERPRINT_POINTS pseudo-random positions drawn from `seed` (the same positions
-    on both sides for the same seed and shapes), as one float64 CPU tensor; plus the shapes."""
-    import torch
-    parts = []
-    for j, t in enumerate(outs):
-        flat = t.reshape(-1)
-        if flat.numel() == 0:
-            continue
-        g = torch.Generator(device="cpu").manual_seed(seed + 7919 * j)
-        idx = torch.randint(flat.numel(), (min(FINGERPRINT_POINTS, flat.numel()),), generator=g)
-        parts.append(flat[idx.to(flat.device)].to("cpu", torch.float64))
-    values = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
-    return values, [list(t.shape) for t in outs]

@@ -1,7 +1,7 @@
 """The worker's own code as it was before candidate code ran, and whether it still is.
 
 `snapshot()` is taken when the candidate worker starts (before the candidate is imported): every global of the
-harness modules the timing path uses (clocks, flush, measurement objects, the sampler, fingerprints, raw reads,
+harness modules the timing path uses (clocks, flush, measurement objects, the sampler, exports, raw reads,
 summaries, the tensor files, the channel and the messages), every attribute of the classes they define, and each
 function's code object. `changed()` names what is no longer the same object (or no longer runs the same code), and
 `shadowed(obj)` names methods an instance hides behind attributes of its own. The sampler asks after every sample
@@ -18,8 +18,8 @@ import sys
 import types
 from typing import Any
 
-WATCHED = ("harness.timing", "harness.channel", "harness.messages", "harness.workers.common",
-           "harness.workers.sampler", "harness.workers.tensorfile", "harness.workers.rawread",
+WATCHED = ("harness.timing", "harness.stats", "harness.points", "harness.channel", "harness.messages",
+           "harness.workers.common", "harness.workers.sampler", "harness.workers.tensorfile", "harness.workers.rawread",
            "harness.workers.cudadriver", "harness.workers.integrity")
 
 _entries: dict[str, tuple[Any, str, Any, Any]] = {}     # label -> (owner, attribute, value, value's __code__)

@@ -1,0 +1,99 @@
+"""Commit, then check (harness.points, harness.peek, harness.trusted): the trusted side reads an output where its
+worker says it lies, at positions drawn after it was handed over, from the worker's memory as it is."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from harness import peek, points
+from harness.trusted import slots_for
+
+CHILD = textwrap.dedent("""
+    import json, sys, torch
+    t = torch.arange(60, dtype=torch.float32).reshape(6, 10).t()[2:, :]     # strided, with an offset
+    b = torch.arange(12, dtype=torch.float32).to(torch.bfloat16)
+    print(json.dumps({"t": [t.data_ptr(), list(t.shape), list(t.stride())],
+                      "b": [b.data_ptr(), list(b.shape), list(b.stride())],
+                      "values": t.reshape(-1).tolist(), "bvalues": b.float().tolist()}), flush=True)
+    sys.stdin.read()
+""")
+
+
+@pytest.fixture
+def child():
+    proc = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        yield proc, json.loads(proc.stdout.readline())
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_parent_reads_a_child_output_where_it_lies(child):
+    proc, info = child
+    if peek.readable() is not None:
+        pytest.skip(f"process_vm_readv is refused here: {peek.readable()}")
+    address, shape, strides = info["t"]
+    flat = points.tensor_positions(12345, 0, points.numel(shape), 40)
+    got = peek.read_points(proc.pid, "torch.float32", shape, strides, address, flat)
+    assert got == [info["values"][i] for i in flat]
+    address, shape, strides = info["b"]
+    assert peek.read_points(proc.pid, "torch.bfloat16", shape, strides, address, [0, 5, 11]) == [0.0, 5.0, 11.0]
+
+
+def test_an_address_that_is_not_mapped_is_a_failed_read(child):
+    proc, _ = child
+    if peek.readable() is not None:
+        pytest.skip("process_vm_readv is refused here")
+    with pytest.raises(peek.PeekError, match="cannot read the worker's memory"):
+        peek.read_points(proc.pid, "torch.float32", [4], [1], 16, [0, 1])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(5, 7),
+    lambda: torch.randn(6, 4).t(),
+    lambda: torch.randn(10, 10)[2:, 3:],
+    lambda: torch.randn(3, 1).expand(3, 5),
+    lambda: torch.randn(2, 3, 4).permute(2, 0, 1)[:, :, ::2],
+])
+def test_offsets_follow_the_strides_as_torch_does(make):
+    t = make()
+    flat = points.tensor_positions(7, 0, t.numel(), 64)
+    offsets = points.offsets(list(t.shape), list(t.stride()), flat)
+    storage = torch.tensor([], dtype=t.dtype).set_(t.untyped_storage())
+    got = [float(storage[t.storage_offset() + o]) for o in offsets]
+    assert got == t.reshape(-1)[torch.tensor(flat)].tolist()
+
+
+def test_positions_are_fixed_by_the_seed_and_differ_per_tensor_and_slot():
+    assert points.output_positions(5, 0, 0, 10**6) == points.output_positions(5, 0, 0, 10**6)
+    assert points.output_positions(5, 0, 0, 10**6) != points.output_positions(5, 0, 1, 10**6)
+    assert points.output_positions(5, 0, 0, 10**6) != points.output_positions(5, 3, 0, 10**6)
+    assert len(points.output_positions(5, 0, 0, 10**6)) == points.CHECK_POINTS
+    assert len(points.output_positions(5, 0, 0, 10)) == 10 and points.output_positions(5, 0, 0, 0) == []
+
+
+def test_graph_samples_read_the_last_captured_call_and_two_drawn_at_random():
+    seen = set()
+    for seed in range(200):
+        slots = slots_for(seed, 20)
+        assert slots[-1] == 19 and len(set(slots)) == 3 and slots == sorted(slots)
+        assert slots == slots_for(seed, 20)
+        seen.update(slots[:-1])
+    assert seen == set(range(19))                       # every captured call can be the one read
+    assert slots_for(1, 1) == [0]
+
+
+def test_a_raw_copy_round_trips_through_the_tensor_file(tmp_path):
+    from harness.workers.tensorfile import read_tensors, write_raw
+    t = torch.randn(6, 4).t()
+    span = (sum((d - 1) * s for d, s in zip(t.shape, t.stride())) + 1)
+    data = bytes(t.untyped_storage())[t.storage_offset() * 4:(t.storage_offset() + span) * 4]
+    path = write_raw([("float32", span, data)], str(tmp_path / "x.kbt"))
+    (flat,) = read_tensors(path, "cpu")
+    assert torch.equal(flat.as_strided(t.shape, t.stride()), t)
