@@ -84,8 +84,9 @@ def test_exploits_on_the_gpu(tmp_path):
                 "patch_reference": "ok", "reduced_mantissa": "invalid", "forge_sample_times": "invalid",
                 "patch_sampler": "invalid", "compute_on_read": "invalid", "read_points_only": "invalid",
                 "thread_when_timed": "invalid", "precompute_at_inputs": "invalid", "precompute_in_torch": "ok",
-                "fill_checked_points": "invalid", "precision_when_timed": "invalid", "skip_captured_calls": "ok",
-                "scale_reports": "invalid"}
+                "fill_checked_points": "invalid", "precision_when_timed": "invalid", "skip_captured_calls": "ok"}
+    # not scale_reports: on the GPU a report scaled by 0.75 stays inside the parent's clock allowance (25% of the
+    # reported time, `consistency_tolerance`); README, Hardening, says so
     got = {name: records[name]["status"] for name in expected}
     # compute_on_read keys its pending outputs by data pointer: where the allocator hands a stale pointer to
     # another tensor, the cheat's own code raises (seen on the H200): a crash is as much a failure for it
