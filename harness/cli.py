@@ -178,7 +178,8 @@ def cmd_ci(argv: list[str]) -> int:
         raise UsageError("ci selects its pairs from git; --resume and --problem-file do not apply")
     cfg = load_run_config(args)
     baseline_name, baseline, baseline_meta = ci.load_baseline(args.baseline)
-    _, pairs = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate)
+    _, pairs = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate,
+                        warn=lambda text: print(f"warning: {text}", file=sys.stderr))
     changed = ci.changed_files(args.base, Path(cfg.solutions_dir)) | ci.changed_files(args.base, Path(cfg.problems_dir))
     selected = ci.select(pairs, changed)
     summary = args.summary or (Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY")

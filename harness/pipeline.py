@@ -63,10 +63,15 @@ def select_pairs(cfg: Config, args: argparse.Namespace) -> list[Pair]:
     if args.problem_file is not None:
         return [single_pair(args.problem_file, args.solution_file)]
     check_trees(Path(cfg.problems_dir), Path(cfg.solutions_dir))
-    _, pairs = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate)
+    _, pairs = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate,
+                        warn=stderr_warning)
     if not pairs:
         check_selection(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate)
     return pairs
+
+
+def stderr_warning(text: str) -> None:
+    print(f"warning: {text}", file=sys.stderr, flush=True)
 
 
 def cpu_notice(pairs: list[Pair], gpu_list: list[dict[str, Any]]) -> str | None:
