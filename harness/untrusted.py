@@ -73,6 +73,14 @@ def show_value(value: Any, limit: int = SHOWN_VALUE_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def show_text(value: Any, limit: int = SHOWN_VALUE_CHARS) -> str:
+    """A string as it is (escaped, cut to `limit`); any other value as show_value shows it."""
+    if not isinstance(value, str):
+        return show_value(value, limit)
+    text = show_name(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket", stat.S_IFLNK: "a symlink"}
 
