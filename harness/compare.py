@@ -27,6 +27,7 @@ from typing import Any, Iterable
 
 from .errors import OneLineParser, UsageError
 from .records import Record, as_records
+from .untrusted import ReadError, load_json, read_run_file
 
 SAME, FASTER, SLOWER = "SAME", "FASTER", "SLOWER"
 FIXED, BROKEN, FAILING = "FIXED", "BROKEN", "FAILING"
@@ -287,8 +288,8 @@ def load_run(spec: str, output_dir: Path) -> tuple[str, list[Record]]:
 def run_meta(results: Path) -> dict[str, Any] | None:
     """The run.json beside a results.jsonl, or None where there is none or it does not parse."""
     try:
-        meta = json.loads((results.parent / "run.json").read_text())
-    except (OSError, ValueError):
+        meta = load_json(read_run_file(results.parent, "run.json") or b"null")
+    except (ReadError, ValueError):
         return None
     return meta if isinstance(meta, dict) else None
 

@@ -382,7 +382,7 @@ def write_run_page(run_dir: Path, records: Iterable[Record | dict[str, Any]], me
     body = f"<h1>Kernel leaderboard</h1>{meta_header(info)}{_run_sections(pairs)}"
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "index.html"
-    path.write_text(_page(f"Leaderboard {info.run_id}", body), encoding="utf-8")
+    write_text(path, _page(f"Leaderboard {info.run_id}", body))          # a link there is replaced, not followed
     return path
 
 
@@ -450,5 +450,5 @@ def write_site(output_dir: Path, runs: list[tuple[str, dict, list[Record | dict[
         body += _note("No runs yet.")
     output_dir.mkdir(parents=True, exist_ok=True)
     path = output_dir / "index.html"
-    path.write_text(_page("Kernel leaderboard", body), encoding="utf-8")
+    write_text(path, _page("Kernel leaderboard", body))
     return path

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import InputError, OneLineParser, UsageError
+from .untrusted import ReadError, load_json, read_bytes
 
 LEVELS = (1, 2, 3)
 LEVEL4_REASON = "level 4 needs network access (HuggingFace models); not imported"
@@ -166,10 +167,10 @@ def _eval_results_note(path: Path) -> str | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text())
+        data = load_json(read_bytes(path, 1 << 30))
         if not isinstance(data, dict) or not all(isinstance(v, (dict, list)) for v in data.values()):
             raise ValueError("not an object of problems holding their samples")
-    except (OSError, ValueError) as exc:
+    except (ReadError, ValueError) as exc:
         return f"found KernelBench's eval_results.json but could not read it ({exc}); it is not imported"
     samples = sum(_sample_count(v) for v in data.values())
     return (f"found KernelBench's eval_results.json: {len(data)} problem{'s' if len(data) != 1 else ''}, "

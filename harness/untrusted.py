@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import json
 import os
 import reprlib
 import stat
@@ -153,3 +154,27 @@ def inside(path: Path, folder: Path) -> bool:
         return path.resolve().is_relative_to(folder.resolve())
     except (OSError, RuntimeError):                     # RuntimeError: a symlink loop (Python < 3.13)
         return False
+
+
+def load_json(data: bytes | str) -> Any:
+    """json.loads, where input nested past Python's recursion limit is a ValueError like any other bad JSON."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+RUN_FILE_LIMIT = 1 << 30        # bytes: run.json or results.jsonl larger than this is not read
+
+
+def read_run_file(run_dir: Path, name: str, limit: int = RUN_FILE_LIMIT) -> bytes | None:
+    """A file of a run folder (run.json, results.jsonl), or None when there is none. ReadError when it is a link
+    that leads out of the run folder (or nowhere: a dangling link is never followed, let alone created), not a
+    regular file, too large or unreadable."""
+    path = run_dir / name
+    if not os.path.lexists(path):
+        return None
+    if path.is_symlink() and not inside(path, run_dir):
+        target = os.readlink(path)
+        raise ReadError(f"a link to {show_path(target)}, outside the run folder; not followed")
+    return read_bytes(path, limit)
