@@ -18,6 +18,7 @@ from typing import Any, Iterable
 
 from harness.records import Record, RecordError
 from harness.report import abbreviate, fmt_speedup, tally
+from harness.untrusted import write_text
 
 # Best attempt for a problem with no correct candidate: the status nearest to correct wins.
 STATUS_RANK = ("ok", "invalid", "incorrect", "runtime_error", "timeout", "oom", "load_error", "compile_error",
