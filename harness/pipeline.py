@@ -143,8 +143,14 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
     records_out: list[dict[str, Any]] = []
     with _progress(console) as progress:
         build_task = progress.add_task("build", total=len(pairs))
+
+        def built(result) -> None:
+            if result.warning:
+                warn(result.warning)
+            progress.advance(build_task)
+
         builds = build_all(pairs, Path(cfg.cache_dir) / "builds", toolchain, cfg.build_jobs(), cfg.build_timeout,
-                           seed.base, on_done=lambda pair, result: progress.advance(build_task))
+                           seed.base, on_done=lambda pair, result: built(result))
         progress.update(build_task, completed=len(pairs))
         store.update_metadata(builds_compiled=sum(1 for b in builds.values() if not b.cached),
                               builds_cached=sum(1 for b in builds.values() if b.cached),
