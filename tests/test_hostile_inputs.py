@@ -406,3 +406,38 @@ def test_a_record_s_control_characters_never_reach_the_terminal(hostile_run):
     buffer = io.StringIO()
     Console(file=buffer, force_terminal=True, width=200).print(table(as_records([record]), "t"))
     assert "\x1b]0;" not in buffer.getvalue() and "\x1b[2J" not in buffer.getvalue()
+
+
+def test_a_key_file_that_is_a_fifo_or_a_device_is_one_line(tmp_path):
+    from harness.signing import KeyFileError, RunKey, lookup
+    os.mkfifo(tmp_path / "k.key")
+    for path in (tmp_path / "k.key", Path("/dev/zero"), tmp_path):
+        with pytest.raises(KeyFileError, match="not a regular file"):
+            RunKey.load(path)
+    meta = {"signing": {"algorithm": "hmac-sha256", "key_file": str(tmp_path / "k.key")}}
+    assert lookup(meta).key is None and "FIFO" in lookup(meta).unverified_because
+
+
+def test_resume_replaces_a_logs_link_instead_of_writing_through_it(hostile_run, tmp_path):
+    from harness.store import RunStore
+    _, _, _, run_dir = hostile_run
+    out = tmp_path / "results"
+    shutil.copytree(run_dir, out / "run1", symlinks=True)
+    shutil.rmtree(out / "run1" / "logs")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, out / "run1" / "logs")
+    said: list[str] = []
+    store = RunStore.resume(out, "run1", said.append)
+    assert (store.dir / "logs").is_dir() and not (store.dir / "logs").is_symlink()
+    assert any("logs: not a folder" in line for line in said)
+
+
+def test_import_never_writes_through_a_dangling_link(tmp_path):
+    from harness.kbimport import ImportReport, _place
+    src, outside = tmp_path / "src.py", tmp_path / "outside.py"
+    src.write_text("x = 1\n")
+    os.symlink(outside, tmp_path / "dest.py")
+    report = ImportReport(layout="run")
+    _place(src, tmp_path / "dest.py", report, dry_run=False)
+    assert not outside.exists() and report.skipped and not report.copied
