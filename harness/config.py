@@ -242,7 +242,8 @@ def _build(values: dict[str, Any], source: str) -> Config:
     kwargs: dict[str, Any] = {}
     for key, value in values.items():
         if key not in _FIELD_TYPES:
-            raise InputError(f"{source}: unknown config key {show_value(key)} (known: {', '.join(sorted(_FIELD_TYPES))})")
+            raise InputError(f"{source}: unknown config key {show_value(key)} "
+                             f"(known: {', '.join(sorted(_FIELD_TYPES))})")
         if key == "timing":
             kwargs[key] = _build_timing(value, source)
         else:
@@ -260,7 +261,8 @@ def _build_timing(value: Any, source: str) -> TimingConfig:
     kwargs = {}
     for key, item in value.items():
         if key not in _TIMING_FIELDS:
-            raise InputError(f"{source}: unknown config key {show_value(f'timing.{key}')} (known: {', '.join(_TIMING_FIELDS)})")
+            raise InputError(f"{source}: unknown config key {show_value(f'timing.{key}')} "
+                             f"(known: {', '.join(_TIMING_FIELDS)})")
         kwargs[key] = _coerce(f"timing.{key}", item, source, _TIMING_FIELDS[key].default)
     return TimingConfig(**kwargs)
 
@@ -288,7 +290,8 @@ def _coerce(key: str, value: Any, source: str, default: Any = dataclasses.MISSIN
     if name == "worker_memory_gb":
         if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0):
             return None if value is None else float(value)
-        raise InputError(f"{source}: 'worker_memory_gb' must be a number of GB (0 = no cap) or null, got {show_value(value)}")
+        raise InputError(f"{source}: 'worker_memory_gb' must be a number of GB (0 = no cap) or null, "
+                         f"got {show_value(value)}")
     if name == "spare_workers" and isinstance(value, bool):        # YAML reads a bare on/off as a boolean
         return "on" if value else "off"
     if isinstance(default, bool):

@@ -309,7 +309,8 @@ def check_trees(problems_dir: Path, solutions_dir: Path | None) -> tuple[list[Pa
     candidates = [p for p in sorted(solutions_dir.glob("*/*/*")) if p.suffix in CANDIDATE_SUFFIXES
                   and _visible(p) and not _is_dir(p)]
     if not candidates:
-        raise InputError(f"{show_path(solutions_dir)}: no candidate files here (expected <level>/<problem>/<candidate>.py)")
+        raise InputError(f"{show_path(solutions_dir)}: no candidate files here "
+                         f"(expected <level>/<problem>/<candidate>.py)")
     return problem_files, candidates
 
 
@@ -324,8 +325,8 @@ def check_problem_selection(problems_dir: Path, level: str | None, problem_glob:
     _check_level(level, {show_name(p.parent.name) for p in problem_files})
     pids = [_id(p.parent.name, p.stem) for p in problem_files if _level_matches(show_name(p.parent.name), level)]
     where = f" of --level {level}" if level is not None else ""
-    raise InputError(f"--problem {show_value(problem_glob)} matches no problem{where} in {show_path(problems_dir)} "
-                     f"({len(pids)} problems; e.g. {pids[0] if pids else 'none'})")
+    raise InputError(f"--problem {show_value(problem_glob)} matches no problem{where} in "
+                     f"{show_path(problems_dir)} ({len(pids)} problems; e.g. {pids[0] if pids else 'none'})")
 
 
 def _check_level(level: str | None, levels: set[str]) -> None:
@@ -338,7 +339,8 @@ def check_selection(problems_dir: Path, solutions_dir: Path, level: str | None, 
     """Called when a selection gave no pair: raise InputError naming the flag that matched nothing and what there
     is instead."""
     problem_files, candidates = check_trees(problems_dir, solutions_dir)
-    _check_level(level, {show_name(p.parent.name) for p in problem_files} | {show_name(p.parent.parent.name) for p in candidates})
+    _check_level(level, {show_name(p.parent.name) for p in problem_files}
+                 | {show_name(p.parent.parent.name) for p in candidates})
     pids = [_id(p.parent.name, p.stem) for p in problem_files if _level_matches(show_name(p.parent.name), level)]
     cids = [_id(p.parent.parent.name, p.parent.name, p.stem) for p in candidates
             if _level_matches(show_name(p.parent.parent.name), level)]
@@ -346,10 +348,11 @@ def check_selection(problems_dir: Path, solutions_dir: Path, level: str | None, 
     chosen = [c for c in cids if _glob_matches(c.rsplit("/", 1)[0], problem_glob)]
     if not chosen:
         if not any(_glob_matches(pid, problem_glob) for pid in pids):
-            raise InputError(f"--problem {show_value(problem_glob)} matches no problem{where} in {show_path(problems_dir)} "
-                             f"({len(pids)} problems; e.g. {pids[0] if pids else 'none'})")
-        raise InputError(f"no candidate in {show_path(solutions_dir)} for the problems{where} matching {show_value(problem_glob)} "
-                         f"(candidates go in {show_path(solutions_dir)}/<level>/<problem>/<candidate>.py)")
+            raise InputError(f"--problem {show_value(problem_glob)} matches no problem{where} in "
+                             f"{show_path(problems_dir)} ({len(pids)} problems; e.g. {pids[0] if pids else 'none'})")
+        raise InputError(f"no candidate in {show_path(solutions_dir)} for the problems{where} matching "
+                         f"{show_value(problem_glob)} (candidates go in "
+                         f"{show_path(solutions_dir)}/<level>/<problem>/<candidate>.py)")
     raise InputError(f"--candidate {show_value(candidate_glob)} matches no candidate of the selected problems in "
                      f"{solutions_dir} ({len(chosen)} candidates; e.g. {chosen[0]})")
 
