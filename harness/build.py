@@ -1,14 +1,17 @@
 """Stage 2, build: compile every candidate's extensions in a pool of worker processes, each into its own build
 directory keyed by a hash of the candidate source, the toolchain and the build flags.
 
-A directory whose build.json exists is reused as it is: an unchanged candidate is never rebuilt across runs, and
-the execute worker, pointed at the same TORCH_EXTENSIONS_DIR with the same flags, finds its extensions built.
+A directory whose build.json exists is reused: an unchanged candidate is never rebuilt across runs, and the
+execute worker, pointed at the same TORCH_EXTENSIONS_DIR with the same flags, finds its extensions built. The cache
+is checked before it is trusted (`_damage`): an entry that is not a plain folder, holds a link, or whose build.json
+is not a regular file with a build result's fields is removed and built again, once, with a warning.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -20,6 +23,7 @@ from .discover import Pair
 from .messages import BuildJob, wire
 from .procs import Worker, WorkerExit, worker_env
 from .signing import RunKey
+from .untrusted import ReadError, load_json, read_bytes, show_path, write_text
 
 BUILD_FORMAT = 2        # bump when the build recipe below changes, to invalidate every cached build
 
@@ -48,6 +52,7 @@ class BuildResult:
     build_dir: str = ""
     candidate_path: str = ""        # the file the execute worker imports
     sandbox: dict | None = None     # what confined the build worker (harness.sandbox's report)
+    warning: str | None = None      # a damaged cache entry that was removed and built again (said once, not saved)
 
     def record(self) -> dict:
         return {"status": self.status, "cached": self.cached, "seconds": self.seconds, "key": self.key,
@@ -76,18 +81,89 @@ def build_env(build_dir: Path, toolchain: Toolchain) -> dict[str, str]:
     return env
 
 
-def _prepare_dir(pair: Pair, root: Path, toolchain: Toolchain) -> tuple[str, Path, Path]:
+SAVED_STATUSES = ("built", "compile_error", "skipped")
+MARKER_LIMIT = 4 << 20          # bytes: a build.json larger than this is damaged
+_SAVED_TYPES = {"status": str, "error": (str, type(None)), "compiler_output": (str, type(None)), "extensions": list,
+                "seconds": (int, float), "sandbox": (dict, type(None))}
+
+
+def _damage(build_dir: Path, source: str | None) -> str | None:
+    """Why a cache entry cannot be trusted, or None (sound, or not there yet): not a plain folder, a link in it,
+    a build.json that is not a regular file holding a build result, an extracted candidate.py that is not the
+    candidate's code."""
+    if not os.path.lexists(build_dir):
+        return None
+    if build_dir.is_symlink() or not build_dir.is_dir():
+        return "not a folder (a link or a file)"
+    try:
+        links = sorted(entry.name for entry in os.scandir(build_dir) if entry.is_symlink())
+    except OSError as exc:
+        return f"cannot be listed ({exc.strerror})"
+    if links:
+        return f"{show_path(links[0])} is a link"
+    marker = build_dir / "build.json"
+    if os.path.lexists(marker):
+        why = _saved_damage(marker)
+        if why is not None:
+            return f"build.json {why}"
+    candidate = build_dir / "candidate.py"
+    if source is not None and os.path.lexists(candidate):
+        try:
+            same = read_bytes(candidate, MARKER_LIMIT + len(source) * 4) == source.encode("utf-8", "surrogatepass")
+        except ReadError:
+            same = False
+        if not same:
+            return "candidate.py is not the candidate's code"
+    return None
+
+
+def _saved_damage(marker: Path) -> str | None:
+    try:
+        saved = load_json(read_bytes(marker, MARKER_LIMIT, follow=False))
+    except ReadError as exc:
+        return f"cannot be read: {exc.why}"
+    except ValueError:
+        return "is not JSON"
+    if not isinstance(saved, dict):
+        return "is not a build result"
+    extra = sorted(set(saved) - set(_SAVED_TYPES))
+    if extra:
+        return f"has a field a build result does not have ({show_path(str(extra[0])[:40])})"
+    for name, kind in _SAVED_TYPES.items():
+        if not isinstance(saved.get(name), kind) or isinstance(saved.get(name), bool):
+            return f"has no valid '{name}'"
+    if saved["status"] not in SAVED_STATUSES or not all(isinstance(e, str) for e in saved["extensions"]):
+        return "has no valid 'status' or 'extensions'"
+    return None
+
+
+def _remove_entry(build_dir: Path) -> None:
+    """A damaged cache entry out of the way (a link or a file is unlinked, never followed)."""
+    if build_dir.is_symlink() or not build_dir.is_dir():
+        build_dir.unlink()
+    else:
+        shutil.rmtree(build_dir)
+
+
+def _prepare_dir(pair: Pair, root: Path, toolchain: Toolchain) -> tuple[str, Path, Path, str | None]:
+    """(key, build dir, the file the workers import, a warning when a damaged entry was removed); OSError when
+    the entry cannot be made."""
     cand = pair.candidate
     key = build_key(cand.source or "", toolchain)
     build_dir = (root / key).absolute()              # its paths reach processes that change directory (ninja)
+    extracted = cand.path.suffix != ".py"            # an extracted response: the code block is the candidate
+    damage = _damage(build_dir, cand.source if extracted else None)
+    warning = None
+    if damage is not None:
+        warning = f"build cache {show_path(build_dir)}: {damage}; removed and built again"
+        _remove_entry(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
-    if cand.path.suffix == ".py":
-        candidate_path = cand.path.resolve()
-    else:                                               # an extracted response: the code block is the candidate
-        candidate_path = build_dir / "candidate.py"
-        if not candidate_path.exists():
-            candidate_path.write_text(cand.source or "")
-    return key, build_dir, candidate_path
+    if not extracted:
+        return key, build_dir, cand.path.resolve(), warning
+    candidate_path = build_dir / "candidate.py"
+    if not candidate_path.exists():
+        write_text(candidate_path, cand.source or "")
+    return key, build_dir, candidate_path, warning
 
 
 class BuildCancelled(Exception):
@@ -136,15 +212,20 @@ def _remove_stale_locks(build_dir: Path, older_than: float | None = None) -> Non
 
 def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed: int,
               live: LiveBuilds | None = None) -> BuildResult:
-    key, build_dir, candidate_path = _prepare_dir(pair, root, toolchain)
-    base = {"key": key, "build_dir": str(build_dir), "candidate_path": str(candidate_path)}
+    try:
+        key, build_dir, candidate_path, warning = _prepare_dir(pair, root, toolchain)
+    except OSError as exc:
+        key = build_key(pair.candidate.source or "", toolchain)
+        return BuildResult("crashed", f"build cache {show_path(root / key)}: cannot be used: "
+                                      f"{exc.strerror or exc}", key=key)
+    base = {"key": key, "build_dir": str(build_dir), "candidate_path": str(candidate_path), "warning": warning}
     marker = build_dir / "build.json"
-    if marker.exists():
+    if os.path.lexists(marker):                 # checked by _damage: a regular file holding a build result
         try:
-            saved = json.loads(marker.read_text())
+            saved = load_json(read_bytes(marker, MARKER_LIMIT, follow=False))
             return BuildResult(**{**saved, **base, "cached": True})
-        except (ValueError, TypeError):
-            marker.unlink()
+        except (ReadError, ValueError, TypeError):  # changed since it was checked: built again
+            marker.unlink(missing_ok=True)
     if live is not None and live.cancelled:
         raise BuildCancelled()
     started = time.monotonic()
@@ -172,11 +253,12 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
     result = BuildResult(status=message.get("status", "crashed"), error=message.get("error"),
                          compiler_output=message.get("compiler_output"), extensions=message.get("extensions", []),
                          seconds=round(time.monotonic() - started, 3), sandbox=_report(message), **base)
-    if result.status in ("built", "compile_error", "skipped"):
+    if result.status in SAVED_STATUSES:
         saved = {k: v for k, v in asdict(result).items() if k not in base and k != "cached"}
-        tmp = marker.with_suffix(".tmp")
-        tmp.write_text(json.dumps(saved))
-        os.replace(tmp, marker)
+        try:
+            write_text(marker, json.dumps(saved))
+        except OSError as exc:                  # the result stands; the next run builds it again
+            result.warning = f"build cache {show_path(build_dir)}: result not saved: {exc.strerror or exc}"
     return result
 
 

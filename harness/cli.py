@@ -197,7 +197,8 @@ def cmd_ci(argv: list[str]) -> int:
     ci.check_outside_baseline(args.baseline, {"--output-dir": Path(cfg.output_dir), "cache_dir": Path(cfg.cache_dir),
                                               "--summary": summary})
     baseline_name, baseline, baseline_meta = ci.load_baseline(args.baseline)     # read now, before any PR code runs
-    _, pairs = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate)
+    _, pairs = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate,
+                        warn=lambda text: print(f"warning: {text}", file=sys.stderr))
     changed = ci.changed_files(args.base, Path(cfg.solutions_dir)) | ci.changed_files(args.base, Path(cfg.problems_dir))
     selected = ci.select(pairs, changed)
     problems = ci.changed_problems(changed, Path(cfg.problems_dir))

@@ -27,6 +27,7 @@ from typing import Any, Iterable
 
 from .errors import OneLineParser, UsageError
 from .records import Record, as_records
+from .untrusted import ReadError, load_json, read_run_file, show_name
 
 SAME, FASTER, SLOWER = "SAME", "FASTER", "SLOWER"
 FIXED, BROKEN, FAILING = "FIXED", "BROKEN", "FAILING"
@@ -262,7 +263,7 @@ def table(rows: list[Row], title: str, width: int | None = None):
         else:
             t.add_column(name, justify=justify, overflow="fold")
     for c, r in zip(cells, rows):
-        t.add_row(*map(Text, c[:5]), Text(c[5], style=_STYLE.get(r.verdict, "")))
+        t.add_row(*(Text(show_name(v)) for v in c[:5]), Text(show_name(c[5]), style=_STYLE.get(r.verdict, "")))
     return t
 
 
@@ -273,10 +274,9 @@ def resolve_run(spec: str, output_dir: Path) -> Path:
     path = Path(spec)
     if path.is_file() and path.suffix == ".jsonl":
         return path
-    if (path / "results.jsonl").is_file():
-        return path / "results.jsonl"
-    if (output_dir / spec / "results.jsonl").is_file():
-        return output_dir / spec / "results.jsonl"
+    for folder in (path, output_dir / spec):    # a link there is named by read_records, never followed out
+        if (folder / "results.jsonl").is_file() or (folder / "results.jsonl").is_symlink():
+            return folder / "results.jsonl"
     raise UsageError(f"unknown run '{spec}': not a run folder, and no {output_dir / spec / 'results.jsonl'}")
 
 
@@ -287,8 +287,8 @@ def load_run(spec: str, output_dir: Path) -> tuple[str, list[Record]]:
 def run_meta(results: Path) -> dict[str, Any] | None:
     """The run.json beside a results.jsonl, or None where there is none or it does not parse."""
     try:
-        meta = json.loads((results.parent / "run.json").read_text())
-    except (OSError, ValueError):
+        meta = load_json(read_run_file(results.parent, "run.json") or b"null")
+    except (ReadError, ValueError):
         return None
     return meta if isinstance(meta, dict) else None
 

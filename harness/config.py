@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from .errors import InputError, UsageError
+from .untrusted import ReadError, read_bytes, show_path, show_text, show_value
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -117,7 +118,10 @@ def merge_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[s
         if value is None:
             continue
         if key == "timing":
-            merged["timing"] = {**(merged.get("timing") or {}), **value}
+            timing = merged.get("timing")
+            if timing is not None and not isinstance(timing, dict):      # _build names it: not a mapping
+                continue
+            merged["timing"] = {**(timing or {}), **value}
         else:
             merged[key] = value
     return merged
@@ -145,35 +149,101 @@ def _flag_message(message: str, flag: str, key: str, value: Any) -> str:
     own = f"{flag}: '{key}' "
     if message.startswith(own):
         rest = message[len(own):]
-        return f"{flag}: {rest}" if ", got " in rest else f"{flag}: {rest}, got {value}"
-    return f"{flag} {value}: {message[len(flag) + 2:] if message.startswith(flag + ': ') else message}"
+        return f"{flag}: {rest}" if ", got " in rest else f"{flag}: {rest}, got {show_text(value)}"
+    return f"{flag} {show_text(value)}: {message[len(flag) + 2:] if message.startswith(flag + ': ') else message}"
+
+
+CONFIG_LIMIT = 1 << 20          # bytes: a config file larger than this is refused
+CONFIG_DEPTH = 16               # nested mappings and lists
+CONFIG_NODES = 10_000           # values, counting each use of an alias (a "billion laughs" document is refused)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read config: {exc.strerror}") from None
+        text = read_bytes(path, CONFIG_LIMIT).decode("utf-8")
+    except ReadError as exc:
+        raise InputError(f"{show_path(path)}: cannot read config: {exc.why}") from None
     except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not a UTF-8 text file (byte {exc.start}: {exc.object[exc.start]:#04x})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise InputError(f"{path}:{where} invalid YAML: {getattr(exc, 'problem', exc)}") from None
+        raise InputError(f"{show_path(path)}: not a UTF-8 text file (byte {exc.start}: "
+                         f"{exc.object[exc.start]:#04x})") from None
+    data = parse_yaml(text, show_path(path))
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise InputError(f"{path}: config must be a mapping of keys to values, got {type(data).__name__}")
+        raise InputError(f"{show_path(path)}: config must be a mapping of keys to values, got {type(data).__name__}")
     return data
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """YAML parsed with limits: at most CONFIG_DEPTH levels and CONFIG_NODES values once aliases are expanded, no
+    key twice in a mapping (InputError naming the key and both lines), no Python tags (safe_load's constructors)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_node(node, source)
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise InputError(f"{source}:{where} invalid YAML: {show_text(getattr(exc, 'problem', None) or str(exc))}") \
+            from None
+    except RecursionError:
+        raise InputError(f"{source}: invalid YAML: nested more than {CONFIG_DEPTH} levels deep") from None
+    finally:
+        loader.dispose()
+
+
+def _check_node(root: yaml.Node, source: str) -> None:
+    """Walk the composed document once per distinct node: its depth, its size with every alias expanded (a
+    shared node counts as often as it is used) and its mappings' keys."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: yaml.Node, depth: int) -> int:
+        if depth > CONFIG_DEPTH:
+            raise InputError(f"{source}: line {node.start_mark.line + 1}: nested more than {CONFIG_DEPTH} levels deep")
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in active:
+            raise InputError(f"{source}: line {node.start_mark.line + 1}: an alias refers to a value that holds it")
+        active.add(id(node))
+        total = 1
+        if isinstance(node, yaml.MappingNode):
+            _check_keys(node, source)
+            children = [child for pair in node.value for child in pair]
+        else:
+            children = node.value if isinstance(node, yaml.SequenceNode) else []
+        for child in children:
+            total += size(child, depth + 1)
+            if total > CONFIG_NODES:
+                raise InputError(f"{source}: line {node.start_mark.line + 1}: more than {CONFIG_NODES} values once "
+                                 f"its aliases are expanded")
+        active.discard(id(node))
+        sizes[id(node)] = total
+        return total
+
+    size(root, 0)
+
+
+def _check_keys(node: yaml.MappingNode, source: str) -> None:
+    seen: dict[str, int] = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.value == "<<":
+            continue
+        line = key.start_mark.line + 1
+        if key.value in seen:
+            raise InputError(f"{source}: key {show_value(key.value)} given twice (lines {seen[key.value]} and {line})")
+        seen[key.value] = line
 
 
 def _build(values: dict[str, Any], source: str) -> Config:
     kwargs: dict[str, Any] = {}
     for key, value in values.items():
         if key not in _FIELD_TYPES:
-            raise InputError(f"{source}: unknown config key '{key}' (known: {', '.join(sorted(_FIELD_TYPES))})")
+            raise InputError(f"{source}: unknown config key {show_value(key)} "
+                             f"(known: {', '.join(sorted(_FIELD_TYPES))})")
         if key == "timing":
             kwargs[key] = _build_timing(value, source)
         else:
@@ -191,7 +261,8 @@ def _build_timing(value: Any, source: str) -> TimingConfig:
     kwargs = {}
     for key, item in value.items():
         if key not in _TIMING_FIELDS:
-            raise InputError(f"{source}: unknown config key 'timing.{key}' (known: {', '.join(_TIMING_FIELDS)})")
+            raise InputError(f"{source}: unknown config key {show_value(f'timing.{key}')} "
+                             f"(known: {', '.join(_TIMING_FIELDS)})")
         kwargs[key] = _coerce(f"timing.{key}", item, source, _TIMING_FIELDS[key].default)
     return TimingConfig(**kwargs)
 
@@ -207,37 +278,38 @@ def _coerce(key: str, value: Any, source: str, default: Any = dataclasses.MISSIN
         if value is None or (isinstance(value, str) and _SCHEDULER_ADDRESS.match(value)):
             return value
         raise InputError(f"{source}: 'scheduler' must be a dask scheduler address like tcp://host:8786, "
-                         f"got {value!r}")
+                         f"got {show_value(value)}")
     if name in ("level", "cuda_arch", "precision"):
         return None if value is None else str(value)
     if name == "seed" or (name == "samples" and key.startswith("timing")):
         if value is None or (isinstance(value, int) and not isinstance(value, bool)):
             return value
-        raise InputError(f"{source}: '{key}' must be an integer or null, got {value!r}")
+        raise InputError(f"{source}: '{key}' must be an integer or null, got {show_value(value)}")
     if name == "compile_modes":
         return _parse_compile_modes(value, source)
     if name == "worker_memory_gb":
         if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0):
             return None if value is None else float(value)
-        raise InputError(f"{source}: 'worker_memory_gb' must be a number of GB (0 = no cap) or null, got {value!r}")
+        raise InputError(f"{source}: 'worker_memory_gb' must be a number of GB (0 = no cap) or null, "
+                         f"got {show_value(value)}")
     if name == "spare_workers" and isinstance(value, bool):        # YAML reads a bare on/off as a boolean
         return "on" if value else "off"
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
-        raise InputError(f"{source}: '{key}' must be true or false, got {value!r}")
+        raise InputError(f"{source}: '{key}' must be true or false, got {show_value(value)}")
     if isinstance(default, int):
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise InputError(f"{source}: '{key}' must be an integer, got {value!r}")
+        raise InputError(f"{source}: '{key}' must be an integer, got {show_value(value)}")
     if isinstance(default, float):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
-        raise InputError(f"{source}: '{key}' must be a number, got {value!r}")
+        raise InputError(f"{source}: '{key}' must be a number, got {show_value(value)}")
     if isinstance(default, str):
         if isinstance(value, str) and value:
             return value
-        raise InputError(f"{source}: '{key}' must be a non-empty string, got {value!r}")
+        raise InputError(f"{source}: '{key}' must be a non-empty string, got {show_value(value)}")
     return value
 
 
@@ -251,7 +323,7 @@ def _parse_compile_modes(value: Any, source: str) -> tuple[str, ...]:
     items = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or any(not isinstance(v, str) or v not in COMPILE_MODES for v in items):
         raise InputError(f"{source}: 'timing.compile_modes' must be a list of {', '.join(COMPILE_MODES)} "
-                         f"(or none), got {value!r}")
+                         f"(or none), got {show_value(value)}")
     return tuple(dict.fromkeys(items))
 
 
@@ -263,13 +335,13 @@ def _parse_gpus(value: Any, source: str) -> tuple[int, ...]:
     elif isinstance(value, (list, tuple)):
         items = list(value)
     else:
-        raise InputError(f"{source}: 'gpus' must be a list of GPU indices like [0, 1], got {value!r}")
+        raise InputError(f"{source}: 'gpus' must be a list of GPU indices like [0, 1], got {show_value(value)}")
     try:
         gpus = tuple(int(item) for item in items)
     except (TypeError, ValueError):
-        raise InputError(f"{source}: 'gpus' must be GPU indices like 0,1, got {value!r}") from None
+        raise InputError(f"{source}: 'gpus' must be GPU indices like 0,1, got {show_value(value)}") from None
     if not gpus or any(g < 0 for g in gpus) or len(set(gpus)) != len(gpus):
-        raise InputError(f"{source}: 'gpus' must be distinct non-negative indices, got {value!r}")
+        raise InputError(f"{source}: 'gpus' must be distinct non-negative indices, got {show_value(value)}")
     return gpus
 
 

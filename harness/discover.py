@@ -9,11 +9,15 @@ import fnmatch
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from .errors import InputError
+from .untrusted import ReadError, read_text, show_name, show_path, show_value
 
 CANDIDATE_SUFFIXES = (".py", ".md", ".txt")
 REQUIRED_PROBLEM_NAMES = ("Model", "get_inputs", "get_init_inputs")
+SOURCE_LIMIT = 8 << 20          # bytes: a problem or candidate file larger than this is a load_error, not read
+SKIPPED_SHOWN = 50              # skipped files named one per line; past this many, one line counts the rest
 
 
 @dataclass(frozen=True)
@@ -42,16 +46,35 @@ class Pair:
         return (self.problem_id, self.candidate.id)
 
 
+@dataclass(frozen=True)
+class Skipped:
+    path: Path
+    why: str
+
+    def line(self) -> str:
+        return f"{show_path(self.path)}: skipped: {self.why}"
+
+
+def _parse(source: str, path: Path) -> tuple[ast.Module | None, str | None]:
+    """(tree, None), or (None, a one-line reason): a syntax error, or source nested too deeply for the parser."""
+    try:
+        return ast.parse(source, filename=show_path(path)), None
+    except SyntaxError as exc:
+        return None, f"{show_path(path)}: line {exc.lineno}: syntax error: {exc.msg}"
+    except (RecursionError, MemoryError, ValueError) as exc:    # ValueError: a NUL byte (older Pythons)
+        what = "nested too deeply to parse" if isinstance(exc, RecursionError) else "cannot be parsed"
+        return None, f"{show_path(path)}: {what}"
+
+
 def check_problem_source(path: Path, text: str) -> str | None:
     """Return a one-line reason the problem file is unusable, or None."""
-    try:
-        tree = ast.parse(text, filename=str(path))
-    except SyntaxError as exc:
-        return f"{path}: line {exc.lineno}: syntax error: {exc.msg}"
+    tree, error = _parse(text, path)
+    if tree is None:
+        return error
     defined = _top_level_names(tree)
     missing = [name for name in REQUIRED_PROBLEM_NAMES if name not in defined]
     if missing:
-        return f"{path}: not a problem file: no {', '.join(missing)} defined at module level"
+        return f"{show_path(path)}: not a problem file: no {', '.join(missing)} defined at module level"
     return None
 
 
@@ -101,22 +124,21 @@ def extract_code_block(text: str) -> str | None:
 
 def load_candidate(path: Path, cid: str) -> Candidate:
     try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        return Candidate(cid, path, None, f"{path}: cannot read: {exc.strerror}")
+        text = read_text(path, SOURCE_LIMIT)
+    except ReadError as exc:
+        return Candidate(cid, path, None, f"{show_path(path)}: cannot read: {exc.why}")
     if path.suffix in (".md", ".txt"):
         source = extract_code_block(text)
         if source is None:
             return Candidate(cid, path, None,
-                             f"{path}: response has no complete python code block defining ModelNew")
+                             f"{show_path(path)}: response has no complete python code block defining ModelNew")
     else:
         source = text
-    try:
-        tree = ast.parse(source, filename=str(path))
-    except SyntaxError as exc:
-        return Candidate(cid, path, source, f"{path}: line {exc.lineno}: syntax error: {exc.msg}")
+    tree, error = _parse(source, path)
+    if tree is None:
+        return Candidate(cid, path, source, error)
     if "ModelNew" not in _top_level_names(tree) and not _assigns_anywhere(tree, "ModelNew"):
-        return Candidate(cid, path, source, f"{path}: defines no ModelNew class")
+        return Candidate(cid, path, source, f"{show_path(path)}: defines no ModelNew class")
     return Candidate(cid, path, source, None)
 
 
@@ -131,9 +153,9 @@ def _assigns_anywhere(tree: ast.AST, name: str) -> bool:
 
 def load_problem(path: Path, pid: str) -> Problem:
     try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        return Problem(pid, path, f"{path}: cannot read: {exc.strerror}")
+        text = read_text(path, SOURCE_LIMIT)
+    except ReadError as exc:
+        return Problem(pid, path, f"{show_path(path)}: cannot read: {exc.why}")
     return Problem(pid, path, check_problem_source(path, text))
 
 
@@ -148,73 +170,173 @@ def _glob_matches(value: str, pattern: str) -> bool:
 
 
 def discover(problems_dir: Path, solutions_dir: Path, level: str | None = None,
-             problem_glob: str = "*", candidate_glob: str = "*") -> tuple[list[Problem], list[Pair]]:
-    """All selected problems, and every (problem, candidate) pair under the two trees, sorted."""
+             problem_glob: str = "*", candidate_glob: str = "*",
+             warn: Callable[[str], None] | None = None) -> tuple[list[Problem], list[Pair]]:
+    """All selected problems, and every (problem, candidate) pair under the two trees, sorted. Every other entry of
+    the selection that is not a hidden or private name (`.x`, `_x`) is named to `warn` in one line saying why it
+    was skipped. Ids are file names shown as text (harness.untrusted.show_name); two files whose ids would be the
+    same (`x.py` and `x.md`) both get a pair, the second with its suffix in its id (`x.md`)."""
     if not problems_dir.is_dir():
-        raise InputError(f"{problems_dir}: problems directory does not exist{looked_at(problems_dir)}")
-    problems: dict[str, Problem] = {}
-    for path in sorted(problems_dir.glob("*/*.py")):
-        level_name = path.parent.name
-        pid = f"{level_name}/{path.stem}"
-        if path.name.startswith("_") or not _level_matches(level_name, level) or not _glob_matches(pid, problem_glob):
-            continue
-        problems[pid] = load_problem(path, pid)
+        raise InputError(f"{show_path(problems_dir)}: problems directory does not exist{looked_at(problems_dir)}")
+    skipped: list[Skipped] = []
+    problems = _find_problems(problems_dir, level, problem_glob, skipped)
     pairs: list[Pair] = []
     if solutions_dir.is_dir():
-        for path in sorted(solutions_dir.glob("*/*/*")):
-            if path.suffix not in CANDIDATE_SUFFIXES or path.name.startswith(("_", ".")) or not path.is_file():
-                continue
-            pid = f"{path.parent.parent.name}/{path.parent.name}"
-            if not _level_matches(path.parent.parent.name, level) or not _glob_matches(pid, problem_glob):
-                continue
-            cid = f"{pid}/{path.stem}"
-            if not _glob_matches(cid, candidate_glob):
-                continue
+        for path, pid, cid in _find_candidates(solutions_dir, level, problem_glob, candidate_glob, skipped):
             pairs.append(Pair(problems.get(pid), load_candidate(path, cid), pid))
     elif solutions_dir.exists():
-        raise InputError(f"{solutions_dir}: solutions path is not a directory")
+        raise InputError(f"{show_path(solutions_dir)}: solutions path is not a directory")
+    _say_skipped(skipped, warn)
     return list(problems.values()), pairs
 
 
 def looked_at(path: Path) -> str:
     """For a relative path that is not there: where it was looked for (the command may run from another folder)."""
-    return "" if path.is_absolute() else f" (looked at {Path.cwd() / path})"
+    return "" if path.is_absolute() else f" (looked at {show_path(Path.cwd() / path)})"
+
+
+def _visible(path: Path) -> bool:
+    return not path.name.startswith(("_", "."))
+
+
+def _entries(folder: Path) -> list[Path]:
+    """The entries of `folder`, sorted; none when it cannot be listed (a loop, no permission)."""
+    try:
+        return sorted(folder.iterdir())
+    except OSError:
+        return []
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def _find_problems(problems_dir: Path, level: str | None, problem_glob: str,
+                   skipped: list[Skipped]) -> dict[str, Problem]:
+    problems: dict[str, Problem] = {}
+    for level_dir in _entries(problems_dir):
+        if not _visible(level_dir) or not _level_matches(show_name(level_dir.name), level):
+            continue
+        if not _is_dir(level_dir):
+            skipped.append(Skipped(level_dir, "not in a level folder (<level>/<NNN>_<name>.py)"))
+            continue
+        for path in _entries(level_dir):
+            pid = f"{show_name(level_dir.name)}/{show_name(path.stem)}"
+            if not _visible(path) or not _glob_matches(pid, problem_glob):
+                continue
+            if path.suffix != ".py":
+                skipped.append(Skipped(path, "not a problem file (<NNN>_<name>.py)"))
+            elif pid in problems:
+                skipped.append(Skipped(path, f"its id {pid} is already {show_path(problems[pid].path)}'s"))
+            else:
+                problems[pid] = load_problem(path, pid)
+    return problems
+
+
+def _find_candidates(solutions_dir: Path, level: str | None, problem_glob: str, candidate_glob: str,
+                     skipped: list[Skipped]) -> list[tuple[Path, str, str]]:
+    """(path, problem id, candidate id) of every candidate file of the selection; the rest into `skipped`."""
+    found: dict[str, Path] = {}
+    out: list[tuple[Path, str, str]] = []
+    for level_dir in _entries(solutions_dir):
+        if not _visible(level_dir) or not _level_matches(show_name(level_dir.name), level):
+            continue
+        if not _is_dir(level_dir):
+            skipped.append(Skipped(level_dir, "not in a level folder (<level>/<problem>/<candidate>.py)"))
+            continue
+        for problem_dir in _entries(level_dir):
+            pid = f"{show_name(level_dir.name)}/{show_name(problem_dir.name)}"
+            if not _visible(problem_dir) or not _glob_matches(pid, problem_glob):
+                continue
+            if not _is_dir(problem_dir):
+                skipped.append(Skipped(problem_dir, "not in a problem folder (<level>/<problem>/<candidate>.py)"))
+                continue
+            for path in sorted(_entries(problem_dir), key=_suffix_rank):
+                cid = _candidate_id(path, pid, found, skipped)
+                if cid is not None and _glob_matches(cid, candidate_glob):
+                    found[cid] = path
+                    out.append((path, pid, cid))
+    return sorted(out, key=lambda item: item[2])
+
+
+def _suffix_rank(path: Path) -> tuple[str, int, str]:
+    """.py before .md before .txt for the same stem: the .py file keeps the plain id."""
+    rank = CANDIDATE_SUFFIXES.index(path.suffix) if path.suffix in CANDIDATE_SUFFIXES else len(CANDIDATE_SUFFIXES)
+    return path.stem, rank, path.name
+
+
+def _candidate_id(path: Path, pid: str, found: dict[str, Path], skipped: list[Skipped]) -> str | None:
+    """The candidate id of one entry of a problem folder, or None (skipped: said why in `skipped`, unless it is a
+    hidden or private name)."""
+    if not _visible(path):
+        return None
+    if path.suffix not in CANDIDATE_SUFFIXES:
+        why = "a folder" if _is_dir(path) else "not a candidate file"
+        skipped.append(Skipped(path, f"{why} ({', '.join(CANDIDATE_SUFFIXES)} files are candidates)"))
+        return None
+    if _is_dir(path):
+        skipped.append(Skipped(path, "a folder, not a candidate file"))
+        return None
+    cid = f"{pid}/{show_name(path.stem)}"
+    if cid in found:
+        cid = f"{pid}/{show_name(path.name)}"
+    if cid in found:
+        skipped.append(Skipped(path, f"its id {cid} is already {show_path(found[cid])}'s"))
+        return None
+    return cid
+
+
+def _say_skipped(skipped: list[Skipped], warn: Callable[[str], None] | None) -> None:
+    if warn is None:
+        return
+    for item in skipped[:SKIPPED_SHOWN]:
+        warn(item.line())
+    if len(skipped) > SKIPPED_SHOWN:
+        warn(f"... and {len(skipped) - SKIPPED_SHOWN} more files skipped")
 
 
 def check_trees(problems_dir: Path, solutions_dir: Path | None) -> tuple[list[Path], list[Path]]:
     """The problem and candidate files of the two trees (problems only when `solutions_dir` is None); InputError
     naming a directory that is missing or empty."""
     if not problems_dir.is_dir():
-        raise InputError(f"{problems_dir}: problems directory does not exist{looked_at(problems_dir)}")
+        raise InputError(f"{show_path(problems_dir)}: problems directory does not exist{looked_at(problems_dir)}")
     problem_files = [p for p in sorted(problems_dir.glob("*/*.py")) if not p.name.startswith("_")]
     if not problem_files:
-        raise InputError(f"{problems_dir}: no problem files here (expected <level>/<NNN>_<name>.py)")
+        raise InputError(f"{show_path(problems_dir)}: no problem files here (expected <level>/<NNN>_<name>.py)")
     if solutions_dir is None:
         return problem_files, []
     if not solutions_dir.is_dir():
         what = "is not a directory" if solutions_dir.exists() else "directory does not exist"
-        raise InputError(f"{solutions_dir}: solutions {what}{looked_at(solutions_dir)}")
+        raise InputError(f"{show_path(solutions_dir)}: solutions {what}{looked_at(solutions_dir)}")
     candidates = [p for p in sorted(solutions_dir.glob("*/*/*")) if p.suffix in CANDIDATE_SUFFIXES
-                  and not p.name.startswith(("_", ".")) and p.is_file()]
+                  and _visible(p) and not _is_dir(p)]
     if not candidates:
-        raise InputError(f"{solutions_dir}: no candidate files here (expected <level>/<problem>/<candidate>.py)")
+        raise InputError(f"{show_path(solutions_dir)}: no candidate files here "
+                         f"(expected <level>/<problem>/<candidate>.py)")
     return problem_files, candidates
+
+
+def _id(*parts: str) -> str:
+    return "/".join(show_name(part) for part in parts)
 
 
 def check_problem_selection(problems_dir: Path, level: str | None, problem_glob: str) -> None:
     """Called when a selection of problems (lint, calibrate) gave none: raise InputError naming the flag that
     matched nothing and what there is instead."""
     problem_files, _ = check_trees(problems_dir, None)
-    _check_level(level, {p.parent.name for p in problem_files})
-    pids = [f"{p.parent.name}/{p.stem}" for p in problem_files if _level_matches(p.parent.name, level)]
+    _check_level(level, {show_name(p.parent.name) for p in problem_files})
+    pids = [_id(p.parent.name, p.stem) for p in problem_files if _level_matches(show_name(p.parent.name), level)]
     where = f" of --level {level}" if level is not None else ""
-    raise InputError(f"--problem '{problem_glob}' matches no problem{where} in {problems_dir} "
-                     f"({len(pids)} problems; e.g. {pids[0] if pids else 'none'})")
+    raise InputError(f"--problem {show_value(problem_glob)} matches no problem{where} in "
+                     f"{show_path(problems_dir)} ({len(pids)} problems; e.g. {pids[0] if pids else 'none'})")
 
 
 def _check_level(level: str | None, levels: set[str]) -> None:
     if level is not None and not any(_level_matches(name, level) for name in levels):
-        raise InputError(f"--level: no level '{level}'; levels here: {', '.join(sorted(levels))}")
+        raise InputError(f"--level: no level {show_value(level)}; levels here: {', '.join(sorted(levels))}")
 
 
 def check_selection(problems_dir: Path, solutions_dir: Path, level: str | None, problem_glob: str,
@@ -222,19 +344,21 @@ def check_selection(problems_dir: Path, solutions_dir: Path, level: str | None, 
     """Called when a selection gave no pair: raise InputError naming the flag that matched nothing and what there
     is instead."""
     problem_files, candidates = check_trees(problems_dir, solutions_dir)
-    _check_level(level, {p.parent.name for p in problem_files} | {p.parent.parent.name for p in candidates})
-    pids = [f"{p.parent.name}/{p.stem}" for p in problem_files if _level_matches(p.parent.name, level)]
-    cids = [f"{p.parent.parent.name}/{p.parent.name}/{p.stem}" for p in candidates
-            if _level_matches(p.parent.parent.name, level)]
+    _check_level(level, {show_name(p.parent.name) for p in problem_files}
+                 | {show_name(p.parent.parent.name) for p in candidates})
+    pids = [_id(p.parent.name, p.stem) for p in problem_files if _level_matches(show_name(p.parent.name), level)]
+    cids = [_id(p.parent.parent.name, p.parent.name, p.stem) for p in candidates
+            if _level_matches(show_name(p.parent.parent.name), level)]
     where = f" of --level {level}" if level is not None else ""
     chosen = [c for c in cids if _glob_matches(c.rsplit("/", 1)[0], problem_glob)]
     if not chosen:
         if not any(_glob_matches(pid, problem_glob) for pid in pids):
-            raise InputError(f"--problem '{problem_glob}' matches no problem{where} in {problems_dir} "
-                             f"({len(pids)} problems; e.g. {pids[0] if pids else 'none'})")
-        raise InputError(f"no candidate in {solutions_dir} for the problems{where} matching '{problem_glob}' "
-                         f"(candidates go in {solutions_dir}/<level>/<problem>/<candidate>.py)")
-    raise InputError(f"--candidate '{candidate_glob}' matches no candidate of the selected problems in "
+            raise InputError(f"--problem {show_value(problem_glob)} matches no problem{where} in "
+                             f"{show_path(problems_dir)} ({len(pids)} problems; e.g. {pids[0] if pids else 'none'})")
+        raise InputError(f"no candidate in {show_path(solutions_dir)} for the problems{where} matching "
+                         f"{show_value(problem_glob)} (candidates go in "
+                         f"{show_path(solutions_dir)}/<level>/<problem>/<candidate>.py)")
+    raise InputError(f"--candidate {show_value(candidate_glob)} matches no candidate of the selected problems in "
                      f"{solutions_dir} ({len(chosen)} candidates; e.g. {chosen[0]})")
 
 
@@ -251,11 +375,11 @@ def needs_cuda(candidate: Candidate) -> bool:
 def single_pair(problem_file: Path, solution_file: Path) -> Pair:
     """--problem-file/--solution-file: one pair; a missing or malformed problem is a usage error."""
     for path in (problem_file, solution_file):
-        if not path.is_file():
-            raise InputError(f"{path}: no such file")
-    pid = f"{problem_file.parent.name}/{problem_file.stem}"
+        if not path.exists():
+            raise InputError(f"{show_path(path)}: no such file")
+    pid = _id(problem_file.parent.name, problem_file.stem)
     problem = load_problem(problem_file, pid)
     if problem.error:
         raise InputError(problem.error)
-    cid = f"{pid}/{solution_file.stem}"
+    cid = f"{pid}/{show_name(solution_file.stem)}"
     return Pair(problem, load_candidate(solution_file, cid), pid)

@@ -13,6 +13,7 @@ Per pair:
 """
 from __future__ import annotations
 
+import hashlib
 import shutil
 import statistics
 import time
@@ -46,8 +47,17 @@ class PairContext:
     log_dir: Path
 
 
+SLUG_BYTES = 160           # a file name made of ids stays well under NAME_MAX (255 bytes) with its suffix
+
+
 def slug(text: str) -> str:
-    return text.replace("/", "__")
+    """An id as one file name: '/' as '__'; a long one cut and told apart by a hash of the whole."""
+    name = text.replace("/", "__").replace("\0", "")
+    data = name.encode("utf-8", errors="surrogatepass")
+    if len(data) <= SLUG_BYTES:
+        return name
+    digest = hashlib.sha256(data).hexdigest()[:12]
+    return data[:SLUG_BYTES - 13].decode("utf-8", errors="ignore") + "-" + digest
 
 
 def last_line(text: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any, Iterable
 from harness import flags as flag_table
 from harness.records import Record, RecordError
 from harness.report import Outcome, abbreviate, fmt_speedup, tally
+from harness.untrusted import write_text
 
 # Best attempt for a problem with no correct candidate: the status nearest to correct wins.
 STATUS_RANK = ("ok", "invalid", "incorrect", "runtime_error", "timeout", "oom", "load_error", "compile_error",
@@ -407,7 +408,7 @@ def write_run_page(run_dir: Path, records: Iterable[Record | dict[str, Any]], me
     body = f"<h1>Kernel leaderboard</h1>{meta_header(info)}{_run_sections(pairs)}"
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "index.html"
-    path.write_text(_page(f"Leaderboard {info.run_id}", body), encoding="utf-8")
+    write_text(path, _page(f"Leaderboard {info.run_id}", body))          # a link there is replaced, not followed
     return path
 
 
@@ -475,5 +476,5 @@ def write_site(output_dir: Path, runs: list[tuple[str, dict, list[Record | dict[
         body += _note("No runs yet.")
     output_dir.mkdir(parents=True, exist_ok=True)
     path = output_dir / "index.html"
-    path.write_text(_page("Kernel leaderboard", body), encoding="utf-8")
+    write_text(path, _page("Kernel leaderboard", body))
     return path

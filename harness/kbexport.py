@@ -26,6 +26,7 @@ from typing import Any, Iterable
 
 from .errors import InputError, UsageError
 from .records import Record, Status, as_records
+from .untrusted import ReadError, load_json, read_run_file, write_text
 
 KB_LEVEL = re.compile(r"^kernelbench-level(\d+)$")
 KB_PROBLEM = re.compile(r"^(\d+)_")
@@ -203,9 +204,11 @@ def problems_dir_of(run_dir: Path, override: Path | None) -> Path | None:
             raise UsageError(f"--problems-dir {override}: no such directory")
         return Path(override)
     try:
-        meta = json.loads((run_dir / "run.json").read_text())
+        meta = load_json(read_run_file(run_dir, "run.json") or b"{}")
         value = (meta.get("config") or {}).get("problems_dir")
-    except (OSError, ValueError, AttributeError):
+    except (ReadError, ValueError, AttributeError):
+        return None
+    if not isinstance(value, str):
         return None
     return Path(value) if value else None
 
@@ -260,7 +263,7 @@ def cmd_export(argv: list[str]) -> int:
     out = Path(args.output) if args.output else store.dir / "eval_results.json"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
+        write_text(out, text)                   # a link at the path is replaced, not written through
     except OSError as exc:
         raise InputError(f"--output {out}: cannot write: {exc.strerror}") from None
     samples = sum(len(v) for v in results.values())

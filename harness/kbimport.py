@@ -16,12 +16,14 @@ different one is reported as skipped. Nothing here imports or runs the copied co
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import InputError, OneLineParser, UsageError
+from .untrusted import ReadError, load_json, read_bytes
 
 LEVELS = (1, 2, 3)
 LEVEL4_REASON = "level 4 needs network access (HuggingFace models); not imported"
@@ -63,12 +65,24 @@ def _run_kernels(path: Path) -> list[Path]:
     return sorted(p for p in path.glob("level_*_kernel.py") if KERNEL_NAME.match(p.name) and p.is_file())
 
 
+def _same_bytes(a: Path, b: Path) -> bool:
+    try:
+        return read_bytes(a, COPY_LIMIT) == read_bytes(b, COPY_LIMIT)
+    except ReadError:
+        return False
+
+
+COPY_LIMIT = 64 << 20
+
+
 def _place(src: Path, dest: Path, report: ImportReport, dry_run: bool) -> None:
     """Copy src to dest unless dest exists; identical -> unchanged, different -> skipped."""
     try:
-        if dest.exists():
-            if dest.is_file() and dest.read_bytes() == src.read_bytes():
+        if os.path.lexists(dest):                   # a link there (even a dangling one) is never written through
+            if not dest.is_symlink() and _same_bytes(src, dest):
                 report.unchanged.append(dest)
+            elif dest.is_symlink():
+                report.skipped.append((src, f"{dest} is a link; left as it is, not written through"))
             else:
                 report.skipped.append((src, f"{dest} exists and differs; left as it is"))
             return
@@ -166,10 +180,10 @@ def _eval_results_note(path: Path) -> str | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text())
+        data = load_json(read_bytes(path, 1 << 30))
         if not isinstance(data, dict) or not all(isinstance(v, (dict, list)) for v in data.values()):
             raise ValueError("not an object of problems holding their samples")
-    except (OSError, ValueError) as exc:
+    except (ReadError, ValueError) as exc:
         return f"found KernelBench's eval_results.json but could not read it ({exc}); it is not imported"
     samples = sum(_sample_count(v) for v in data.values())
     return (f"found KernelBench's eval_results.json: {len(data)} problem{'s' if len(data) != 1 else ''}, "

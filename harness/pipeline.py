@@ -64,10 +64,15 @@ def select_pairs(cfg: Config, args: argparse.Namespace) -> list[Pair]:
     if args.problem_file is not None:
         return [single_pair(args.problem_file, args.solution_file)]
     check_trees(Path(cfg.problems_dir), Path(cfg.solutions_dir))
-    _, pairs = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate)
+    _, pairs = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate,
+                        warn=stderr_warning)
     if not pairs:
         check_selection(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate)
     return pairs
+
+
+def stderr_warning(text: str) -> None:
+    print(f"warning: {text}", file=sys.stderr, flush=True)
 
 
 def cpu_notice(pairs: list[Pair], gpu_list: list[dict[str, Any]]) -> str | None:
@@ -140,8 +145,14 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
         records_out: list[dict[str, Any]] = []
         with _progress(console) as progress:
             build_task = progress.add_task("build", total=len(pairs))
+
+            def built(result) -> None:
+                if result.warning:
+                    warn(result.warning)
+                progress.advance(build_task)
+
             builds = build_all(pairs, Path(cfg.cache_dir) / "builds", toolchain, cfg.build_jobs(), cfg.build_timeout,
-                               seed.base, on_done=lambda pair, result: progress.advance(build_task))
+                               seed.base, on_done=lambda pair, result: built(result))
             progress.update(build_task, completed=len(pairs))
             store.update_metadata(builds_compiled=sum(1 for b in builds.values() if not b.cached),
                                   builds_cached=sum(1 for b in builds.values() if b.cached),

@@ -11,6 +11,7 @@ from typing import Any
 
 from . import report
 from .config import load_config
+from .untrusted import show_path, write_text
 
 
 def wide_console(stderr: bool = False):
@@ -47,7 +48,7 @@ def render(records: list[dict[str, Any]], store, json_mode: bool, console) -> No
     """leaderboard.md and index.html in the run folder, then the table and summary (or the aggregates as JSON)."""
     from .html_report import write_run_page
     agg = report.aggregate(records)
-    (store.dir / "leaderboard.md").write_text(report.leaderboard(records, store.run_id))
+    write_text(store.dir / "leaderboard.md", report.leaderboard(records, store.run_id))   # a link there is replaced
     page = write_run_page(store.dir, records, store.metadata())
     if json_mode:
         print(json.dumps({"run_id": store.run_id, **agg}))
@@ -70,6 +71,9 @@ def write_site(output_dir: Path, warn) -> tuple[Path, int]:
     runs = []
     for run_dir in sorted(p for p in output_dir.iterdir() if p.is_dir() and (p / "run.json").is_file()) \
             if output_dir.is_dir() else []:
+        if run_dir.is_symlink():                # another run's folder, or one outside: its page is not ours to write
+            warn(f"{show_path(run_dir)}: a link to another folder, not a run folder; left out")
+            continue
         try:
             check_run_id(run_dir.name)
             store = RunStore.open(output_dir, run_dir.name)

@@ -8,6 +8,7 @@ from typing import Any, Iterable, Mapping
 
 from . import flags
 from .records import Record, as_records
+from .untrusted import show_name
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 COUNTS_AS_CORRECT = ("ok",)
@@ -151,14 +152,21 @@ def table(records: Records, title: str, width: int | None = None):
         t.add_column(name, justify=justify, overflow="fold")
     for r in records:
         timing = r.timing or {}
-        row = [Text(r.problem), Text(r.candidate), Text(r.status.value, style=style.get(r.status.value, "yellow")),
+        row = [_text(r.problem), _text(r.candidate), Text(r.status.value, style=style.get(r.status.value, "yellow")),
                _fmt_err(r), _fmt_ms(timing.get("reference")), _fmt_ms(timing.get("candidate")),
                fmt_speedup(r.speedup, r.speedup_ci)]
         if compile_col:
             row.append(fmt_speedup(r.speedup_vs_compile, r.speedup_vs_compile_ci))
-        row += [_flags_text(r), Text((r.error or "")[:160])]
+        row += [_flags_text(r), _text((r.error or "")[:160])]
         t.add_row(*row)
     return t
+
+
+def _text(value: str):
+    """A table cell of text read from a record: control characters (an ANSI escape in an error message, a
+    newline in a name) shown escaped, never sent to the terminal."""
+    from rich.text import Text
+    return Text(show_name(value))
 
 
 def _flags_text(record: Record):
@@ -225,7 +233,7 @@ def _compact_table(records: list[Record], title: str, width: int, compile_col: b
         for name in order:
             w = widths[name]
             if name == "problem":
-                row.append(Text(abbreviate_problem(cells[name][i], w)))
+                row.append(_text(abbreviate_problem(cells[name][i], w)))
             elif name == "status":
                 row.append(Text(abbreviate(cells[name][i], w), style=style.get(r.status.value, "yellow")))
             elif name == "flags":
@@ -233,7 +241,7 @@ def _compact_table(records: list[Record], title: str, width: int, compile_col: b
                 cell.truncate(w, overflow="ellipsis")
                 row.append(cell)
             else:
-                row.append(Text(abbreviate(cells[name][i], w)))
+                row.append(_text(abbreviate(cells[name][i], w)))
         t.add_row(*row)
     return t
 

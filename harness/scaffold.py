@@ -17,6 +17,8 @@ import textwrap
 from pathlib import Path
 
 from .errors import InputError, OneLineParser, UsageError, command_line
+from .discover import SOURCE_LIMIT
+from .untrusted import ReadError, read_text, show_path
 
 SKIPPED_DEFS = ("Model", "get_inputs", "get_init_inputs")
 SETTINGS = ("ATOL", "RTOL", "DTYPE", "ALLOW_TF32")
@@ -160,12 +162,14 @@ def _extension_name(level: str, stem: str, name: str) -> str:
 def skeleton(problem_path: Path, level: str, name: str, cuda: bool = False) -> str:
     """The candidate file's text for the problem at problem_path."""
     try:
-        text = problem_path.read_text()
+        text = read_text(problem_path, SOURCE_LIMIT)
         tree = ast.parse(text, filename=str(problem_path))
-    except OSError as exc:
-        raise InputError(f"{problem_path}: cannot read: {exc.strerror}") from None
+    except ReadError as exc:
+        raise InputError(f"{show_path(problem_path)}: cannot read: {exc.why}") from None
     except SyntaxError as exc:
-        raise InputError(f"{problem_path}:{exc.lineno}: syntax error: {exc.msg}") from None
+        raise InputError(f"{show_path(problem_path)}:{exc.lineno}: syntax error: {exc.msg}") from None
+    except (RecursionError, MemoryError, ValueError):
+        raise InputError(f"{show_path(problem_path)}: cannot be parsed (nested too deeply)") from None
     lines = text.splitlines(keepends=True)
     model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
     if model is None:

@@ -34,7 +34,8 @@ class RunSeed:
 
     def stream(self, *tags: str) -> "SeedStream":
         """An independent stream of seeds for one purpose ('samples', problem, candidate, ...)."""
-        return SeedStream(hashlib.sha256(self.secret + "\0".join(tags).encode()).digest())
+        text = "\0".join(tags).encode("utf-8", errors="surrogatepass")      # a name's undecodable bytes too
+        return SeedStream(hashlib.sha256(self.secret + text).digest())
 
     def record(self) -> dict[str, object]:
         return {"base": self.base, "fixed": self.fixed}

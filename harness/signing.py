@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError, UsageError
+from .untrusted import ReadError, read_bytes, show_path
 
 ALGORITHM = "hmac-sha256"
 FIELD = "hmac"
 KEY_BYTES = 32
+KEY_FILE_LIMIT = 4096
 DEFAULT_CACHE_DIR = ".cache"
 
 
@@ -60,18 +62,20 @@ class RunKey:
     def load(cls, path: str | Path) -> "RunKey":
         """The key in `path`; KeyFileError (one line) when it is missing, unreadable or not a key file."""
         path = Path(path)
-        try:
-            text = path.read_text(encoding="ascii").strip()
-        except FileNotFoundError:
-            raise KeyFileError(f"key file {path} is missing") from None
-        except (OSError, ValueError) as exc:           # ValueError: not ASCII, a NUL in the path
-            raise KeyFileError(f"key file {path} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+        if not os.path.lexists(path):
+            raise KeyFileError(f"key file {show_path(path)} is missing")
+        try:                                            # run.json names it: never a FIFO, a device, a huge file
+            text = read_bytes(path, KEY_FILE_LIMIT).decode("ascii").strip()
+        except ReadError as exc:
+            raise KeyFileError(f"key file {show_path(path)} cannot be read: {exc.why}") from None
+        except ValueError:                              # not ASCII; a NUL in the path
+            raise KeyFileError(f"key file {show_path(path)} is not a key file ({2 * KEY_BYTES} hex digits)") from None
         try:
             secret = bytes.fromhex(text)
         except ValueError:
             secret = b""
         if len(secret) != KEY_BYTES:
-            raise KeyFileError(f"key file {path} is not a key file ({2 * KEY_BYTES} hex digits)")
+            raise KeyFileError(f"key file {show_path(path)} is not a key file ({2 * KEY_BYTES} hex digits)")
         return cls(secret, path)
 
     def record(self) -> dict[str, str]:

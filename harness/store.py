@@ -24,6 +24,7 @@ from .errors import InputError, UsageError
 from .channel import clean_json
 from .records import Record, RecordError
 from .signing import KeyLookup, RunKey, Verdict
+from .untrusted import ReadError, load_json, read_bytes, read_run_file, show_path
 
 
 def new_run_id() -> str:
@@ -37,18 +38,26 @@ def write_json_atomic(path: Path, data: Any) -> "FileMark":
 def _write_atomic(path: Path, data: bytes, digest: bool) -> "FileMark":
     """Write `path` whole through a temporary file and a rename; the mark of what was written, taken from the
     file itself (not from the path afterwards, which someone may already have deleted again)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-        inode = os.fstat(f.fileno()).st_ino
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")     # fresh: never a file or link planted there
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+            inode = os.fstat(f.fileno()).st_ino
+        os.replace(tmp, path)                   # a link at `path` is replaced, not written through
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return FileMark(inode, len(data), hashlib.sha256(data).hexdigest() if digest else None)
 
 
 def _stderr_warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+MARK_LIMIT = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -65,11 +74,14 @@ class FileMark:
             if not full:
                 st = path.stat()
                 return cls(st.st_ino, st.st_size, None)
-            with open(path, "rb") as f:
-                data = f.read()
-                return cls(os.fstat(f.fileno()).st_ino, len(data), hashlib.sha256(data).hexdigest())
+            data = read_bytes(path, MARK_LIMIT)        # never blocks on a FIFO put in the file's place
+            return cls(os.stat(path).st_ino, len(data), hashlib.sha256(data).hexdigest())
         except FileNotFoundError:
             return None
+        except (ReadError, OSError):
+            if not os.path.lexists(path):
+                return None
+            return cls(-1, -1, None)                # no longer a regular file: "was replaced by another file"
 
     def change(self, now: "FileMark | None") -> str | None:
         """How the file differs from this mark, in words, or None."""
@@ -130,13 +142,14 @@ class RunStore:
 
     @classmethod
     def open(cls, output_dir: Path, run_id: str) -> "RunStore":
-        """A past run, to read (report)."""
+        """A past run, to read (report, compare, export): nothing in its folder is created, and no link that leads
+        out of it is followed (harness.untrusted.read_run_file)."""
         check_run_id(run_id)
         store = cls(output_dir, run_id)
-        if not store.run_json.is_file():
-            raise UsageError(f"{store.dir}: no such run (no run.json)")
-        (store.dir / "logs").mkdir(exist_ok=True)
-        store.results_path.touch()
+        if store.dir.is_symlink() and not store.dir.resolve().is_relative_to(output_dir.resolve()):
+            raise UsageError(f"{show_path(store.dir)}: a link out of the output folder; not followed")
+        if not store.dir.is_dir() or not os.path.lexists(store.run_json):
+            raise UsageError(f"{show_path(store.dir)}: no such run (no run.json)")
         return store
 
     @classmethod
@@ -149,7 +162,8 @@ class RunStore:
         store.warn = warn or _stderr_warn
         store._meta = store.metadata()
         store._key = signing.key_to_resume(store._meta, store.run_json)
-        data = original = store.results_path.read_bytes()
+        _real_dir(store.dir / "logs", store.warn)
+        data = original = store._read_run_file("results.jsonl") or b""
         if data and not data.endswith(b"\n"):
             cut = data.rfind(b"\n") + 1
             tail = data[cut:]
@@ -180,13 +194,22 @@ class RunStore:
     def metadata(self) -> dict[str, Any]:
         if self._meta is not None:
             return json.loads(json.dumps(self._meta, default=str))
+        raw = self._read_run_file("run.json")
+        if raw is None:
+            raise InputError(f"{show_path(self.run_json)}: no such file")
         try:
-            data = json.loads(self.run_json.read_text())
-        except (OSError, ValueError) as exc:
-            raise InputError(f"{self.run_json}: unreadable: {exc}") from None
+            data = load_json(raw)
+        except ValueError as exc:
+            raise InputError(f"{show_path(self.run_json)}: unreadable: {str(exc)[:200]}") from None
         if not isinstance(data, dict):
-            raise InputError(f"{self.run_json}: not a run.json (a JSON object), got {type(data).__name__}")
+            raise InputError(f"{show_path(self.run_json)}: not a run.json (a JSON object), got {type(data).__name__}")
         return data
+
+    def _read_run_file(self, name: str) -> bytes | None:
+        try:
+            return read_run_file(self.dir, name)
+        except ReadError as exc:
+            raise InputError(f"{show_path(self.dir / name)}: cannot read: {exc.why}") from None
 
     def update_metadata(self, **fields: Any) -> None:
         with self.lock:
@@ -272,8 +295,8 @@ class RunStore:
         """" (2 lines not signed by this run: 3, 4)" for the lines of results.jsonl this run's key does not
         verify, or ""."""
         try:
-            lines = self.results_path.read_bytes().splitlines()
-        except OSError:
+            lines = read_bytes(self.results_path, MARK_LIMIT).splitlines()
+        except ReadError:
             return ""
         foreign = [n for n, line in enumerate(lines, 1) if line.strip() and not self._signed_here(line)]
         if not foreign:
@@ -309,9 +332,18 @@ def check_run_id(run_id: str) -> None:
         raise UsageError(f"{run_id!r} is not a run id (a folder name directly under the output directory)")
 
 
+def _real_dir(path: Path, warn: Callable[[str], None]) -> None:
+    """`path` as a directory of its own: a link or a file in its place (which would send what is written there
+    elsewhere) is removed first, and said so."""
+    if path.is_symlink() or (os.path.lexists(path) and not path.is_dir()):
+        warn(f"{show_path(path)}: not a folder (a link or a file); replaced by an empty folder")
+        path.unlink()
+    path.mkdir(exist_ok=True)
+
+
 def _parse(line: bytes) -> dict[str, Any] | None:
     try:
-        record = json.loads(line)
+        record = load_json(line)
     except ValueError:
         return None
     return record if isinstance(record, dict) else None
@@ -380,7 +412,7 @@ NOT_JSON = "not a JSON line"
 def _record_of(line: bytes, number: int) -> tuple[Record | None, str]:
     """(record, "") for a well-formed record line, else (None, why)."""
     try:
-        obj = json.loads(line)
+        obj = load_json(line)
     except ValueError:
         return None, NOT_JSON
     try:
@@ -400,8 +432,9 @@ def _unverified(keys: KeyLookup, records: list[tuple[Record, int]]) -> str | Non
 def run_keys(results_path: Path) -> KeyLookup:
     """The signing key of the run whose results.jsonl this is, from the run.json beside it; never raises."""
     try:
-        meta = json.loads((results_path.parent / "run.json").read_text())
-    except (OSError, ValueError):
+        raw = read_run_file(results_path.parent, "run.json", MARK_LIMIT)
+        meta = None if raw is None else load_json(raw)
+    except (ReadError, ValueError):
         meta = None
     return signing.lookup(meta if isinstance(meta, dict) else None)
 
@@ -412,12 +445,13 @@ def read_records(path: Path, warn: Callable[[str], None] | None = None) -> Itera
     signed by the run, or a second line for a pair is named in a warning (file:line, why) and skipped; a run
     without a key to verify with (one from before records were signed, or its key file gone) gets a one-line
     notice that its records are unverified."""
-    if not path.is_file():
-        raise UsageError(f"{path}: no such results file")
     try:
-        lines = path.read_bytes().splitlines(keepends=True)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+        data = read_run_file(path.parent, path.name)
+    except ReadError as exc:
+        raise InputError(f"{show_path(path)}: cannot read: {exc.why}") from None
+    if data is None:
+        return iter([])                         # a run that has not written a record yet
+    lines = data.splitlines(keepends=True)
     warn = warn or _stderr_warn
     checked = check_lines(lines, run_keys(path))
     for issue in checked.issues:

@@ -1,0 +1,443 @@
+"""Hostile inputs: every path, file and value the harness reads is untrusted, like candidate code.
+
+Each case ends in one clear line or one record: nothing lost, nothing hangs, nothing written outside the output and
+cache folders. One real CPU run over a hostile tree (names that are not UTF-8, control characters, link loops,
+FIFOs, a name past NAME_MAX once escaped, x.py beside x.md) is shared by the tests that read its records."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_cli, run_dirs, write_config
+
+EXAMPLE = REPO / "examples" / "cpu"
+PROBLEM = EXAMPLE / "problems" / "level1" / "001_relu_scale.py"
+AA = (EXAMPLE / "solutions" / "level1" / "001_relu_scale" / "aa_same_ops.py").read_text()
+BAD = b"bad\xff"                                   # not UTF-8
+ESC = "esc\x1b[31mred"                             # an ANSI escape in a name
+LONG = "n" * 60 + "\u00e9" * 90                    # 240 bytes: a log name made of it would pass NAME_MAX
+
+
+def _tree(root: Path) -> Path:
+    probs, sols = root / "problems" / "level1", root / "solutions" / "level1"
+    probs.mkdir(parents=True)
+    shutil.copy(PROBLEM, probs / "001_relu_scale.py")
+    os.mkfifo(probs / "002_fifo.py")                                # a problem that would block a plain read
+    folder = sols / "001_relu_scale"
+    folder.mkdir(parents=True)
+    (sols / "002_fifo").mkdir()
+    (sols / "002_fifo" / "aa.py").write_text(AA)
+    with open(os.path.join(os.fsencode(folder), BAD + b".py"), "w") as f:
+        f.write(AA)
+    (folder / f"{LONG}.py").write_text(AA)
+    (folder / f"{ESC}.py").write_text("this is not python (\n")
+    (folder / "twin.py").write_text("class Nope: pass\n")
+    (folder / "twin.md").write_text("no code here\n")
+    os.symlink("loop.py", folder / "loop.py")
+    os.symlink("/nonexistent/kb-harness-target.py", folder / "dangling.py")
+    os.mkfifo(folder / "fifo.py")
+    (folder / "dir.py").mkdir()
+    (folder / "notes.json").write_text("{}")
+    (sols / "stray.py").write_text(AA)
+    return root
+
+
+@pytest.fixture(scope="module")
+def hostile_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hostile")
+    tree = _tree(tmp / "tree")
+    config = write_config(tmp, tree)
+    done = run_cli("--config", str(config), "--json", "--timeout", "30", timeout=600)
+    (run_dir,) = run_dirs(tmp)
+    lines = (run_dir / "results.jsonl").read_text().splitlines()
+    records = {json.loads(line)["solution"].rsplit("/", 1)[-1]: json.loads(line) for line in lines}
+    return tmp, done, records, run_dir
+
+
+def test_a_name_that_is_not_utf8_is_a_record_and_the_run_goes_on(hostile_run):
+    _, done, records, _ = hostile_run
+    assert done.returncode == 0, done.stderr
+    assert "harness fault" not in done.stderr and "Traceback" not in done.stderr
+    record = records["bad\\xff"]                                    # shown escaped, as text
+    assert record["status"] == "ok", record["error"]
+    assert record["solution"] == "level1/001_relu_scale/bad\\xff"
+
+
+def test_every_candidate_file_has_one_record(hostile_run):
+    _, _, records, run_dir = hostile_run
+    assert set(records) == {"bad\\xff", LONG, "esc\\x1b[31mred", "twin", "twin.md", "loop", "dangling", "fifo", "aa"}
+    lines = (run_dir / "results.jsonl").read_text().splitlines()
+    keys = [(json.loads(l)["problem"], json.loads(l)["solution"]) for l in lines]
+    assert len(keys) == len(set(keys))
+
+
+@pytest.mark.parametrize("name, words", [
+    ("loop", "Too many levels of symbolic links"),
+    ("dangling", "No such file"),
+    ("fifo", "not a regular file (a FIFO)"),
+])
+def test_an_unreadable_candidate_is_a_load_error(hostile_run, name, words):
+    record = hostile_run[2][name]
+    assert record["status"] == "load_error" and words in record["error"]
+    assert "\n" not in record["error"]
+
+
+def test_a_fifo_problem_is_a_load_error_not_a_hang(hostile_run):
+    record = hostile_run[2]["aa"]
+    assert record["status"] == "load_error" and "not a regular file (a FIFO)" in record["error"]
+
+
+def test_same_stem_with_two_suffixes_gives_two_records(hostile_run):
+    records = hostile_run[2]
+    assert records["twin"]["status"] == "load_error" and "no ModelNew" in records["twin"]["error"]
+    assert records["twin.md"]["status"] == "load_error" and "twin.md" in records["twin.md"]["error"]
+
+
+def test_control_characters_in_a_name_are_escaped_in_records_and_output(hostile_run):
+    _, done, records, _ = hostile_run
+    record = records["esc\\x1b[31mred"]
+    assert record["status"] == "load_error" and "\x1b" not in record["error"]
+    assert "\x1b[31m" not in done.stdout + done.stderr
+
+
+def test_a_long_name_gets_its_record_and_a_bounded_log_name(hostile_run):
+    _, _, records, run_dir = hostile_run
+    assert records[LONG]["status"] == "ok", records[LONG]["error"]
+    assert all(len(os.fsencode(p.name)) <= 255 for p in (run_dir / "logs").iterdir())
+
+
+def test_every_skipped_entry_is_named_in_one_line(hostile_run):
+    stderr = hostile_run[1].stderr
+    for name, why in [("dir.py", "a folder"), ("notes.json", "not a candidate file"),
+                      ("stray.py", "not in a problem folder")]:
+        lines = [line for line in stderr.splitlines() if f"/{name}: skipped" in line]
+        assert len(lines) == 1 and why in lines[0], stderr
+
+
+def test_an_unreadable_candidate_without_root_is_a_load_error(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root reads any file")
+    from harness.discover import load_candidate
+    path = tmp_path / "noperm.py"
+    path.write_text(AA)
+    path.chmod(0)
+    candidate = load_candidate(path, "l/p/noperm")
+    assert candidate.error is not None and "Permission denied" in candidate.error
+
+
+def test_seeds_hash_any_name():
+    from harness.seeds import RunSeed
+    RunSeed.resolve(1).stream("samples", "level1/p", "level1/p/bad\udcff").next()
+
+
+# ------------------------------------------------------------------------------------------------ configs
+
+
+def _config_error(tmp_path: Path, text: str, *flags: str) -> str:
+    """The run's one error line for a config of `text`: exit 2, no traceback, within 60 s."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    done = run_cli("--config", str(cfg), "--problems-dir", str(tmp_path / "none"), *flags, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {cfg}"), done.stderr
+    return lines[0]
+
+
+def _laughs(key: str = "trials") -> str:
+    lines = [f"{key}:", '  - &x0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"  - &x{i} [{', '.join([f'*x{i - 1}'] * 9)}]" for i in range(1, 10)]
+    return "\n".join(lines) + "\n"
+
+
+def test_billion_laughs_in_a_known_key_is_refused_at_once(tmp_path):
+    line = _config_error(tmp_path, _laughs())
+    assert "aliases are expanded" in line and len(line) < 300
+
+
+def test_billion_laughs_in_an_unknown_key_is_refused(tmp_path):
+    assert "aliases are expanded" in _config_error(tmp_path, _laughs("lols"))
+
+
+def test_a_key_given_twice_names_the_key_and_both_lines(tmp_path):
+    line = _config_error(tmp_path, "trials: 3\ndevice: cpu\ntrials: 7\n")
+    assert "'trials' given twice (lines 1 and 3)" in line
+
+
+def test_a_nested_key_given_twice_is_refused(tmp_path):
+    assert "'warmup' given twice (lines 2 and 4)" in _config_error(tmp_path, "timing:\n  warmup: 1\n  mode: cold\n"
+                                                                                   "  warmup: 2\n")
+
+
+@pytest.mark.parametrize("text, words", [
+    ("a: &a [*a]\n", "an alias refers to a value that holds it"),
+    ("trials: " + "[" * 3000 + "]" * 3000 + "\n", "nested more than"),
+    ("trials: " + "[" * 40 + "]" * 40 + "\n", "nested more than 16 levels"),
+    ("x: !!python/object/apply:os.system [\"echo pwned\"]\n", "invalid YAML"),
+    ("device: \"" + "x" * 100_000 + "\"\n", "'device' must be auto, cuda or cpu"),
+])
+def test_hostile_yaml_is_one_line(tmp_path, text, words):
+    assert words in _config_error(tmp_path, text)
+
+
+def test_a_bad_value_is_shown_as_a_short_prefix(tmp_path):
+    line = _config_error(tmp_path, "trials: \"" + "y" * 100_000 + "\"\n")
+    assert "must be an integer" in line and len(line) < 300 and "..." in line
+
+
+def test_a_config_that_is_a_fifo_or_huge_is_one_line(tmp_path):
+    from harness.config import load_config
+    from harness.errors import InputError
+    os.mkfifo(tmp_path / "fifo.yaml")
+    with pytest.raises(InputError, match="not a regular file"):
+        load_config(tmp_path / "fifo.yaml", {})
+    (tmp_path / "big.yaml").write_text("# " + "x" * (2 << 20) + "\n")
+    with pytest.raises(InputError, match="too large"):
+        load_config(tmp_path / "big.yaml", {})
+
+
+def test_timing_that_is_not_a_mapping_with_a_timing_flag_is_one_line(tmp_path):
+    assert "'timing' must be a mapping" in _config_error(tmp_path, "timing: [1, 2]\n", "--target-rel-ci", "0.1")
+
+
+def test_show_value_never_expands_a_shared_structure():
+    from harness.untrusted import show_value
+    value: list = ["lol"] * 9
+    for _ in range(30):                                              # 9 ** 30 leaves once expanded
+        value = [value] * 9
+    assert len(show_value(value)) <= 80
+
+
+# ------------------------------------------------------------------------------------------------ build cache
+
+
+def _pair(tmp_path: Path, suffix: str = ".py"):
+    from harness.discover import load_candidate, load_problem
+    from harness.discover import Pair
+    path = tmp_path / f"cand{suffix}"
+    path.write_text(AA if suffix == ".py" else f"```python\n{AA}```\n")
+    return Pair(load_problem(PROBLEM, "level1/001_relu_scale"), load_candidate(path, "level1/001_relu_scale/cand"),
+                "level1/001_relu_scale")
+
+
+def _build(pair, root: Path):
+    import torch
+    from harness.build import Toolchain, build_one
+    toolchain = Toolchain("cpu", torch.__version__, None, None, sys.version.split()[0])
+    return build_one(pair, root, toolchain, 120, 0)
+
+
+@pytest.fixture()
+def cached(tmp_path):
+    """A candidate built once into tmp/cache/builds: (pair, cache root, its entry)."""
+    pair, root = _pair(tmp_path), tmp_path / "cache" / "builds"
+    first = _build(pair, root)
+    assert first.status == "built" and not first.cached and first.warning is None
+    return pair, root, Path(first.build_dir)
+
+
+def test_a_sound_entry_is_used(cached):
+    pair, root, _ = cached
+    again = _build(pair, root)
+    assert again.cached and again.warning is None
+
+
+def test_build_json_that_is_a_folder_is_rebuilt_with_a_warning(cached):
+    pair, root, entry = cached
+    (entry / "build.json").unlink()
+    (entry / "build.json").mkdir()
+    result = _build(pair, root)
+    assert result.status == "built" and not result.cached
+    assert "build.json cannot be read: not a regular file (a directory)" in result.warning
+    assert (entry / "build.json").is_file() and _build(pair, root).cached            # once: then it is sound
+
+
+@pytest.mark.parametrize("saved", ['{"status": "built"', '[1]', '{"status": "built", "error": null, '
+                                   '"compiler_output": null, "extensions": 5, "seconds": 1, "sandbox": null}',
+                                   '{"status": "pwned", "error": null, "compiler_output": null, "extensions": [], '
+                                   '"seconds": 1, "sandbox": null}'])
+def test_build_json_that_is_not_a_build_result_is_rebuilt(cached, saved):
+    pair, root, entry = cached
+    (entry / "build.json").write_text(saved)
+    result = _build(pair, root)
+    assert result.status == "built" and not result.cached and "build.json" in result.warning
+
+
+def test_a_link_in_an_entry_is_never_written_through(cached, tmp_path):
+    pair, root, entry = cached
+    outside = tmp_path / "outside.log"
+    outside.write_text("keep\n")
+    (entry / "build.json").unlink()
+    (entry / "build.log").unlink()
+    os.symlink(outside, entry / "build.log")
+    result = _build(pair, root)
+    assert result.status == "built" and "build.log is a link" in result.warning
+    assert outside.read_text() == "keep\n" and not (entry / "build.log").is_symlink()
+
+
+def test_an_entry_that_is_a_link_or_a_file_is_replaced(cached, tmp_path):
+    pair, root, entry = cached
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.rmtree(entry)
+    os.symlink(elsewhere, entry)
+    result = _build(pair, root)
+    assert result.status == "built" and "not a folder" in result.warning and list(elsewhere.iterdir()) == []
+    shutil.rmtree(entry)
+    entry.write_text("x")
+    assert _build(pair, root).status == "built"
+
+
+def test_an_extracted_candidate_that_was_changed_is_rebuilt(tmp_path):
+    pair, root = _pair(tmp_path, ".md"), tmp_path / "cache" / "builds"
+    first = _build(pair, root)
+    assert first.status == "built"
+    Path(first.candidate_path).write_text("import os  # not the candidate\n" + AA)
+    result = _build(pair, root)
+    assert "candidate.py is not the candidate's code" in result.warning
+    assert Path(result.candidate_path).read_text() == pair.candidate.source
+
+
+# ------------------------------------------------------------------------------------------------ run folders
+
+
+@pytest.fixture()
+def run_copy(hostile_run, tmp_path):
+    """A copy of the hostile run's folder in a fresh output folder: (output dir, run id)."""
+    _, _, _, run_dir = hostile_run
+    out = tmp_path / "results"
+    shutil.copytree(run_dir, out / "run1", symlinks=True)
+    for name in ("leaderboard.md", "index.html"):
+        (out / "run1" / name).unlink(missing_ok=True)
+    shutil.rmtree(out / "run1" / "logs")
+    return out, "run1"
+
+
+def _one_line_exit_2(done: subprocess.CompletedProcess, *words: str) -> str:
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: ") and all(w in line for w in words), done.stderr
+    return line
+
+
+def test_report_on_a_dangling_results_link_creates_nothing(run_copy, tmp_path):
+    out, rid = run_copy
+    target = tmp_path / "outside" / "target.jsonl"
+    (tmp_path / "outside").mkdir()
+    (out / rid / "results.jsonl").unlink()
+    os.symlink(target, out / rid / "results.jsonl")
+    for argv in (["report", rid, "--jsonl"], ["report", rid], ["compare", rid, rid],
+                 ["export-kernelbench", rid, "-o", "-"]):
+        done = run_cli(*argv, "--output-dir", str(out), timeout=120)
+        _one_line_exit_2(done, "results.jsonl", "outside the run folder")
+    assert not target.exists() and not (out / rid / "logs").exists()
+
+
+def test_report_does_not_read_a_results_link_out_of_the_run(run_copy, tmp_path):
+    out, rid = run_copy
+    target = tmp_path / "elsewhere.jsonl"
+    shutil.move(out / rid / "results.jsonl", target)
+    os.symlink(target, out / rid / "results.jsonl")
+    _one_line_exit_2(run_cli("report", rid, "--output-dir", str(out), timeout=120), "not followed")
+
+
+def test_report_on_a_run_without_results_writes_no_results_file(run_copy):
+    out, rid = run_copy
+    (out / rid / "results.jsonl").unlink()
+    done = run_cli("report", rid, "--jsonl", "--output-dir", str(out), timeout=120)
+    assert done.returncode == 0 and done.stdout == "", done.stderr
+    assert not (out / rid / "results.jsonl").exists() and not (out / rid / "logs").exists()
+
+
+def test_report_replaces_a_planted_leaderboard_link(run_copy, tmp_path):
+    out, rid = run_copy
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    os.symlink(victim, out / rid / "leaderboard.md")
+    os.symlink(victim, out / rid / "index.html")
+    done = run_cli("report", rid, "--output-dir", str(out), timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert victim.read_text() == "keep\n" and (out / rid / "leaderboard.md").is_file()
+    assert not (out / rid / "leaderboard.md").is_symlink()
+
+
+def test_deeply_nested_json_in_a_run_is_one_line_or_a_skipped_line(run_copy):
+    out, rid = run_copy
+    with open(out / rid / "results.jsonl", "a") as f:
+        f.write("[" * 100_000 + "]" * 100_000 + "\n")
+    done = run_cli("report", rid, "--jsonl", "--output-dir", str(out), timeout=120)
+    assert done.returncode == 0 and "not a JSON line; skipped" in done.stderr, done.stderr
+    (out / rid / "run.json").write_text("[" * 100_000 + "]" * 100_000)
+    _one_line_exit_2(run_cli("report", rid, "--output-dir", str(out), timeout=120), "run.json")
+
+
+def test_export_replaces_a_planted_output_link(run_copy, tmp_path):
+    out, rid = run_copy
+    victim = tmp_path / "victim.json"
+    victim.write_text("keep\n")
+    os.symlink(victim, out / rid / "eval_results.json")
+    run_cli("export-kernelbench", rid, "--output-dir", str(out), timeout=120)
+    assert victim.read_text() == "keep\n"
+
+
+def test_report_html_leaves_out_a_linked_run_folder(run_copy, tmp_path):
+    out, rid = run_copy
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(out / rid, elsewhere, symlinks=True)
+    os.symlink(elsewhere, out / "linked")
+    done = run_cli("report", "--html", "--output-dir", str(out), timeout=120)
+    assert done.returncode == 0 and "linked: a link to another folder" in done.stderr, done.stderr
+    assert not (elsewhere / "index.html").exists()
+
+
+def test_a_record_s_control_characters_never_reach_the_terminal(hostile_run):
+    from rich.console import Console
+    from harness.records import as_records
+    from harness.report import table
+    record = dict(hostile_run[2]["twin"], error="boom \x1b]0;PWNED\x07 \x1b[2J")
+    buffer = io.StringIO()
+    Console(file=buffer, force_terminal=True, width=200).print(table(as_records([record]), "t"))
+    assert "\x1b]0;" not in buffer.getvalue() and "\x1b[2J" not in buffer.getvalue()
+
+
+def test_a_key_file_that_is_a_fifo_or_a_device_is_one_line(tmp_path):
+    from harness.signing import KeyFileError, RunKey, lookup
+    os.mkfifo(tmp_path / "k.key")
+    for path in (tmp_path / "k.key", Path("/dev/zero"), tmp_path):
+        with pytest.raises(KeyFileError, match="not a regular file"):
+            RunKey.load(path)
+    meta = {"signing": {"algorithm": "hmac-sha256", "key_file": str(tmp_path / "k.key")}}
+    assert lookup(meta).key is None and "FIFO" in lookup(meta).unverified_because
+
+
+def test_resume_replaces_a_logs_link_instead_of_writing_through_it(hostile_run, tmp_path):
+    from harness.store import RunStore
+    _, _, _, run_dir = hostile_run
+    out = tmp_path / "results"
+    shutil.copytree(run_dir, out / "run1", symlinks=True)
+    shutil.rmtree(out / "run1" / "logs")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, out / "run1" / "logs")
+    said: list[str] = []
+    store = RunStore.resume(out, "run1", said.append)
+    assert (store.dir / "logs").is_dir() and not (store.dir / "logs").is_symlink()
+    assert any("logs: not a folder" in line for line in said)
+
+
+def test_import_never_writes_through_a_dangling_link(tmp_path):
+    from harness.kbimport import ImportReport, _place
+    src, outside = tmp_path / "src.py", tmp_path / "outside.py"
+    src.write_text("x = 1\n")
+    os.symlink(outside, tmp_path / "dest.py")
+    report = ImportReport(layout="run")
+    _place(src, tmp_path / "dest.py", report, dry_run=False)
+    assert not outside.exists() and report.skipped and not report.copied
