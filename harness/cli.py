@@ -78,7 +78,8 @@ def _run_parser(processes_default: str = "1") -> argparse.ArgumentParser:
         description="Build, verify and time candidate kernels (solutions/) against reference problems (problems/). "
                     "Other commands: 'run_eval.py report RUN_ID' re-renders a past run; 'run_eval.py compare RUN_A RUN_B' compares two runs pair by pair (exit 1 when a pair got slower or broke); 'run_eval.py calibrate [selection]' runs the A/A test (each problem against itself); 'run_eval.py lint [selection]' checks "
                     "problems for degeneracy; 'run_eval.py import-kernelbench PATH' imports a KernelBench checkout "
-                    "or run folder; 'run_eval.py export-kernelbench RUN_ID' writes KernelBench's eval_results.json; "
+                    "or run folder; 'run_eval.py export-kernelbench RUN_ID' writes KernelBench's runs/<run_name>/ and "
+                    "results/timing/ files; "
                     "'run_eval.py new LEVEL/PROBLEM NAME' writes a candidate skeleton; 'run_eval.py ci --base REF' "
                     "evaluates what a branch changed (the CI workflow's check). Each has its own --help.",
         epilog="Every option can also be set in config.yaml; flags win. Exit codes: 0 run completed (whatever the "
@@ -286,8 +287,10 @@ def cmd_report(argv: list[str]) -> int:
                         "candidate_median_ms, reference_median_ms, flags (';'-joined), error")
     export.add_argument("--jsonl", action="store_true", help="print the records as read, one JSON object per line")
     export.add_argument("--kernelbench", action="store_true",
-                        help="KernelBench's metrics per level: fast_p (p = 0, 1, 1.5, 2) on each problem's sample 0 "
-                             "over every problem of the level in the problems tree, and pass@k over all samples")
+                        help="KernelBench's metrics per level: fast_p (p = 0, 0.5, 0.8, 1, 1.5, 2) on each "
+                             "problem's sample 0 over every problem of the level in the problems tree, with "
+                             "KernelBench's arithmetic (reference mean / candidate mean, as export-kernelbench writes "
+                             "them; ranked samples count as correct), and pass@k over all samples")
     p.add_argument("--problems-dir", type=Path, help="with --kernelbench: the problems tree that gives each level's "
                    "problem count (default: the run's own problems_dir)")
     args = p.parse_args(argv)

@@ -410,7 +410,9 @@ def _timing_record(record: dict[str, Any], reference: ReferenceSide, out: Collec
         entry = {"error": note.get("error"), "compile_seconds": note.get("compile_seconds")}
         if variant in reference.variants and out.samples(variant):
             est = paired.estimate(ratios(out, variant))
-            entry.update(median_ms=statistics.median(out.samples(variant)), speedup=est.value, speedup_ci=est.ci())
+            side = summarize(out.samples(variant))          # mean/stdev/min/max: KernelBench's baseline files
+            entry.update({k: side[k] for k in ("n", "median_ms", "mean_ms", "stdev_ms", "min_ms", "max_ms")},
+                         speedup=est.value, speedup_ci=est.ci())
         baselines[variant] = entry
     best = fastest(out, [v for v in reference.variants if v != EAGER])
     if best is not None:

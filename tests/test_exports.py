@@ -152,9 +152,14 @@ def record(problem: str, candidate: str, status: str = "ok", speedup: float | No
     return {"schema_version": 2, "problem": problem, "solution": f"{problem}/{candidate}", "status": status,
             "correct": ok, "flags": [], "error": error, "speedup": speedup if ok else None,
             "speedup_ci": [speedup * 0.9, speedup * 1.1] if ok and speedup else None, "device": "cpu",
-            "timing": {"candidate": {"n": 24, "median_ms": median, "mean_ms": median + 0.1, "stdev_ms": 0.05,
-                                     "min_ms": median - 0.2, "max_ms": median + 0.5},
-                       "reference": {"n": 24, "median_ms": median * (speedup or 1.0)}}}
+            "gpu": {"index": 0, "name": "NVIDIA H200"},
+            "timing": {"candidate": side(median), "reference": side(median * (speedup or 1.0))}}
+
+
+def side(median: float, n: int = 24) -> dict:
+    """One side's sample summary (stats.summarize's keys) with its mean 0.1 ms above its median."""
+    return {"n": n, "median_ms": median, "mean_ms": median + 0.1, "stdev_ms": 0.05, "min_ms": median - 0.2,
+            "max_ms": median + 0.5}
 
 
 def fabricated_run(tmp: Path, records: list[dict]) -> Path:
@@ -203,8 +208,12 @@ def test_export_kernelbench_writes_eval_results_json(tmp_path):
             assert {"status", "error", "speedup"} <= set(sample["metadata"])
     raw, data = data, {pid: {str(e["sample_id"]): e for e in entries} for pid, entries in data.items()}
     ok = data["1"]["0"]
-    assert ok["compiled"] is True and ok["correctness"] is True and ok["runtime"] == 3.0
-    assert ok["runtime_stats"] == {"mean": 3.1, "std": 0.05, "min": 2.8, "max": 3.5, "num_trials": 24}
+    # runtime is runtime_stats["mean"], kernelbench.timing.get_timing_stats's figures: 3 significant figures, std
+    # the population's (numpy's), from our sample stdev 0.05 over 24 samples
+    assert ok["compiled"] is True and ok["correctness"] is True and ok["runtime"] == 3.1
+    assert ok["runtime_stats"] == {"mean": 3.1, "std": 0.0489, "min": 2.8, "max": 3.5, "num_trials": 24,
+                                   "hardware": "NVIDIA H200", "device": "cpu"}
+    assert ok["metadata"]["reference_runtime_stats"]["mean"] == 4.9 and ok["metadata"]["ranked"] is True
     assert ok["metadata"]["status"] == "ok" and ok["metadata"]["speedup"] == 1.6
     wrong = data["1"]["1"]
     assert wrong["compiled"] is True and wrong["correctness"] is False and wrong["runtime"] == -1.0
@@ -212,8 +221,13 @@ def test_export_kernelbench_writes_eval_results_json(tmp_path):
     broken = data["19"]["0"]
     assert broken["compiled"] is False and broken["correctness"] is False
     assert broken["metadata"]["status"] == "compile_error" and broken["metadata"]["speedup"] is None
-    default = run_cli("export-kernelbench", run_dir.name, "--output-dir", str(run_dir.parent))
-    assert default.returncode == 0 and json.loads((run_dir / "eval_results.json").read_text()) == raw
+    # by default, KernelBench's own layout under the current directory: runs/<KernelBench run name>/
+    default = run_cli("export-kernelbench", run_dir.name, "--output-dir", str(run_dir.parent), cwd=tmp_path)
+    assert default.returncode == 0, default.stderr
+    assert json.loads((tmp_path / "runs" / "gpt_run" / "eval_results.json").read_text()) == raw
+    assert (tmp_path / "runs" / "gpt_run" / "pass_at_k_results.json").is_file()
+    assert (tmp_path / "results" / "timing" / "NVIDIA_H200" / "baseline_time_torch.json").is_file()
+    assert "benchmark_eval_analysis.py run_name=gpt_run level=1 hardware=NVIDIA_H200" in default.stdout
 
 
 def test_export_kernelbench_refuses_a_run_without_kernelbench_samples(tmp_path):
@@ -259,7 +273,7 @@ def test_report_kernelbench_fast_p_counts_missing_problems_and_pass_at_k(tmp_pat
                              f"{KB1}/019_ReLU": f"{KB1}/019_ReLU/gpt_run_sample_0",
                              f"{KB1}/020_LeakyReLU": f"{KB1}/020_LeakyReLU/gpt_run_sample_0"}
     # sample 0: 001 ok 1.6x, 019 compile_error, 020 ok 2.5x; 002 missing -> denominator 4
-    assert kb["fast_p"] == {"0.0": 0.5, "1.0": 0.5, "1.5": 0.5, "2.0": 0.25}
+    assert kb["fast_p"] == {"0.0": 0.5, "0.5": 0.5, "0.8": 0.5, "1.0": 0.5, "1.5": 0.5, "2.0": 0.25}
     # pass@1 over problems with samples: 001 (n=2, c=1) 0.5; 019 (n=3: sample_0, sample_3, hand_written; c=2) 2/3;
     # 020 (n=6, c=2) 1/3
     assert kb["pass_at_k"]["1"]["problems"] == 3
@@ -269,7 +283,7 @@ def test_report_kernelbench_fast_p_counts_missing_problems_and_pass_at_k(tmp_pat
     own = levels["level1"]
     assert own["problems"] == 2 and own["missing"] == ["level1/002_b"]
     assert own["sample0"] == {"level1/001_a": "level1/001_a/a_first"}
-    assert own["fast_p"] == {"0.0": 0.5, "1.0": 0.5, "1.5": 0.0, "2.0": 0.0}
+    assert own["fast_p"] == {"0.0": 0.5, "0.5": 0.5, "0.8": 0.5, "1.0": 0.5, "1.5": 0.0, "2.0": 0.0}
     assert own["pass_at_k"] == {"1": {"value": 1.0, "problems": 1}}
     table = run_cli("report", run_dir.name, "--output-dir", str(run_dir.parent), "--kernelbench")
     assert table.returncode == 0, table.stderr
@@ -279,6 +293,177 @@ def test_report_kernelbench_fast_p_counts_missing_problems_and_pass_at_k(tmp_pat
 def test_kernelbench_metrics_without_a_tree_count_only_problems_with_records():
     metrics = kernelbench_metrics(kb_records(), tree_problems(None))
     assert metrics["levels"][KB1]["problems"] == 2 and metrics["levels"][KB1]["fast_p"]["1.5"] == 0.5
+
+
+# ---------------------------------------------------------------- KernelBench's own reader on the export
+# A re-implementation, for checking only, of the arithmetic of ScalingIntelligence/KernelBench (MIT License,
+# (c) 2023 Anne Ouyang, Simon Guo, Azalia Mirhoseini): scripts/benchmark_eval_analysis.py (analyze_greedy_eval with
+# patch: sample_id 0 of each problem, problems without one patched as failures, problems missing from the baseline
+# file skipped), src/kernelbench/score.py (fastp) and src/kernelbench/dataset.py (a level's problems by the number
+# that starts each file name). Paths as analyze_greedy_eval builds them without overrides.
+
+KB_P_VALUES = [0.0, 0.5, 0.8, 1.0, 1.5, 2.0]
+
+
+def kb_dataset(checkout: Path, level: int) -> dict[int, str]:
+    """construct_kernelbench_dataset(level) of a local checkout: {problem_id: file name}."""
+    folder = checkout / "KernelBench" / f"level{level}"
+    return {int(f.name.split("_")[0]): f.name for f in folder.iterdir() if f.name.endswith(".py")}
+
+
+def kb_fastp(is_correct, baseline_speed, actual_speed, n: int, p: float):
+    import numpy as np
+    filtered_baseline_speed = np.array([x for i, x in enumerate(baseline_speed) if is_correct[i]])
+    filtered_actual_speed = np.array([x for i, x in enumerate(actual_speed) if is_correct[i]])
+    speed_up = filtered_baseline_speed / filtered_actual_speed
+    fast_p_score = np.sum(speed_up > p)
+    return fast_p_score / n if n > 0 else 0
+
+
+def kb_analyze_greedy_eval(kb_root: Path, run_name: str, hardware: str, baseline: str, level: int,
+                           dataset: dict[int, str]) -> dict:
+    import numpy as np
+    eval_results = json.loads((kb_root / f"runs/{run_name}/eval_results.json").read_text())
+    baseline_results = json.loads((kb_root / f"results/timing/{hardware}/{baseline}.json").read_text())
+    stripped = {}
+    for key, result in eval_results.items():
+        entry = [r for r in result if r["sample_id"] == 0]
+        assert len(entry) <= 1, "Multiple entries for sample_id = 0"
+        if len(entry) == 1:
+            stripped[key] = entry[0]
+    for pid in dataset:                                                            # patch()
+        if str(pid) not in stripped:
+            stripped[str(pid)] = {"sample_id": 0, "compiled": False, "correctness": False, "metadata": {},
+                                  "runtime": -1.0, "runtime_stats": {}}
+    is_correct_list, baseline_speed_list, actual_speed_list = [], [], []
+    for pid in sorted(dataset):
+        if str(pid) not in stripped or dataset[pid] not in baseline_results[f"level{level}"]:
+            continue
+        is_correct_list.append(stripped[str(pid)]["correctness"])
+        actual_speed_list.append(stripped[str(pid)]["runtime"])
+        baseline_speed_list.append(baseline_results[f"level{level}"][dataset[pid]]["mean"])
+    is_correct, baseline_speed = np.array(is_correct_list), np.array(baseline_speed_list)
+    actual_speed, n = np.array(actual_speed_list), len(is_correct_list)
+    return {"aligned": n, "fast_p": {str(p): float(kb_fastp(is_correct, baseline_speed, actual_speed, n, p))
+                                     for p in KB_P_VALUES}}
+
+
+def timed(mean: float) -> dict:
+    return {"n": 100, "median_ms": mean, "mean_ms": mean, "stdev_ms": 0.01, "min_ms": mean * 0.9,
+            "max_ms": mean * 1.2}
+
+
+def kb_pair(stem: str, sample: int, status: str = "ok", ref: float = 1.0, cand: float = 1.0, flags=(),
+            speedup: float | None = None, compiled: float | None = None) -> dict:
+    """A record of sample S of a KernelBench run folder, its reference and candidate means in ms (its paired
+    speedup, if given, may differ from the ratio of the means, as ours does)."""
+    r = record(f"{KB1}/{stem}", f"gpt_run_sample_{sample}", status, speedup=speedup or ref / cand)
+    r["flags"] = list(flags)
+    r["timing"] = {"candidate": timed(cand), "reference": timed(ref),
+                   "baselines": {} if compiled is None else {"compile:default": {**timed(compiled), "speedup": 1.0}}}
+    return r
+
+
+KB_CHECKOUT_LEVEL1 = ["1_Square_matmul.py", "2_Flagged.py", "3_Even.py", "4_Broken_first.py", "5_No_sample_0.py",
+                      "6_Never_run.py", "7_Slower.py", "8_Much_slower.py"]
+
+
+def kb_checkout_and_run(tmp: Path) -> tuple[Path, Path]:
+    """A KernelBench checkout with level 1's problems, imported into our problems tree, and a signed run of
+    samples of its run folder `gpt_run`: (the checkout, the run folder)."""
+    checkout = tmp / "KernelBench-checkout"
+    for name in KB_CHECKOUT_LEVEL1:
+        (checkout / "KernelBench" / "level1").mkdir(parents=True, exist_ok=True)
+        (checkout / "KernelBench" / "level1" / name).write_text("class Model: pass\n")
+    import_kernelbench(checkout, tmp / "problems", tmp / "solutions")
+    records = [
+        kb_pair("001_Square_matmul", 0, ref=4.9, cand=3.1, compiled=4.0),                  # 1.58x
+        kb_pair("001_Square_matmul", 1, "incorrect"),
+        kb_pair("002_Flagged", 0, ref=3.0, cand=1.0, flags=["no_custom_kernel"]),         # 3x, not ranked
+        kb_pair("002_Flagged", 1, ref=3.0, cand=1.5),
+        kb_pair("003_Even", 0, ref=1.0004, cand=1.0, speedup=1.01),   # KernelBench's figures: 1.00 / 1.00
+        kb_pair("004_Broken_first", 0, "compile_error"),
+        kb_pair("004_Broken_first", 2, ref=2.0, cand=1.0),
+        kb_pair("005_No_sample_0", 3, ref=2.0, cand=1.0),                                 # no sample_id 0
+        kb_pair("007_Slower", 0, ref=0.81, cand=1.0),                                     # 0.81x
+        kb_pair("008_Much_slower", 0, ref=0.6, cand=1.0, compiled=0.5),                   # 0.6x
+    ]
+    for r in records:
+        if r["status"] != "ok":
+            r["timing"] = None
+    return checkout, fabricated_run(tmp, records)
+
+
+def test_benchmark_eval_analysis_on_the_export_agrees_with_report_kernelbench(tmp_path):
+    checkout, run_dir = kb_checkout_and_run(tmp_path)
+    kb_root = tmp_path / "kb-root"
+    done = run_cli("export-kernelbench", run_dir.name, "--output-dir", str(run_dir.parent), "--kb-root",
+                   str(kb_root))
+    assert done.returncode == 0, done.stderr
+    assert "hardware=NVIDIA_H200 baseline=baseline_time_torch" in done.stdout
+    dataset = kb_dataset(checkout, 1)
+    ours = kb_analyze_greedy_eval(kb_root, "gpt_run", "NVIDIA_H200", "baseline_time_torch", 1, dataset)
+    report = run_cli("report", run_dir.name, "--output-dir", str(run_dir.parent), "--kernelbench", "--json")
+    assert report.returncode == 0, report.stderr
+    level = json.loads(report.stdout)["levels"][KB1]
+    # all 8 problems aligned (006, never run, has a not-measured baseline entry and fails, as in the report);
+    # 002's 3x is not ranked, 003 reads 1.00/1.00 (not > 1) though our paired speedup says 1.01, 004's sample 0
+    # did not compile, 005 has no sample_id 0
+    assert ours["aligned"] == level["problems"] == 8
+    assert ours["fast_p"] == level["fast_p"] == {"0.0": 0.5, "0.5": 0.5, "0.8": 0.375, "1.0": 0.125, "1.5": 0.125,
+                                                 "2.0": 0.0}
+    # the torch.compile baseline, measured for two problems, reads the same way
+    compiled = kb_analyze_greedy_eval(kb_root, "gpt_run", "NVIDIA_H200",
+                                      "baseline_time_torch_compile_inductor_default", 1, dataset)
+    assert compiled["aligned"] == 8 and compiled["fast_p"]["1.0"] == 0.125      # 001 4.0/3.1; 008 0.5/1.0
+    # pass_at_k_results.json, as KernelBench's calculate_pass_at_k lays it out, says what the report says
+    passes = json.loads((kb_root / "runs" / "gpt_run" / "pass_at_k_results.json").read_text())
+    assert set(passes) == {"averages", "metadata", "problems"}
+    assert passes["averages"]["avg_pass@1"] == level["pass_at_k"]["1"]["value"]
+    assert passes["metadata"]["pass@1_count"] == level["pass_at_k"]["1"]["problems"] == 7
+    assert passes["problems"]["2"] == {"total_samples": 2, "correct_samples": 2, "pass@1": 1.0}
+    assert passes["problems"]["1"] == {"total_samples": 2, "correct_samples": 1, "pass@1": 0.5}
+
+
+def test_baseline_files_are_kernelbench_layout_and_never_overwrite_its_own(tmp_path):
+    checkout, run_dir = kb_checkout_and_run(tmp_path)
+    kb_root = tmp_path / "kb-root"
+    timing = kb_root / "results" / "timing" / "H100_Modal" / "baseline_time_torch.json"
+    timing.parent.mkdir(parents=True)
+    theirs = {"level2": {"1_Conv2D_ReLU_BiasAdd.py": {"mean": 0.1, "std": 0.01, "min": 0.09, "max": 0.2,
+                                                      "num_trials": 100}}}
+    timing.write_text(json.dumps(theirs))
+    args = ["export-kernelbench", run_dir.name, "--output-dir", str(run_dir.parent), "--kb-root", str(kb_root)]
+    done = run_cli(*args, "--hardware", "H100_Modal", "--run-name", "mine")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(timing.read_text())
+    assert data["level2"] == theirs["level2"]                                  # their other level is kept
+    level1 = data["level1"]
+    assert sorted(level1) == sorted(KB_CHECKOUT_LEVEL1)
+    assert {k: level1["1_Square_matmul.py"][k] for k in ("mean", "std", "min", "max", "num_trials")} == \
+        {"mean": 4.9, "std": 0.00995, "min": 4.41, "max": 5.88, "num_trials": 100}
+    assert level1["1_Square_matmul.py"]["hardware"] == "NVIDIA H200"
+    assert level1["6_Never_run.py"]["mean"] == -1.0 and level1["6_Never_run.py"]["num_trials"] == 0
+    compiled = json.loads((timing.parent / "baseline_time_torch_compile_inductor_default.json").read_text())
+    assert compiled["level1"]["1_Square_matmul.py"]["mean"] == 4.0
+    assert compiled["level1"]["3_Even.py"]["mean"] == -1.0                     # not measured for 003
+    assert (kb_root / "runs" / "mine" / "eval_results.json").is_file()
+    again = run_cli(*args, "--hardware", "H100_Modal", "--run-name", "mine")       # ours: written again
+    assert again.returncode == 0, again.stderr
+    # KernelBench's own files: a level's timings and a run's eval_results.json are never overwritten
+    timing.write_text(json.dumps({"level1": theirs["level2"]}))
+    refused = run_cli(*args, "--hardware", "H100_Modal", "--run-name", "other")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "holds level1 timings not written by export-kernelbench" in refused.stderr
+    assert not (kb_root / "runs" / "other").exists()
+    own = kb_root / "runs" / "gpt_run" / "eval_results.json"
+    own.parent.mkdir(parents=True)
+    own.write_text(json.dumps({"1": [{"sample_id": 0, "compiled": True, "correctness": True, "metadata": {},
+                                      "runtime": 1.0, "runtime_stats": {}}]}))
+    refused = run_cli(*args)
+    assert refused.returncode == 2 and "was not written by export-kernelbench; not overwritten" in refused.stderr
+    bad = run_cli(*args, "--run-name", "../x")
+    assert bad.returncode == 2 and "--run-name '../x'" in bad.stderr
 
 
 def test_import_of_a_run_folder_mentions_its_eval_results_json(tmp_path):

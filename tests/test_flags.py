@@ -205,8 +205,14 @@ def test_ci_fails_a_correct_pair_that_is_not_ranked_and_passes_a_noisy_one():
 
 def test_kernelbench_fast_p_counts_ranked_pairs_only():
     level = "kernelbench-level1"
-    recs = [record(f"{level}/001_A", "run_sample_0", speedup=3.0, flags=["no_custom_kernel"]),
-            record(f"{level}/002_B", "run_sample_0", speedup=2.0, flags=["little_custom_work"])]
+    def timed(mean: float) -> dict:
+        return {"n": 10, "mean_ms": mean, "stdev_ms": 0.0, "min_ms": mean, "max_ms": mean}
+
+    def timing(speedup: float) -> dict:             # KernelBench's speedup: reference mean / candidate mean
+        return {"candidate": timed(1.0), "reference": timed(speedup)}
+
+    recs = [record(f"{level}/001_A", "run_sample_0", speedup=3.0, flags=["no_custom_kernel"], timing=timing(3.0)),
+            record(f"{level}/002_B", "run_sample_0", speedup=2.0, flags=["little_custom_work"], timing=timing(2.0))]
     metrics = kbexport.kernelbench_metrics(recs, {})["levels"][level]
     assert metrics["fast_p"]["1.0"] == 0.5
     assert metrics["pass_at_k"]["1"]["value"] == 1.0                    # both are correct: pass@k is correctness
