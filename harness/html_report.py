@@ -505,7 +505,8 @@ def history_plot(runs: list[Run], best: dict[str, list[BestPoint]]) -> str:
     ax.axhline(1.0, color="#cf222e", linestyle="--", linewidth=1)
     ax.set_yscale("log")
     _log_ticks(ax.yaxis, "x", min(values + [1.0]), max(values + [1.0]))
-    ax.set_xticks(list(index.values()), [_run_label(r) for r in index], fontsize=7)
+    ax.set_xticks(list(index.values()), [_run_label(r) for r in index], fontsize=7,
+                  rotation=40 if len(runs) > 6 else 0, ha="right" if len(runs) > 6 else "center")
     ax.set_xlim(-0.3, len(runs) - 0.7)
     ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _svg(fig)
@@ -635,7 +636,7 @@ def write_site(output_dir: Path, runs: list[tuple[str, dict, list[Record | dict[
     if ordered:
         body += (f"{site_header(ordered, now)}{_board(now, None, site=True)}{history_section(ordered)}"
                  f"{controls_section(now, site=True)}{plots_section([p for p in now if not p.control])}"
-                 f"{_section('All pairs (each one’s newest reading)', pairs_table(now, site=True))}"
+                 f"{_section('All pairs (each pair at its newest reading)', pairs_table(now, site=True))}"
                  f"{_section('Runs (newest first)', runs_table(output_dir, ordered))}")
     else:
         body += _note("No runs yet.")
