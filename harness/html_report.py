@@ -363,8 +363,8 @@ def _dict(value: Any) -> dict[str, Any]:
 
 def meta_header(meta: RunMeta) -> str:
     items = [("run", meta.run_id), ("date", meta.started_at), ("kind", meta.kind), ("device", meta.device),
-             ("GPU", meta.gpu), ("torch", meta.torch), ("git", meta.git_sha), ("seed", meta.seed),
-             ("torch.compile baselines", meta.compile)]
+             *([("GPU", meta.gpu)] if meta.gpu != "-" else []), ("torch", meta.torch), ("git", meta.git_sha),
+             ("seed", meta.seed), ("torch.compile baselines", meta.compile)]
     return _meta(items)
 
 
