@@ -13,11 +13,11 @@ from conftest import REPO
 from harness import ci, defenses, flags, kbexport, records, report, schedule
 from harness.flags import FLAGS, Flag
 from harness.html_report import write_run_page, write_site
-from test_html import Dom, body_rows, record, run_meta
+from test_html import Dom, body_rows, record, rows_by_head, run_meta
 
 HARNESS = REPO / "harness"
 # The modules that decide things on flags: none of them may spell a flag's name as a string.
-DECIDING = ("records", "schedule", "defenses", "report", "html_report", "ci", "compare", "calibrate", "kbexport")
+DECIDING = ("records", "schedule", "defenses", "report", "html_report", "standings", "ci", "compare", "calibrate", "kbexport")
 PROBLEM, OTHER = "level1/019_gelu", "level2/001_matmul"
 RUN = "20250101-090000-aaaa"
 
@@ -184,7 +184,8 @@ def test_html_a_flagged_cheat_never_tops_a_problem_nor_counts(tmp_path):
     assert "no_custom_kernel" in pairs["cheat"][4] and "2.80x" in pairs["cheat"][3]    # shown, with its flag
     site = Dom(write_site(tmp_path, [(RUN, run_meta(RUN), _cheat_and_honest())]).read_text())
     assert body_rows(site, "runs")[0][-2] == "1.50x"                     # the run's geomean: ranked pairs only
-    assert {row[0]: row[1] for row in body_rows(site, "history")} == {PROBLEM: "1.50x", OTHER: "-"}
+    best = {row["problem"]: row[RUN] for row in rows_by_head(site, "history-best")}
+    assert best == {PROBLEM: "1.50x [1.30, 1.70] honest", OTHER: "-"}
 
 
 def test_html_summary_cards_count_ranked_pairs(tmp_path):

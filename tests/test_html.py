@@ -102,6 +102,12 @@ def body_rows(dom: Dom, table: str) -> list[list[str]]:
     return dom.tables[table][1:]                                        # the first row is the header
 
 
+def rows_by_head(dom: Dom, table: str) -> list[dict[str, str]]:
+    """A table's body rows as {heading: cell text}."""
+    head, *rows = dom.tables[table]
+    return [dict(zip(head, row)) for row in rows]
+
+
 def check_self_contained(dom: Dom, text: str) -> None:
     assert not [u for u in dom.urls if u.startswith(("http://", "https://", "//"))], dom.urls
     assert dom.counts.get("link", 0) == 0 and "@import" not in text
@@ -125,7 +131,7 @@ def test_run_and_site_pages(tmp_path):
     assert len(body_rows(dom, "leaderboard")) == 4
     gelu = board["level1/019_gelu"]
     assert "cuda_gelu_float4" in gelu and "2.41x [2.38, 2.45]" in gelu and "1.31x [1.28, 1.33]" in gelu
-    assert "83%" in gelu
+    assert "83% BW 2.1% FLOPs" in gelu
     assert "tiled_mm" in board["level1/001_matmul"]                 # the invalid 9.8x never wins
     assert "welford_ln" in board["level1/040_layernorm"] and "1.17x" in board["level1/040_layernorm"]
     softmax = board["level1/023_softmax"]                           # no correct candidate: best attempt's error
@@ -135,7 +141,7 @@ def test_run_and_site_pages(tmp_path):
     pairs = body_rows(dom, "pairs")
     assert len(pairs) == len(records)
     assert max(len(row[-1]) for row in pairs) <= 120                # errors truncated
-    assert any("reduced_precision" in row[4] for row in pairs)
+    assert any("reduced_precision" in row["flags"] for row in rows_by_head(dom, "pairs"))
     assert "NVIDIA H200" in text and "0123456789ab" in text and "1234 (fixed)" in text
 
     write_run_page(tmp_path / RUN_B, run_records(1.2), run_meta(RUN_B))
@@ -145,11 +151,12 @@ def test_run_and_site_pages(tmp_path):
     check_self_contained(dom, text)
     assert dom.counts.get("svg", 0) >= 3                            # the history plot besides the run's plots
     runs = body_rows(dom, "runs")
-    assert [row[0] for row in runs] == [RUN_A, RUN_B]               # chronological
+    assert [row[0] for row in runs] == [RUN_B, RUN_A]               # newest first
     assert f"{RUN_A}/index.html" in dom.urls
-    history = {row[0]: row[1:] for row in body_rows(dom, "history")}
-    assert history["level1/019_gelu"] == ["2.41x", "2.89x"]
-    assert history["level1/023_softmax"] == ["-", "-"]
+    best = {row["problem"]: row for row in rows_by_head(dom, "history-best")}
+    assert best["level1/019_gelu"][RUN_B].startswith("2.89x") and best["level1/019_gelu"][RUN_A].startswith("2.41x")
+    assert best["level1/023_softmax"][RUN_A] == best["level1/023_softmax"][RUN_B] == "-"
+    assert dom.tables["history-best"][0] == ["problem", RUN_B, RUN_A]   # newest first, headed by run id
 
 
 def test_site_leaderboard_is_each_pairs_newest_record_across_runs(tmp_path):
@@ -172,8 +179,9 @@ def test_missing_fields_never_crash(tmp_path):
                 "timing": {"candidate": None}, "performance": {"floor_ms": None}, "gpu": "?"},
                {"problem": "p/y", "solution": "p/y/c", "status": "ok", "correct": True, "speedup": 1.5,
                 "speedup_ci": [1.4], "performance": {"floor_ms": 0.1}, "timing": {"candidate": {"median_ms": 0.2}}}]
-    for recs in (hostile, []):
-        assert Dom(write_run_page(tmp_path / "run", recs, {}).read_text()).tables["leaderboard"]
+    assert Dom(write_run_page(tmp_path / "run", hostile, {}).read_text()).tables["leaderboard"]
+    empty = write_run_page(tmp_path / "empty-run", [], {}).read_text()
+    assert "This run has no records." in empty and "<h2>" not in empty              # no empty section
     cpu = [{**r, "device": "cpu", "gpu": None, "performance": None} for r in run_records()]
     text = write_run_page(tmp_path / "cpu", cpu, {"device": "cpu"}).read_text()
     assert "No record has performance data" in text and Dom(text).counts.get("svg", 0) == 2
