@@ -297,7 +297,7 @@ def interference(ev: Evidence) -> None:
         return
     during = block_medians(ev.out, EAGER, ev.timing.block_samples)
     found = paired.interference(ev.before, during, ev.after, ev.timing.interference_tolerance)
-    ev.record.setdefault("timing", {})["interference"] = {
+    ev.record.setdefault("timing", {})[flags.INTERFERENCE.name] = {          # the figures behind the flag
         "before_ms": ev.before, "after_ms": ev.after, "during_ms": found.during_ms, "tolerance": found.tolerance,
         "found": found.found}
     flag_interference(ev.record, found)
