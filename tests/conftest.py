@@ -26,10 +26,9 @@ def write_config(tmp: Path, tree: Path, timing: dict[str, object] | None = None,
     """A config for the CPU tests; `timing` overrides keys of TEST_TIMING, `extra` adds top-level keys."""
     timing_lines = {line.split(":")[0].strip(): line for line in ["  warmup: 2", *TEST_TIMING]}
     timing_lines.update({k: f"  {k}: {v}" for k, v in (timing or {}).items()})
-    lines = [f"problems_dir: {tree / 'problems'}", f"solutions_dir: {tree / 'solutions'}",
-             f"output_dir: {tmp / 'results'}", f"cache_dir: {tmp / 'cache'}", "device: cpu", "trials: 3",
-             "timeout: 30", "timing:", *timing_lines.values()]
-    lines += [f"{k}: {v}" for k, v in extra.items()]
+    top = {"problems_dir": tree / "problems", "solutions_dir": tree / "solutions", "output_dir": tmp / "results",
+           "cache_dir": tmp / "cache", "device": "cpu", "trials": 3, "timeout": 30, **extra}   # a key once: the
+    lines = [f"{k}: {v}" for k, v in top.items()] + ["timing:", *timing_lines.values()]        # config refuses two
     path = tmp / "config.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
