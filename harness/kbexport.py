@@ -17,6 +17,7 @@ Pure functions over records (`Record`s, or their JSON objects), except the two c
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import re
@@ -231,26 +232,28 @@ def report_kernelbench(store, records: Iterable[Record | dict[str, Any]], proble
     return 0
 
 
-def cmd_export(argv: list[str]) -> int:
-    from .render import config_output_dir as _config_output_dir
-    from .errors import OneLineParser
-    from .store import RunStore
-    p = OneLineParser(
-        prog="run_eval.py export-kernelbench",
-        description="Write KernelBench's eval_results.json (as scripts/eval_from_generations.py writes it) for "
-                    "the candidates of a run that were imported from a KernelBench run folder "
-                    "(<run>_sample_<S>). compiled = status not compile_error/load_error; correctness = status ok; "
-                    "runtime = the candidate's median ms (-1.0 when not correct); our status, error and speedup "
-                    "are in metadata.")
-    p.add_argument("run_id")
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`export-kernelbench`'s description and arguments, on run_eval.py's subparser."""
+    p.description = ("Write KernelBench's eval_results.json (as scripts/eval_from_generations.py writes it) for "
+                     "the candidates of a run that were imported from a KernelBench run folder "
+                     "(<run>_sample_<S>). compiled = status not compile_error/load_error; correctness = status ok; "
+                     "runtime = the candidate's median ms (-1.0 when not correct); our status, error and speedup "
+                     "are in metadata.")
+    p.add_argument("run_id", metavar="RUN_ID", help="the run: a run id under --output-dir")
     p.add_argument("--output", "-o", help="where to write it; '-' for stdout (default: <run folder>/eval_results.json)")
     p.add_argument("--kb-run", metavar="NAME", help="only samples of this KernelBench run folder (needed when the "
                    "run holds several)")
     p.add_argument("--level", type=int, metavar="L", help="only this KernelBench level (needed when the run holds "
                    "several)")
     p.add_argument("--output-dir", default=None, help="where runs are (default: output_dir in config, or results)")
-    p.add_argument("--config", type=Path)
-    args = p.parse_args(argv)
+    p.add_argument("--config", type=Path, help="config file for the default --output-dir")
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    """`run_eval.py export-kernelbench RUN_ID`, parsed."""
+    from .render import config_output_dir as _config_output_dir
+    from .store import RunStore
     store = RunStore.open(Path(args.output_dir or _config_output_dir(args.config)), args.run_id)
     results = eval_results(store.records(), store.run_id, args.kb_run, args.level)
     text = json.dumps(results, indent=4) + "\n"
