@@ -103,11 +103,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _progress(console):
-    """Like the run's progress bar (harness.pipeline), with the time left: problems done so far, extrapolated."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
-    return Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False)
+    """The run's progress bar (harness.progress), with the time left: problems done so far, extrapolated."""
+    from .progress import bar
+    return bar(console)
 
 
 def lint_problems(problems: list[Problem], slots: list[Slot], seed: int, timeout: float,
