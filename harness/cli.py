@@ -104,6 +104,12 @@ def build_parser(command: str | None = None) -> OneLineParser:
     return p
 
 
+def command_parser(name: str) -> OneLineParser:
+    """One command's parser, with its arguments, as run_eval.py builds it."""
+    parsed = argparse.Namespace(command=name)
+    return build_parser(name).chosen(parsed)
+
+
 def _run_parser() -> OneLineParser:
     """The main run's parser (what --resume matches flags against)."""
     return build_parser()
