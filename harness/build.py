@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .discover import Pair
+from .discover import Pair, uses_triton
 from .messages import BuildJob, wire
 from .procs import Worker, WorkerExit, worker_env
 from .signing import RunKey
@@ -138,6 +138,9 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
               live: LiveBuilds | None = None) -> BuildResult:
     key, build_dir, candidate_path = _prepare_dir(pair, root, toolchain)
     base = {"key": key, "build_dir": str(build_dir), "candidate_path": str(candidate_path)}
+    if toolchain.device_kind == "cpu" and uses_triton(pair.candidate):
+        return BuildResult("skipped", "the candidate uses Triton, whose kernels need a GPU; this run is on the CPU",
+                           **base)
     marker = build_dir / "build.json"
     if marker.exists():
         try:
