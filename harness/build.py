@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .discover import Pair
+from .discover import Pair, uses_triton
 from .messages import BuildJob, wire
 from .procs import Worker, WorkerExit, worker_env
 from .signing import RunKey
@@ -219,6 +219,9 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
         return BuildResult("crashed", f"build cache {show_path(root / key)}: cannot be used: "
                                       f"{exc.strerror or exc}", key=key)
     base = {"key": key, "build_dir": str(build_dir), "candidate_path": str(candidate_path), "warning": warning}
+    if toolchain.device_kind == "cpu" and uses_triton(pair.candidate):
+        return BuildResult("skipped", "the candidate uses Triton, whose kernels need a GPU; this run is on the CPU",
+                           **base)
     marker = build_dir / "build.json"
     if os.path.lexists(marker):                 # checked by _damage: a regular file holding a build result
         try:

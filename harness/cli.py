@@ -3,18 +3,34 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import report
 from .render import config_output_dir as _config_output_dir, render, wide_console, write_site
 from .config import PRECISIONS, Config, load_config
 from .errors import HarnessError, OneLineParser, UsageError, interrupted_message, silence_stdout, stdout_pipe_closed
 
-SUBCOMMANDS = ("report", "compare", "lint", "import-kernelbench", "export-kernelbench", "calibrate", "new")
+# The subcommands, in the order --help lists them, each with its line there. `run_eval.py` with none is the main run.
+COMMANDS = {
+    "report": "re-render a past run (table, leaderboard.md, index.html) or export its records",
+    "compare": "compare two runs pair by pair; exit 1 when a pair got slower or broke",
+    "calibrate": "the A/A test: every selected problem's reference against itself",
+    "lint": "check problems for degeneracy (outputs that zeros or a constant would match, ...)",
+    "import-kernelbench": "copy in a KernelBench checkout's problems or a KernelBench run folder's kernels",
+    "export-kernelbench": "write KernelBench's runs/<run_name>/ and results/timing/ files for a run",
+    "new": "write a candidate skeleton for a problem",
+    "ci": "evaluate what a branch changed (the CI workflow's check)",
+}
+_MODULES = {"compare": "compare", "lint": "lint", "import-kernelbench": "kbimport", "export-kernelbench": "kbexport",
+            "new": "scaffold"}     # modules with add_arguments(p) and main(args); the others are below
+
+Arguments = Callable[[argparse.ArgumentParser], Any]
+Body = Callable[[argparse.Namespace, list[str]], int]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,90 +61,130 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(argv: list[str]) -> int:
-    if argv and argv[0] == "report":
-        return cmd_report(argv[1:])
-    if argv and argv[0] == "compare":
-        from .compare import cmd_compare
-        return cmd_compare(argv[1:])
-    if argv and argv[0] == "lint":
-        from .lint import cmd_lint
-        return cmd_lint(argv[1:])
-    if argv and argv[0] == "calibrate":
-        return cmd_calibrate(argv[1:])
-    if argv and argv[0] == "import-kernelbench":
-        from .kbimport import cmd_import
-        return cmd_import(argv[1:])
-    if argv and argv[0] == "export-kernelbench":
-        from .kbexport import cmd_export
-        return cmd_export(argv[1:])
-    if argv and argv[0] == "ci":
-        return cmd_ci(argv[1:])
-    if argv and argv[0] == "new":
-        from .scaffold import cmd_new
-        return cmd_new(argv[1:])
-    return cmd_run(argv)
+    args = build_parser(next((word for word in argv if word in COMMANDS), None)).parse_args(argv)
+    if args.command is None:
+        return cmd_run(args, argv)
+    if argv[0] != args.command:
+        raise UsageError(f"flags go after the command: run_eval.py {args.command} [flags] (the flags before it are "
+                         f"the main run's; see run_eval.py {args.command} --help)")
+    return _subcommand(args.command)[1](args, argv[1:])
+
+
+def _subcommand(name: str) -> tuple[Arguments, Body]:
+    """A subcommand's arguments and its body, body(args, what followed the command's name). A module is imported
+    only for the command being run, so --help and usage errors stay quick."""
+    if name == "report":
+        return report_arguments, cmd_report
+    if name == "calibrate":
+        return calibrate_arguments, cmd_calibrate
+    if name == "ci":
+        return ci_arguments, cmd_ci
+    module = importlib.import_module(f".{_MODULES[name]}", __package__)
+    return module.add_arguments, lambda args, argv: module.main(args)
+
+
+def build_parser(command: str | None = None) -> OneLineParser:
+    """run_eval.py's parser: the main run's flags, then the subcommands; of those only `command` gets its arguments
+    (the others' modules stay unimported)."""
+    names = ",".join(COMMANDS)
+    p = OneLineParser(
+        prog="run_eval.py",
+        usage=f"%(prog)s [flags]\n       %(prog)s {{{names}}} [flags] ...",
+        description="Build, verify and time candidate kernels (solutions/) against reference problems (problems/): "
+                    "without a command, every selected candidate (the flags below). A command does something else "
+                    "and takes its own flags: run_eval.py COMMAND --help.",
+        epilog="Every flag of the main run can also be set in config.yaml; flags win. Exit codes: 0 run completed "
+               "(whatever the verdicts), 2 usage or input error, 1 harness fault.")
+    add_run_arguments(p)
+    commands = p.add_subparsers(dest="command", title="commands", metavar="COMMAND", parser_class=OneLineParser)
+    for name, summary in COMMANDS.items():
+        sub = commands.add_parser(name, prog=f"run_eval.py {name}", help=summary, description=summary)
+        if name == command:
+            _subcommand(name)[0](sub)
+    return p
+
+
+def command_parser(name: str) -> OneLineParser:
+    """One command's parser, with its arguments, as run_eval.py builds it."""
+    parsed = argparse.Namespace(command=name)
+    return build_parser(name).chosen(parsed)
+
+
+def _run_parser() -> OneLineParser:
+    """The main run's parser (what --resume matches flags against)."""
+    return build_parser()
 
 
 CALIBRATE_PROCESSES = 3     # the fewest process pairs `calibrate` measures a problem in, unless --processes is given
 
+# Flags of the main run that calibrate and ci do not take, and why (the one line a user gets for one).
+CALIBRATE_NOT_HERE = {flag: "it runs each problem's own Model as the candidate; select problems with --level and "
+                            "--problem" for flag in ("--candidate", "--problem-file", "--solution-file")}
+CI_NOT_HERE = {"--resume": "it selects its pairs from git and starts a run of its own each time",
+               **{flag: "it selects its pairs from git (what changed since --base)"
+                  for flag in ("--problem-file", "--solution-file")}}
 
-def _run_parser(processes_default: str = "1") -> argparse.ArgumentParser:
-    p = OneLineParser(
-        prog="run_eval.py",
-        description="Build, verify and time candidate kernels (solutions/) against reference problems (problems/). "
-                    "Other commands: 'run_eval.py report RUN_ID' re-renders a past run; 'run_eval.py compare RUN_A RUN_B' compares two runs pair by pair (exit 1 when a pair got slower or broke); 'run_eval.py calibrate [selection]' runs the A/A test (each problem against itself); 'run_eval.py lint [selection]' checks "
-                    "problems for degeneracy; 'run_eval.py import-kernelbench PATH' imports a KernelBench checkout "
-                    "or run folder; 'run_eval.py export-kernelbench RUN_ID' writes KernelBench's runs/<run_name>/ and "
-                    "results/timing/ files; "
-                    "'run_eval.py new LEVEL/PROBLEM NAME' writes a candidate skeleton; 'run_eval.py ci --base REF' "
-                    "evaluates what a branch changed (the CI workflow's check). Each has its own --help.",
-        epilog="Every option can also be set in config.yaml; flags win. Exit codes: 0 run completed (whatever the "
-               "verdicts), 2 usage or input error, 1 harness fault.")
-    p.add_argument("--config", type=Path, help="config file (default: ./config.yaml when it exists)")
-    p.add_argument("--problems-dir", help="root of <level>/<name>.py problem files (default: problems)")
-    p.add_argument("--solutions-dir", help="root of <level>/<name>/<candidate>.py files (default: solutions)")
-    p.add_argument("--output-dir", help="where runs are written (default: results)")
-    p.add_argument("--level", help="only this level, e.g. level1 or 1")
-    p.add_argument("--problem", metavar="GLOB", help="only problems matching GLOB (on <level>/<name> or <name>)")
-    p.add_argument("--candidate", metavar="GLOB", help="only candidates matching GLOB (on the file stem)")
-    p.add_argument("--problem-file", type=Path, metavar="P", help="evaluate one pair: this problem file ...")
-    p.add_argument("--solution-file", type=Path, metavar="S", help="... with this candidate file")
-    p.add_argument("--device", choices=("auto", "cuda", "cpu"), help="default: auto (cuda when a GPU exists)")
-    p.add_argument("--gpus", metavar="LIST", help="GPU indices to schedule pairs over, e.g. 0,1 (default: 0)")
-    p.add_argument("--precision", choices=PRECISIONS,
-                   help="inputs and both models in this dtype, with its tolerances, for problems that set no DTYPE "
-                        "(a problem's own DTYPE wins; default: fp32)")
-    p.add_argument("--trials", type=int, help="correctness trials per pair, each with fresh inputs (default: 5)")
-    p.add_argument("--samples", type=int, help="deprecated: at least this many timed samples per side (raises "
-                   "--min-rounds); pairs are timed in rounds until the speedup's CI reaches --target-rel-ci")
-    p.add_argument("--seed", type=int, help="base seed, for reproducible weights and correctness trials (default: "
-                   "drawn from os.urandom per run); timed samples' inputs stay secret either way")
-    p.add_argument("--timing-mode", choices=("auto", "cold", "graph"),
-                   help="cold: one call per sample, L2 flushed; graph: CUDA-graph replay; auto (default): graph when "
-                        "the reference's call takes under timing.graph_below_ms")
-    p.add_argument("--target-rel-ci", type=float, metavar="X",
-                   help="stop a pair once its speedup's 95%% CI half-width is within X of it (default: 0.005)")
-    p.add_argument("--min-rounds", type=int, help="rounds (A B B A blocks) before the stopping rule applies (default: 10)")
-    p.add_argument("--max-pair-seconds", type=float, metavar="S",
-                   help="time cap on one pair's timed rounds; a pair that hits it is flagged noisy (default: 30)")
-    p.add_argument("--processes", type=int, metavar="N",
-                   help="measure each pair in N process pairs (fresh reference and candidate workers) and combine "
-                        f"them: the CI then covers the bias each process has of its own (default: {processes_default})")
-    p.add_argument("--compile-modes", metavar="LIST",
-                   help="torch.compile baselines, e.g. default,max-autotune-no-cudagraphs, or none "
-                        "(default: both of those)")
-    p.add_argument("--cpu-threads", type=int, help="intra-op threads on both sides (default: 1)")
-    p.add_argument("--timeout", type=float, help="seconds one pair may take in its worker (default: 600)")
-    p.add_argument("--jobs", type=int, help="parallel builds (default: 0 = number of CPU cores)")
-    p.add_argument("--executor", choices=("local", "dask"),
-                   help="local (default): this machine's --gpus or CPU; dask: one task per problem on a dask "
-                        "cluster (README: Scale-out on Dask)")
-    p.add_argument("--scheduler", metavar="ADDRESS",
-                   help="with --executor dask: the dask scheduler to use, e.g. tcp://host:8786 (default: start a "
-                        "LocalCluster on this machine)")
-    p.add_argument("--resume", metavar="RUN_ID", help="continue a run: evaluate only pairs without a record")
-    p.add_argument("--json", action="store_true", help="print records as JSON lines on stdout instead of a table")
-    return p
+
+def add_run_arguments(p: argparse.ArgumentParser, without: dict[str, str] | None = None,
+                      processes_default: str = "1", compile_modes_default: str = "both of those",
+                      json_help: str = "print records as JSON lines on stdout instead of a table") -> None:
+    """The main run's flags (calibrate and ci take them too, less the flags in `without`, which get a default of
+    None so the run's code reads them the same)."""
+    without = without or {}
+
+    def add(flag: str, **kwargs: Any) -> None:
+        if flag in without:
+            p.set_defaults(**{flag[2:].replace("-", "_"): None})
+        else:
+            p.add_argument(flag, **kwargs)
+
+    if without and isinstance(p, OneLineParser):
+        p.not_here = without
+    add("--config", type=Path, help="config file (default: ./config.yaml when it exists)")
+    add("--problems-dir", help="root of <level>/<name>.py problem files (default: problems)")
+    add("--solutions-dir", help="root of <level>/<name>/<candidate>.py files (default: solutions)")
+    add("--output-dir", help="where runs are written (default: results)")
+    add("--level", help="only this level, e.g. level1 or 1")
+    add("--problem", metavar="GLOB", help="only problems matching GLOB (on <level>/<name> or <name>)")
+    add("--candidate", metavar="GLOB", help="only candidates matching GLOB (on the file stem)")
+    add("--problem-file", type=Path, metavar="P", help="evaluate one pair: this problem file ...")
+    add("--solution-file", type=Path, metavar="S", help="... with this candidate file")
+    add("--device", choices=("auto", "cuda", "cpu"), help="default: auto (cuda when a GPU exists)")
+    add("--gpus", metavar="LIST", help="GPU indices to schedule pairs over, e.g. 0,1 (default: 0)")
+    add("--precision", choices=PRECISIONS,
+        help="inputs and both models in this dtype, with its tolerances, for problems that set no DTYPE (a "
+             "problem's own DTYPE wins; default: fp32)")
+    add("--trials", type=int, help="correctness trials per pair, each with fresh inputs (default: 5)")
+    add("--samples", type=int, help="deprecated: at least this many timed samples per side (raises --min-rounds); "
+                                    "pairs are timed in rounds until the speedup's CI reaches --target-rel-ci")
+    add("--seed", type=int, help="base seed, for reproducible weights and correctness trials (default: drawn from "
+                                 "os.urandom per run); timed samples' inputs stay secret either way")
+    add("--timing-mode", choices=("auto", "cold", "graph"),
+        help="cold: one call per sample, L2 flushed; graph: CUDA-graph replay; auto (default): graph when the "
+             "reference's call takes under timing.graph_below_ms")
+    add("--target-rel-ci", type=float, metavar="X",
+        help="stop a pair once its speedup's 95%% CI half-width is within X of it (default: 0.005)")
+    add("--min-rounds", type=int, help="rounds (A B B A blocks) before the stopping rule applies (default: 10)")
+    add("--max-pair-seconds", type=float, metavar="S",
+        help="time cap on one pair's timed rounds; a pair that hits it is flagged noisy (default: 30)")
+    add("--processes", type=int, metavar="N",
+        help="measure each pair in N process pairs (fresh reference and candidate workers) and combine them: the CI "
+             f"then covers the bias each process has of its own (default: {processes_default})")
+    add("--compile-modes", metavar="LIST",
+        help="torch.compile baselines, e.g. default,max-autotune-no-cudagraphs, or none (default: "
+             f"{compile_modes_default})")
+    add("--cpu-threads", type=int, help="intra-op threads on both sides (default: 1)")
+    add("--timeout", type=float, help="seconds one pair may take in its worker (default: 600)")
+    add("--jobs", type=int, help="parallel builds (default: 0 = number of CPU cores)")
+    add("--executor", choices=("local", "dask"),
+        help="local (default): this machine's --gpus or CPU; dask: one task per problem on a dask cluster (README: "
+             "Scale-out on Dask; needs the dask extra: pip install -e '.[dask]')")
+    add("--scheduler", metavar="ADDRESS",
+        help="with --executor dask: the dask scheduler to use, e.g. tcp://host:8786 (default: start a LocalCluster "
+             "on this machine)")
+    add("--resume", metavar="RUN_ID", help="continue a run: evaluate only pairs without a record, with the config "
+                                           "and selection the run recorded")
+    add("--json", action="store_true", help=json_help)
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -157,8 +213,8 @@ def load_run_config(args: argparse.Namespace) -> Config:
     return load_config(path, _overrides(args), flag_names(_run_parser(), _overrides))
 
 
-def cmd_run(argv: list[str]) -> int:
-    args = _run_parser().parse_args(argv)
+def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
+    """The main run: every selected pair (argv: as given, for run.json)."""
     if (args.problem_file is None) != (args.solution_file is None):
         raise UsageError("--problem-file and --solution-file go together")
     cfg = load_run_config(args)
@@ -166,22 +222,15 @@ def cmd_run(argv: list[str]) -> int:
     return run_pipeline(cfg, args, argv)
 
 
-def cmd_ci(argv: list[str]) -> int:
-    """A pull request's check: evaluate the candidates it changed (and every candidate of a problem it changed),
-    write a Markdown summary, exit 1 on a pair that is not ok or that regressed against main's last run."""
-    import os
-    from . import ci
-    from .discover import discover
-    from .records import as_records
-    p = _run_parser()
-    p.prog = "run_eval.py ci"
+def ci_arguments(p: argparse.ArgumentParser) -> None:
     p.description = ("Evaluate what a branch changed under the problems and solutions trees since it left BASE "
                      "(git diff BASE...HEAD, plus uncommitted files): every changed candidate and every candidate of "
                      "a changed problem. Writes a Markdown summary to --summary or $GITHUB_STEP_SUMMARY and stdout; "
                      "exits 1 when a pair is not ok (skipped excepted) or regressed against --baseline (SLOWER or "
                      "BROKEN, as `compare` judges). The summary names every problem file the branch changed. In CI, "
                      "run the base branch's run_eval.py with --problems-dir/--solutions-dir pointing at the pull "
-                     "request's checkout: the diff is taken in that checkout.")
+                     "request's checkout: the diff is taken in that checkout. The main run's flags apply, except "
+                     "--resume, --problem-file and --solution-file.")
     p.add_argument("--base", required=True, metavar="REF", help="the git ref the branch is compared with, e.g. "
                    "origin/main")
     p.add_argument("--baseline", metavar="RUN", help="main's last run: a run folder, or a folder of runs (the newest "
@@ -189,9 +238,17 @@ def cmd_ci(argv: list[str]) -> int:
                    "it is refused")
     p.add_argument("--summary", type=Path, metavar="PATH", help="append the Markdown summary here (default: "
                    "$GITHUB_STEP_SUMMARY when set)")
-    args = p.parse_args(argv)
-    if args.resume is not None or args.problem_file is not None:
-        raise UsageError("ci selects its pairs from git; --resume and --problem-file do not apply")
+    add_run_arguments(p, without=CI_NOT_HERE, json_help="also print each record as a JSON line on stdout (the "
+                                                        "summary follows)")
+
+
+def cmd_ci(args: argparse.Namespace, argv: list[str]) -> int:
+    """A pull request's check: evaluate the candidates it changed (and every candidate of a problem it changed),
+    write a Markdown summary, exit 1 on a pair that is not ok or that regressed against main's last run."""
+    import os
+    from . import ci
+    from .discover import discover
+    from .records import as_records
     cfg = load_run_config(args)
     summary = args.summary or (Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY")
                                else None)
@@ -228,23 +285,26 @@ def cmd_ci(argv: list[str]) -> int:
     return run_pipeline(cfg, args, ["ci", *argv], pairs=selected, conclude=conclude)
 
 
-def cmd_calibrate(argv: list[str]) -> int:
-    """The A/A test: each selected problem's reference through the full candidate path against itself."""
-    from . import calibrate
-    from .discover import check_problem_selection, discover
-    p = _run_parser(processes_default=f"timing.processes, at least {CALIBRATE_PROCESSES}")
-    p.prog = "run_eval.py calibrate"
+def calibrate_arguments(p: argparse.ArgumentParser) -> None:
     p.description = ("The A/A test: every selected problem's own Model, as the candidate `class ModelNew(Model): "
                      "pass`, through the full candidate path against the reference. Prints each speedup with its "
                      "95% CI and writes <output-dir>/calibrate-<run-id>.json. torch.compile baselines are off "
-                     "unless --compile-modes is given. Each problem is measured in at least 3 process pairs "
-                     "(timing.processes) unless --processes says otherwise: one pair of processes carries a bias of "
-                     "its own that its CI does not cover.")
+                     "(whatever config.yaml says) unless --compile-modes is given. Each problem is measured in at "
+                     f"least {CALIBRATE_PROCESSES} process pairs (timing.processes) unless --processes says "
+                     "otherwise: one pair of processes carries a bias of its own that its CI does not cover. The "
+                     "main run's flags apply, except --candidate, --problem-file and --solution-file.")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when any problem reads outside 1 +/- target_rel_ci or its CI excludes 1.0")
-    args = p.parse_args(argv)
-    if args.problem_file is not None or args.solution_file is not None:
-        raise UsageError("calibrate selects problems with --level/--problem, not --problem-file/--solution-file")
+    add_run_arguments(p, without=CALIBRATE_NOT_HERE,
+                      processes_default=f"timing.processes, at least {CALIBRATE_PROCESSES}",
+                      compile_modes_default="none here, whatever config.yaml says",
+                      json_help="also print each record as a JSON line on stdout (the calibration table follows)")
+
+
+def cmd_calibrate(args: argparse.Namespace, argv: list[str]) -> int:
+    """The A/A test: each selected problem's reference through the full candidate path against itself."""
+    from . import calibrate
+    from .discover import check_problem_selection, discover
     if args.compile_modes is None:
         args.compile_modes = "none"
     cfg = load_run_config(args)
@@ -269,16 +329,15 @@ def cmd_calibrate(argv: list[str]) -> int:
     return run_pipeline(cfg, args, ["calibrate", *argv], pairs=calibrate.aa_pairs(problems), conclude=conclude)
 
 
-def cmd_report(argv: list[str]) -> int:
-    from .store import RunStore
-    p = OneLineParser(prog="run_eval.py report", description="Re-render the table, summary and "
-                                "leaderboard.md of a past run from its results.jsonl; or export its records "
-                                "(--csv, --jsonl), or count fast_p and pass@k the way KernelBench does (--kernelbench).")
+def report_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Re-render the table, summary and leaderboard.md of a past run from its results.jsonl; or "
+                     "export its records (--csv, --jsonl), or count fast_p and pass@k the way KernelBench does "
+                     "(--kernelbench).")
     p.add_argument("run_id", nargs="?", help="the run (optional with --html)")
     p.add_argument("--html", action="store_true", help="rebuild <output-dir>/index.html across every run there "
                    "(best candidate per problem, plots, history), and each run's own index.html")
     p.add_argument("--output-dir", default=None, help="where runs are (default: output_dir in config, or results)")
-    p.add_argument("--config", type=Path)
+    p.add_argument("--config", type=Path, help="config file for the default --output-dir")
     p.add_argument("--json", action="store_true", help="print the aggregates as JSON (with --kernelbench: its "
                    "metrics as one JSON object)")
     export = p.add_mutually_exclusive_group()
@@ -293,7 +352,11 @@ def cmd_report(argv: list[str]) -> int:
                              "them; ranked samples count as correct), and pass@k over all samples")
     p.add_argument("--problems-dir", type=Path, help="with --kernelbench: the problems tree that gives each level's "
                    "problem count (default: the run's own problems_dir)")
-    args = p.parse_args(argv)
+
+
+def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
+    """`run_eval.py report RUN_ID`, parsed."""
+    from .store import RunStore
     if args.json and (args.csv or args.jsonl):
         raise UsageError(f"--json does not go with {'--csv' if args.csv else '--jsonl'} (see run_eval.py report --help)")
     if args.problems_dir is not None and not args.kernelbench:

@@ -12,7 +12,8 @@ A speedup's CI covers the run it comes from, not the machine (docs/candidates-h2
 when the runs' GPUs differ (by the uuids in run.json), or when it cannot tell; only then, as a weaker hint, when
 their hosts launch at different speeds (the records' median `timing.timer_floor_ms`).
 
-Everything but `cmd_compare` is a pure function over lists of records (`Record`s, or their JSON objects)."""
+Everything but `add_arguments` and `main` is a pure function over lists of records (`Record`s, or their JSON
+objects)."""
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import OneLineParser, UsageError
+from .errors import UsageError
 from .records import Record, as_records
 from .untrusted import ReadError, load_json, read_run_file, show_name
 
@@ -355,13 +356,12 @@ def _tolerance(text: str) -> float:
     return value
 
 
-def parser() -> argparse.ArgumentParser:
-    p = OneLineParser(
-        prog="run_eval.py compare",
-        description="Compare two runs pair by pair (matched by problem and candidate). Verdicts: FASTER / SLOWER "
-                    "when B's speedup CI lies entirely above / below A's, else SAME; FIXED (not ok in A, ok in B), "
-                    "BROKEN (ok in A, not ok in B), FAILING (not ok in both), ONLY_A / ONLY_B.",
-        epilog="Exit codes: 1 when any pair is SLOWER or BROKEN, 0 otherwise, 2 for a usage error.")
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`compare`'s description and arguments, on run_eval.py's subparser (or a parser of its own)."""
+    p.description = ("Compare two runs pair by pair (matched by problem and candidate). Verdicts: FASTER / SLOWER "
+                     "when B's speedup CI lies entirely above / below A's, else SAME; FIXED (not ok in A, ok in B), "
+                     "BROKEN (ok in A, not ok in B), FAILING (not ok in both), ONLY_A / ONLY_B.")
+    p.epilog = "Exit codes: 1 when any pair is SLOWER or BROKEN, 0 otherwise, 2 for a usage error."
     p.add_argument("run_a", metavar="RUN_A", help="the baseline: a run id under --output-dir, or a run folder")
     p.add_argument("run_b", metavar="RUN_B", help="the new run: a run id under --output-dir, or a run folder")
     p.add_argument("--output-dir", default=None, help="where run ids are looked up (default: output_dir in "
@@ -376,9 +376,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def cmd_compare(argv: list[str]) -> int:
+def main(args: argparse.Namespace) -> int:
+    """`run_eval.py compare RUN_A RUN_B`, parsed."""
     from .render import config_output_dir as _config_output_dir, wide_console
-    args = parser().parse_args(argv)
     if args.config is not None and not args.config.is_file():
         raise UsageError(f"{args.config}: no such config file")
     output_dir = Path(args.output_dir or _config_output_dir(args.config))

@@ -152,7 +152,8 @@ def require_distributed() -> None:
     try:
         import distributed  # noqa: F401
     except ImportError:
-        raise UsageError("--executor dask needs dask.distributed: pip install 'dask[distributed]>=2024.1'") from None
+        raise UsageError("--executor dask needs dask.distributed, the harness's dask extra: pip install -e '.[dask]' "
+                         "in the checkout (or pip install 'dask[distributed]>=2024.1')") from None
 
 
 def start_local_cluster(cfg: Config, device: str, slots: list[Any]):

@@ -362,14 +362,22 @@ def check_selection(problems_dir: Path, solutions_dir: Path, level: str | None, 
                      f"{solutions_dir} ({len(chosen)} candidates; e.g. {chosen[0]})")
 
 
-_CUDA_CODE = re.compile(r"cuda_sources|\.cuh?['\"]|with_cuda\s*=\s*True|^\s*(?:import|from)\s+triton\b|"
-                        r"@triton\.jit", re.M)
+_TRITON = r"^\s*(?:import|from)\s+triton\b|@triton\.jit"
+_CUDA_CODE = re.compile(r"cuda_sources|\.cuh?['\"]|with_cuda\s*=\s*True|" + _TRITON, re.M)
+_TRITON_CODE = re.compile(_TRITON, re.M)
 
 
 def needs_cuda(candidate: Candidate) -> bool:
     """A static look at the source: CUDA sources for load_inline, .cu files, with_cuda=True or Triton. Such a
     candidate is skipped on the CPU."""
     return bool(candidate.source and _CUDA_CODE.search(candidate.source))
+
+
+def uses_triton(candidate: Candidate) -> bool:
+    """A static look at the source: `import triton`, `from triton ...` or `@triton.jit`. Triton kernels need a GPU
+    (and Triton, which comes with torch's CUDA wheels): such a candidate is skipped on the CPU without being
+    imported, where a load_inline with CUDA sources is skipped by the build worker when the call is made."""
+    return bool(candidate.source and _TRITON_CODE.search(candidate.source))
 
 
 def single_pair(problem_file: Path, solution_file: Path) -> Pair:

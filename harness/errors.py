@@ -1,5 +1,6 @@
 """The harness's exceptions. Library code raises these; only harness.cli turns them into messages and exit codes."""
 import argparse
+import difflib
 import os
 import select
 import shlex
@@ -24,11 +25,70 @@ class InputError(UsageError):
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is a UsageError: one line (with --help pointed at), not the usage block. Every
-    command's parser is one of these."""
+    """argparse, but a usage error is a UsageError: one line (with --help pointed at), not the usage block, and a
+    mistyped command, choice or flag gets a suggestion. Every command's parser is one of these. `not_here` maps a
+    flag that other commands take to why this one does not."""
+
+    not_here: dict[str, str] = {}
 
     def error(self, message: str):
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+    def parse_args(self, args=None, namespace=None):
+        self._words = list(sys.argv[1:] if args is None else args)
+        parsed, extras = self.parse_known_args(self._words, namespace)
+        if extras:
+            self.chosen(parsed).reject(extras)
+        return parsed
+
+    def chosen(self, parsed: argparse.Namespace) -> "OneLineParser":
+        """The (sub)command parser that `parsed` went through last: the one whose flags an unknown word missed."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                sub = action.choices.get(getattr(parsed, action.dest, None) or "")
+                if isinstance(sub, OneLineParser):
+                    return sub.chosen(parsed)
+        return self
+
+    def reject(self, extras: list[str]):
+        """Words no argument took: a flag of another command says why not here; a near miss, what was meant."""
+        flags = [word.split("=", 1)[0] for word in extras if word.startswith("--")]
+        for flag in flags:
+            if flag in self.not_here:
+                self.error(f"{self.prog} takes no {flag}: {self.not_here[flag]}")
+        near = {flag: close for flag in flags if (close := self.nearest_flag(flag))}
+        hint = ", ".join(close if len(near) == 1 else f"{close} for {flag}" for flag, close in near.items())
+        self.error(f"unrecognized arguments: {' '.join(extras)}" + (f"; did you mean {hint}?" if hint else ""))
+
+    def nearest_flag(self, flag: str) -> str | None:
+        """The flag of this parser that `flag` most likely meant (compared without the dashes, which all share)."""
+        names = {option.lstrip("-"): option for option in self._option_string_actions if option.startswith("--")}
+        close = difflib.get_close_matches(flag.lstrip("-"), list(names), n=1, cutoff=0.7)
+        return names[close[0]] if close else None
+
+    def _check_value(self, action: argparse.Action, value) -> None:
+        """A value outside the choices names the nearest one. A word where a command would go is an unknown
+        command, unless it is the value of an unknown flag before it: then that flag is what went wrong."""
+        if action.choices is None or value in action.choices:
+            return
+        choices = [str(choice) for choice in action.choices]
+        close = difflib.get_close_matches(str(value), choices, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        if not isinstance(action, argparse._SubParsersAction):
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r} (choose from {', '.join(choices)}){hint}")
+        flag = self._unknown_flag_before(value)
+        if flag is not None:
+            self.reject([flag, value])
+        listed = hint or f" (commands: {', '.join(choices)})"
+        raise argparse.ArgumentError(None, f"unknown command {value!r}{listed}")
+
+    def _unknown_flag_before(self, word: str) -> str | None:
+        words = getattr(self, "_words", [])
+        for before, this in zip(words, words[1:]):
+            if this == word and before.startswith("--") and "=" not in before and \
+                    not any(option.startswith(before) for option in self._option_string_actions):
+                return before
+        return None
 
 
 def command_line(args: list[str]) -> str:

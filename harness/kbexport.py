@@ -29,6 +29,7 @@ Pure functions over records (`Record`s, or their JSON objects), except the comma
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import re
@@ -515,23 +516,19 @@ def write_export(export: KbExport, where_to: Written) -> list[Path]:
     return [where_to.eval_results, where_to.pass_at_k, *files]
 
 
-def cmd_export(argv: list[str]) -> int:
-    from .render import config_output_dir as _config_output_dir
-    from .errors import OneLineParser
-    from .store import RunStore
-    p = OneLineParser(
-        prog="run_eval.py export-kernelbench",
-        description="Write, for the candidates of a run that were imported from a KernelBench run folder "
-                    "(<run>_sample_<S>), the files KernelBench's scripts/benchmark_eval_analysis.py reads, in a "
-                    "KernelBench checkout's layout under --kb-root: runs/<run_name>/eval_results.json (as "
-                    "eval_from_generations.py writes it: compiled = status not compile_error/load_error; "
-                    "correctness = ok and ranked; runtime = the mean of the candidate's timed samples in ms, "
-                    "runtime_stats = mean/std/min/max (3 significant figures)/num_trials, as kernelbench.eval "
-                    "writes them, -1.0 and {} when not correct; our status, flags and speedup in metadata), "
-                    "runs/<run_name>/pass_at_k_results.json, and results/timing/<hardware>/baseline_time_torch.json "
-                    "(and baseline_time_torch_compile_inductor_<mode>.json per torch.compile mode measured) from "
-                    "our reference timings. Files KernelBench wrote itself are never overwritten.")
-    p.add_argument("run_id")
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`export-kernelbench`'s description and arguments, on run_eval.py's subparser."""
+    p.description = (
+        "Write, for the candidates of a run that were imported from a KernelBench run folder (<run>_sample_<S>), "
+        "the files KernelBench's scripts/benchmark_eval_analysis.py reads, in a KernelBench checkout's layout under "
+        "--kb-root: runs/<run_name>/eval_results.json (as eval_from_generations.py writes it: compiled = status "
+        "not compile_error/load_error; correctness = ok and ranked; runtime = the mean of the candidate's timed "
+        "samples in ms, runtime_stats = mean/std/min/max (3 significant figures)/num_trials, as kernelbench.eval "
+        "writes them, -1.0 and {} when not correct; our status, flags and speedup in metadata), "
+        "runs/<run_name>/pass_at_k_results.json, and results/timing/<hardware>/baseline_time_torch.json (and "
+        "baseline_time_torch_compile_inductor_<mode>.json per torch.compile mode measured) from our reference "
+        "timings. Files KernelBench wrote itself are never overwritten.")
+    p.add_argument("run_id", metavar="RUN_ID", help="the run: a run id under --output-dir")
     p.add_argument("--kb-root", type=Path, metavar="DIR",
                    help="the KernelBench top folder the files go under (default: the current directory)")
     p.add_argument("--run-name", metavar="NAME", help="runs/<NAME>/ (default: the KernelBench run folder's name)")
@@ -547,8 +544,14 @@ def cmd_export(argv: list[str]) -> int:
     p.add_argument("--problems-dir", type=Path, help="the problems tree whose kernelbench-level<L> problems the "
                    "baseline files cover (default: the run's own problems_dir)")
     p.add_argument("--output-dir", default=None, help="where runs are (default: output_dir in config, or results)")
-    p.add_argument("--config", type=Path)
-    args = p.parse_args(argv)
+    p.add_argument("--config", type=Path, help="config file for the default --output-dir")
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    """`run_eval.py export-kernelbench RUN_ID`, parsed."""
+    from .render import config_output_dir as _config_output_dir
+    from .store import RunStore
     store = RunStore.open(Path(args.output_dir or _config_output_dir(args.config)), args.run_id)
     tree = tree_problems(problems_dir_of(store.dir, args.problems_dir))
     export = build_export(store.records(), store.run_id, tree, args.kb_run, args.level, args.hardware)

@@ -15,6 +15,7 @@ different one is reported as skipped. Nothing here imports or runs the copied co
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -210,17 +211,25 @@ def _default_dirs() -> tuple[str, str]:
     return cfg.problems_dir, cfg.solutions_dir
 
 
-def cmd_import(argv: list[str]) -> int:
-    p = OneLineParser(
-        prog="run_eval.py import-kernelbench",
-        description="Copy KernelBench problems (from a checkout) into problems/kernelbench-level<L>/, or a KernelBench "
-                    "run folder's generated kernels into solutions/ as candidates of those problems. "
-                    "Existing files are never overwritten.")
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`import-kernelbench`'s description and arguments, on run_eval.py's subparser (or a parser of its own)."""
+    p.description = ("Copy KernelBench problems (from a checkout) into problems/kernelbench-level<L>/, or a "
+                     "KernelBench run folder's generated kernels into solutions/ as candidates of those problems. "
+                     "Existing files are never overwritten.")
     p.add_argument("path", type=Path, help="a KernelBench checkout (or its KernelBench/ folder), or a run folder")
     p.add_argument("--problems-dir", type=Path, help="default: problems_dir in ./config.yaml, or problems")
     p.add_argument("--solutions-dir", type=Path, help="default: solutions_dir in ./config.yaml, or solutions")
     p.add_argument("--dry-run", action="store_true", help="report what would be copied, write nothing")
-    args = p.parse_args(argv)
+    return p
+
+
+def cmd_import(argv: list[str]) -> int:
+    """`import-kernelbench` from its own arguments (what follows the command's name)."""
+    return main(add_arguments(OneLineParser(prog="run_eval.py import-kernelbench")).parse_args(argv))
+
+
+def main(args: argparse.Namespace) -> int:
+    """`run_eval.py import-kernelbench PATH`, parsed."""
     if args.problems_dir is None or args.solutions_dir is None:
         problems, solutions = _default_dirs()
         args.problems_dir = args.problems_dir or Path(problems)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from . import meta
 from .config import PRECISIONS, load_config
-from .errors import OneLineParser, UsageError
+from .errors import UsageError
 from .messages import LintJob, wire
 from .discover import Problem, check_problem_selection, discover
 from .schedule import Slot
@@ -22,20 +22,20 @@ from .procs import Worker, WorkerExit, set_worker_memory_gb, worker_env
 from .store import new_run_id, write_json_atomic
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="run_eval.py lint", description="Check that problems are not degenerate: "
-                                "output scale and spread, dependence on inputs and weights, whether zeros, a "
-                                "constant or the first input would pass, NaN/Inf, determinism, eager time, peak "
-                                "memory. Writes <output-dir>/lint-<id>.json.")
-    p.add_argument("--config", type=Path)
-    p.add_argument("--problems-dir")
-    p.add_argument("--output-dir")
-    p.add_argument("--level")
-    p.add_argument("--problem", metavar="GLOB")
-    p.add_argument("--device", choices=("auto", "cuda", "cpu"))
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`lint`'s description and arguments, on run_eval.py's subparser."""
+    p.description = ("Check that problems are not degenerate: output scale and spread, dependence on inputs and "
+                     "weights, whether zeros, a constant or the first input would pass, NaN/Inf, determinism, eager "
+                     "time, peak memory. Writes <output-dir>/lint-<id>.json.")
+    p.add_argument("--config", type=Path, help="config file (default: ./config.yaml when it exists)")
+    p.add_argument("--problems-dir", help="root of <level>/<name>.py problem files (default: problems)")
+    p.add_argument("--output-dir", help="where lint-<id>.json is written (default: results)")
+    p.add_argument("--level", help="only this level, e.g. level1 or 1")
+    p.add_argument("--problem", metavar="GLOB", help="only problems matching GLOB (on <level>/<name> or <name>)")
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), help="default: auto (cuda when a GPU exists)")
     p.add_argument("--precision", choices=PRECISIONS,
                    help="dtype for problems that set no DTYPE (default: precision in config.yaml, else fp32)")
-    p.add_argument("--gpus", metavar="LIST")
+    p.add_argument("--gpus", metavar="LIST", help="GPU indices to lint on, e.g. 0,1 (default: 0)")
     p.add_argument("--timeout", type=float, help="seconds per problem (default: reference_timeout)")
     p.add_argument("--per-gpu", type=int, default=1, metavar="N",
                    help="start N lint workers per GPU: they import torch side by side and take turns on the GPU, "
@@ -46,10 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def cmd_lint(argv: list[str]) -> int:
+def main(args: argparse.Namespace) -> int:
+    """`run_eval.py lint [selection]`, parsed."""
     from .render import wide_console
     from .pipeline import resolve_slots
-    args = _parser().parse_args(argv)
     path = args.config or (Path("config.yaml") if Path("config.yaml").is_file() else None)
     cfg = load_config(path, {"problems_dir": args.problems_dir, "output_dir": args.output_dir, "level": args.level,
                              "problem": args.problem, "device": args.device, "gpus": args.gpus,
@@ -103,11 +103,9 @@ def cmd_lint(argv: list[str]) -> int:
 
 
 def _progress(console):
-    """Like the run's progress bar (harness.pipeline), with the time left: problems done so far, extrapolated."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
-    return Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False)
+    """The run's progress bar (harness.progress), with the time left: problems done so far, extrapolated."""
+    from .progress import bar
+    return bar(console)
 
 
 def lint_problems(problems: list[Problem], slots: list[Slot], seed: int, timeout: float,

@@ -103,6 +103,7 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
                  conclude: Callable[[RunStore], int] | None = None) -> int:
     """A run over the selected pairs (or `pairs`, e.g. calibrate's A/A pairs); `conclude` renders and chooses the
     exit code instead of the default table."""
+    from .progress import Current
     from .render import render, wide_console
     console = wide_console(stderr=True)
     from .procs import set_worker_memory_gb
@@ -158,17 +159,20 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
                                   builds_cached=sum(1 for b in builds.values() if b.cached),
                                   build_seconds=round(time.monotonic() - started, 1))
             eval_task = progress.add_task("evaluate", total=len(pairs))
+            current = Current(progress, eval_task, cfg.timing.processes)
 
             def emit(record: dict[str, Any]) -> None:
                 store.append(record)
                 records_out.append(record)
+                current.finished(record.get("solution"))
                 progress.advance(eval_task)
                 if args.json:
                     print(json.dumps(record, default=str), flush=True)
 
             scratch = scratch_root(store.run_id)
             scratch.mkdir(parents=True, exist_ok=True)
-            ctx = Context(cfg, store.run_id, toolchain, builds, scratch, store.dir / "logs", emit, seed)
+            ctx = Context(cfg, store.run_id, toolchain, builds, scratch, store.dir / "logs", emit, seed,
+                          started=lambda slot, pair, process: current.started(slot, pair.candidate.id, process))
             try:
                 if cfg.executor == "dask":                  # imports distributed only here (README: Scale-out on Dask)
                     from .dask_executor import run_all_dask
@@ -214,6 +218,5 @@ def resume_hint(run_id: str, results_path: Path, output_dir: str, argv: list[str
 
 
 def _progress(console):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    return Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console, transient=False)
+    from .progress import bar
+    return bar(console)

@@ -9,6 +9,7 @@ either (a candidate worker may not see the problems tree).
 """
 from __future__ import annotations
 
+import argparse
 import ast
 import difflib
 import keyword
@@ -16,7 +17,7 @@ import re
 import textwrap
 from pathlib import Path
 
-from .errors import InputError, OneLineParser, UsageError, command_line
+from .errors import InputError, UsageError, command_line
 from .discover import SOURCE_LIMIT
 from .untrusted import ReadError, read_text, show_path
 
@@ -266,13 +267,12 @@ def new_candidate(problems_dir: Path, solutions_dir: Path, target: str, name: st
     return dest
 
 
-def cmd_new(argv: list[str]) -> int:
-    p = OneLineParser(
-        prog="run_eval.py new",
-        description="Write a candidate skeleton <solutions-dir>/<level>/<problem>/<NAME>.py for a problem: "
-                    "class ModelNew with Model's constructor and parameter names, correct out of the box (it runs "
-                    "the reference's computation through a load_inline stub), ready for a kernel. The problem is "
-                    "read, never imported; an existing file is never overwritten.")
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`new`'s description and arguments, on run_eval.py's subparser."""
+    p.description = ("Write a candidate skeleton <solutions-dir>/<level>/<problem>/<NAME>.py for a problem: "
+                     "class ModelNew with Model's constructor and parameter names, correct out of the box (it runs "
+                     "the reference's computation through a load_inline stub), ready for a kernel. The problem is "
+                     "read, never imported; an existing file is never overwritten.")
     p.add_argument("problem", metavar="LEVEL/PROBLEM", help="e.g. level1/019_gelu")
     p.add_argument("name", metavar="NAME", help="the candidate's name, a Python identifier")
     p.add_argument("--cuda", action="store_true", help="a CUDA kernel stub (cuda_sources) instead of the C++ one "
@@ -280,7 +280,11 @@ def cmd_new(argv: list[str]) -> int:
     p.add_argument("--problems-dir", type=Path, help="default: problems_dir in config.yaml, or problems")
     p.add_argument("--solutions-dir", type=Path, help="default: solutions_dir in config.yaml, or solutions")
     p.add_argument("--config", type=Path, help="config file (default: ./config.yaml when it exists)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    """`run_eval.py new LEVEL/PROBLEM NAME`, parsed."""
     check_name(args.name)
     given = {flag: value for flag, value in (("--config", args.config), ("--problems-dir", args.problems_dir),
                                              ("--solutions-dir", args.solutions_dir)) if value is not None}

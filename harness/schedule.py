@@ -72,6 +72,7 @@ class Context:
     seed: RunSeed
     stop: threading.Event = field(default_factory=threading.Event)
     ceilings: dict[str, dict[str, float]] = field(default_factory=dict)   # slot name -> measured ceilings
+    started: Callable[[str, Pair, int], None] = lambda slot, pair, process: None   # a pair's measurement begins
 
     def for_slot(self, slot: "Slot") -> PairContext:
         return PairContext(self.cfg, self.seed, self.builds, self.toolchain, self.ceilings.get(slot.name, {}),
@@ -245,6 +246,7 @@ def _one_process(pairs: list[Pair], ctx: Context, slot: Slot, spares: SpareWorke
             if reference.error is not None:
                 deliver(pair, finish(record, reference.error_status, reference.error))
                 continue
+            ctx.started(slot.name, pair, process)
             run_pair(pair, record, reference, pc, slot.device, problem_dir, spares, process=process)
             reason = _load_sensitive(record)
             if reason and reference.worker.alive() and not ctx.stop.is_set():

@@ -77,6 +77,10 @@ def runs(tmp_path_factory) -> Path:
     (["calibrate", "--strict", "--bogus"], 2),
     (["lint", "--bogus"], 2),
     (["report"], 2),
+    (["reprot", "r1"], 2),
+    (["--problem-dir", "problems"], 2),
+    (["calibrate", "--candidate", "x"], 2),
+    (["ci", "--base", "main", "--resume", "r1"], 2),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
 def test_help_and_usage_errors_import_no_torch(args, code):
     t0 = time.monotonic()
@@ -246,3 +250,133 @@ def test_new_cuda_command_runs_as_printed(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     records = json_records(done.stdout)
     assert list(records) == ["gpu_kernel"] and records["gpu_kernel"]["status"] == "skipped"
+
+
+# ---------------------------------------------------------------- 5. one parser tree: commands, suggestions, help
+
+def usage_error(*args: str) -> str:
+    """The one line a usage error gives (exit 2)."""
+    done = subprocess.run([sys.executable, RUN_EVAL, *args], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env=cli_env())
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), (done.returncode, lines)
+    return lines[0]
+
+
+def test_usage_lists_the_commands():
+    done = subprocess.run([sys.executable, RUN_EVAL, "--help"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60, env=cli_env())
+    assert done.returncode == 0
+    usage = done.stdout.split("\n\n", 1)[0]
+    assert usage.startswith("usage: run_eval.py")
+    for name in cli.COMMANDS:
+        assert name in usage, name
+        assert any(line.split()[:1] == [name] for line in done.stdout.splitlines()), f"{name} not listed"
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["reprot", "x"], "unknown command 'reprot'; did you mean report?"),
+    (["--problem-dir", "problems"], "unrecognized arguments: --problem-dir problems; did you mean --problems-dir?"),
+    (["--problem-dir=problems"], "did you mean --problems-dir?"),
+    (["calibrate", "--stirct"], "did you mean --strict?"),
+    (["compare", "a", "b", "--min-chnage", "0.1"], "did you mean --min-change?"),
+    (["--device", "cdua"], "did you mean cuda?"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_a_near_miss_gets_a_suggestion(args, expected):
+    assert expected in usage_error(*args)
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["calibrate", "--candidate", "x"], "--candidate"),
+    (["calibrate", "--problem-file", "p.py", "--solution-file", "s.py"], "--problem-file"),
+    (["ci", "--base", "main", "--resume", "r1"], "--resume"),
+    (["ci", "--base", "main", "--problem-file", "p.py"], "--problem-file"),
+    (["lint", "--trials", "3"], "--trials"),
+    (["report", "r1", "--level", "1"], "--level"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_a_command_refuses_flags_that_mean_nothing_to_it(args, flag):
+    line = usage_error(*args)
+    assert flag in line and f"run_eval.py {args[0]} --help" in line, line
+
+
+def test_calibrate_keeps_resume_as_its_interrupt_message_prints_it():
+    """`calibrate --resume RUN` is what Ctrl-C during a calibration tells the user to run: it still parses."""
+    args = cli.build_parser("calibrate").parse_args(["calibrate", "--resume", "r1", "--strict"])
+    assert cli.command_parser("calibrate").prog == "run_eval.py calibrate"
+    assert args.command == "calibrate" and args.resume == "r1" and args.candidate is None
+
+
+def test_flags_before_a_command_are_refused():
+    assert "flags go after the command" in usage_error("--level", "1", "report", "r1")
+
+
+def test_the_main_run_keeps_every_flag():
+    """Every flag README's "The CLI" names still parses for a run without a command."""
+    args = cli._run_parser().parse_args([
+        "--config", "c.yaml", "--problems-dir", "p", "--solutions-dir", "s", "--output-dir", "o", "--level", "1",
+        "--problem", "x*", "--candidate", "y*", "--problem-file", "p.py", "--solution-file", "s.py", "--device",
+        "cpu", "--gpus", "0,1", "--precision", "bf16", "--trials", "2", "--samples", "3", "--seed", "4",
+        "--timing-mode", "cold", "--target-rel-ci", "0.05", "--min-rounds", "5", "--max-pair-seconds", "6",
+        "--processes", "2", "--compile-modes", "none", "--cpu-threads", "1", "--timeout", "7", "--jobs", "1",
+        "--executor", "dask", "--scheduler", "tcp://h:8786", "--resume", "r1", "--json"])
+    assert args.command is None and args.level == "1" and args.json and args.scheduler == "tcp://h:8786"
+
+
+def every_option(parser) -> list[tuple[str, str, str | None]]:
+    """(command, option, help) for every argument of every command, the main run's included."""
+    import argparse
+    rows = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name in action.choices:
+                rows += [(name, opt, help_) for _, opt, help_ in every_option(cli.command_parser(name))]
+        elif not isinstance(action, argparse._HelpAction):
+            rows.append(("run", max(action.option_strings, key=len) if action.option_strings else action.dest,
+                         action.help))
+    return rows
+
+
+def test_every_option_of_every_command_has_help():
+    rows = every_option(cli.build_parser())
+    assert {command for command, _, _ in rows} == {"run", *cli.COMMANDS}
+    missing = [f"{command} {option}" for command, option, help_ in rows if not (help_ or "").strip()]
+    assert not missing, missing
+
+
+def test_calibrate_help_says_one_thing_about_compile_modes():
+    """calibrate turns the torch.compile baselines off unless --compile-modes is given: its flag's help says so
+    too (it used to say 'default: both of those', the main run's default)."""
+    sub = cli.command_parser("calibrate")
+    compile_modes = next(a for a in sub._actions if "--compile-modes" in a.option_strings)
+    assert "none" in compile_modes.help.split("(default:", 1)[1] and "both" not in compile_modes.help
+    assert "off" in sub.description and "unless --compile-modes" in sub.description
+
+
+# ---------------------------------------------------------------- 6. the evaluate bar: time left, pair in progress
+
+def test_evaluate_bar_shows_eta_and_the_pair_in_progress():
+    import io
+    from rich.console import Console
+    from rich.progress import Progress
+    from harness.progress import Current, EtaColumn, columns
+    now = [0.0]
+    progress = Progress(*columns(), console=Console(file=io.StringIO(), width=160), get_time=lambda: now[0])
+    task = progress.add_task("evaluate", total=4)
+    current = Current(progress, task, processes=3)
+
+    def shown() -> str:
+        console = Console(file=io.StringIO(), width=160)
+        console.print(progress.make_tasks_table(progress.tasks))
+        return console.file.getvalue()
+
+    assert "ETA -:--:--" in shown()                          # nothing done yet: no estimate
+    current.started("cpu0", "level1/001_a/fast", 0)
+    current.started("cpu1", "level1/002_b/slow", 1)
+    now[0] = 120.0
+    current.finished("level1/001_a/fast")
+    progress.advance(task)                                  # 1 of 4 in 2 minutes: 6 minutes left
+    line = shown()
+    assert "ETA 0:06:00" in line and "level1/002_b/slow (process 2/3)" in line and "001_a" not in line, line
+    assert str(EtaColumn().render(progress.tasks[0])) == "ETA 0:06:00"
+    progress.update(task, completed=4)
+    assert "ETA" not in shown()
