@@ -117,11 +117,11 @@ def test_run_page_and_site_page(first_run):
     """Each run leaves index.html; `report --html` builds <output-dir>/index.html over the runs, linking to them."""
     tmp, _, _, _ = first_run
     (run_dir,) = run_dirs(tmp)[:1]
-    page = (run_dir / "index.html").read_text()
+    page = (run_dir / "index.html").read_text().replace("<wbr>", "")     # names may break after / _ -
     assert "level1/001_linear_relu" in page and "correct_cpp" in page and "<svg" in page
     done = run_cli("report", "--html", "--output-dir", str(tmp / "results"))
     assert done.returncode == 0, done.stderr
-    site = (tmp / "results" / "index.html").read_text()
+    site = (tmp / "results" / "index.html").read_text().replace("<wbr>", "")
     assert f'href="{run_dir.name}/index.html"' in site and "correct_cpp" in site
     done = run_cli("report", "--html", "--output-dir", str(tmp / "nothing-here"))
     assert done.returncode == 2 and "no run folders" in done.stderr
