@@ -143,8 +143,9 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
             builds = build_all(pairs, Path(cfg.cache_dir) / "builds", toolchain, cfg.build_jobs(), cfg.build_timeout,
                                seed.base, on_done=lambda pair, result: progress.advance(build_task))
             progress.update(build_task, completed=len(pairs))
-            store.update_metadata(builds_compiled=sum(1 for b in builds.values() if not b.cached),
+            store.update_metadata(builds_compiled=sum(1 for b in builds.values() if not b.cached and not b.static),
                                   builds_cached=sum(1 for b in builds.values() if b.cached),
+                                  builds_skipped=sum(1 for b in builds.values() if b.static),
                                   build_seconds=round(time.monotonic() - started, 1))
             eval_task = progress.add_task("evaluate", total=len(pairs))
 
