@@ -104,6 +104,7 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
     set_worker_memory_gb(cfg.worker_memory_gb)         # the memory cap of every worker this run starts
     gpu_list = meta.gpus()
     device, slots = resolve_slots(cfg, gpu_list, gpus_given=getattr(args, "gpus", None) is not None)
+    cfg = cfg.for_device(device)                        # the CPU path's timing defaults (cpu_timing); recorded
     pairs = select_pairs(cfg, args) if pairs is None else pairs
     output_dir = Path(cfg.output_dir)
     make_dir(Path(cfg.cache_dir) / "builds", "cache_dir")
