@@ -106,12 +106,12 @@ def _run_parser(processes_default: str = "1") -> argparse.ArgumentParser:
                    help="cold: one call per sample, L2 flushed; graph: CUDA-graph replay; auto (default): graph when "
                         "the reference's call takes under timing.graph_below_ms")
     p.add_argument("--target-rel-ci", type=float, metavar="X",
-                   help="stop a pair once its speedup's 95%% CI half-width is within X of it (default: 0.005; on the CPU "
-                        "path 0.05, config cpu_timing)")
+                   help="stop a pair once its speedup's 95%% CI half-width is within X of it (default: 0.005; "
+                        "on the CPU path 0.05, config cpu_timing)")
     p.add_argument("--min-rounds", type=int, help="rounds (A B B A blocks) before the stopping rule applies (default: 10)")
     p.add_argument("--max-pair-seconds", type=float, metavar="S",
-                   help="time cap on one pair's timed rounds; a pair that hits it is flagged noisy (default: 30; on the CPU "
-                        "path 8, config cpu_timing)")
+                   help="time cap on one pair's timed rounds; a pair that hits it is flagged noisy (default: 30; "
+                        "on the CPU path 8, config cpu_timing)")
     p.add_argument("--processes", type=int, metavar="N",
                    help="measure each pair in N process pairs (fresh reference and candidate workers) and combine "
                         f"them: the CI then covers the bias each process has of its own (default: {processes_default})")

@@ -4,8 +4,10 @@ Pairs are matched by (problem, solution). Two correct pairs are compared by the 
 speedups (nvbench's compare, on ratios): FASTER when B's interval lies entirely above A's, SLOWER when entirely
 below, else SAME. A record without an interval (schema 1, or a v2 record that has none) gets
 [s / (1 + tol), s * (1 + tol)] around its speedup s. With a minimum change m (`--min-change`), FASTER and SLOWER
-also need |B's speedup / A's - 1| > m. A pair correct in only one run is FIXED (not ok in A, ok in B)
-or BROKEN (ok in A, not ok in B); a pair failing in both is FAILING; a pair in one run only is ONLY_A or ONLY_B.
+also need |B's speedup / A's - 1| > m; without one, a pair measured on the CPU needs more than CPU_MIN_CHANGE plus
+how far its reference's own median moved between the runs (floor_for). A pair correct in only one run is FIXED (not
+ok in A, ok in B) or BROKEN (ok in A, not ok in B); a pair failing in both is FAILING; a pair in one run only is
+ONLY_A or ONLY_B.
 Exit code 1 when any pair is SLOWER or BROKEN (for CI), 0 otherwise, 2 for a usage error.
 
 A speedup's CI covers the run it comes from, not the machine (docs/candidates-h200.md): so `compare` also says
@@ -411,10 +413,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", type=_tolerance, default=DEFAULT_TOLERANCE, metavar="TOL",
                    help="a record without a CI (schema 1) gets [s/(1+TOL), s*(1+TOL)] (default: 0.02)")
     p.add_argument("--min-change", type=_tolerance, default=None, metavar="FRAC",
-                   help="FASTER / SLOWER also need the speedup to change by more than FRAC (default: 0, and "
-                        f"{CPU_MIN_CHANGE:g} for a pair measured on the CPU, whose process-to-process spread its CI "
-                        "does not cover); between runs on different machines, whose difference a CI does not cover, "
-                        "0.03")
+                   help="FASTER / SLOWER also need the speedup to change by more than FRAC (default: 0; for a pair "
+                        f"measured on the CPU, {CPU_MIN_CHANGE:g} plus how far the reference's own median moved "
+                        "between the runs, which one run's CI does not cover there); between runs on different "
+                        "machines, whose difference a CI does not cover, 0.03")
     p.add_argument("--json", action="store_true", help="print one JSON object per pair instead of a table")
     return p
 
