@@ -41,7 +41,7 @@ DEFAULT_TOLERANCE = 0.02
 FLOOR_APART = 0.25
 # The CPU path's noise floor (README: The CPU path's defaults). Nine runs of examples/cpu on a shared 2-core box
 # (2026-11-25): the A/A pairs read 0.947-1.059 (sd 2.7% on the log scale, so two runs' readings differ with an sd of
-# 3.8%; their CIs were disjoint in 4 of 108 run pairs, by up to 5.4%), and the same C++ candidates' speedups moved
+# 3.8%; their CIs were disjoint in 4 of 108 run pairs, by 3.2-7.2%), and the same C++ candidates' speedups moved
 # by up to 29% from run to run with disjoint CIs in 40 of 77 run pairs, tracking their reference's own median (the
 # same code in both runs; memory-bound, slowed by other processes' memory traffic, while the compute-bound
 # candidate was not). Without --min-change, a pair measured on the CPU in either run reads FASTER or SLOWER only when
