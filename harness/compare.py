@@ -39,14 +39,15 @@ DEFAULT_TOLERANCE = 0.02
 # Timer floors further apart than this (relative) are named, where GPU uuids cannot tell the machines apart: a weak
 # hint, since one H200 machine's processes read about 6 or about 11 us (2026-11-25, docs/candidates-h200.md).
 FLOOR_APART = 0.25
-# The CPU path's noise floor (README: The CPU path's defaults). Nine runs of examples/cpu on a shared 2-core box
+# The CPU path's noise floor (README: The CPU path's defaults). Twelve runs of examples/cpu on a shared 2-core box
 # (2026-11-25): the A/A pairs read 0.947-1.059 (sd 2.7% on the log scale, so two runs' readings differ with an sd of
-# 3.8%; their CIs were disjoint in 4 of 108 run pairs, by 3.2-7.2%), and the same C++ candidates' speedups moved
-# by up to 29% from run to run with disjoint CIs in 40 of 77 run pairs, tracking their reference's own median (the
-# same code in both runs; memory-bound, slowed by other processes' memory traffic, while the compute-bound
-# candidate was not). Without --min-change, a pair measured on the CPU in either run reads FASTER or SLOWER only when
-# its change exceeds CPU_MIN_CHANGE (about 2 sd of two A/A readings' difference) plus how far the reference's own
-# median moved between the runs: none of those 185 run pairs did.
+# 3.8%), and the CI rule alone called 11 of their 198 run pairs FASTER or SLOWER (changes of 3.2-8.2%); the same C++
+# candidates' speedups moved by up to 67% from run to run (92 of 155 run pairs called), tracking their reference's
+# own median (the same code in both runs; memory-bound, slowed by other processes' memory traffic, while the
+# compute-bound candidate was not), or, once, a run whose median of round ratios lay 39% from the ratio of its
+# sides' medians. Without --min-change, a pair measured on the CPU in either run reads FASTER or SLOWER only when its
+# change exceeds CPU_MIN_CHANGE (about 2 sd of two A/A readings' difference) plus how far the reference's own median
+# moved plus the larger estimator gap of the two records: none of those 353 run pairs did (a rule chosen on them).
 CPU_MIN_CHANGE = 0.08
 
 _STYLE = {SLOWER: "bold red", BROKEN: "bold red", FASTER: "green", FIXED: "green", SAME: "", FAILING: "dim",
@@ -128,13 +129,26 @@ def reference_drift(a: Record | None, b: Record | None) -> float:
     return abs(mb / ma - 1) if ma and mb else 0.0
 
 
+def estimator_gap(record: Record | None) -> float:
+    """How far a record's speedup (the median of its rounds' ratios) lies from the ratio of its two sides' medians,
+    |speedup / (reference median / candidate median) - 1|; 0 when it lacks them. Two estimates from the same
+    samples: they part when the rounds were not alike (stretches of rounds with one side slowed), which the CI,
+    built on independent rounds, does not see."""
+    median = reference_median(record)
+    candidate = (((record.timing if record is not None else None) or {}).get("candidate") or {}).get("median_ms")
+    if not median or not isinstance(candidate, (int, float)) or candidate <= 0 or not record.speedup:
+        return 0.0
+    return abs(record.speedup / (median / candidate) - 1)
+
+
 def floor_for(a: Record | None, b: Record | None, min_change: float | None) -> float:
     """The least |change| FASTER/SLOWER need: --min-change when given; else, when either record was measured on
-    the CPU, CPU_MIN_CHANGE plus the reference's own drift between the runs; else 0."""
+    the CPU, CPU_MIN_CHANGE plus the reference's own drift between the runs plus the larger estimator gap of the
+    two; else 0."""
     if min_change is not None:
         return min_change
     if any(r is not None and r.device.startswith("cpu") for r in (a, b)):
-        return CPU_MIN_CHANGE + reference_drift(a, b)
+        return CPU_MIN_CHANGE + reference_drift(a, b) + max(estimator_gap(a), estimator_gap(b))
     return 0.0
 
 

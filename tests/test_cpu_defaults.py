@@ -178,3 +178,17 @@ def test_compare_on_the_cpu_allows_for_how_far_the_reference_itself_moved():
     assert row.verdict == compare.SAME and row.floor == pytest.approx(compare.CPU_MIN_CHANGE + 0.039 / 0.169)
     # the candidate itself 2x slower while the reference held still: SLOWER
     assert compare.compare_pair(a, _record("cpu", 0.140, 0.04, reference_ms=0.170)).verdict == compare.SLOWER
+
+
+def test_compare_on_the_cpu_allows_for_a_run_whose_rounds_were_not_alike():
+    # measured: 0.340x as the median of round ratios while the sides' medians gave 0.1451 / 0.5907 = 0.246x; the next
+    # run 0.227x (0.1302 / 0.5687 ms): -33%, CIs apart, the reference's median only 10% apart
+    a = {**_record("cpu", 0.340, 0.035), "timing": {"reference": {"median_ms": 0.1451},
+                                                    "candidate": {"median_ms": 0.5907}}}
+    b = {**_record("cpu", 0.227, 0.04), "timing": {"reference": {"median_ms": 0.1302},
+                                                   "candidate": {"median_ms": 0.5687}}}
+    row = compare.compare_pair(a, b)
+    assert row.verdict == compare.SAME and row.floor > 0.4
+    slower = {**b, "speedup": 0.113, "speedup_ci": [0.11, 0.116],
+              "timing": {"reference": {"median_ms": 0.1451}, "candidate": {"median_ms": 1.28}}}
+    assert compare.compare_pair(a, slower).verdict == compare.SLOWER    # the candidate itself 2x slower
