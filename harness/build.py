@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .discover import Pair, uses_triton
+from .discover import Pair, needs_cuda, uses_triton
 from .messages import BuildJob, wire
 from .procs import Worker, WorkerExit, worker_env
 from .signing import RunKey
@@ -53,6 +53,7 @@ class BuildResult:
     candidate_path: str = ""        # the file the execute worker imports
     sandbox: dict | None = None     # what confined the build worker (harness.sandbox's report)
     warning: str | None = None      # a damaged cache entry that was removed and built again (said once, not saved)
+    static: bool = False            # decided without a build worker (skipped_without_building); not saved
 
     def record(self) -> dict:
         return {"status": self.status, "cached": self.cached, "seconds": self.seconds, "key": self.key,
@@ -257,7 +258,7 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
                          compiler_output=message.get("compiler_output"), extensions=message.get("extensions", []),
                          seconds=round(time.monotonic() - started, 3), sandbox=_report(message), **base)
     if result.status in SAVED_STATUSES:
-        saved = {k: v for k, v in asdict(result).items() if k not in base and k != "cached"}
+        saved = {k: v for k, v in asdict(result).items() if k not in base and k not in ("cached", "static")}
         try:
             write_text(marker, json.dumps(saved))
         except OSError as exc:                  # the result stands; the next run builds it again
@@ -265,12 +266,35 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
     return result
 
 
+CPU_SKIP_REASON = "candidate holds CUDA code (CUDA sources, .cu files or Triton) and this run is on the CPU"
+
+
+def skipped_without_building(pair: Pair, toolchain: Toolchain) -> BuildResult | None:
+    """On the CPU path, a candidate that discover's static look finds CUDA code in (`needs_cuda`: what the run's
+    first line announced as skipped) gets its `skipped` result here: no build worker, no build folder
+    (`seconds` 0, `sandbox` None). Elsewhere None: the build decides."""
+    if toolchain.device_kind != "cpu" or not needs_cuda(pair.candidate):
+        return None
+    return BuildResult("skipped", CPU_SKIP_REASON, key=build_key(pair.candidate.source or "", toolchain),
+                       static=True)
+
+
 def build_all(pairs: list[Pair], root: Path, toolchain: Toolchain, jobs: int, timeout: float, seed: int,
               on_done: Callable[[Pair, BuildResult], None] | None = None) -> dict[str, BuildResult]:
-    """Build every buildable pair's candidate in parallel; returns candidate id -> result."""
+    """Build every buildable pair's candidate in parallel; returns candidate id -> result. A candidate the CPU
+    path skips is not built (skipped_without_building)."""
     root.mkdir(parents=True, exist_ok=True)
-    todo = [p for p in pairs if p.problem is not None and p.problem.error is None and p.candidate.error is None]
+    buildable = [p for p in pairs if p.problem is not None and p.problem.error is None and p.candidate.error is None]
     results: dict[str, BuildResult] = {}
+    todo = []
+    for pair in buildable:
+        skipped = skipped_without_building(pair, toolchain)
+        if skipped is None:
+            todo.append(pair)
+            continue
+        results[pair.candidate.id] = skipped
+        if on_done:
+            on_done(pair, skipped)
 
     locks: dict[str, threading.Lock] = {}
     for pair in todo:                                   # identical sources share one build directory

@@ -163,16 +163,18 @@ def add_run_arguments(p: argparse.ArgumentParser, without: dict[str, str] | None
         help="cold: one call per sample, L2 flushed; graph: CUDA-graph replay; auto (default): graph when the "
              "reference's call takes under timing.graph_below_ms")
     add("--target-rel-ci", type=float, metavar="X",
-        help="stop a pair once its speedup's 95%% CI half-width is within X of it (default: 0.005)")
+        help="stop a pair once its speedup's 95%% CI half-width is within X of it (default: 0.005; on the "
+             "CPU path 0.05, config cpu_timing)")
     add("--min-rounds", type=int, help="rounds (A B B A blocks) before the stopping rule applies (default: 10)")
     add("--max-pair-seconds", type=float, metavar="S",
-        help="time cap on one pair's timed rounds; a pair that hits it is flagged noisy (default: 30)")
+        help="time cap on one pair's timed rounds; a pair that hits it is flagged noisy (default: 30; on the CPU "
+             "path 8, config cpu_timing)")
     add("--processes", type=int, metavar="N",
         help="measure each pair in N process pairs (fresh reference and candidate workers) and combine them: the CI "
              f"then covers the bias each process has of its own (default: {processes_default})")
     add("--compile-modes", metavar="LIST",
         help="torch.compile baselines, e.g. default,max-autotune-no-cudagraphs, or none (default: "
-             f"{compile_modes_default})")
+             f"{compile_modes_default}{'' if 'none' in compile_modes_default else '; none on the CPU path, config cpu_timing'})")
     add("--cpu-threads", type=int, help="intra-op threads on both sides (default: 1)")
     add("--timeout", type=float, help="seconds one pair may take in its worker (default: 600)")
     add("--jobs", type=int, help="parallel builds (default: 0 = number of CPU cores)")
@@ -317,7 +319,7 @@ def cmd_calibrate(args: argparse.Namespace, argv: list[str]) -> int:
         check_problem_selection(Path(cfg.problems_dir), cfg.level, cfg.problem)
 
     def conclude(store) -> int:
-        target = cfg.timing.target_rel_ci
+        target = store.metadata()["config"]["timing"]["target_rel_ci"]     # what the run used (cpu_timing on the CPU)
         table = calibrate.rows(store.records(), target)
         path = Path(cfg.output_dir) / f"calibrate-{store.run_id}.json"
         calibrate.write(path, store.run_id, target, table)

@@ -4,8 +4,10 @@ Pairs are matched by (problem, solution). Two correct pairs are compared by the 
 speedups (nvbench's compare, on ratios): FASTER when B's interval lies entirely above A's, SLOWER when entirely
 below, else SAME. A record without an interval (schema 1, or a v2 record that has none) gets
 [s / (1 + tol), s * (1 + tol)] around its speedup s. With a minimum change m (`--min-change`), FASTER and SLOWER
-also need |B's speedup / A's - 1| > m. A pair correct in only one run is FIXED (not ok in A, ok in B)
-or BROKEN (ok in A, not ok in B); a pair failing in both is FAILING; a pair in one run only is ONLY_A or ONLY_B.
+also need |B's speedup / A's - 1| > m; without one, a pair measured on the CPU needs more than CPU_MIN_CHANGE plus
+how far its reference's own median moved between the runs (floor_for). A pair correct in only one run is FIXED (not
+ok in A, ok in B) or BROKEN (ok in A, not ok in B); a pair failing in both is FAILING; a pair in one run only is
+ONLY_A or ONLY_B.
 Exit code 1 when any pair is SLOWER or BROKEN (for CI), 0 otherwise, 2 for a usage error.
 
 A speedup's CI covers the run it comes from, not the machine (docs/candidates-h200.md): so `compare` also says
@@ -39,6 +41,16 @@ DEFAULT_TOLERANCE = 0.02
 # Timer floors further apart than this (relative) are named, where GPU uuids cannot tell the machines apart: a weak
 # hint, since one H200 machine's processes read about 6 or about 11 us (2026-11-25, docs/candidates-h200.md).
 FLOOR_APART = 0.25
+# The CPU path's noise floor (README: The CPU path's defaults). Twelve runs of examples/cpu on a shared 2-core box
+# (2026-11-25): the A/A pairs read 0.947-1.059 (sd 2.7% on the log scale, so two runs' readings differ with an sd of
+# 3.8%), and the CI rule alone called 11 of their 198 run pairs FASTER or SLOWER (changes of 3.2-8.2%); the same C++
+# candidates' speedups moved by up to 67% from run to run (92 of 155 run pairs called), tracking their reference's
+# own median (the same code in both runs; memory-bound, slowed by other processes' memory traffic, while the
+# compute-bound candidate was not), or, once, a run whose median of round ratios lay 39% from the ratio of its
+# sides' medians. Without --min-change, a pair measured on the CPU in either run reads FASTER or SLOWER only when its
+# change exceeds CPU_MIN_CHANGE (about 2 sd of two A/A readings' difference) plus how far the reference's own median
+# moved plus the larger estimator gap of the two records: none of those 353 run pairs did (a rule chosen on them).
+CPU_MIN_CHANGE = 0.08
 
 _STYLE = {SLOWER: "bold red", BROKEN: "bold red", FASTER: "green", FIXED: "green", SAME: "", FAILING: "dim",
           ONLY_A: "yellow", ONLY_B: "yellow"}
@@ -63,6 +75,7 @@ class Row:
     a: Side | None
     b: Side | None
     change: float | None                  # B's speedup / A's speedup - 1, when both have one
+    floor: float = 0.0                    # the least |change| FASTER / SLOWER needed (floor_for)
 
     @property
     def candidate(self) -> str:
@@ -104,8 +117,45 @@ def by_ci(a: tuple[float, float] | None, b: tuple[float, float] | None) -> str:
     return SAME
 
 
+def reference_median(record: Record | None) -> float | None:
+    """The reference's own median time in a record (timing.reference.median_ms), or None."""
+    reference = ((record.timing if record is not None else None) or {}).get("reference") or {}
+    median = reference.get("median_ms")
+    return float(median) if isinstance(median, (int, float)) and median > 0 else None
+
+
+def reference_drift(a: Record | None, b: Record | None) -> float:
+    """How far the reference's own median moved from A to B (|B / A - 1|; 0 when either lacks one): the same code
+    in both runs, so what the machine did between them."""
+    ma, mb = reference_median(a), reference_median(b)
+    return abs(mb / ma - 1) if ma and mb else 0.0
+
+
+def estimator_gap(record: Record | None) -> float:
+    """How far a record's speedup (the median of its rounds' ratios) lies from the ratio of its two sides' medians,
+    |speedup / (reference median / candidate median) - 1|; 0 when it lacks them. Two estimates from the same
+    samples: they part when the rounds were not alike (stretches of rounds with one side slowed), which the CI,
+    built on independent rounds, does not see."""
+    median = reference_median(record)
+    candidate = (((record.timing if record is not None else None) or {}).get("candidate") or {}).get("median_ms")
+    if not median or not isinstance(candidate, (int, float)) or candidate <= 0 or not record.speedup:
+        return 0.0
+    return abs(record.speedup / (median / candidate) - 1)
+
+
+def floor_for(a: Record | None, b: Record | None, min_change: float | None) -> float:
+    """The least |change| FASTER/SLOWER need: --min-change when given; else, when either record was measured on
+    the CPU, CPU_MIN_CHANGE plus the reference's own drift between the runs plus the larger estimator gap of the
+    two; else 0."""
+    if min_change is not None:
+        return min_change
+    if any(r is not None and r.device.startswith("cpu") for r in (a, b)):
+        return CPU_MIN_CHANGE + reference_drift(a, b) + max(estimator_gap(a), estimator_gap(b))
+    return 0.0
+
+
 def compare_pair(a: Record | dict[str, Any] | None, b: Record | dict[str, Any] | None,
-                 tolerance: float = DEFAULT_TOLERANCE, min_change: float = 0.0) -> Row:
+                 tolerance: float = DEFAULT_TOLERANCE, min_change: float | None = None) -> Row:
     if a is None and b is None:
         raise ValueError("compare_pair needs at least one record")
     a, b = (None if r is None else Record.of(r, f"run {run}") for r, run in ((a, "A"), (b, "B")))
@@ -115,13 +165,14 @@ def compare_pair(a: Record | dict[str, Any] | None, b: Record | dict[str, Any] |
     change = None                         # only between two correct pairs: other speedups are not trusted
     if a is not None and b is not None and a.ok and b.ok and sa.speedup and sb.speedup:
         change = sb.speedup / sa.speedup - 1
+    floor = floor_for(a, b, min_change) if a is not None and b is not None else 0.0
     if a is None:
         verdict = ONLY_B
     elif b is None:
         verdict = ONLY_A
     elif a.ok and b.ok:
         verdict = by_ci(sa.ci, sb.ci)
-        if change is not None and abs(change) <= min_change:
+        if change is not None and abs(change) <= floor:
             verdict = SAME
     elif b.ok:
         verdict = FIXED
@@ -129,7 +180,7 @@ def compare_pair(a: Record | dict[str, Any] | None, b: Record | dict[str, Any] |
         verdict = BROKEN
     else:
         verdict = FAILING
-    return Row(key.problem, key.solution, verdict, sa, sb, change)
+    return Row(key.problem, key.solution, verdict, sa, sb, change, floor)
 
 
 def _index(records: Iterable[Record | dict[str, Any]], run: str) -> dict[tuple[str, str], Record]:
@@ -138,7 +189,7 @@ def _index(records: Iterable[Record | dict[str, Any]], run: str) -> dict[tuple[s
 
 
 def compare_runs(records_a: Iterable[Record | dict[str, Any]], records_b: Iterable[Record | dict[str, Any]],
-                 tolerance: float = DEFAULT_TOLERANCE, min_change: float = 0.0) -> list[Row]:
+                 tolerance: float = DEFAULT_TOLERANCE, min_change: float | None = None) -> list[Row]:
     a, b = _index(records_a, "A"), _index(records_b, "B")
     return [compare_pair(a.get(k), b.get(k), tolerance, min_change) for k in sorted(a.keys() | b.keys())]
 
@@ -191,6 +242,12 @@ def machine_hint(min_change: float) -> str:
         return f"a speedup's CI does not cover the machine: changes within {min_change:.1%} read SAME (--min-change)"
     return ("a speedup's CI does not cover the machine: a change the machines made reads as FASTER or SLOWER; "
             "--min-change 0.03 keeps one under 3% out of the verdicts")
+
+
+def cpu_floor_note() -> str:
+    return (f"pairs measured on the CPU read FASTER or SLOWER only past a change of {CPU_MIN_CHANGE:.0%} plus how far "
+            f"the reference's own time moved between the runs (what one run's CI does not cover there; --min-change "
+            f"sets a fixed floor instead)")
 
 
 def counts(rows: Iterable[Row]) -> dict[str, int]:
@@ -369,9 +426,11 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--config", type=Path, help="config file for the default --output-dir")
     p.add_argument("--tolerance", type=_tolerance, default=DEFAULT_TOLERANCE, metavar="TOL",
                    help="a record without a CI (schema 1) gets [s/(1+TOL), s*(1+TOL)] (default: 0.02)")
-    p.add_argument("--min-change", type=_tolerance, default=0.0, metavar="FRAC",
-                   help="FASTER / SLOWER also need the speedup to change by more than FRAC (default: 0); between "
-                        "runs on different machines, whose difference a CI does not cover, 0.03")
+    p.add_argument("--min-change", type=_tolerance, default=None, metavar="FRAC",
+                   help="FASTER / SLOWER also need the speedup to change by more than FRAC (default: 0; for a pair "
+                        f"measured on the CPU, {CPU_MIN_CHANGE:g} plus how far the reference's own median moved "
+                        "between the runs, which one run's CI does not cover there); between runs on different "
+                        "machines, whose difference a CI does not cover, 0.03")
     p.add_argument("--json", action="store_true", help="print one JSON object per pair instead of a table")
     return p
 
@@ -388,6 +447,8 @@ def main(args: argparse.Namespace) -> int:
     notes = [] if paths[0].resolve() == paths[1].resolve() else \
         machine_notes(*(machine_of(run_meta(p), r) for p, r in zip(paths, (records_a, records_b))))
     notes += [machine_hint(args.min_change)] if notes else []
+    if args.min_change is None and any(r.device.startswith("cpu") for r in (*records_a, *records_b)):
+        notes.append(cpu_floor_note())
     if args.json:
         for r in rows:
             print(json.dumps(r.to_json()))

@@ -48,6 +48,12 @@ class TimingConfig:
         return max(self.min_rounds, -(-self.samples // (2 * self.block_samples)))
 
 
+# The CPU path's own timing defaults (README: The CPU path's defaults; measured on 2 cores, 2026-11-25): what
+# `cpu_timing` holds when no config file sets it. A key the config file sets under `timing` (and no `cpu_timing`
+# section) or a flag sets wins over these.
+CPU_TIMING: dict[str, Any] = {"target_rel_ci": 0.05, "max_pair_seconds": 8.0, "compile_modes": ()}
+
+
 @dataclass(frozen=True)
 class Config:
     problems_dir: str = "problems"
@@ -75,9 +81,17 @@ class Config:
     scheduler: str | None = None        # dask scheduler address (tcp://host:8786); None = start a LocalCluster
     dask_workers: int = 0               # LocalCluster workers on the CPU; 0 = 2 (on CUDA: one per GPU in gpus)
     timing: TimingConfig = field(default_factory=TimingConfig)
+    cpu_timing: dict[str, Any] = field(default_factory=lambda: dict(CPU_TIMING))   # timing keys for the CPU path
 
     def build_jobs(self) -> int:
         return self.jobs or (os.cpu_count() or 1)
+
+    def for_device(self, device: str) -> Config:
+        """The config a run on `device` uses: on the CPU path, `cpu_timing`'s keys replace `timing`'s (load_config
+        has already dropped those a flag or the file's own `timing` section set); elsewhere unchanged."""
+        if device != "cpu" or not self.cpu_timing:
+            return self
+        return dataclasses.replace(self, timing=dataclasses.replace(self.timing, **self.cpu_timing))
 
 
 _FIELD_TYPES = {f.name: f for f in dataclasses.fields(Config)}
@@ -93,7 +107,7 @@ def load_config(path: Path | None, overrides: dict[str, Any], flags: dict[str, s
     source = str(path) if path else "defaults"
     merged = merge_overrides(values, overrides)
     try:
-        return _build(merged, source)
+        return _without_flagged(_build(merged, source), overrides)
     except UsageError:
         for key, value in flatten(overrides).items():       # a flag whose value is bad on its own takes the blame
             flag = (flags or {}).get(key) or "--" + key.split(".")[-1].replace("_", "-")
@@ -102,6 +116,14 @@ def load_config(path: Path | None, overrides: dict[str, Any], flags: dict[str, s
             except UsageError as exc:
                 raise type(exc)(_flag_message(str(exc), flag, key, value)) from None
         raise
+
+
+def _without_flagged(cfg: Config, overrides: dict[str, Any]) -> Config:
+    """A timing key set by a flag applies on every device: it leaves `cpu_timing`."""
+    flagged = {k for k, v in (overrides.get("timing") or {}).items() if v is not None}
+    if not flagged & cfg.cpu_timing.keys():
+        return cfg
+    return dataclasses.replace(cfg, cpu_timing={k: v for k, v in cfg.cpu_timing.items() if k not in flagged})
 
 
 def config_from_dict(values: Any, source: str) -> Config:
@@ -246,8 +268,12 @@ def _build(values: dict[str, Any], source: str) -> Config:
                              f"(known: {', '.join(sorted(_FIELD_TYPES))})")
         if key == "timing":
             kwargs[key] = _build_timing(value, source)
+        elif key == "cpu_timing":
+            kwargs[key] = _build_cpu_timing(value, source)
         else:
             kwargs[key] = _coerce(key, value, source)
+    if "cpu_timing" not in values:          # the built-in CPU defaults, less the keys the file's timing sets
+        kwargs["cpu_timing"] = {k: v for k, v in CPU_TIMING.items() if k not in (values.get("timing") or {})}
     cfg = Config(**kwargs)
     _check_ranges(cfg, source)
     return cfg
@@ -265,6 +291,20 @@ def _build_timing(value: Any, source: str) -> TimingConfig:
                              f"(known: {', '.join(_TIMING_FIELDS)})")
         kwargs[key] = _coerce(f"timing.{key}", item, source, _TIMING_FIELDS[key].default)
     return TimingConfig(**kwargs)
+
+
+def _build_cpu_timing(value: Any, source: str) -> dict[str, Any]:
+    """`cpu_timing`: timing keys for the CPU path, checked as `timing`'s are (null or {} = none)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{source}: 'cpu_timing' must be a mapping, got {type(value).__name__}")
+    out = {}
+    for key, item in value.items():
+        if key not in _TIMING_FIELDS:
+            raise InputError(f"{source}: unknown config key 'cpu_timing.{key}' (known: {', '.join(_TIMING_FIELDS)})")
+        out[key] = _coerce(f"cpu_timing.{key}", item, source, _TIMING_FIELDS[key].default)
+    return out
 
 
 def _coerce(key: str, value: Any, source: str, default: Any = dataclasses.MISSING) -> Any:
@@ -380,10 +420,18 @@ def _check_ranges(cfg: Config, source: str) -> None:
     for ok, message in checks:
         if not ok:
             raise UsageError(f"{source}: {message}")
+    if cfg.cpu_timing:                      # the CPU path's timing must pass the same checks
+        on_cpu = cfg.for_device("cpu")
+        try:
+            _check_ranges(dataclasses.replace(on_cpu, cpu_timing={}), source)
+        except UsageError as exc:
+            raise UsageError(str(exc).replace("'timing.", "'cpu_timing.")) from None
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:
     data = dataclasses.asdict(cfg)
     data["gpus"] = list(cfg.gpus)
     data["timing"]["compile_modes"] = list(cfg.timing.compile_modes)
+    if "compile_modes" in data["cpu_timing"]:
+        data["cpu_timing"]["compile_modes"] = list(data["cpu_timing"]["compile_modes"])
     return data

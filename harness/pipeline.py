@@ -110,6 +110,7 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
     set_worker_memory_gb(cfg.worker_memory_gb)         # the memory cap of every worker this run starts
     gpu_list = meta.gpus()
     device, slots = resolve_slots(cfg, gpu_list, gpus_given=getattr(args, "gpus", None) is not None)
+    cfg = cfg.for_device(device)                        # the CPU path's timing defaults (cpu_timing); recorded
     pairs = select_pairs(cfg, args) if pairs is None else pairs
     output_dir = Path(cfg.output_dir)
     make_dir(Path(cfg.cache_dir) / "builds", "cache_dir")
@@ -155,8 +156,9 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
             builds = build_all(pairs, Path(cfg.cache_dir) / "builds", toolchain, cfg.build_jobs(), cfg.build_timeout,
                                seed.base, on_done=lambda pair, result: built(result))
             progress.update(build_task, completed=len(pairs))
-            store.update_metadata(builds_compiled=sum(1 for b in builds.values() if not b.cached),
+            store.update_metadata(builds_compiled=sum(1 for b in builds.values() if not b.cached and not b.static),
                                   builds_cached=sum(1 for b in builds.values() if b.cached),
+                                  builds_skipped=sum(1 for b in builds.values() if b.static),
                                   build_seconds=round(time.monotonic() - started, 1))
             eval_task = progress.add_task("evaluate", total=len(pairs))
             current = Current(progress, eval_task, cfg.timing.processes)

@@ -17,7 +17,7 @@ from harness.cli import main
 def rec(problem="level1/001_linear_relu", cand="a", status="ok", speedup=1.0, ci=None, version=2, **extra):
     r = {"schema_version": version, "run_id": "r", "problem": problem, "solution": f"{problem}/{cand}",
          "status": status, "correct": status == "ok", "flags": [], "error": None if status == "ok" else "boom",
-         "speedup": speedup, "device": "cpu"}
+         "speedup": speedup, "device": "cuda"}     # the CI rule alone (the CPU path adds a floor: test_cpu_defaults)
     if version >= 2:
         r["speedup_ci"] = ci
     r.update(extra)
@@ -131,7 +131,8 @@ def test_machine_notes_say_when_the_runs_machines_differ_or_cannot_be_told_apart
     dask = compare.machine_of({"gpus": [{"index": 0, "uuid": "GPU-a"}], "config": {"executor": "dask"}},
                               [compare.Record.of(rec(gpu={"index": 0}, device="cuda"), "test")])
     assert dask.gpu_uuids is None                        # run.json lists the client's GPUs, not the workers'
-    cpu = compare.machine_of({"gpus": []}, [compare.Record.of(rec(timing={"timer_floor_ms": 0.0002}), "test")])
+    cpu = compare.machine_of({"gpus": []}, [compare.Record.of(rec(timing={"timer_floor_ms": 0.0002}, device="cpu"),
+                                                              "test")])
     assert compare.machine_notes(cpu, cpu) == []          # CPU runs: no GPU to tell apart, the same host speed
     slow_host = compare.machine_of({}, [compare.Record.of(rec(timing={"timer_floor_ms": 0.0004}), "test")])
     assert compare.machine_notes(cpu, slow_host) == ["the hosts may differ: timer floor 0.2 us in A, 0.4 us in B"]
