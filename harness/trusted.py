@@ -67,7 +67,7 @@ class Reader:
                 return self._device(result, check_seed, slots, full)
         finally:
             worker.resume()
-        return self._own(worker, check_seed, slots, full)
+        return self._check_request(worker, check_seed, slots, full)
 
     def keep(self, check_seed: int, full: bool) -> None:
         """CPU path: the reference keeps its last output whole for the full check of the candidate's (the values
@@ -75,10 +75,8 @@ class Reader:
         if full and self.device == "cpu":
             self._check_request(self.reference, check_seed, [0], True)
 
-    def _own(self, reference: Worker, check_seed: int, slots: list[int], full: bool) -> Checked:
-        return self._check_request(reference, check_seed, slots, full)
-
     def _check_request(self, reference: Worker, check_seed: int, slots: list[int], full: bool) -> Checked:
+        """The reference's own output at the drawn positions (it is trusted), kept whole with `full`."""
         reference.send(m.wire(m.CheckRequest(check_seed, slots, full)))
         reply = reference.recv(max(self.deadline, time.monotonic() + 60))
         try:
