@@ -311,7 +311,7 @@ def test_lint_out_of_memory_is_oom_and_shows_progress(tmp_path):
     assert big["verdict"] == "oom", big
     assert big["reasons"][0].startswith("oom: out of memory during forward") and "SIGKILL" not in big["reasons"][0]
     assert results["001_linear_relu"]["verdict"] == "ok"                  # a 1 GB cap leaves room for torch
-    assert "lint" in done.stderr and "2/2" in done.stderr and "ETA" in done.stderr      # the progress bar
+    assert "lint" in done.stderr and "2/2" in done.stderr      # the progress bar (its ETA is gone once it is done)
 
 
 @pytest.mark.parametrize("last_words, death, seen", [
