@@ -15,6 +15,7 @@ TENSOR_STRIDE = 7919             # tensor j of an output draws its positions fro
 SLOT_STRIDE = 104729             # the output of captured call k (graph mode) from seed + SLOT_STRIDE * k
 
 _MASK = (1 << 64) - 1
+_unpack_from = struct.unpack_from    # bound at import, before candidate code runs in a worker (integrity watches it)
 FORMATS = {"torch.float32": "<f", "torch.float64": "<d", "torch.float16": "<e", "torch.int64": "<q",
            "torch.int32": "<i", "torch.int16": "<h", "torch.int8": "<b", "torch.uint8": "<B", "torch.bool": "<?",
            "torch.complex64": "<f", "torch.complex128": "<d"}      # complex: the real part, as torch's .to() reads
@@ -70,11 +71,11 @@ def offsets(shape: list[int], strides: list[int], flat: list[int]) -> list[int]:
 def decode(dtype: str, raws: list[bytes]) -> list[float]:
     """Element bytes as floats (bfloat16 widened, complex: the real part)."""
     if dtype == "torch.bfloat16":
-        return [struct.unpack_from("<f", b"\0\0" + raw)[0] for raw in raws]
+        return [_unpack_from("<f", b"\0\0" + raw)[0] for raw in raws]
     fmt = FORMATS.get(dtype)
     if fmt is None:
         raise PointError(f"cannot read dtype {dtype} from memory")
-    return [float(struct.unpack_from(fmt, raw)[0]) for raw in raws]
+    return [float(_unpack_from(fmt, raw)[0]) for raw in raws]
 
 
 def same(a: list[float], b: list[float]) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from . import messages as m
@@ -93,8 +93,9 @@ class Reader:
                 for j, e in enumerate(_exported(result.outputs[slot])):
                     flat = points.output_positions(seed, slot, j, points.numel(e.shape))
                     values += peek.read_points(pid, e.dtype, e.shape, e.strides, e.address, flat)
-            shapes = [list(e.shape) for e in _exported(result.outputs[slots[-1]])]
-            whole = self._host_full(pid, _exported(result.outputs[slots[-1]]), seed) if full else None
+            last = _exported(result.outputs[slots[-1]])
+            shapes = [list(e.shape) for e in last]
+            whole = self._host_full(pid, last, seed) if full else None
         except (peek.PeekError, points.PointError, m.ProtocolError) as exc:
             return Checked([], [], f"its memory could not be read: {exc}")
         return Checked(values, shapes, None, whole)

@@ -99,9 +99,10 @@ def values_at(t, flat: list[int]) -> list[float]:
     return picked.to("cpu", torch.float64).tolist()
 
 
-def output_values(outs: list, seed: int) -> list[float]:
-    """The values of every tensor of one output at the positions drawn from `seed` (harness.points)."""
+def slot_values(outs: list, seed: int, slot: int) -> list[float]:
+    """The values of every tensor of one captured call's output (cold and host samples: slot 0) at the positions
+    drawn from `seed` (harness.points): what the reference reads of its own output and of the candidate's."""
     values: list[float] = []
     for j, t in enumerate(outs):
-        values += values_at(t, points.tensor_positions(seed, j, t.numel()))
+        values += values_at(t, points.output_positions(seed, slot, j, t.numel()))
     return values

@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import ctypes
 import os
-import struct
 from typing import Any
 
 from .. import points
@@ -29,10 +28,8 @@ from . import cudadriver
 RETURN_POINTS = 8                # positions read the moment a call returns, and again before the next sample
 SPAN_BYTES = 1 << 20             # positions within this many bytes are read with one copy
 
-_FORMATS = points.FORMATS
 _string_at = ctypes.string_at
 _create_buffer = ctypes.create_string_buffer
-_unpack_from = struct.unpack_from
 _urandom = os.urandom
 _b64encode = base64.b64encode
 # bound by bind(), each a module global so that harness.integrity sees one replaced
@@ -90,23 +87,14 @@ def read(outs: list, seed: int, count: int = RETURN_POINTS) -> list[float]:
 
 def _read_tensor(t: Any, flat: list[int], cuda: bool) -> list[float]:
     dtype = str(_dtype(t))
-    fmt = _FORMATS.get(dtype)
-    if fmt is None and dtype != "torch.bfloat16":
+    if dtype not in points.SIZES:
         raise RawReadError(f"cannot read dtype {dtype} from memory")
-    shape, strides, size, base = list(_shape(t)), list(_stride(t)), _element_size(t), _data_ptr(t)
-    storage = _storage(t)
+    size, base, storage = _element_size(t), _data_ptr(t), _storage(t)
     lo = _storage_ptr(storage)
     hi = lo + _storage_nbytes(storage)
-    addresses = []
-    for index in flat:
-        offset = 0
-        for dim in range(len(shape) - 1, -1, -1):
-            index, i = divmod(index, shape[dim])
-            offset += i * strides[dim]
-        address = base + offset * size
-        if not (lo <= address and address + size <= hi):
-            raise RawReadError("an output's strides reach outside its storage")
-        addresses.append(address)
+    addresses = [base + offset * size for offset in points.offsets(list(_shape(t)), list(_stride(t)), flat)]
+    if not all(lo <= a and a + size <= hi for a in addresses):
+        raise RawReadError("an output's strides reach outside its storage")
     first = min(addresses)
     span = max(addresses) + size - first
     if span <= SPAN_BYTES:                 # one copy for all (on the GPU, one driver call instead of 32)
@@ -114,9 +102,7 @@ def _read_tensor(t: Any, flat: list[int], cuda: bool) -> list[float]:
         raws = [block[a - first:a - first + size] for a in addresses]
     else:
         raws = [_copy_out(a, size, cuda) for a in addresses]
-    if dtype == "torch.bfloat16":
-        return [_unpack_from("<f", b"\0\0" + raw)[0] for raw in raws]
-    return [float(_unpack_from(fmt, raw)[0]) for raw in raws]
+    return points.decode(dtype, raws)
 
 
 def _copy_out(address: int, size: int, cuda: bool) -> bytes:

@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from .peer import PeerError, PeerReader, values_at
+from .peer import PeerError, PeerReader, slot_values
 from .common import (Conn, ProblemError, as_tensor_list, describe, device_inputs, init_inputs, is_oom,
                      load_module, problem_settings, setup_torch, tail_traceback)
 
@@ -286,14 +286,12 @@ def _read_peer(peer: PeerReader, req, sampler, full: "_FullCheck"):
     """A GPU candidate's timed output, read through its IPC handles at the drawn positions (and whole with
     `full`), while the candidate is stopped (messages.ReadRequest)."""
     from .. import messages as m
-    from .. import points
     try:
         values: list[float] = []
         shapes: list[list[int]] = []
         for slot, exported in zip(req.slots, req.outputs):
             outs = [peer.tensor(e) for e in exported]
-            for j, t in enumerate(outs):
-                values += values_at(t, points.output_positions(req.check_seed, slot, j, t.numel()))
+            values += slot_values(outs, req.check_seed, slot)
             shapes = [list(t.shape) for t in outs]
         checked = full.compare(outs, sampler.kept.pop(req.check_seed, None)) if req.full and req.outputs else None
     except (PeerError, RuntimeError, ValueError, TypeError, KeyError) as exc:

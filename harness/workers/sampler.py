@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .. import messages as m
-from .. import points
 from . import cudadriver, integrity, profiling, rawread
 from .common import as_tensor_list, device_input_sets, device_inputs, pin_for_timing
 
@@ -154,7 +153,6 @@ class Sampler:
             changed = self._changed_after_return()
             self.last = None
             inputs, pristine = self._draw(req.seed)
-        self.last = None
         call = self.calls[req.variant]
         meter = self._meter(req.variant)
         try:
@@ -208,16 +206,14 @@ class Sampler:
 
     def check(self, req: m.CheckRequest) -> m.CheckResult:
         """Reference only: its own last output at the drawn positions (and kept whole with keep_full)."""
-        from .peer import values_at
+        from .peer import slot_values
         if self.last is None:
             return m.CheckResult("", [], "no sample to check")
         used, _, slots, _ = self.last
         try:
             values: list[float] = []
             for k in req.slots:
-                outs = as_tensor_list(slots[k])
-                for j, t in enumerate(outs):
-                    values += values_at(t, points.output_positions(req.check_seed, k, j, t.numel()))
+                values += slot_values(as_tensor_list(slots[k]), req.check_seed, k)
             shapes = [list(t.shape) for t in as_tensor_list(slots[-1])]
         except (ValueError, IndexError) as exc:
             return m.CheckResult("", [], str(exc))
