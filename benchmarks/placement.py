@@ -33,8 +33,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     import torch
-    from harness import timing
-    from harness.workers.common import device_inputs, init_inputs, load_module, problem_settings, setup_torch
+    from harness.worker import timing
+    from harness.worker.common import device_inputs, init_inputs, load_module, problem_settings, setup_torch
     if not torch.cuda.is_available():
         print("placement: needs a GPU", file=sys.stderr)
         return 2

@@ -1,6 +1,6 @@
 """What torch.profiler's first CUDA trace costs a worker, and under which settings (issue 8: time per pair).
 
-Both workers of a GPU pair start the profiler once before their rounds (harness.workers.profiling.warm_up); on the
+Both workers of a GPU pair start the profiler once before their rounds (harness.worker.profiling.warm_up); on the
 H200 that first start took 3.5-6 s per process, the largest fixed cost of an A/A pair. Each variant below runs in
 a fresh Python process (so each pays the first start) and prints, in seconds:
 
@@ -45,7 +45,7 @@ def child(variant: str) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
     sys.path.insert(0, str(ROOT))
-    from harness.workers.profiling import profile_call, warm_up
+    from harness.worker.profiling import profile_call, warm_up
     result: dict = {"variant": variant, "import": time.perf_counter() - t0}
 
     def matmul(inputs=None):

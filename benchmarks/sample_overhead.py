@@ -2,7 +2,7 @@
 
 Every timed sample is a request (harness/workers/sampler.py; on the CPU path preceded by a PrepareRequest for the
 flush and the inputs); the parent's clock sees its round trip, and `timing.consistency` in a record says how much
-of it is not the timed call. The output is then read by the trusted side (harness.trusted: `trusted read` below is
+of it is not the timed call. The output is then read by the trusted side (harness.run.trusted: `trusted read` below is
 the parent's or the reference's read at the drawn positions). This builds the same Sampler a worker builds, for one
 problem's reference on one device, and times each part of a sample separately, each part synchronised (so the
 figures attribute device work to the part that queued it):
@@ -43,13 +43,13 @@ def main() -> int:
     args = ap.parse_args()
 
     import torch
-    from harness import messages as m
-    from harness.channel import encode
-    from harness.workers import integrity, rawread
-    from harness import points
-    from harness.workers.common import device_inputs, load_module, problem_settings
-    from harness.workers.peer import values_at
-    from harness.workers.sampler import Sampler, inputs_changed
+    from harness.shared import messages as m
+    from harness.shared.channel import encode
+    from harness.worker import integrity, rawread
+    from harness.shared import points
+    from harness.worker.common import device_inputs, load_module, problem_settings
+    from harness.worker.peer import values_at
+    from harness.worker.sampler import Sampler, inputs_changed
 
     torch.set_num_threads(1)
     problem = load_module("kb_problem", str(args.problem))

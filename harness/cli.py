@@ -10,10 +10,11 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from . import report
-from .render import config_output_dir as _config_output_dir, render, wide_console, write_site
-from .config import PRECISIONS, Config, load_config
-from .errors import HarnessError, OneLineParser, UsageError, interrupted_message, silence_stdout, stdout_pipe_closed
+from harness.results import report
+from harness.results.render import config_output_dir as _config_output_dir, render, wide_console, write_site
+from harness.core.config import PRECISIONS, Config, load_config
+from harness.core.errors import (HarnessError, OneLineParser, UsageError, interrupted_message, silence_stdout,
+                                 stdout_pipe_closed)
 
 # The subcommands, in the order --help lists them, each with its line there. `run_eval.py` with none is the main run.
 COMMANDS = {
@@ -79,7 +80,7 @@ def _subcommand(name: str) -> tuple[Arguments, Body]:
         return calibrate_arguments, cmd_calibrate
     if name == "ci":
         return ci_arguments, cmd_ci
-    module = importlib.import_module(f".{_MODULES[name]}", __package__)
+    module = importlib.import_module(f"harness.commands.{_MODULES[name]}")
     return module.add_arguments, lambda args, argv: module.main(args)
 
 
@@ -203,7 +204,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def load_run_config(args: argparse.Namespace) -> Config:
-    from .resume import flag_names, resumed_config
+    from harness.run.resume import flag_names, resumed_config
     path = args.config
     if path is None and Path("config.yaml").is_file():
         path = Path("config.yaml")
@@ -220,7 +221,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     if (args.problem_file is None) != (args.solution_file is None):
         raise UsageError("--problem-file and --solution-file go together")
     cfg = load_run_config(args)
-    from .pipeline import run_pipeline     # here, not above: --help and usage errors stay quick
+    from harness.run.pipeline import run_pipeline  # here, not above: --help and usage errors stay quick
     return run_pipeline(cfg, args, argv)
 
 
@@ -248,9 +249,9 @@ def cmd_ci(args: argparse.Namespace, argv: list[str]) -> int:
     """A pull request's check: evaluate the candidates it changed (and every candidate of a problem it changed),
     write a Markdown summary, exit 1 on a pair that is not ok or that regressed against main's last run."""
     import os
-    from . import ci
-    from .discover import discover
-    from .records import as_records
+    from harness.commands import ci
+    from harness.core.discover import discover
+    from harness.results.records import as_records
     cfg = load_run_config(args)
     summary = args.summary or (Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY")
                                else None)
@@ -283,7 +284,7 @@ def cmd_ci(args: argparse.Namespace, argv: list[str]) -> int:
         publish(ci.markdown(records, verdict, store.run_id, baseline_name, machines, problems))
         return verdict.exit_code
 
-    from .pipeline import run_pipeline
+    from harness.run.pipeline import run_pipeline
     return run_pipeline(cfg, args, ["ci", *argv], pairs=selected, conclude=conclude)
 
 
@@ -305,8 +306,8 @@ def calibrate_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_calibrate(args: argparse.Namespace, argv: list[str]) -> int:
     """The A/A test: each selected problem's reference through the full candidate path against itself."""
-    from . import calibrate
-    from .discover import check_problem_selection, discover
+    from harness.commands import calibrate
+    from harness.core.discover import check_problem_selection, discover
     if args.compile_modes is None:
         args.compile_modes = "none"
     cfg = load_run_config(args)
@@ -327,7 +328,7 @@ def cmd_calibrate(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"calibration: {path}", file=sys.stderr)
         return 1 if args.strict and not calibrate.verdict(table)["passed"] else 0
 
-    from .pipeline import run_pipeline
+    from harness.run.pipeline import run_pipeline
     return run_pipeline(cfg, args, ["calibrate", *argv], pairs=calibrate.aa_pairs(problems), conclude=conclude)
 
 
@@ -358,7 +359,7 @@ def report_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
     """`run_eval.py report RUN_ID`, parsed."""
-    from .store import RunStore
+    from harness.results.store import RunStore
     if args.json and (args.csv or args.jsonl):
         raise UsageError(f"--json does not go with {'--csv' if args.csv else '--jsonl'} (see run_eval.py report --help)")
     if args.problems_dir is not None and not args.kernelbench:
@@ -382,7 +383,7 @@ def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
             print(json.dumps(record))
         return 0
     if args.kernelbench:
-        from .kbexport import report_kernelbench
+        from harness.commands.kbexport import report_kernelbench
         return report_kernelbench(store, records, args.problems_dir, args.json, wide_console())
     render(records, store, json_mode=args.json, console=wide_console())
     return 0

@@ -25,10 +25,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness import calibrate                                   # noqa: E402
-from harness.compare import inside_each_other, latest_records, resolve_run     # noqa: E402
-from harness.errors import UsageError                           # noqa: E402
-from harness.records import Record                              # noqa: E402
+from harness.commands import calibrate  # noqa: E402
+from harness.commands.compare import inside_each_other, latest_records, resolve_run  # noqa: E402
+from harness.core.errors import UsageError  # noqa: E402
+from harness.results.records import Record  # noqa: E402
 
 SHARE_WITHIN = 0.95         # issue 8: at least this share of problems within the target
 

@@ -23,9 +23,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness.compare import Agreement, agreement, latest_records, resolve_run     # noqa: E402
-from harness.errors import UsageError                           # noqa: E402
-from harness.records import Record                              # noqa: E402
+from harness.commands.compare import Agreement, agreement, latest_records, resolve_run  # noqa: E402
+from harness.core.errors import UsageError  # noqa: E402
+from harness.results.records import Record  # noqa: E402
 
 Key = tuple[str, str]                                           # (problem, solution)
 

@@ -178,10 +178,10 @@ twice)
 import sys
 from pathlib import Path
 from harness import meta
-from harness.build import build_all
-from harness.config import load_config
-from harness.discover import discover
-from harness.pipeline import toolchain_for
+from harness.run.build import build_all
+from harness.core.config import load_config
+from harness.core.discover import discover
+from harness.run.pipeline import toolchain_for
 problems, solutions, device, *sels = sys.argv[1:]
 cfg = load_config(Path("config.yaml"), {})
 pairs = []

@@ -72,8 +72,8 @@ def test_a_branch_is_judged_on_what_it_changed(repo):
 
 def test_a_regression_against_mains_last_run_fails(repo, tmp_path):
     """main's last run read new_ok at 100x with a tight CI: today's reading is SLOWER, so the check fails."""
-    from harness.records import finish, new_record
-    from harness.store import RunStore
+    from harness.results.records import finish, new_record
+    from harness.results.store import RunStore
     root, repo_dir, config, base = repo
     if git(repo_dir, "branch", "--show-current") != "feature":
         pytest.skip("needs the branch made by the test before")
@@ -90,8 +90,8 @@ def test_a_regression_against_mains_last_run_fails(repo, tmp_path):
 
 
 def test_the_summary_says_when_mains_run_was_on_another_machine():
-    from harness import ci
-    from harness.records import Record
+    from harness.commands import ci
+    from harness.results.records import Record
     def run(uuid, floor):
         rec = {"schema_version": 2, "problem": PROBLEM, "solution": f"{PROBLEM}/k", "status": "ok", "correct": True,
                "flags": [], "error": None, "speedup": 1.3, "speedup_ci": [1.29, 1.31], "device": "cuda",

@@ -50,7 +50,7 @@ def commit(repo: Path, message: str) -> str:
 @pytest.fixture(scope="module")
 def origin(tmp_path_factory):
     """origin: main (this harness, its run_eval.py, a config, two problems) and pull-request branches: `bend`
-    edits harness/ci.py so that every pair passes and adds a wrong candidate; `weaken` changes the problem's
+    edits harness/commands/ci.py so that every pair passes and adds a wrong candidate; `weaken` changes the problem's
     reference so that the same wrong candidate is right; `drop` deletes a problem."""
     root = tmp_path_factory.mktemp("wf")
     repo = root / "origin"
@@ -69,7 +69,7 @@ def origin(tmp_path_factory):
     base = commit(repo, "main")
 
     git(repo, "checkout", "-q", "-b", "bend")
-    with open(repo / "harness" / "ci.py", "a") as f:
+    with open(repo / "harness" / "commands" / "ci.py", "a") as f:
         f.write(ALWAYS_OK)
     shutil.copy(TREE / "solutions" / PROBLEM / "incorrect.py", repo / "solutions" / PROBLEM / "cheat.py")
     bend = commit(repo, "a candidate, and a judge that says ok")
@@ -172,8 +172,8 @@ def tree_digest(folder: Path) -> dict[str, tuple[str, int]]:
 def test_the_baseline_is_read_never_written(origin):
     """main's last run, read-only in the job: read, compared with, left byte for byte as it was; an output folder
     inside it is refused before anything runs."""
-    from harness.records import finish, new_record
-    from harness.store import RunStore
+    from harness.results.records import finish, new_record
+    from harness.results.store import RunStore
     root, repo, shas = origin
     main_runs = root / "main-runs"
     store = RunStore.create(main_runs, {"config": {"cache_dir": str(root / "cache")}})

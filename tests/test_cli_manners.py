@@ -17,7 +17,7 @@ import pytest
 
 from conftest import FIXTURES, REPO, json_records, write_config
 from harness import cli
-from harness.errors import RunInterrupted, interrupted_message
+from harness.core.errors import RunInterrupted, interrupted_message
 
 TREE = FIXTURES / "tree"
 RUN_EVAL = str(REPO / "run_eval.py")
@@ -107,8 +107,10 @@ def test_report_of_a_run_imports_no_torch(runs, export):
 
 
 def test_timing_keeps_its_names_for_the_workers():
-    """The parent's arithmetic moved to harness.stats; harness.timing (the workers' clocks) still offers it."""
-    from harness import stats, timing
+    """The parent's arithmetic moved to harness.shared.stats; harness.worker.timing (the workers' clocks) still offers
+    it."""
+    from harness.shared import stats
+    from harness.worker import timing
     assert timing.summarize is stats.summarize and timing.graph_replays is stats.graph_replays
     assert timing.GRAPH_SAMPLE_MS == stats.GRAPH_SAMPLE_MS and timing.GRAPH_MAX_REPLAYS == stats.GRAPH_MAX_REPLAYS
 
@@ -150,7 +152,7 @@ def test_a_broken_pipe_of_the_harness_own_is_still_a_fault(monkeypatch, capsys):
 # ---------------------------------------------------------------- 3. messages that name what they mean
 
 def test_resume_hint_names_the_run_and_the_command():
-    from harness.pipeline import resume_hint
+    from harness.run.pipeline import resume_hint
     results = Path("results/20260101-000000-abcd/results.jsonl")
     plain = resume_hint("20260101-000000-abcd", results, "results", ["--level", "1"])
     assert plain.endswith("continue with: python run_eval.py --resume 20260101-000000-abcd")
@@ -224,7 +226,7 @@ def trees_in(tmp_path: Path) -> Path:
 
 def test_new_command_selects_the_new_candidate(tmp_path, monkeypatch):
     """The printed command, parsed and selected as a run would: exactly the new candidate."""
-    from harness.discover import discover
+    from harness.core.discover import discover
     work = trees_in(tmp_path)
     args = new_in(work, "level1/001_linear_relu", "my_kernel", "--problems-dir", "my problems",
                   "--solutions-dir", "my solutions")
@@ -358,7 +360,7 @@ def test_evaluate_bar_shows_eta_and_the_pair_in_progress():
     import io
     from rich.console import Console
     from rich.progress import Progress
-    from harness.progress import Current, EtaColumn, columns
+    from harness.run.progress import Current, EtaColumn, columns
     now = [0.0]
     progress = Progress(*columns(), console=Console(file=io.StringIO(), width=160), get_time=lambda: now[0])
     task = progress.add_task("evaluate", total=4)

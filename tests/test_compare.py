@@ -10,7 +10,8 @@ import pytest
 from rich.console import Console
 
 from conftest import REPO
-from harness import compare, report
+from harness.commands import compare
+from harness.results import report
 from harness.cli import main
 
 
@@ -370,7 +371,7 @@ def test_candidate_table_joins_a_suite_run_and_checks_two_runs_against_each_othe
 
 
 def test_agreement_judges_two_runs_by_the_difference_and_knows_what_exact_cis_give():
-    from harness.compare import agreement, inside_each_other
+    from harness.commands.compare import agreement, inside_each_other
     assert inside_each_other(1.0, (0.99, 1.01), 1.011, (1.0, 1.02)) is False        # one way is not enough
     same = agreement(1.0, (0.98, 1.0 / 0.98), 1.0, (0.98, 1.0 / 0.98))
     assert same.inside and same.z == 0 and not same.apart

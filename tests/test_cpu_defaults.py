@@ -9,10 +9,11 @@ import pytest
 import yaml
 
 from conftest import REPO, json_records, run_cli, run_dirs
-from harness import build, compare
-from harness.build import Toolchain, build_all
-from harness.config import CPU_TIMING, TimingConfig, load_config
-from harness.discover import discover
+from harness.run import build
+from harness.commands import compare
+from harness.run.build import Toolchain, build_all
+from harness.core.config import CPU_TIMING, TimingConfig, load_config
+from harness.core.discover import discover
 
 PROBLEM = '''import torch
 import torch.nn as nn

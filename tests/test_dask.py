@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, REPO, run_cli, write_config
-from harness.schedule import RETRIED_FLAGS
+from harness.run.schedule import RETRIED_FLAGS
 
 pytest.importorskip("distributed")
 
@@ -46,8 +46,8 @@ def verdict(record: dict) -> str:
 
 def test_flags_are_checked():
     from harness.cli import _overrides, _run_parser
-    from harness.config import load_config
-    from harness.errors import HarnessError
+    from harness.core.config import load_config
+    from harness.core.errors import HarnessError
 
     def cfg(*argv):
         return load_config(None, _overrides(_run_parser().parse_args(list(argv))))
@@ -61,7 +61,7 @@ def test_flags_are_checked():
 
 
 def test_local_run_does_not_import_dask():
-    code = ("import sys, harness.cli, harness.pipeline, harness.schedule; "
+    code = ("import sys, harness.cli, harness.run.pipeline, harness.run.schedule; "
             "print(any(m.split('.')[0] in ('dask', 'distributed') for m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "False", done.stderr
@@ -193,9 +193,9 @@ def test_a_dask_worker_keeps_its_spares_between_tasks_of_a_run(tmp_path, monkeyp
     """A task is one problem: spares made new per task would never be ready for its first pair. The spare started
     during one task serves the next task of the same run; a task of another run closes it, and so does a slot left
     without a task for KEEP_SPARES_S (an external cluster outlives the run)."""
-    from harness import dask_executor as dx
-    from harness.procs import SpareWorkers, worker_env
-    from harness.schedule import Slot
+    from harness.run.executors import dask as dx
+    from harness.run.workerproc import SpareWorkers, worker_env
+    from harness.run.schedule import Slot
 
     monkeypatch.setattr(dx, "KEEP_SPARES_S", 3.0)
     slot = Slot("cpu", None)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, json_records, run_cli, write_config
-from harness.kbexport import eval_results, kernelbench_metrics, pass_at_k, tree_problems
-from harness.kbimport import import_kernelbench, summary_lines
-from harness.store import RunStore
+from harness.commands.kbexport import eval_results, kernelbench_metrics, pass_at_k, tree_problems
+from harness.commands.kbimport import import_kernelbench, summary_lines
+from harness.results.store import RunStore
 
 TREE = FIXTURES / "tree"
 

@@ -10,14 +10,19 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from harness import ci, defenses, flags, kbexport, records, report, schedule
-from harness.flags import FLAGS, Flag
-from harness.html_report import write_run_page, write_site
+from harness.commands import ci
+from harness.run import defenses, schedule
+from harness.core import flags
+from harness.commands import kbexport
+from harness.results import records, report
+from harness.core.flags import FLAGS, Flag
+from harness.results.html import write_run_page, write_site
 from test_html import Dom, body_rows, record, rows_by_head, run_meta
 
 HARNESS = REPO / "harness"
 # The modules that decide things on flags: none of them may spell a flag's name as a string.
-DECIDING = ("records", "schedule", "defenses", "report", "html_report", "standings", "ci", "compare", "calibrate", "kbexport")
+DECIDING = ("results/records", "run/schedule", "run/defenses", "results/report", "results/html", "results/standings",
+            "commands/ci", "commands/compare", "commands/calibrate", "commands/kbexport")
 PROBLEM, OTHER = "level1/019_gelu", "level2/001_matmul"
 RUN = "20250101-090000-aaaa"
 
@@ -71,7 +76,7 @@ def test_deciding_modules_spell_no_flag_name_as_a_string():
 
 
 def test_the_worker_sends_the_message_flags_under_their_names():
-    source = (HARNESS / "workers" / "candidate.py").read_text()
+    source = (HARNESS / "worker" / "candidate.py").read_text()
     for row in defenses.MESSAGE_FLAGS:
         assert f'"{row.name}":' in source, row.name
 

@@ -124,7 +124,7 @@ def test_every_skipped_entry_is_named_in_one_line(hostile_run):
 def test_an_unreadable_candidate_without_root_is_a_load_error(tmp_path):
     if os.geteuid() == 0:
         pytest.skip("root reads any file")
-    from harness.discover import load_candidate
+    from harness.core.discover import load_candidate
     path = tmp_path / "noperm.py"
     path.write_text(AA)
     path.chmod(0)
@@ -133,7 +133,7 @@ def test_an_unreadable_candidate_without_root_is_a_load_error(tmp_path):
 
 
 def test_seeds_hash_any_name():
-    from harness.seeds import RunSeed
+    from harness.core.seeds import RunSeed
     RunSeed.resolve(1).stream("samples", "level1/p", "level1/p/bad\udcff").next()
 
 
@@ -194,8 +194,8 @@ def test_a_bad_value_is_shown_as_a_short_prefix(tmp_path):
 
 
 def test_a_config_that_is_a_fifo_or_huge_is_one_line(tmp_path):
-    from harness.config import load_config
-    from harness.errors import InputError
+    from harness.core.config import load_config
+    from harness.core.errors import InputError
     os.mkfifo(tmp_path / "fifo.yaml")
     with pytest.raises(InputError, match="not a regular file"):
         load_config(tmp_path / "fifo.yaml", {})
@@ -209,7 +209,7 @@ def test_timing_that_is_not_a_mapping_with_a_timing_flag_is_one_line(tmp_path):
 
 
 def test_show_value_never_expands_a_shared_structure():
-    from harness.untrusted import show_value
+    from harness.core.untrusted import show_value
     value: list = ["lol"] * 9
     for _ in range(30):                                              # 9 ** 30 leaves once expanded
         value = [value] * 9
@@ -220,8 +220,8 @@ def test_show_value_never_expands_a_shared_structure():
 
 
 def _pair(tmp_path: Path, suffix: str = ".py"):
-    from harness.discover import load_candidate, load_problem
-    from harness.discover import Pair
+    from harness.core.discover import load_candidate, load_problem
+    from harness.core.discover import Pair
     path = tmp_path / f"cand{suffix}"
     path.write_text(AA if suffix == ".py" else f"```python\n{AA}```\n")
     return Pair(load_problem(PROBLEM, "level1/001_relu_scale"), load_candidate(path, "level1/001_relu_scale/cand"),
@@ -230,7 +230,7 @@ def _pair(tmp_path: Path, suffix: str = ".py"):
 
 def _build(pair, root: Path):
     import torch
-    from harness.build import Toolchain, build_one
+    from harness.run.build import Toolchain, build_one
     toolchain = Toolchain("cpu", torch.__version__, None, None, sys.version.split()[0])
     return build_one(pair, root, toolchain, 120, 0)
 
@@ -400,8 +400,8 @@ def test_report_html_leaves_out_a_linked_run_folder(run_copy, tmp_path):
 
 def test_a_record_s_control_characters_never_reach_the_terminal(hostile_run):
     from rich.console import Console
-    from harness.records import as_records
-    from harness.report import table
+    from harness.results.records import as_records
+    from harness.results.report import table
     record = dict(hostile_run[2]["twin"], error="boom \x1b]0;PWNED\x07 \x1b[2J")
     buffer = io.StringIO()
     Console(file=buffer, force_terminal=True, width=200).print(table(as_records([record]), "t"))
@@ -409,7 +409,7 @@ def test_a_record_s_control_characters_never_reach_the_terminal(hostile_run):
 
 
 def test_a_key_file_that_is_a_fifo_or_a_device_is_one_line(tmp_path):
-    from harness.signing import KeyFileError, RunKey, lookup
+    from harness.results.signing import KeyFileError, RunKey, lookup
     os.mkfifo(tmp_path / "k.key")
     for path in (tmp_path / "k.key", Path("/dev/zero"), tmp_path):
         with pytest.raises(KeyFileError, match="not a regular file"):
@@ -419,7 +419,7 @@ def test_a_key_file_that_is_a_fifo_or_a_device_is_one_line(tmp_path):
 
 
 def test_resume_replaces_a_logs_link_instead_of_writing_through_it(hostile_run, tmp_path):
-    from harness.store import RunStore
+    from harness.results.store import RunStore
     _, _, _, run_dir = hostile_run
     out = tmp_path / "results"
     shutil.copytree(run_dir, out / "run1", symlinks=True)
@@ -434,7 +434,7 @@ def test_resume_replaces_a_logs_link_instead_of_writing_through_it(hostile_run, 
 
 
 def test_import_never_writes_through_a_dangling_link(tmp_path):
-    from harness.kbimport import ImportReport, _place
+    from harness.commands.kbimport import ImportReport, _place
     src, outside = tmp_path / "src.py", tmp_path / "outside.py"
     src.write_text("x = 1\n")
     os.symlink(outside, tmp_path / "dest.py")

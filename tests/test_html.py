@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from harness.html_report import write_run_page, write_site
+from harness.results.html import write_run_page, write_site
 
 XSS = "<script>alert(1)</script>"
 RUN_A, RUN_B = "20250101-090000-aaaa", "20250102-100000-bbbb"

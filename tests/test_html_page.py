@@ -1,5 +1,5 @@
 """The page a leaderboard user wants, one test per behaviour (issue 31): controls never rank, flags rank as
-harness.flags says, each figure from the newest record that has it with its run named, no false drop in a problem's
+harness.core.flags says, each figure from the newest record that has it with its run named, no false drop in a problem's
 best, history newest first under unique run-id headers with CIs, colours by the CI's verdict against 1.0, skipped
 shown as skipped, no empty section, a site header that describes the runs, and (in headless Chromium, when one is
 installed) main tables that fit a 1280 and an 800 px window."""
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import flags as flag_table
-from harness.html_report import clip, write_run_page, write_site
-from harness.standings import Run, best_history
+from harness.core import flags as flag_table
+from harness.results.html import clip, write_run_page, write_site
+from harness.results.standings import Run, best_history
 from test_html import XSS, Dom, body_rows, record, rows_by_head, run_meta, run_records
 
 P1, P2 = "level1/001_relu", "level1/002_softmax"

@@ -1,4 +1,4 @@
-"""The worker's in-process checks (harness.workers.integrity): what candidate code replaced is named, and inputs
+"""The worker's in-process checks (harness.worker.integrity): what candidate code replaced is named, and inputs
 are drawn with torch as it was before candidate code ran."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import types
 import torch
 import torch.nn.functional as F
 
-from harness.workers import integrity
+from harness.worker import integrity
 
 
 def test_clean_torch_undoes_replacements_for_its_duration_only(monkeypatch):

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from harness.discover import discover
-from harness.errors import UsageError
-from harness.kbimport import cmd_import, import_kernelbench
+from harness.core.discover import discover
+from harness.core.errors import UsageError
+from harness.commands.kbimport import cmd_import, import_kernelbench
 
 PROBLEM = '''import torch
 import torch.nn as nn

@@ -108,7 +108,7 @@ def test_examples_tree_runs_on_the_cpu_and_every_pair_is_ok(example_run):
 
 
 def test_no_example_candidate_needs_cuda():
-    from harness.discover import discover, needs_cuda
+    from harness.core.discover import discover, needs_cuda
     problems, pairs = discover(EXAMPLES / "problems", EXAMPLES / "solutions")
     assert len(problems) == 3 and len(pairs) == 6
     assert not [p.candidate.id for p in pairs if needs_cuda(p.candidate) or p.candidate.error]
@@ -117,8 +117,8 @@ def test_no_example_candidate_needs_cuda():
 
 
 def test_cpu_notice_counts_cuda_candidates_of_the_default_trees():
-    from harness.discover import discover
-    from harness.pipeline import cpu_notice
+    from harness.core.discover import discover
+    from harness.run.pipeline import cpu_notice
     _, pairs = discover(REPO / "problems", REPO / "solutions")
     notice = cpu_notice(pairs, [])
     assert notice is not None and "\n" not in notice
@@ -214,7 +214,7 @@ def test_resume_cuts_a_torn_last_line_and_runs_its_pair_again(example_run, tmp_p
 # --- 4. the parent's own copy ---------------------------------------------------------------------------------
 
 def _record(i: int) -> dict:
-    from harness.records import finish, new_record
+    from harness.results.records import finish, new_record
     return finish(new_record("level1/001_x", f"level1/001_x/c{i}", "cpu", "r"), "ok")
 
 
@@ -242,7 +242,7 @@ def _tamper(path: Path, how: str) -> None:
 @pytest.mark.parametrize("target", ["results.jsonl", "run.json"])
 @pytest.mark.parametrize("how", ["delete", "truncate", "append", "replace", "overwrite"])
 def test_store_notices_tampering_and_rewrites_from_its_own_copy(tmp_path, target, how):
-    from harness.store import RunStore
+    from harness.results.store import RunStore
     other = tmp_path / "other-run"
     other.mkdir()
     (other / "results.jsonl").write_text("not ours\n")
@@ -264,7 +264,7 @@ def test_store_notices_tampering_and_rewrites_from_its_own_copy(tmp_path, target
 
 
 def test_store_without_tampering_says_nothing(tmp_path):
-    from harness.store import RunStore
+    from harness.results.store import RunStore
     warnings: list[str] = []
     store = RunStore.create(tmp_path, {"config": {}}, warnings.append)
     for i in range(3):
@@ -278,7 +278,7 @@ def test_a_file_deleted_the_moment_after_a_write_is_still_noticed(tmp_path, monk
     """The store's mark of what it wrote comes from the file it wrote, not from the path a moment later: a
     results.jsonl deleted between the write and that look was rewritten without a word (a real run in CI lost
     its "was deleted" line that way)."""
-    from harness.store import RunStore
+    from harness.results.store import RunStore
     warnings: list[str] = []
     store = RunStore.create(tmp_path, {"config": {}}, warnings.append)
     store.append(_record(0))
@@ -406,8 +406,8 @@ def test_gpus_on_a_machine_without_a_gpu_is_an_error_not_a_cpu_run(tmp_path):
 
 
 def test_flag_errors_blame_the_flag_not_the_config_file(tmp_path):
-    from harness.config import load_config
-    from harness.errors import UsageError
+    from harness.core.config import load_config
+    from harness.core.errors import UsageError
     cfg = tmp_path / "config.yaml"
     cfg.write_text("trials: 2\n")
     with pytest.raises(UsageError, match=r"^--samples: must be at least 1, got -1$"):

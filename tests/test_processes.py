@@ -141,7 +141,7 @@ def test_run_leaves_no_descendant_behind(orphan_run):
 
 
 def test_logs_are_capped(orphan_run):
-    from harness.procs import LOG_CAP_BYTES
+    from harness.run.workerproc import LOG_CAP_BYTES
     tmp, _, _, _ = orphan_run
     (run_dir,) = run_dirs(tmp)
     log = run_dir / "logs" / "level1__001_linear_relu__chatty.log"
@@ -172,7 +172,7 @@ def test_killed_parent_leaves_nothing(tmp_path, moment):
             # the worst moment: its job is in its command pipe, and it is still starting (not yet reading it)
             for child in _children(proc.pid):
                 argv = _read(f"/proc/{child}/cmdline").split(b"\0")
-                if argv[2:4] == [b"harness.workers", b"candidate"] and _pipe_bytes(child, int(argv[4])) > 0:
+                if argv[2:4] == [b"harness.worker", b"candidate"] and _pipe_bytes(child, int(argv[4])) > 0:
                     hit = child
                     break
             else:
@@ -208,7 +208,7 @@ def _thp_mode() -> str | None:
 def test_a_workers_heap_sits_on_huge_pages():
     """Both sides' heaps on 2 MiB pages (glibc.malloc.hugetlb=1): on 4 KiB pages a CPU sample's time after the
     cache flush varied from process to process (README, CPU path)."""
-    from harness import procs
+    from harness.run import workerproc as procs
     code = ("b = bytearray(16 << 20)\n"
             "print([l.split()[1] for l in open('/proc/self/smaps_rollup') if l.startswith('AnonHugePages')][0])")
     run = lambda env: int(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -223,7 +223,7 @@ def test_a_workers_heap_sits_on_huge_pages():
 # ---------------------------------------------------------------- pause / resume
 
 def test_pause_and_resume_reach_a_setsid_grandchild(tmp_path):
-    from harness import procs
+    from harness.run import workerproc as procs
     env = procs.worker_env({"KB_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path), "KB_SANDBOX": "off"})
     worker = procs.Worker("build", env, tmp_path / "worker.log")
     try:
@@ -268,7 +268,7 @@ def test_pause_and_resume_reach_a_setsid_grandchild(tmp_path):
 def test_untagged_escapee_of_a_worker_is_killed(tmp_path):
     """A descendant that cleared its environment and escaped the worker's tree lands on the parent (a subreaper);
     closing the worker kills it."""
-    from harness import procs
+    from harness.run import workerproc as procs
     env = procs.worker_env({"KB_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path), "KB_SANDBOX": "off"})
     worker = procs.Worker("build", env, tmp_path / "worker.log")
     try:
@@ -322,7 +322,7 @@ def test_lint_out_of_memory_is_oom_and_shows_progress(tmp_path):
 def test_death_after_an_allocation_failure_is_oom(tmp_path, last_words, death, seen):
     """A worker that dies of a failed allocation it could not handle (a C++ abort, a native library's exit) is
     `oom`."""
-    from harness import procs
+    from harness.run import workerproc as procs
     script = tmp_path / "bad_alloc.py"
     script.write_text(f"import os, sys\nprint({last_words!r})\nsys.stdout.flush()\n{death}\n")
     worker = procs.Worker("build", procs.worker_env({"KB_DEVICE": "cpu"}), tmp_path / "worker.log")
@@ -343,7 +343,7 @@ def test_ctrl_c_during_builds_ends_at_once(tmp_path):
     deadline = time.monotonic() + 120
     builds: list[int] = []
     while time.monotonic() < deadline and len(builds) < 2:
-        builds = [c for c in _children(proc.pid) if b"harness.workers\0build" in _read(f"/proc/{c}/cmdline")]
+        builds = [c for c in _children(proc.pid) if b"harness.worker\0build" in _read(f"/proc/{c}/cmdline")]
         time.sleep(0.05)
     assert len(builds) == 2, "two build workers never ran"
     time.sleep(3)                                      # both inside their 60 s import

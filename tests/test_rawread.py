@@ -1,11 +1,11 @@
-"""Outputs read from memory (harness.workers.rawread): the same values torch reads for every layout and dtype a
+"""Outputs read from memory (harness.worker.rawread): the same values torch reads for every layout and dtype a
 candidate may return, and not the values a patched torch shows."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from harness.workers import rawread
+from harness.worker import rawread
 
 
 POINTS = 32

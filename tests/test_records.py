@@ -11,9 +11,9 @@ import pytest
 from conftest import REPO
 from harness import SCHEMA_VERSION
 from harness.cli import main
-from harness.records import (STATUSES, Record, RecordError, Status, as_records, check_record, finish,
+from harness.results.records import (STATUSES, Record, RecordError, Status, as_records, check_record, finish,
                              new_record)
-from harness.store import read_records
+from harness.results.store import read_records
 
 PROBLEM = "level1/001_linear_relu"
 

@@ -1,4 +1,4 @@
-"""Confinement (harness.sandbox): candidate and build workers write only their own folders, open no TCP
+"""Confinement (harness.worker.sandbox): candidate and build workers write only their own folders, open no TCP
 connection, and every process they start stays confined; the run itself still works, and KB_SANDBOX=off turns it
 all off. The escapes are real candidates run through the CLI over tests/fixtures/sandbox (copied: an escape that
 worked must not change the repository)."""
@@ -19,8 +19,8 @@ import pytest
 
 from conftest import FIXTURES, REPO, _keep, json_records, run_dirs, write_config
 
-from harness import sandbox
-from harness.store import read_records
+from harness.worker import sandbox
+from harness.results.store import read_records
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
 
@@ -225,7 +225,7 @@ def test_describe_off_and_bad_mode(monkeypatch):
 def _build_worker(tmp_path: Path, mode: str | None):
     """A build worker whose candidate writes a file beside itself (outside every folder of its own); returns its
     first message and whether the file appeared."""
-    from harness import procs
+    from harness.run import workerproc as procs
     candidate = tmp_path / "writes_outside.py"
     candidate.write_text(textwrap.dedent("""
         from pathlib import Path
@@ -287,7 +287,7 @@ def _confined(tmp_path: Path, body: str, **env: str) -> subprocess.CompletedProc
     script = textwrap.dedent("""
         import json, os, socket, sys, threading, time
         from pathlib import Path
-        from harness import sandbox
+        from harness.worker import sandbox
         allowed, outside = Path(sys.argv[1]), Path(sys.argv[2])
     """) + textwrap.dedent(body)
     (tmp_path / "allowed").mkdir(exist_ok=True)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, run_cli, write_config
-from harness import signing
-from harness.signing import KeyFileError, RunKey, Verdict, sign, signed_line, verify_line
-from harness.store import RunStore
+from harness.results import signing
+from harness.results.signing import KeyFileError, RunKey, Verdict, sign, signed_line, verify_line
+from harness.results.store import RunStore
 
 PAIR = ("level1/001_tiny_relu", "level1/001_tiny_relu/same_as_reference")
 

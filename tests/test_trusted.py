@@ -1,5 +1,5 @@
-"""Commit, then check (harness.points, harness.peek, harness.trusted): the trusted side reads an output where its
-worker says it lies, at positions drawn after it was handed over, from the worker's memory as it is."""
+"""Commit, then check (harness.shared.points, harness.run.peek, harness.run.trusted): the trusted side reads an output
+where its worker says it lies, at positions drawn after it was handed over, from the worker's memory as it is."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,9 @@ import textwrap
 import pytest
 import torch
 
-from harness import peek, points
-from harness.trusted import slots_for
+from harness.run import peek
+from harness.shared import points
+from harness.run.trusted import slots_for
 
 CHILD = textwrap.dedent("""
     import json, sys, torch
@@ -90,7 +91,7 @@ def test_graph_samples_read_the_last_captured_call_and_two_drawn_at_random():
 
 
 def test_a_raw_copy_round_trips_through_the_tensor_file(tmp_path):
-    from harness.workers.tensorfile import read_tensors, write_raw
+    from harness.shared.tensorfile import read_tensors, write_raw
     t = torch.randn(6, 4).t()
     span = (sum((d - 1) * s for d, s in zip(t.shape, t.stride())) + 1)
     data = bytes(t.untyped_storage())[t.storage_offset() * 4:(t.storage_offset() + span) * 4]

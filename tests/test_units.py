@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from conftest import REPO, run_cli
-from harness import report
-from harness.config import load_config
-from harness.discover import check_problem_source, extract_code_block
-from harness.errors import InputError, UsageError
-from harness.verify import compare_outputs, compare_tensor
+from harness.results import report
+from harness.core.config import load_config
+from harness.core.discover import check_problem_source, extract_code_block
+from harness.core.errors import InputError, UsageError
+from harness.worker.verify import compare_outputs, compare_tensor
 
 SEEDS = REPO / "solutions" / "level2"
 
@@ -138,7 +138,7 @@ def test_help_exits_0():
 
 
 def test_lint_constant_check_on_scalar_outputs_uses_another_input_draw():
-    from harness.workers.lint import degenerate_checks
+    from harness.worker.lint import degenerate_checks
     x = [torch.randn(4, 4)]
     loss, loss_other = [torch.tensor(4.32)], [torch.tensor(5.10)]
     checks = degenerate_checks(loss, loss_other, x, 1e-4, 1e-3)
@@ -148,7 +148,7 @@ def test_lint_constant_check_on_scalar_outputs_uses_another_input_draw():
 
 
 def test_tensor_file_round_trip_keeps_dtype_shape_and_values(tmp_path):
-    from harness.workers.tensorfile import read_tensors, write_tensors
+    from harness.shared.tensorfile import read_tensors, write_tensors
     outs = [torch.randn(3, 5).t(), torch.tensor(2.5, dtype=torch.float64), torch.zeros(0, 4),
             torch.arange(9, dtype=torch.int64).view(3, 3), torch.tensor([True, False]),
             torch.randn(7).to(torch.bfloat16)]
@@ -163,7 +163,7 @@ def test_tensor_file_written_by_candidate_code_is_checked(tmp_path, mutate):
     read outside the file."""
     import json
     import struct
-    from harness.workers.tensorfile import TensorFileError, read_tensors, write_tensors
+    from harness.shared.tensorfile import TensorFileError, read_tensors, write_tensors
     path = tmp_path / "o.kbt"
     write_tensors([torch.ones(4, 4)], str(path))
     data = path.read_bytes()
@@ -191,7 +191,7 @@ def test_tensor_file_written_by_candidate_code_is_checked(tmp_path, mutate):
 
 def test_own_kernels_include_triton_kernels_compiled_by_the_pair(tmp_path):
     import json
-    from harness.workers.profiling import kernel_base_name, triton_kernel_names
+    from harness.worker.profiling import kernel_base_name, triton_kernel_names
     entry = tmp_path / "triton" / "3f9a"
     entry.mkdir(parents=True)
     (entry / "fused_add_relu.json").write_text(json.dumps({"name": "fused_add_relu", "num_warps": 4}))
@@ -204,7 +204,7 @@ def test_own_kernels_include_triton_kernels_compiled_by_the_pair(tmp_path):
 
 
 def test_consistency_catches_hidden_work_with_a_small_allowance_on_the_cpu():
-    from harness.paired import OVERHEAD_SHARE_CPU, REPORTED_SHARE_CPU, consistency
+    from harness.run.paired import OVERHEAD_SHARE_CPU, REPORTED_SHARE_CPU, consistency
     ref = [0.8 + 0.01 * (i % 5) for i in range(24)]                   # the call's request alone: ~0.8 ms of wake-up
     reported = [1.0] * 24                                              # and reads around a 1 ms call
     # CPU path (the flush and the inputs have a request of their own): 0.1 ms more in the other process is noise
@@ -228,7 +228,7 @@ def test_consistency_catches_hidden_work_with_a_small_allowance_on_the_cpu():
 
 def test_check_values_travel_packed_with_nan_and_inf():
     import math
-    from harness import messages as m
+    from harness.shared import messages as m
     values = [1.5, -0.0, float("inf"), float("-inf"), float("nan"), 1e-300]
     back = m.unpack_floats(m.pack_floats(values))
     assert back[:4] == values[:4] and math.isnan(back[4]) and back[5] == 1e-300
@@ -250,7 +250,7 @@ FUSED = {"kernels": 4, "custom_kernels": ["fused_bn_relu"], "custom_share": 0.28
     ([None, None, None], []),                                                                  # the CPU path
 ])
 def test_custom_kernel_share_warnings(profiles, flags):
-    from harness import defenses
+    from harness.run import defenses
     record = {"flags": []}
     defenses.check_kernels(record, profiles)
     assert record["flags"] == flags
@@ -270,7 +270,7 @@ def test_custom_kernel_share_warnings(profiles, flags):
     (["noisy"], None),
 ])
 def test_which_invalid_pairs_are_measured_again(flags, reason):
-    from harness.schedule import _load_sensitive
+    from harness.run.schedule import _load_sensitive
     assert _load_sensitive({"status": "invalid", "flags": flags}) == reason
     assert _load_sensitive({"status": "ok", "flags": flags}) is None
 
@@ -280,7 +280,7 @@ def test_which_invalid_pairs_are_measured_again(flags, reason):
 def test_combine_is_the_geometric_mean_with_a_t_interval_over_processes():
     import math
     import statistics
-    from harness.paired import Estimate, combine, t95
+    from harness.run.paired import Estimate, combine, t95
     pairs = [Estimate(1.02, 1.015, 1.025, 50), Estimate(0.98, 0.975, 0.985, 60), Estimate(1.0, 0.995, 1.005, 40)]
     est = combine(pairs)
     assert est.value == pytest.approx(math.exp(sum(math.log(e.value) for e in pairs) / 3))
@@ -303,7 +303,7 @@ def _ok_record(speedup: float, ci: list[float], rounds: int, flags=()) -> dict:
 
 
 def test_merge_of_process_pairs_keeps_each_and_combines_the_speedup():
-    from harness import processes
+    from harness.run import merge as processes
     first, second = _ok_record(1.1, [1.09, 1.11], 10), _ok_record(1.0, [0.99, 1.01], 12, ["noisy"])
     first["worker"], second["worker"] = {"phases": {"total": 3.0}}, {"phases": {"total": 2.0}}
     merged = processes.merge([first, second])
@@ -316,7 +316,7 @@ def test_merge_of_process_pairs_keeps_each_and_combines_the_speedup():
 
 
 def test_merge_lets_a_failing_process_pair_stand_and_says_which():
-    from harness import processes
+    from harness.run import merge as processes
     bad = {"status": "invalid", "error": "interference: slower", "flags": ["interference"], "timing": None}
     merged = processes.merge([_ok_record(1.1, [1.09, 1.11], 10), dict(bad)], planned=3)   # the third never ran
     assert merged["status"] == "invalid"
@@ -329,7 +329,7 @@ def test_merge_lets_a_failing_process_pair_stand_and_says_which():
 def test_jobs_travel_as_typed_messages():
     """A worker's job is a dataclass on both ends: the nested TimingSpec included; a wrong field is a ProtocolError."""
     import json
-    from harness import messages as m
+    from harness.shared import messages as m
     spec = m.TimingSpec("cold", 3, True, 20, ["candidate"])
     job = m.CandidateJob("p.py", "c.py", "cuda:0", 7, 2, spec, "/tmp/s", "/tmp/state.pt", True, None,
                          hide=["/k"], env={"A": "1"})
@@ -343,7 +343,7 @@ def test_jobs_travel_as_typed_messages():
 
 
 def test_graph_replays_fill_a_sample_with_about_three_ms():
-    from harness.timing import GRAPH_MAX_REPLAYS, graph_replays
+    from harness.worker.timing import GRAPH_MAX_REPLAYS, graph_replays
     assert graph_replays(0.0145, 20) == 10          # 20 calls of 0.0145 ms: 0.29 ms a replay
     assert graph_replays(0.2, 20) == 1              # already longer than the target
     assert graph_replays(1e-6, 20) == GRAPH_MAX_REPLAYS
@@ -353,7 +353,7 @@ def test_graph_replays_fill_a_sample_with_about_three_ms():
 def test_pair_workers_warm_the_profiler_only_where_calls_are_profiled(tmp_path):
     """torch.profiler's first CUDA trace costs seconds: the reference and candidate workers of a GPU slot start it
     before the rounds when the defenses (which profile calls) are on; nowhere else."""
-    from harness.schedule import Slot, pair_worker_env
+    from harness.run.schedule import Slot, pair_worker_env
     cfg = tmp_path / "config.yaml"
     cfg.write_text("trials: 1\n")
     gpu, cpu = Slot("cuda:0", 0), Slot("cpu", None)
@@ -369,7 +369,7 @@ def test_both_sides_are_timed_on_the_same_cores():
     import os
     import subprocess
     import sys
-    from harness.schedule import Slot
+    from harness.run.schedule import Slot
     slot = Slot("cuda:0", 0, cpus=(4, 5, 6, 7))
     assert slot.env(1)["KB_TIMING_CPUS"] == "4" and slot.env(2)["KB_TIMING_CPUS"] == "4,5"
     assert slot.env(1)["KB_CPUS"] == "4,5,6,7"
@@ -377,7 +377,7 @@ def test_both_sides_are_timed_on_the_same_cores():
     core = min(os.sched_getaffinity(0))
     script = (
         "import os, threading\n"
-        "from harness.workers.common import pin_for_timing\n"
+        "from harness.worker.common import pin_for_timing\n"
         "started, stop = threading.Event(), threading.Event()\n"
         "t = threading.Thread(target=lambda: (started.set(), stop.wait())); t.start(); started.wait()\n"
         "print(sorted(os.sched_getaffinity(t.native_id)) == sorted(os.sched_getaffinity(0)))\n"
@@ -411,7 +411,7 @@ class _ScriptedReference:
 
 def _reference_side(worker, known: dict):
     from types import SimpleNamespace
-    from harness.evaluate import ReferenceSide
+    from harness.run.evaluate import ReferenceSide
     side = ReferenceSide.__new__(ReferenceSide)      # the protocol alone: no process behind it
     side.worker, side.known, side.info, side.derive = worker, known, {}, "not asked"
     side.pc = SimpleNamespace(cfg=load_config(None, {}))
@@ -422,7 +422,7 @@ def test_later_process_pairs_reuse_the_flop_count_and_still_report_it():
     """Counting a forward's FLOPs imports torch._dynamo (seconds): the first reference process of a problem counts
     them, the later ones (timing.processes) are asked not to and their pairs report the first count. Each asks
     once, and its reply is read before anything else is asked of it."""
-    from harness.procs import WorkerExit
+    from harness.run.workerproc import WorkerExit
     known: dict = {}
     first = _ScriptedReference([{"kind": "derived", "work": {"flops": 10, "bytes": 20},
                                  "fp64_reference_max_abs_err": 1e-7, "fp64_output_scale": 2.0}])
@@ -452,7 +452,8 @@ def test_later_process_pairs_reuse_the_flop_count_and_still_report_it():
 def test_each_process_pair_keeps_the_kernels_both_sides_ran():
     """Two process pairs that picked different library kernels for the same call read apart: the record says which
     kernels eager PyTorch ran beside the candidate's, per process pair."""
-    from harness import defenses, processes
+    from harness.run import defenses
+    from harness.run import merge as processes
     records = []
     for gemm in ("sm90_gemm_a", "sm80_gemm_b"):
         record = _ok_record(1.0, [0.99, 1.01], 10)
@@ -479,7 +480,7 @@ def _sysfs_cache(root, caches):
 
 
 def test_cpu_cache_size_is_the_largest_data_cache_sysfs_lists(tmp_path):
-    from harness import timing
+    from harness.worker import timing
     tree = _sysfs_cache(tmp_path / "c", [("Data", "48K"), ("Instruction", "64M"), ("Unified", "1024K"),
                                          ("Unified", "32768K")])
     assert timing.cpu_cache_bytes(tree) == 32 << 20              # the instruction cache is not what a call's data hits
@@ -489,7 +490,7 @@ def test_cpu_cache_size_is_the_largest_data_cache_sysfs_lists(tmp_path):
 
 
 def test_a_cpu_sample_flushes_the_caches_before_the_clock_starts():
-    from harness import timing
+    from harness.worker import timing
     flusher = timing.HostCacheFlusher(cache_bytes=1 << 20)
     assert flusher.bytes == 16 << 20                              # never less than 16 MiB
     assert timing.HostCacheFlusher(cache_bytes=1 << 30).bytes == 512 << 20
@@ -512,7 +513,7 @@ def test_a_cpu_sample_flushes_the_caches_before_the_clock_starts():
 
 
 def test_run_json_names_each_gpu_by_uuid_where_nvidia_smi_gives_one():
-    from harness import meta
+    from harness.run import meta
     six = "0, NVIDIA H200, 580.159.04, 143771, 9.0, GPU-3f2a\n1, NVIDIA H200, 580.159.04, 143771, 9.0, GPU-77c1"
     assert [g.get("uuid") for g in meta.parse_gpus(six)] == ["GPU-3f2a", "GPU-77c1"]
     five = meta.parse_gpus("0, NVIDIA H100, 570.1, 81559, 9.0")
@@ -525,7 +526,7 @@ def test_a_fixed_seed_leaves_the_timed_samples_secret():
     """--seed N fixes weights and trials; the timed samples' and checks' streams are keyed by a fresh secret every
     run, since everything a fixed seed determines the candidate's process could derive too (it knows the base
     seed, the streams' tags and harness/seeds.py)."""
-    from harness.seeds import RunSeed
+    from harness.core.seeds import RunSeed
     first, second = RunSeed.resolve(5), RunSeed.resolve(5)
     assert first.base == second.base == 5 and first.fixed and second.fixed
     assert first.stream("samples", "level1/001", "c").take(4) != second.stream("samples", "level1/001", "c").take(4)
@@ -536,8 +537,8 @@ def test_a_fixed_seed_leaves_the_timed_samples_secret():
 def test_a_triton_candidate_is_skipped_on_the_cpu_without_a_build_worker(tmp_path, monkeypatch):
     """The CPU notice says Triton candidates are skipped there: they are, before anything imports them (they used
     to reach the import and fail as load_error: No module named 'triton')."""
-    from harness import build
-    from harness.discover import Candidate, Pair, Problem, needs_cuda, uses_triton
+    from harness.run import build
+    from harness.core.discover import Candidate, Pair, Problem, needs_cuda, uses_triton
     source = "import torch\nimport triton\nimport triton.language as tl\n\n@triton.jit\ndef k(x):\n    pass\n"
     path = tmp_path / "tri.py"
     path.write_text(source)

@@ -1,0 +1,98 @@
+"""The A/A test, built in: every selected problem's own Model, as a candidate (`class ModelNew(Model): pass`),
+through the full candidate path against the reference. On a machine the harness can be trusted on, every
+speedup reads 1.0 within `timing.target_rel_ci` and every CI contains 1.0."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from harness.core import flags
+from harness.core.discover import Candidate, Pair, Problem
+from harness.results.records import Record, Status, as_records
+
+AA_NAME = "aa_reference"
+
+
+def aa_source(problem: Problem) -> str:
+    text = problem.path.read_text(errors="replace")
+    return f"{text}\n\n\nclass ModelNew(Model):          # the A/A candidate: the reference itself\n    pass\n"
+
+
+def aa_pairs(problems: list[Problem]) -> list[Pair]:
+    pairs = []
+    for problem in problems:
+        cid = f"{problem.id}/{AA_NAME}"
+        if problem.error:
+            pairs.append(Pair(problem, Candidate(cid, problem.path, None, problem.error), problem.id))
+        else:
+            virtual = problem.path.with_name(problem.path.name + ".aa")     # no .py: the build writes the source
+            pairs.append(Pair(problem, Candidate(cid, virtual, aa_source(problem), None), problem.id))
+    return pairs
+
+
+@dataclass(frozen=True)
+class Row:
+    problem: str
+    status: str
+    speedup: float | None
+    ci: list[float] | None
+    rounds: int | None
+    mode: str | None
+    noisy: bool
+    within_target: bool             # |speedup - 1| <= target_rel_ci
+    one_inside_ci: bool
+    error: str | None
+
+    @property
+    def good(self) -> bool:
+        """What the machine needs of this problem: 1.0 within the target and inside the CI."""
+        return self.within_target and self.one_inside_ci
+
+
+def rows(records: Iterable[Record | dict[str, Any]], target: float) -> list[Row]:
+    return [row(r, target) for r in sorted(as_records(records), key=lambda r: r.problem)]
+
+
+def row(r: Record, target: float) -> Row:
+    s, ci = r.speedup, r.speedup_ci
+    timing = r.timing or {}
+    ok = r.status is Status.OK and s is not None
+    return Row(r.problem, r.status.value, s, None if ci is None else list(ci), timing.get("rounds"),
+               timing.get("mode"), flags.NOISY.name in r.flags, ok and abs(s - 1) <= target,
+               ok and ci is not None and ci[0] <= 1.0 <= ci[1], r.error)
+
+
+def verdict(table: list[Row]) -> dict[str, Any]:
+    n = len(table)
+    return {"problems": n,
+            "within_target": sum(r.within_target for r in table),
+            "one_inside_ci": sum(r.one_inside_ci for r in table),
+            "not_ok": sum(r.status != "ok" for r in table),
+            "passed": n > 0 and all(r.good for r in table)}
+
+
+def write(path: Path, run_id: str, target: float, table: list[Row]) -> None:
+    path.write_text(json.dumps({"run_id": run_id, "target_rel_ci": target, **verdict(table),
+                                "rows": [asdict(r) for r in table]}, indent=2) + "\n")
+
+
+def render(table: list[Row], target: float, console) -> None:
+    from rich.table import Table
+    t = Table(title=f"A/A calibration (target: 1.0 +/- {target:.2%})", title_justify="left")
+    for name in ("problem", "status", "speedup", "95% CI", "rounds", "mode", "verdict"):
+        t.add_column(name, overflow="fold")
+    for r in table:
+        if r.status != "ok" or r.speedup is None:
+            t.add_row(r.problem, r.status, "-", "-", "-", "-", f"[yellow]{(r.error or '')[:80]}")
+            continue
+        good = r.good
+        word = "ok" if good else ("outside target" if not r.within_target else "1.0 outside CI")
+        ci = f"[{r.ci[0]:.4f}, {r.ci[1]:.4f}]" if r.ci else "-"
+        t.add_row(r.problem, r.status, f"{r.speedup:.4f}", ci, str(r.rounds), str(r.mode),
+                  f"[{'green' if good else 'red'}]{word}{' (noisy)' if r.noisy else ''}")
+    console.print(t)
+    v = verdict(table)
+    console.print(f"{v['within_target']}/{v['problems']} within 1 +/- {target:.2%}; 1.0 inside the CI for "
+                  f"{v['one_inside_ci']}/{v['problems']}; not ok: {v['not_ok']}", highlight=False)

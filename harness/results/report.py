@@ -1,0 +1,337 @@
+"""Stage 7, report: pure functions over records (a results.jsonl), so any past run can be re-rendered. They take
+`Record`s, or the records' JSON objects (typed here with Record.of)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from harness.core import flags
+from harness.results.records import Record, as_records
+from harness.core.untrusted import show_name
+
+FAST_P = (0.0, 1.0, 1.5, 2.0)
+COUNTS_AS_CORRECT = ("ok",)
+
+Records = Iterable["Record | dict[str, Any]"]
+
+
+def _fmt_ms(stats: dict[str, Any] | None) -> str:
+    if not stats or stats.get("median_ms") is None:
+        return "-"
+    return f"{stats['median_ms']:.3f}"
+
+
+def _fmt_err(record: Record) -> str:
+    err = (record.correctness or {}).get("max_abs_err")
+    return "-" if err is None else f"{err:.1e}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the counts read of one pair: its status, whether it is correct (`ok`), whether it is ranked (correct,
+    and no flag keeps it off the ranking: harness.core.flags) and its speedup."""
+    status: str
+    correct: bool
+    ranked: bool
+    speedup: float | None
+
+
+def aggregate(records: Iterable[Record | Mapping[str, Any]]) -> dict[str, Any]:
+    """Counts over records; a mapping needs only status, correct, flags and speedup (all the counts read)."""
+    return tally(outcome(r) for r in records)
+
+
+def outcome(record: Record | Mapping[str, Any]) -> Outcome:
+    if isinstance(record, Record):
+        return Outcome(record.status.value, record.ok, record.ranked, record.speedup)
+    speedup = record.get("speedup")
+    correct = record.get("status") in COUNTS_AS_CORRECT and bool(record.get("correct"))
+    return Outcome(str(record["status"]), correct, correct and flags.ranked(dict(record)),
+                   speedup if isinstance(speedup, (int, float)) and not isinstance(speedup, bool) else None)
+
+
+def tally(outcomes: Iterable[Outcome]) -> dict[str, Any]:
+    """pairs, correct, correctness rate, ranked (the correct pairs no flag keeps off the ranking), the geomean
+    speedup and fast_p over the ranked ones (fast_p as a share of all pairs), count per status."""
+    outcomes = list(outcomes)
+    total = len(outcomes)
+    correct = sum(1 for o in outcomes if o.correct)
+    ranked = [o.speedup for o in outcomes if o.correct and o.ranked]
+    speedups = [s for s in ranked if s is not None and s > 0]
+    by_status: dict[str, int] = {}
+    for o in outcomes:
+        by_status[o.status] = by_status.get(o.status, 0) + 1
+    return {
+        "pairs": total,
+        "correct": correct,
+        "correctness_rate": correct / total if total else 0.0,
+        "ranked": len(ranked),
+        "geomean_speedup": math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None,
+        "fast_p": {str(p): (sum(1 for s in speedups if s > p) / total if total else 0.0) for p in FAST_P},
+        "by_status": dict(sorted(by_status.items())),
+    }
+
+
+def fmt_ci(ci: Any) -> str | None:
+    """"[lo, hi]" for a sound confidence interval, else None (schema 1 records have none: unknown)."""
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2:
+        return None
+    lo, hi = ci
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in (lo, hi)):
+        return None
+    return f"[{lo:.2f}, {hi:.2f}]"
+
+
+def fmt_speedup(value: Any, ci: Any = None, with_ci: bool = True) -> str:
+    """"1.23x [1.21, 1.25]"; "1.23x" without a CI; "-" without a speedup."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "-"
+    text = f"{value:.2f}x"
+    interval = fmt_ci(ci) if with_ci else None
+    return f"{text} {interval}" if interval else text
+
+
+def _has_compile(records: list[Record]) -> bool:
+    return any(r.speedup_vs_compile is not None for r in records)
+
+
+def abbreviate(text: str, limit: int) -> str:
+    """text cut to `limit` characters, the cut marked with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    return text[: max(0, limit - 1)] + "\u2026" if limit > 0 else ""
+
+
+def abbreviate_problem(problem: str, limit: int) -> str:
+    """"<level>/<stem>" within `limit` characters: the stem is shortened first (its number prefix survives), then
+    a long level is cut in its middle."""
+    if len(problem) <= limit:
+        return problem
+    level, sep, stem = problem.rpartition("/")
+    if not sep:
+        return abbreviate(problem, limit)
+    if len(level) > 10:
+        level = level[:4] + "\u2026" + level[-5:]
+    room = limit - len(level) - 1
+    if room < 6:
+        return abbreviate(stem, limit)
+    return f"{level}/{abbreviate(stem, room)}"
+
+
+def split_names(room: int, problem: int, candidate: int, problem_min: int, candidate_min: int) -> tuple[int, int]:
+    """Widths for the problem and candidate columns within `room` characters: their natural widths when both fit,
+    else 3:2, never under the minimums, never over the natural widths."""
+    if problem + candidate <= room:
+        return problem, candidate
+    c = min(candidate, max(candidate_min, room * 2 // 5))
+    p = min(problem, max(problem_min, room - c))
+    return p, min(candidate, max(candidate_min, room - p))
+
+
+COMPACT_BELOW = 120         # console width under which the table is compact
+
+
+def table(records: Records, title: str, width: int | None = None):
+    """The run's table. `width` is the console's width: under COMPACT_BELOW columns the table is compact (no max
+    err, no ref/cand ms, names abbreviated, one line per row); None or wider keeps every column."""
+    from rich.table import Table
+    from rich.text import Text
+    records = sorted(as_records(records), key=lambda r: r.key)
+    compile_col = _has_compile(records)
+    style = {"ok": "green", "incorrect": "red", "skipped": "dim"}
+    if width is not None and width < COMPACT_BELOW:
+        return _compact_table(records, title, width, compile_col, style)
+    t = Table(title=title, title_justify="left")
+    columns = [("problem", "left"), ("candidate", "left"), ("status", "left"), ("max err", "right"),
+               ("ref ms", "right"), ("cand ms", "right"), ("speedup [95% CI]", "right")]
+    if compile_col:
+        columns.append(("vs compile [95% CI]", "right"))
+    columns += [("flags", "left"), ("error", "left")]
+    for name, justify in columns:
+        t.add_column(name, justify=justify, overflow="fold")
+    for r in records:
+        timing = r.timing or {}
+        row = [_text(r.problem), _text(r.candidate), Text(r.status.value, style=style.get(r.status.value, "yellow")),
+               _fmt_err(r), _fmt_ms(timing.get("reference")), _fmt_ms(timing.get("candidate")),
+               fmt_speedup(r.speedup, r.speedup_ci)]
+        if compile_col:
+            row.append(fmt_speedup(r.speedup_vs_compile, r.speedup_vs_compile_ci))
+        row += [_flags_text(r), _text((r.error or "")[:160])]
+        t.add_row(*row)
+    return t
+
+
+def _text(value: str):
+    """A table cell of text read from a record: control characters (an ANSI escape in an error message, a
+    newline in a name) shown escaped, never sent to the terminal."""
+    from rich.text import Text
+    return Text(show_name(value))
+
+
+def _flags_text(record: Record):
+    from rich.text import Text
+    text = Text()
+    for i, flag in enumerate(record.flags):
+        if i:
+            text.append(",")
+        text.append(flag, style="yellow" if flags.ranks([flag]) else "bold yellow")   # bold: off the ranking
+    return text
+
+
+def _compact_table(records: list[Record], title: str, width: int, compile_col: bool,
+                   style: dict[str, str]):
+    """One line per record within `width`: problem, candidate, status, speedup [CI], then (where room is left)
+    speedup vs compile, flags and the error. Names are cut to fit with an ellipsis; no cell ever wraps."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+    gap = 2                                             # SIMPLE_HEAD, collapsed padding: " " + pad
+    cells: dict[str, list[str]] = {
+        "problem": [r.problem for r in records],
+        "candidate": [r.candidate for r in records],
+        "status": [r.status.value for r in records],
+        "speedup [CI]": [fmt_speedup(r.speedup, r.speedup_ci) for r in records],
+        "vs compile": [fmt_speedup(r.speedup_vs_compile, None) for r in records],
+        "flags": [",".join(r.flags) for r in records],
+        "error": [" ".join((r.error or "").split()) for r in records],
+    }
+
+    def natural(name: str) -> int:
+        return max([len(name), *map(len, cells[name])])
+
+    names_min = {"problem": min(natural("problem"), 14), "candidate": min(natural("candidate"), 8)}
+
+    def used(ws: dict[str, int]) -> int:
+        return sum(ws.values()) + gap * (len(ws) - 1)
+
+    widths = {name: natural(name) for name in ("status", "speedup [CI]")}
+    if used({**widths, **names_min}) > width:           # very narrow: the speedup without its CI
+        cells["speedup [CI]"] = [fmt_speedup(r.speedup, None) for r in records]
+        widths["speedup [CI]"] = natural("speedup [CI]")
+    optional = [("flags", min(natural("flags"), 12))] if any(cells["flags"]) else []
+    if compile_col:
+        optional.append(("vs compile", natural("vs compile")))
+    for name, w in optional:                            # keep an optional column only when the names still fit
+        if used({**widths, **names_min, name: w}) <= width:
+            widths[name] = w
+    rest = width - used({**widths, "problem": 0, "candidate": 0})
+    widths["problem"], widths["candidate"] = split_names(rest, natural("problem"), natural("candidate"),
+                                                         names_min["problem"], names_min["candidate"])
+    error_room = width - used(widths) - gap
+    if any(cells["error"]) and error_room >= 12:
+        widths["error"] = min(natural("error"), error_room)
+    order = [n for n in ("problem", "candidate", "status", "speedup [CI]", "vs compile", "flags", "error")
+             if n in widths]
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+              padding=(0, 1), collapse_padding=True)
+    for name in order:
+        t.add_column(name, justify="right" if name in ("speedup [CI]", "vs compile") else "left",
+                     width=widths[name], no_wrap=True, overflow="ellipsis")
+    for i, r in enumerate(records):
+        row = []
+        for name in order:
+            w = widths[name]
+            if name == "problem":
+                row.append(_text(abbreviate_problem(cells[name][i], w)))
+            elif name == "status":
+                row.append(Text(abbreviate(cells[name][i], w), style=style.get(r.status.value, "yellow")))
+            elif name == "flags":
+                cell = _flags_text(r)
+                cell.truncate(w, overflow="ellipsis")
+                row.append(cell)
+            else:
+                row.append(_text(abbreviate(cells[name][i], w)))
+        t.add_row(*row)
+    return t
+
+
+def summary_lines(agg: dict[str, Any]) -> list[str]:
+    geo = agg["geomean_speedup"]
+    fast = "  ".join(f"fast_{p}={v:.0%}" for p, v in agg["fast_p"].items())
+    statuses = ", ".join(f"{k} {v}" for k, v in agg["by_status"].items())
+    ranked = agg.get("ranked", agg["correct"])
+    off = agg["correct"] - ranked
+    flagged = f" ({off} correct but flagged off the ranking)" if off else ""
+    return [
+        f"pairs {agg['pairs']}, correct {agg['correct']} ({agg['correctness_rate']:.0%}); statuses: {statuses}",
+        f"geomean speedup over {ranked} ranked{flagged}: {'-' if geo is None else f'{geo:.2f}x'};  {fast}",
+    ]
+
+
+def best_ranked(records: list[Record]) -> dict[str, Record]:
+    """Per problem, the ranked record (ok, no flag keeps it off the ranking) with the highest speedup."""
+    best: dict[str, Record] = {}
+    for r in records:
+        current = best.get(r.problem)
+        if r.ranked and (current is None or (r.speedup or 0) > (current.speedup or 0)):
+            best[r.problem] = r
+    return best
+
+
+def _no_best(records: list[Record], pid: str) -> str:
+    """The candidate cell of a problem without a ranked record: the correct ones flagged off it, with their flags."""
+    flagged = [r for r in records if r.problem == pid and r.ok]
+    if not flagged:
+        return "(no correct candidate)"
+    named = ", ".join(f"{r.candidate}: {', '.join(flags.unranked(r.flags))}" for r in flagged)
+    return f"(no ranked candidate; correct but flagged: {named})"
+
+
+def leaderboard(records: Records, run_id: str) -> str:
+    """Markdown: the best ranked candidate per problem (correct, and no flag keeps it off: harness.core.flags). A
+    problem whose correct candidates are all flagged off the ranking names them, with their flags, and no speedup."""
+    records = as_records(records)
+    best = best_ranked(records)
+    problems = sorted({r.problem for r in records})
+    compile_col = _has_compile(records)
+    header = "| problem | best candidate | speedup [95% CI] |" + (" vs torch.compile [95% CI] |" if compile_col else "")
+    header += " candidate ms | reference ms | flags |"
+    lines = [f"# Leaderboard — run {run_id}", "", header,
+             "| --- | --- | ---: |" + (" ---: |" if compile_col else "") + " ---: | ---: | --- |"]
+    for pid in problems:
+        r = best.get(pid)
+        if r is None:
+            lines.append(f"| {pid} | {_no_best(records, pid)} | - |" + (" - |" if compile_col else "") + " - | - | |")
+            continue
+        timing = r.timing or {}
+        cells = [pid, r.candidate, fmt_speedup(r.speedup, r.speedup_ci)]
+        if compile_col:
+            cells.append(fmt_speedup(r.speedup_vs_compile, r.speedup_vs_compile_ci))
+        cells += [_fmt_ms(timing.get("candidate")), _fmt_ms(timing.get("reference")), ", ".join(r.flags)]
+        lines.append("| " + " | ".join(cells) + " |")
+    agg = aggregate(records)
+    lines += ["", *[f"- {line}" for line in summary_lines(agg)], ""]
+    return "\n".join(lines)
+
+
+CSV_COLUMNS = ("problem", "solution", "status", "correct", "speedup", "speedup_ci_lo", "speedup_ci_hi",
+               "speedup_vs_compile", "candidate_median_ms", "reference_median_ms", "flags", "error")
+
+
+def _csv_number(value: Any) -> Any:
+    """A number as it is, anything else (None, a NaN written as a string) empty."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return ""
+    return value
+
+
+def csv_rows(records: Records) -> list[list[Any]]:
+    """One row per record, in CSV_COLUMNS order, sorted like the table (problem, solution)."""
+    rows = []
+    for r in sorted(as_records(records), key=lambda r: r.key):
+        lo, hi = r.speedup_ci or (None, None)
+        timing = r.timing or {}
+        rows.append([r.problem, r.solution, r.status.value, "true" if r.correct else "false",
+                     _csv_number(r.speedup), _csv_number(lo), _csv_number(hi), _csv_number(r.speedup_vs_compile),
+                     _csv_number((timing.get("candidate") or {}).get("median_ms")),
+                     _csv_number((timing.get("reference") or {}).get("median_ms")),
+                     ";".join(r.flags), " ".join((r.error or "").split())])
+    return rows
+
+
+def write_csv(records: Records, stream) -> None:
+    import csv
+    writer = csv.writer(stream, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    writer.writerows(csv_rows(records))

@@ -1,0 +1,258 @@
+"""What the HTML pages show, worked out from records (no HTML here): a record flattened to a `Pair`, which pairs are
+controls, the verdict of a speedup against 1.0, the standings across runs (each metric from the newest record that
+has it, with its run) and each problem's best over the runs.
+
+Controls never rank (never a problem's best, never in the geometric mean or fast_p): a candidate whose name starts
+with one of CONTROL_PREFIXES (the A/A candidates `aa_*`, calibrate's `aa_reference`, `control_*`) and every pair of
+a calibrate run. Whether a pair that is not a control ranks is harness.core.flags's call (`ranks`)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Iterable
+
+from harness.core import flags as flag_table
+from harness.results.records import Record, RecordError
+from harness.results.report import Outcome
+
+CONTROL_PREFIXES = ("aa_", "control_")
+SKIPPED = "skipped"
+
+
+def is_control_name(candidate: str) -> bool:
+    """A candidate named as a control (docs/AUTHORING.md: `aa_*` for A/A copies of the reference, `control_*`)."""
+    return candidate.startswith(CONTROL_PREFIXES)
+
+
+def is_calibrate_run(meta: dict[str, Any]) -> bool:
+    """A run made by `run_eval.py calibrate` (run.json's argv): every pair in it is the reference against itself."""
+    argv = meta.get("argv") if isinstance(meta, dict) else None
+    return isinstance(argv, list) and len(argv) > 1 and argv[1] == "calibrate"
+
+
+def compile_modes(meta: dict[str, Any]) -> list[str] | None:
+    """The torch.compile baseline modes the run measured ([] when off), or None when run.json does not say."""
+    modes = _dict(_dict(_dict(meta).get("config")).get("timing")).get("compile_modes")
+    return [str(m) for m in modes] if isinstance(modes, list) else None
+
+
+def interval(ci: Any) -> tuple[float, float] | None:
+    """A sound [lo, hi] as floats, else None."""
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2:
+        return None
+    lo, hi = (_num(x) for x in ci)
+    return (lo, hi) if lo is not None and hi is not None and lo <= hi else None
+
+
+def verdict(value: float | None, ci: Any) -> str | None:
+    """Against 1.0: `faster` (the CI entirely above 1), `slower` (entirely below), `same` (it contains 1); None
+    without a value or a CI (a schema 1 record: no verdict can be read off one number)."""
+    bounds = interval(ci)
+    if value is None or bounds is None:
+        return None
+    return "faster" if bounds[0] > 1.0 else "slower" if bounds[1] < 1.0 else "same"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One record, flattened to what the pages show; a missing or malformed field becomes None / empty.
+    `compile_run` / `perf_run` name the run vs-torch.compile / the roofline figures come from when that is not
+    `run_id` (the standings borrow them from an earlier record of the pair)."""
+    problem: str
+    candidate: str
+    status: str
+    speedup: float | None
+    speedup_ci: Any
+    vs_compile: float | None
+    vs_compile_ci: Any
+    pct_bandwidth: float | None
+    pct_flops: float | None
+    floor_ms: float | None
+    candidate_ms: float | None
+    flags: tuple[str, ...]
+    error: str
+    gpu: str | None
+    run_id: str = ""
+    control: bool = False
+    compile_run: str | None = None
+    perf_run: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.problem, self.candidate
+
+    @property
+    def correct(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def skipped(self) -> bool:
+        return self.status == SKIPPED
+
+    @property
+    def flag_ranked(self) -> bool:
+        """Correct, and no flag keeps it off the ranking (harness.core.flags)."""
+        return self.correct and flag_table.ranks(self.flags)
+
+    @property
+    def ranked(self) -> bool:
+        """May be a problem's best and counts in the geomean and fast_p: flag-ranked and not a control."""
+        return self.flag_ranked and not self.control
+
+    @property
+    def has_perf(self) -> bool:
+        return self.pct_bandwidth is not None or self.pct_flops is not None
+
+    @property
+    def outcome(self) -> Outcome:
+        """What report.tally counts."""
+        return Outcome(self.status, self.correct, self.ranked, self.speedup)
+
+    @classmethod
+    def from_record(cls, r: Record) -> "Pair":
+        perf, timing = r.performance or {}, r.timing or {}
+        return cls(problem=r.problem, candidate=r.candidate, status=r.status.value, speedup=r.speedup,
+                   speedup_ci=r.speedup_ci, vs_compile=r.speedup_vs_compile, vs_compile_ci=r.speedup_vs_compile_ci,
+                   pct_bandwidth=_num(perf.get("pct_of_peak_bandwidth")),
+                   pct_flops=_num(perf.get("pct_of_peak_flops")), floor_ms=_num(perf.get("floor_ms")),
+                   candidate_ms=_num(_dict(timing.get("candidate")).get("median_ms")), flags=r.flags,
+                   error=" ".join((r.error or "").split()), gpu=_gpu_name(r.gpu), run_id=r.run_id or "",
+                   control=is_control_name(r.candidate))
+
+    @classmethod
+    def from_malformed(cls, r: dict[str, Any]) -> "Pair":
+        """What can be read of a JSON object that is not a well-formed record: any field missing or of any type."""
+        perf, timing = _dict(r.get("performance")), _dict(r.get("timing"))
+        solution = str(r.get("solution") or "?")
+        flags = r.get("flags") if isinstance(r.get("flags"), list) else []
+        candidate = solution.rsplit("/", 1)[-1]
+        return cls(problem=str(r.get("problem") or solution.rsplit("/", 1)[0]),
+                   candidate=candidate, status=str(r.get("status") or "unknown"),
+                   speedup=_num(r.get("speedup")), speedup_ci=r.get("speedup_ci"),
+                   vs_compile=_num(r.get("speedup_vs_compile")), vs_compile_ci=r.get("speedup_vs_compile_ci"),
+                   pct_bandwidth=_num(perf.get("pct_of_peak_bandwidth")),
+                   pct_flops=_num(perf.get("pct_of_peak_flops")), floor_ms=_num(perf.get("floor_ms")),
+                   candidate_ms=_num(_dict(timing.get("candidate")).get("median_ms")),
+                   flags=tuple(str(f) for f in flags), error=" ".join(str(r.get("error") or "").split()),
+                   gpu=_gpu_name(r.get("gpu")), run_id=str(r.get("run_id") or ""),
+                   control=is_control_name(candidate))
+
+
+def pairs_of(records: Any, run_id: str = "", calibrate: bool = False) -> list[Pair]:
+    """A Pair per record (Record or JSON object); anything else in the list is left out. `run_id` fills in a
+    record's missing run_id; in a calibrate run every pair is a control."""
+    out = []
+    for item in records or []:
+        if isinstance(item, (Record, dict)):
+            p = _pair(item)
+            out.append(replace(p, run_id=p.run_id or run_id, control=p.control or calibrate))
+    return out
+
+
+def _pair(item: Record | dict[str, Any]) -> Pair:
+    try:
+        return Pair.from_record(Record.of(item))
+    except RecordError:
+        return Pair.from_malformed(item)
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    meta: dict[str, Any]
+    pairs: list[Pair]
+
+    @property
+    def calibrate(self) -> bool:
+        return is_calibrate_run(self.meta)
+
+    @classmethod
+    def of(cls, run_id: str, meta: Any, records: Any) -> "Run":
+        meta = _dict(meta)
+        return cls(run_id, meta, pairs_of(records, run_id, is_calibrate_run(meta)))
+
+
+def merge(older: Pair | None, newer: Pair) -> Pair:
+    """A pair's standing after `newer` given its standing `older`: the newer record, except that a skipped record
+    does not replace a measured one, and a ranked newer record that lacks vs-torch.compile or the roofline figures
+    takes them from the older one when that was ranked too (its run named in compile_run / perf_run)."""
+    if older is None:
+        return newer
+    if newer.skipped and not older.skipped:
+        return older
+    if not (newer.flag_ranked and older.flag_ranked):
+        return newer
+    if newer.vs_compile is None and older.vs_compile is not None:
+        newer = replace(newer, vs_compile=older.vs_compile, vs_compile_ci=older.vs_compile_ci,
+                        compile_run=older.compile_run or older.run_id)
+    if not newer.has_perf and older.has_perf:
+        newer = replace(newer, pct_bandwidth=older.pct_bandwidth, pct_flops=older.pct_flops,
+                        floor_ms=older.floor_ms, candidate_ms=older.candidate_ms,
+                        perf_run=older.perf_run or older.run_id)
+    return newer
+
+
+def standings(runs: Iterable[Run]) -> list[Pair]:
+    """Each (problem, candidate)'s standing over `runs` (oldest first; merge): what the suite reads now when runs
+    cover parts of it (a level at a time, a CI job, a resumed run, one with compile baselines off)."""
+    table: dict[tuple[str, str], Pair] = {}
+    for run in runs:
+        for pair in run.pairs:
+            table[pair.key] = merge(table.get(pair.key), pair)
+    return [table[key] for key in sorted(table)]
+
+
+STATUS_RANK = ("ok", "invalid", "incorrect", "runtime_error", "timeout", "oom", "load_error", "compile_error",
+               "crashed", "skipped")
+
+
+def best_per_problem(pairs: list[Pair]) -> dict[str, Pair]:
+    """Per problem, sorted: the ranked pair with the highest speedup, else the best attempt (a correct pair that is
+    not ranked, else the status nearest ok). Only a ranked pair is a problem's best (`Pair.ranked`); a problem with
+    controls only is left out (controls have a section of their own)."""
+    def key(p: Pair) -> tuple[int, int, int, float]:
+        rank = STATUS_RANK.index(p.status) if p.status in STATUS_RANK else len(STATUS_RANK)
+        return (int(p.control), 0 if p.ranked else 1 if p.correct else 2, rank, -(p.speedup or 0.0))
+    best: dict[str, Pair] = {}
+    for p in pairs:
+        if p.problem not in best or key(p) < key(best[p.problem]):
+            best[p.problem] = p
+    return {k: v for k, v in sorted(best.items()) if not v.control}
+
+
+@dataclass(frozen=True)
+class BestPoint:
+    """A problem's best ranked pair as of one run; `measured` when that run measured it (else carried over)."""
+    run_id: str
+    pair: Pair
+    measured: bool
+
+
+def best_history(runs: list[Run]) -> dict[str, list[BestPoint]]:
+    """Per problem, its best ranked pair after each run (oldest first), from the standings as of that run: a run
+    that did not measure the previous best (a run of other candidates, a calibrate run, a skipped record) keeps it,
+    so the line drops only when a measurement does. A run before the problem had a ranked pair has no point."""
+    history: dict[str, list[BestPoint]] = {}
+    table: dict[tuple[str, str], Pair] = {}
+    for run in runs:
+        for pair in run.pairs:
+            table[pair.key] = merge(table.get(pair.key), pair)
+        for problem, best in best_per_problem(list(table.values())).items():
+            if best.ranked and best.speedup is not None:
+                history.setdefault(problem, []).append(BestPoint(run.run_id, best, best.run_id == run.run_id))
+    return dict(sorted(history.items()))
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _gpu_name(gpu: Any) -> str | None:
+    """The name in a record's `gpu` ({index, name}), or None."""
+    name = _dict(gpu).get("name")
+    return str(name) if name else None
+
+
+def _num(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None

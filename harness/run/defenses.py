@@ -1,0 +1,343 @@
+"""The defense checks the parent makes on what the workers sent, each turning into a flag on the record (README,
+Hardening). Pure functions over records and messages: no processes, no torch.
+
+A check is one function of `Evidence` and one entry in an ordered list: AFTER_TRIALS (the candidate's correctness
+trials passed; a flag that invalidates ends the pair there) or AFTER_ROUNDS (the timed rounds and the reference's
+`after` bracket are done). A check that exists only to catch cheats is marked `@defense`: `defenses: false` in
+config.yaml skips it. Its flag is one row of harness.core.flags.FLAGS.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from harness.core import flags
+from harness.run import paired
+from harness.core.flags import Flag
+from harness.run.interleave import CANDIDATE, EAGER, Collected
+from harness.run.paired import Consistency, Interference
+from harness.results.records import add_flag
+
+FLAG_DETAILS = flags.DETAILS    # each flag's default flag_details text (its meaning in flags.FLAGS)
+
+# The flags a candidate worker's correctness message carries, each as a field of the flag's name.
+MESSAGE_FLAGS = (flags.MUTATES_INPUTS, flags.UNSYNCHRONIZED_WORK, flags.OUTPUT_NOT_PLAIN_TENSOR)
+
+
+def flag(record: dict[str, Any], which: Flag, detail: str | None = None) -> None:
+    """Put `which` on the record, with `detail` (default: the flag's meaning) as its flag_details sentence."""
+    add_flag(record, which.name)
+    record.setdefault("flag_details", {})[which.name] = which.meaning if detail is None else detail
+
+
+def flag_from(record: dict[str, Any], message: dict[str, Any]) -> None:
+    """Flags a candidate worker's correctness message carries."""
+    for which in MESSAGE_FLAGS:
+        if message.get(which.name):
+            flag(record, which)
+
+
+def flag_timing(record: dict[str, Any], out: Collected) -> None:
+    """Flags from the timed samples: inputs changed, outputs still changing, lazy outputs, replaced clocks."""
+    if out.mutated:
+        flag(record, flags.MUTATES_INPUTS)
+    if out.changed_after_return:
+        flag(record, flags.UNSYNCHRONIZED_WORK, "a timed output's memory changed between the moment its call "
+                                                "returned and its check: work was left running past the timed region")
+    if out.not_plain:
+        flag(record, flags.OUTPUT_NOT_PLAIN_TENSOR)
+    if out.tampered:
+        flag(record, flags.TAMPERED_TIMER, f"{flags.TAMPERED_TIMER.meaning}: {', '.join(sorted(out.tampered))}")
+
+
+def _number(value: Any) -> float | None:
+    """A number from a worker message: JSON carries NaN/Inf as the strings 'nan'/'inf'; anything else is None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if value in ("nan", "inf", "-inf"):
+        return float(value)
+    return None
+
+
+def values_match(got: list[Any], want: list[Any], atol: float, rtol: float) -> tuple[bool, int]:
+    """(ok, mismatches) by the rule full outputs are compared with: NaN and Inf at the same places, elsewhere
+    |got - want| <= atol + rtol * |want|."""
+    if len(got) != len(want):
+        return False, max(len(got), len(want))
+    bad = 0
+    for g_raw, w_raw in zip(got, want):
+        g, w = _number(g_raw), _number(w_raw)
+        if g is None or w is None:
+            bad += 1
+        elif math.isnan(w) or math.isinf(w) or math.isnan(g) or math.isinf(g):
+            bad += not ((math.isnan(w) and math.isnan(g)) or g == w)
+        elif abs(g - w) > atol + rtol * abs(w):
+            bad += 1
+    return bad == 0, bad
+
+
+def check_timed_outputs(out: Collected, atol: float, rtol: float) -> tuple[int, list[dict[str, Any]], str | None]:
+    """Every timed output of the candidate against the reference's output for the same inputs, at positions drawn
+    after the candidate handed the output over and read by a process it cannot touch (harness.run.trusted), and the
+    few checked whole: (samples checked, the whole-output results, the first failure or None)."""
+    checked, full = 0, []
+    for n, (seed, sides) in enumerate(out.checks.items()):
+        cand, ref = sides.get(CANDIDATE), sides.get("reference")
+        if cand is None or ref is None:
+            continue
+        checked += 1
+        if cand.error:
+            return checked, full, f"timed call {n}: {cand.error}"
+        if ref.error:
+            continue                                   # the reference's own read failed: nothing to hold it to
+        if cand.shapes != ref.shapes:
+            return checked, full, f"timed call {n}: output shape {cand.shapes} != the reference's {ref.shapes}"
+        ok, bad = values_match(cand.values, ref.values, atol, rtol)
+        if not ok:
+            return checked, full, (f"timed call {n}: {bad} of {len(ref.values)} values read from the output's "
+                                   f"memory after it was handed over differ from the reference's output for the "
+                                   f"same inputs")
+        if cand.full is not None:
+            full.append(cand.full)
+            if not cand.full.get("ok"):
+                return checked, full, f"timed call {n} (checked whole): {cand.full.get('reason')}"
+    if out.output_errors:
+        return checked, full, out.output_errors[0]
+    return checked, full, None
+
+
+def check_timed_precision(record: dict[str, Any], full: list[dict[str, Any]], info: dict[str, Any]) -> None:
+    """`reduced_precision` from the timed outputs checked whole, by the rule of check_precision (a candidate
+    that computes in fp32 during its trials and in lower precision once timed)."""
+    for result in full:
+        probe: dict[str, Any] = {"flags": [], "correctness": {"fp64_max_abs_err": result.get("fp64_max_abs_err"),
+                                 "fp64_reference_max_abs_err": result.get("fp64_reference_max_abs_err")}}
+        check_precision(probe, {**info, "fp64_output_scale": result.get("fp64_output_scale")})
+        name = flags.REDUCED_PRECISION.name
+        if name in probe["flags"]:
+            flag(record, flags.REDUCED_PRECISION, f"timed call checked whole: {probe['flag_details'][name]}")
+            return
+
+
+def flag_inconsistent(record: dict[str, Any], found: Consistency) -> None:
+    if found.found:
+        flag(record, flags.TIMING_INCONSISTENT, found.detail())
+
+
+def flag_interference(record: dict[str, Any], found: Interference) -> None:
+    if found.found:
+        flag(record, flags.INTERFERENCE, found.detail())
+
+
+LITTLE_CUSTOM_SHARE = 0.10    # under this share of a profiled call's GPU time in its own kernels: little_custom_work
+PROFILED_CALLS = 3            # calls profiled per side and pair, in round halves drawn at random
+
+
+def check_kernels(record: dict[str, Any], profiles: list[Any], reference_profiles: list[Any] = ()) -> None:
+    """`no_custom_kernel` when none of the candidate's own kernels ran in one of the profiled calls (drawn at
+    random among the timed ones); `little_custom_work` when they ran but took under LITTLE_CUSTOM_SHARE of a
+    profiled call's GPU time (a custom kernel for a bias add beside a library GEMM and convolutions: the speedup
+    is mostly the libraries'). Both warn; neither invalidates. The CPU path profiles nothing (None).
+    `reference_kernels`: what eager PyTorch ran in the reference's profiled calls (what the candidate competes
+    with; two processes that picked different library kernels for the same call read apart)."""
+    found = [p for p in profiles if isinstance(p, dict)]
+    if not found:
+        return
+    shares = [s for s in (_number(p.get("custom_share")) for p in found) if s is not None]
+    custom = sorted({k for p in found for k in p.get("custom_kernels") or []})
+    eager = sorted({k for p in reference_profiles if isinstance(p, dict) for k in p.get("other_kernels") or []})
+    record["kernels"] = {"profiled_calls": len(found), "kernels": max(int(p.get("kernels") or 0) for p in found),
+                         "custom_kernels": custom[:20], "custom_share": min(shares) if shares else None,
+                         "custom_shares": shares,
+                         "other_kernels": sorted({k for p in found for k in p.get("other_kernels") or []})[:20],
+                         "reference_kernels": eager[:20]}
+    without = sum(1 for p in found if not p.get("custom_kernels"))
+    if without:
+        flag(record, flags.NO_CUSTOM_KERNEL, f"no GPU kernel from the candidate's own extension or Triton kernels "
+                                             f"ran during {without} of {len(found)} profiled calls")
+    elif shares and min(shares) < LITTLE_CUSTOM_SHARE:
+        flag(record, flags.LITTLE_CUSTOM_WORK,
+             f"its own kernels took {min(shares):.1%} of a profiled call's GPU time (under "
+             f"{LITTLE_CUSTOM_SHARE:.0%}; the least of {len(found)} calls); the rest ran in library kernels")
+
+
+PRECISION_FACTOR = 64         # the most a candidate's float64 error may exceed eager fp32's (README, Hardening)
+FP32_EPS = 2.0 ** -23
+
+
+def check_precision(record: dict[str, Any], info: dict[str, Any]) -> None:
+    """`reduced_precision` for an fp32 problem that does not allow TF32, when the candidate's error against the
+    float64 reference (trial 0) is more than PRECISION_FACTOR times eager fp32's own error (or, where eager is
+    exact, than that many fp32 roundings of the output's largest value): TF32 (~2^13 times fp32's error), bf16
+    or fp16 arithmetic hidden inside a loose tolerance. An honest fp32 kernel that sums in another order stays
+    well inside the factor."""
+    corr = record.get("correctness") or {}
+    cand, eager = _number(corr.get("fp64_max_abs_err")), _number(corr.get("fp64_reference_max_abs_err"))
+    scale = _number(info.get("fp64_output_scale"))
+    if info.get("dtype") != "float32" or info.get("allow_tf32") or cand is None or eager is None:
+        return
+    floor = max(eager, (scale or 0.0) * FP32_EPS)
+    if floor > 0 and cand > PRECISION_FACTOR * floor:
+        flag(record, flags.REDUCED_PRECISION,
+             f"its error against float64 ({cand:.3g}) is {cand / floor:.0f}x eager fp32's ({floor:.3g}); an fp32 "
+             f"problem without ALLOW_TF32 allows at most {PRECISION_FACTOR}x")
+
+
+def check_physics(record: dict[str, Any], work: Any, ceilings: dict[str, float]) -> None:
+    """Achieved rates for every timed pair; `faster_than_physics` below 60% of the roofline floor (the floor
+    uses the measured copy bandwidth and the bf16 tensor-core rate, the fastest the device goes; the 40% margin
+    covers output writes that stay in the 60 MB L2 and copy-measured bandwidth under the true peak)."""
+    cand = (record.get("timing") or {}).get("candidate") or {}
+    ms = cand.get("median_ms")
+    if not isinstance(work, dict) or not ms:
+        return
+    flops, moved = work.get("flops"), work.get("bytes")
+    perf: dict[str, Any] = {"flops": flops, "bytes": moved, "ceilings": ceilings or None,
+                            "achieved_tflops": flops / (ms * 1e-3) / 1e12 if flops else None,
+                            "achieved_gbps": moved / (ms * 1e-3) / 1e9 if moved else None}
+    bw, peak = ceilings.get("copy_gbps"), ceilings.get("matmul_tflops_bf16")
+    if bw and peak:
+        floor_ms = max((flops or 0) / (peak * 1e12), (moved or 0) / (bw * 1e9)) * 1e3
+        perf.update(floor_ms=floor_ms,
+                    pct_of_peak_bandwidth=100 * perf["achieved_gbps"] / bw if perf["achieved_gbps"] else None,
+                    pct_of_peak_flops=100 * perf["achieved_tflops"] / peak if perf["achieved_tflops"] else None)
+        if ms < 0.6 * floor_ms:
+            flag(record, flags.FASTER_THAN_PHYSICS, f"{ms:.4f} ms is under 60% of the roofline floor {floor_ms:.4f} ms")
+    record["performance"] = perf
+
+
+def largest(values: list[Any]) -> float | None:
+    numbers = [v for v in map(_number, values) if v is not None]
+    if any(v != v for v in numbers):
+        return float("nan")
+    return max(numbers, default=None)
+
+
+# ---------------------------------------------------------------- the checks, in order
+
+@dataclass
+class Evidence:
+    """What the checks read: the record being written, the reference's figures, the candidate's trials message
+    and, after the rounds, what they collected."""
+    record: dict[str, Any]
+    info: dict[str, Any]                        # the reference worker's ready and derived figures
+    timing: Any                                 # config.TimingConfig
+    device: str
+    message: dict[str, Any] = field(default_factory=dict)
+    out: Collected | None = None
+    before: list[float] = field(default_factory=list)
+    after: list[float] = field(default_factory=list)
+    calls_per_sample: int = 1
+    ceilings: dict[str, float] = field(default_factory=dict)
+
+
+Check = Callable[[Evidence], None]
+
+
+def defense(check: Check) -> Check:
+    """Marks a check that only catches cheats (off with `defenses: false`)."""
+    check.defense = True                        # type: ignore[attr-defined]
+    return check
+
+
+def run(checks: tuple[Check, ...], evidence: Evidence, defenses: bool) -> None:
+    for check in checks:
+        if defenses or not getattr(check, "defense", False):
+            check(evidence)
+
+
+def trial_flags(ev: Evidence) -> None:
+    flag_from(ev.record, ev.message)
+
+
+@defense
+def trial_precision(ev: Evidence) -> None:
+    check_precision(ev.record, ev.info)
+
+
+@defense
+def kernels(ev: Evidence) -> None:
+    if ev.out is not None:
+        check_kernels(ev.record, ev.out.profiles, ev.out.reference_profiles)
+
+
+def sample_flags(ev: Evidence) -> None:
+    if ev.out is not None:
+        flag_timing(ev.record, ev.out)
+
+
+@defense
+def timed_outputs(ev: Evidence) -> None:
+    """Every timed output read by the trusted side, a few whole, and those against float64."""
+    if ev.out is None:
+        return
+    checked, full, failure = check_timed_outputs(ev.out, ev.info.get("atol", 0.0), ev.info.get("rtol", 0.0))
+    correctness = ev.record.setdefault("correctness", {})
+    correctness["timed_outputs_checked"], correctness["timed_outputs_full_checked"] = checked, len(full)
+    if failure is not None:
+        flag(ev.record, flags.OUTPUT_CHANGED_UNDER_TIMING, failure)
+    check_timed_precision(ev.record, full, ev.info)
+
+
+def block_medians(out: Collected, variant: str, block: int) -> list[float]:
+    medians = []
+    for r in out.rounds:
+        samples = r.get(variant, [])
+        medians += [statistics.median(samples[i:i + block]) for i in range(0, len(samples), block)]
+    return medians
+
+
+@defense
+def interference(ev: Evidence) -> None:
+    """The reference's blocks while the candidate was alive against its blocks before and after it."""
+    if ev.out is None or not ev.before or not ev.after:
+        return
+    during = block_medians(ev.out, EAGER, ev.timing.block_samples)
+    found = paired.interference(ev.before, during, ev.after, ev.timing.interference_tolerance)
+    ev.record.setdefault("timing", {})[flags.INTERFERENCE.name] = {          # the figures behind the flag
+        "before_ms": ev.before, "after_ms": ev.after, "during_ms": found.during_ms, "tolerance": found.tolerance,
+        "found": found.found}
+    flag_interference(ev.record, found)
+
+
+@defense
+def consistency(ev: Evidence) -> None:
+    """The parent's clock around every sample request against what each side reported (`timing_inconsistent`);
+    on the CPU path the call's request alone is bracketed, and 5% of the reported time is allowed."""
+    if ev.out is None:
+        return
+    ref, cand = ev.out.unexplained_ms.get(EAGER), ev.out.unexplained_ms.get(CANDIDATE)
+    if not ref or not cand:
+        return
+    reported = [ms * ev.calls_per_sample for ms in ev.out.samples(CANDIDATE)]
+    cpu = ev.device == "cpu"
+    share = paired.OVERHEAD_SHARE_CPU if cpu else 0.0
+    tolerance = ev.timing.consistency_tolerance
+    tolerance = min(tolerance, paired.REPORTED_SHARE_CPU) if cpu else tolerance
+    flush = statistics.median(ev.out.flush_ms.get(EAGER) or [0.0])    # the reference's: no candidate code there
+    found = paired.consistency(ref, cand, reported, tolerance, share, flush)
+    ev.record.setdefault("timing", {})["consistency"] = {
+        "reference_unexplained_ms": found.reference_ms, "candidate_unexplained_ms": found.candidate_ms,
+        "reference_flush_ms": found.flush_ms, "allowed_ms": found.allowed_ms, "found": found.found}
+    flag_inconsistent(ev.record, found)
+
+
+def noisy(ev: Evidence) -> None:
+    if ev.out is not None and ev.out.noisy:
+        est = ev.record["speedup_ci"]
+        flag(ev.record, flags.NOISY, f"the speedup's 95% CI [{est[0]:.4g}, {est[1]:.4g}] did not reach "
+                                     f"+/-{ev.timing.target_rel_ci:.1%} within the time cap")
+
+
+def physics(ev: Evidence) -> None:
+    check_physics(ev.record, ev.info.get("work"), ev.ceilings)
+
+
+AFTER_TRIALS: tuple[Check, ...] = (trial_flags, trial_precision)     # a flag these add that invalidates ends
+                                                                     # the pair before timing (trial_flags' do not:
+                                                                     # the rounds still run, for the record)
+AFTER_ROUNDS: tuple[Check, ...] = (kernels, sample_flags, timed_outputs, interference, consistency, noisy, physics)

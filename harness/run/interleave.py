@@ -1,0 +1,251 @@
+"""The parent's side of paired, interleaved timing: it alternates the reference worker and the candidate worker in
+short blocks on the same device, one of them at a time (the other's processes are stopped), and collects every
+sample and every output check. The arithmetic lives in harness.run.paired; the verdicts in harness.run.defenses.
+
+Round r, with reference variants E (eager) and C1.. (torch.compile modes) and the candidate K:
+    E C1 .. K   on seeds X (block_samples fresh seeds)     then     K .. C1 E   on seeds Y
+so every variant sees the same inputs as the candidate, and each side's samples are centred on the round.
+
+Each block starts with `warmup` samples that run and are checked like the others but are not counted: the first
+call after the other process ran finds cold host caches (2x on a 0.1 ms CPU call, where back-to-back blocks of
+one process did not), a cost of the interleaving, not of either side. Both sides get them, on the same seeds; a
+worker cannot tell them from timed samples.
+
+In a few round halves drawn at random (`profiles`), each side also runs one call under the profiler after its
+block: the candidate's show whose kernels ran (harness.run.defenses.check_kernels); the reference's is the same work,
+so that whatever a profiler leaves behind in a process costs both sides.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.shared import messages as m
+from harness.run.paired import StopRule, should_stop
+from harness.run.workerproc import SpareWorkers, Worker, WorkerExit
+from harness.core.seeds import SeedStream
+from harness.run.trusted import Checked, Reader
+
+CANDIDATE = "candidate"
+EAGER = "eager"
+FULL_CHECKS = 2                 # timed outputs per pair checked whole, at samples drawn at random
+
+
+class GraphFallback(Exception):
+    """A side could not capture its call in a CUDA graph: the pair goes back to cold timing."""
+
+    def __init__(self, side: str, error: str):
+        super().__init__(error)
+        self.side, self.error = side, error
+
+
+@dataclass
+class Collected:
+    """Everything the rounds produced."""
+    rounds: list[dict[str, list[float]]] = field(default_factory=list)     # per round: variant -> its samples
+    host_ms: dict[str, list[float]] = field(default_factory=dict)
+    unexplained_ms: dict[str, list[float]] = field(default_factory=dict)   # parent's clock minus reported, per sample
+    flush_ms: dict[str, list[float]] = field(default_factory=dict)  # the cache flush of each sample, as reported
+    lag_ms: dict[str, list[float]] = field(default_factory=dict)
+    checks: dict[int, dict[str, Checked]] = field(default_factory=dict)    # sample seed -> side -> values
+    mutated: bool = False
+    changed_after_return: bool = False      # a timed output's memory changed after its call returned
+    not_plain: bool = False
+    output_errors: list[str] = field(default_factory=list)
+    tampered: set[str] = field(default_factory=set)
+    profiles: list[Any] = field(default_factory=list)   # the candidate's profiled calls (defenses.check_kernels)
+    reference_profiles: list[Any] = field(default_factory=list)     # the reference's (eager) profiled calls
+    noisy: bool = False
+    seconds: float = 0.0
+    graph_error: str | None = None          # graph capture failed on a side: these rounds are cold
+    switch_seconds: float = 0.0             # the parent's clock in stopping one side and resuming the other
+    profile_seconds: float = 0.0            # the parent's clock in profiled calls (both sides)
+
+    def samples(self, variant: str) -> list[float]:
+        return [s for r in self.rounds for s in r.get(variant, [])]
+
+
+class Interleaver:
+    def __init__(self, reference: Worker, variants: list[str], block: int, samples: SeedStream,
+                 checks: SeedStream, deadline: float, warmup: int = 0, profiles: int = 0,
+                 spares: SpareWorkers | None = None):
+        self.reference, self.variants, self.block, self.warmup = reference, variants, block, warmup
+        self.spares = spares                    # the slot's spare workers: stopped while a side is timed
+        self.profiles = profiles                # round halves, drawn at random, after which both sides profile a call
+        self._profile_at: set[tuple[int, int]] = set()
+        self.samples, self.check_seeds = samples, checks
+        self.deadline = deadline
+        self.candidate: Worker | None = None
+        self.active: Worker | None = None
+        self.check_for: dict[int, int] = {}
+        self.calls_per_sample = 1               # graph mode: a sample replays graph_calls x graph_replays calls
+        self.reader: Reader | None = None       # reads each side's timed outputs (harness.run.trusted)
+        self.full_seeds: set[int] = set()       # samples whose outputs are checked whole (drawn in rounds())
+        self.prepare = False                    # CPU path: flush and inputs in a request of their own (PrepareRequest)
+
+    # ------------------------------------------------------------ one side at a time
+
+    def _activate(self, worker: Worker) -> None:
+        if self.active is worker:
+            return
+        for other in (self.reference, self.candidate):
+            if other is not None and other is not worker:
+                other.pause()
+        if self.spares is not None:
+            self.spares.pause()
+        worker.resume()
+        self.active = worker
+
+    def release(self) -> None:
+        """Both sides (and the spares) running again (to verify, profile or close)."""
+        for worker in (self.reference, self.candidate):
+            if worker is not None:
+                worker.resume()
+        if self.spares is not None:
+            self.spares.resume()
+        self.active = None
+
+    def _ask(self, worker: Worker, message: Any, reply: type) -> Any:
+        worker.send(m.wire(message))
+        data = worker.recv(self.deadline)
+        try:
+            return m.parse(reply, data)
+        except m.ProtocolError as exc:
+            if data.get("kind") == "failed":
+                raise CandidateFailed(data) from None
+            raise WorkerExit("protocol", None, f"sent a malformed {reply.KIND!r} reply: {exc}") from None
+
+    def set_mode(self, worker: Worker, mode: str, graph_replays: int = 1) -> None:
+        worker.send(m.wire(m.ModeRequest(mode, graph_replays)))
+        answer = worker.recv(self.deadline)
+        if answer.get("kind") != "mode":
+            raise WorkerExit("protocol", None, f"answered {answer.get('kind')!r} to a mode change")
+
+    # ------------------------------------------------------------ blocks
+
+    def _sample(self, worker: Worker, side: str, variant: str, seed: int, out: Collected,
+                times: list[float] | None) -> None:
+        """One sample, then its output check; `times` None: a block's warm-up (checked, not counted). The parent's
+        clock brackets the sample request alone, on both sides; the check comes after the reply, with the
+        candidate stopped (trusted.Reader), or from the reference itself."""
+        flush_ms = None
+        if self.prepare:
+            flush_ms = self._ask(worker, m.PrepareRequest(variant, seed), m.Prepared).flush_ms
+        started = time.perf_counter_ns()          # the parent's clock: out of the workers' reach
+        result = self._ask(worker, m.SampleRequest(variant, seed), m.SampleResult)
+        bracket_ms = (time.perf_counter_ns() - started) / 1e6
+        if result.error:
+            raise GraphFallback(side, result.error)
+        if not result.ms > 0:
+            raise WorkerExit("protocol", None, f"reported a sample of {result.ms} ms")
+        out.tampered.update(result.tampered)
+        if times is not None:
+            times.append(result.ms)
+            out.host_ms.setdefault(variant, []).append(result.host_ms)
+            out.lag_ms.setdefault(variant, []).append(result.lag_ms)
+            out.unexplained_ms.setdefault(variant, []).append(bracket_ms - result.ms * self.calls_per_sample)
+            out.flush_ms.setdefault(variant, []).append(result.flush_ms if flush_ms is None else 0.0)
+        out.mutated = out.mutated or result.mutated
+        out.changed_after_return = out.changed_after_return or result.changed_after_return
+        out.not_plain = out.not_plain or result.not_plain
+        if variant not in (EAGER, CANDIDATE):
+            return
+        check_seed = self.check_for.setdefault(seed, self.check_seeds.next())
+        full = seed in self.full_seeds
+        if self.reader is None:
+            raise WorkerExit("protocol", None, "no reader for the outputs")
+        checked = self.reader.read(worker, side == CANDIDATE, result, check_seed, full)
+        if side != CANDIDATE:
+            self.reader.keep(check_seed, full)
+        if checked.error:
+            out.output_errors.append(f"timed call ({side}): {checked.error}")
+        out.checks.setdefault(seed, {})[side] = checked
+
+    def _block(self, side: str, variant: str, seeds: list[int], out: Collected, round_samples: dict,
+               profile: bool = False) -> None:
+        worker = self.candidate if side == CANDIDATE else self.reference
+        t0 = time.perf_counter()
+        self._activate(worker)
+        out.switch_seconds += time.perf_counter() - t0
+        times = round_samples.setdefault(variant, [])
+        for i, seed in enumerate(seeds):
+            timed = i >= self.warmup
+            self._sample(worker, side, variant, seed, out, times if timed else None)
+        if profile and variant in (EAGER, CANDIDATE):     # both sides, so that whatever a profiler leaves behind
+            t0 = time.perf_counter()
+            profiled = self._ask(worker, m.ProfileRequest(seeds[0], variant), m.ProfileResult)   # costs both
+            out.profile_seconds += time.perf_counter() - t0
+            (out.profiles if side == CANDIDATE else out.reference_profiles).append(profiled.profile)
+
+    def _seeds(self) -> list[int]:
+        return self.samples.take(self.warmup + self.block)
+
+    def reference_blocks(self, count: int) -> list[float]:
+        """Medians of `count` eager blocks of the reference alone (before the candidate starts, after it died)."""
+        import statistics
+        scratch = Collected()
+        medians = []
+        for _ in range(count):
+            samples: dict[str, list[float]] = {}
+            self._block("reference", EAGER, self._seeds(), scratch, samples)
+            medians.append(statistics.median(samples[EAGER]))
+        return medians
+
+    # ------------------------------------------------------------ rounds
+
+    def rounds(self, candidate: Worker, rule: StopRule) -> Collected:
+        """Rounds until the speedup's CI reaches the target, the time cap or max_rounds."""
+        from harness.run.paired import round_ratio
+        self.candidate = candidate
+        out = Collected()
+        # `profiles` round halves drawn among those every pair runs, after whose blocks each side profiles one
+        # call: the candidate cannot tell which of its calls will be looked at, nor that one was until it ran
+        halves = [(r, h) for r in range(rule.min_rounds) for h in (0, 1)]
+        draw = random.Random(self.samples.next())
+        self._profile_at = set(draw.sample(halves, min(self.profiles, len(halves))))
+        # the timed samples whose outputs are checked whole: forward halves (the reference's block comes first
+        # there, so its output on the same inputs is kept), drawn among the rounds every pair runs
+        full_at = set(draw.sample([(r, i) for r in range(rule.min_rounds) for i in range(self.block)],
+                                  min(FULL_CHECKS, rule.min_rounds * self.block)))
+        started = time.monotonic()
+        order = [("reference", v) for v in self.variants] + [(CANDIDATE, CANDIDATE)]
+        ratios: list[float] = []
+        while True:
+            samples: dict[str, list[float]] = {}
+            forward, backward = self._seeds(), self._seeds()
+            r = len(out.rounds)
+            self.full_seeds = {forward[self.warmup + i] for (fr, i) in full_at if fr == r}
+            for side, variant in order:
+                self._block(side, variant, forward, out, samples, profile=(r, 0) in self._profile_at)
+            self.full_seeds = set()
+            for side, variant in reversed(order):
+                self._block(side, variant, backward, out, samples, profile=(r, 1) in self._profile_at)
+            out.rounds.append(samples)
+            ratios.append(round_ratio(samples[EAGER], samples[CANDIDATE]))
+            out.seconds = time.monotonic() - started
+            stop, noisy = should_stop(ratios, out.seconds, rule)
+            if stop:
+                out.noisy = noisy
+                return out
+
+
+class CandidateFailed(Exception):
+    """The candidate worker reported a failure (its code raised) in the middle of the timing."""
+
+    def __init__(self, message: dict[str, Any]):
+        super().__init__(message.get("error"))
+        self.message = message
+
+
+def ratios(out: Collected, variant: str) -> list[float]:
+    from harness.run.paired import round_ratio
+    return [round_ratio(r[variant], r[CANDIDATE]) for r in out.rounds if r.get(variant) and r.get(CANDIDATE)]
+
+
+def fastest(out: Collected, variants: list[str]) -> str | None:
+    """The variant with the smallest median over the pair (the strongest baseline)."""
+    import statistics
+    timed = [(statistics.median(out.samples(v)), v) for v in variants if out.samples(v)]
+    return min(timed)[1] if timed else None

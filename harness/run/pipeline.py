@@ -1,0 +1,224 @@
+"""A run, stage by stage: resolve the device, discover, build, execute, store, report."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.run import meta
+from harness.run.build import Toolchain, build_all
+from harness.core.config import Config, config_to_dict
+from harness.run.resume import selection_record
+from harness.core.discover import Pair, check_selection, check_trees, discover, needs_cuda, single_pair
+from harness.core.errors import RunInterrupted, UsageError, command_line
+from harness.run.schedule import Context, Slot, run_all
+from harness.core.seeds import RunSeed
+from harness.results.records import now
+from harness.results.store import RunStore
+
+CPU_EXAMPLES = "examples/cpu"           # problems and candidates that run on a machine without a GPU
+
+
+def resolve_slots(cfg: Config, gpu_list: list[dict[str, Any]], gpus_given: bool = False) -> tuple[str, list[Slot]]:
+    """The device and its slots. `gpus_given`: --gpus was on the command line, so device auto without a GPU is an
+    error rather than a quiet run on the CPU."""
+    import torch
+    has_cuda = torch.version.cuda is not None and bool(gpu_list)
+    device = cfg.device if cfg.device != "auto" else ("cuda" if has_cuda else "cpu")
+    if device == "cpu" and gpus_given and cfg.device == "auto":
+        why = "this torch build has no CUDA support" if torch.version.cuda is None else "nvidia-smi lists no GPU"
+        raise UsageError(f"--gpus {','.join(map(str, cfg.gpus))}: no GPU here ({why}); --device cpu runs on the CPU")
+    if device == "cpu":
+        return "cpu", [Slot("cpu", None)]
+    if torch.version.cuda is None:
+        raise UsageError("--device cuda: this torch build has no CUDA support")
+    if not gpu_list and cfg.executor == "dask" and cfg.scheduler:
+        if not cfg.cuda_arch:                           # the parent builds for the remote workers' GPUs
+            raise UsageError("--device cuda with --scheduler on a machine without a GPU: set cuda_arch to the "
+                             "workers' compute capability (e.g. cuda_arch: \"9.0\") so that builds target them")
+        return "cuda", []                               # the dask workers' GPUs, not this machine's
+    if not gpu_list:
+        raise UsageError("--device cuda: no GPU found (nvidia-smi lists none)")
+    names = {g["index"]: g["name"] for g in gpu_list}
+    missing = [g for g in cfg.gpus if g not in names]
+    if missing:
+        raise UsageError(f"--gpus: no GPU with index {missing[0]} (found {sorted(names)})")
+    return "cuda", [Slot(f"cuda:{g}", g, names[g]) for g in cfg.gpus]
+
+
+def toolchain_for(device: str, cfg: Config, gpu_list: list[dict[str, Any]]) -> Toolchain:
+    import torch
+    arch = None
+    if device == "cuda":
+        arch = cfg.cuda_arch or (gpu_list[cfg.gpus[0]]["compute_capability"] if gpu_list else None)
+    return Toolchain(device, torch.__version__, torch.version.cuda, arch, sys.version.split()[0])
+
+
+def select_pairs(cfg: Config, args: argparse.Namespace) -> list[Pair]:
+    if args.problem_file is not None:
+        return [single_pair(args.problem_file, args.solution_file)]
+    check_trees(Path(cfg.problems_dir), Path(cfg.solutions_dir))
+    _, pairs = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate,
+                        warn=stderr_warning)
+    if not pairs:
+        check_selection(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate)
+    return pairs
+
+
+def stderr_warning(text: str) -> None:
+    print(f"warning: {text}", file=sys.stderr, flush=True)
+
+
+def cpu_notice(pairs: list[Pair], gpu_list: list[dict[str, Any]]) -> str | None:
+    """On the CPU: one line saying how many candidates hold CUDA code (skipped here) and where a tree is that runs."""
+    cuda = sum(1 for p in pairs if needs_cuda(p.candidate))
+    if not cuda:
+        return None
+    where = "no GPU here" if not gpu_list else "running on the CPU"
+    return (f"{where}: {cuda} of {len(pairs)} candidates hold CUDA code (cuda_sources, .cu files or Triton) and will "
+            f"be skipped; a tree that runs on the CPU: python run_eval.py --problems-dir {CPU_EXAMPLES}/problems "
+            f"--solutions-dir {CPU_EXAMPLES}/solutions")
+
+
+def make_dir(path: Path, key: str) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{key} {path}: cannot create it: {exc.strerror}") from None
+
+
+def scratch_root(run_id: str) -> Path:
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    return base / f"kbharness-{run_id}"
+
+
+def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: list[Pair] | None = None,
+                 conclude: Callable[[RunStore], int] | None = None) -> int:
+    """A run over the selected pairs (or `pairs`, e.g. calibrate's A/A pairs); `conclude` renders and chooses the
+    exit code instead of the default table."""
+    from harness.run.progress import Current
+    from harness.results.render import render, wide_console
+    console = wide_console(stderr=True)
+    from harness.run.workerproc import set_worker_memory_gb
+    set_worker_memory_gb(cfg.worker_memory_gb)         # the memory cap of every worker this run starts
+    gpu_list = meta.gpus()
+    device, slots = resolve_slots(cfg, gpu_list, gpus_given=getattr(args, "gpus", None) is not None)
+    cfg = cfg.for_device(device)                        # the CPU path's timing defaults (cpu_timing); recorded
+    pairs = select_pairs(cfg, args) if pairs is None else pairs
+    output_dir = Path(cfg.output_dir)
+    make_dir(Path(cfg.cache_dir) / "builds", "cache_dir")
+
+    def warn(message: str) -> None:
+        console.print(f"warning: {message}", highlight=False, markup=False, soft_wrap=True)
+
+    if args.resume:
+        store = RunStore.resume(output_dir, args.resume, warn)
+        done = store.done_keys()
+        pairs = [p for p in pairs if p.key not in done]
+        seed = RunSeed.resumed(store.metadata().get("seed"), cfg.seed)
+        store.update_metadata(resumed_at=[*store.metadata().get("resumed_at", []), now()])
+    else:
+        seed = RunSeed.resolve(cfg.seed)
+        store = RunStore.create(output_dir, {**meta.collect(["run_eval.py", *argv], gpu_list), "device": device,
+                                             "started_at": now(), "config": config_to_dict(cfg),
+                                             "selection": selection_record(cfg, args),
+                                             "seed": seed.record()}, warn)
+    with _resume_hint_on_interrupt(store, cfg, argv):
+        notice = cpu_notice(pairs, gpu_list) if device == "cpu" else None
+        if notice:
+            print(notice, file=sys.stderr, flush=True)
+        if cfg.executor == "dask":
+            where = f"dask ({cfg.scheduler or 'LocalCluster here'}, {device})"
+        else:
+            where = ", ".join(s.name for s in slots)
+        console.print(f"run {store.run_id}: {len(pairs)} pairs on {where}", highlight=False)
+        if cfg.executor == "dask":
+            from harness.run.executors.dask import require_distributed
+            require_distributed()
+        started = time.monotonic()
+        toolchain = toolchain_for(device, cfg, gpu_list)
+        records_out: list[dict[str, Any]] = []
+        with _progress(console) as progress:
+            build_task = progress.add_task("build", total=len(pairs))
+
+            def built(result) -> None:
+                if result.warning:
+                    warn(result.warning)
+                progress.advance(build_task)
+
+            builds = build_all(pairs, Path(cfg.cache_dir) / "builds", toolchain, cfg.build_jobs(), cfg.build_timeout,
+                               seed.base, on_done=lambda pair, result: built(result))
+            progress.update(build_task, completed=len(pairs))
+            store.update_metadata(builds_compiled=sum(1 for b in builds.values() if not b.cached and not b.static),
+                                  builds_cached=sum(1 for b in builds.values() if b.cached),
+                                  builds_skipped=sum(1 for b in builds.values() if b.static),
+                                  build_seconds=round(time.monotonic() - started, 1))
+            eval_task = progress.add_task("evaluate", total=len(pairs))
+            current = Current(progress, eval_task, cfg.timing.processes)
+
+            def emit(record: dict[str, Any]) -> None:
+                store.append(record)
+                records_out.append(record)
+                current.finished(record.get("solution"))
+                progress.advance(eval_task)
+                if args.json:
+                    print(json.dumps(record, default=str), flush=True)
+
+            scratch = scratch_root(store.run_id)
+            scratch.mkdir(parents=True, exist_ok=True)
+            ctx = Context(cfg, store.run_id, toolchain, builds, scratch, store.dir / "logs", emit, seed,
+                          started=lambda slot, pair, process: current.started(slot, pair.candidate.id, process))
+            try:
+                if cfg.executor == "dask":                  # imports distributed only here (README: Scale-out on Dask)
+                    from harness.run.executors.dask import run_all_dask
+                    store.update_metadata(dask=run_all_dask(pairs, ctx, slots, device, say=lambda text: console.print(
+                        text, highlight=False, markup=False, soft_wrap=True)))
+                else:
+                    run_all(pairs, ctx, slots)
+            finally:
+                import shutil
+                shutil.rmtree(scratch, ignore_errors=True)
+        store.update_metadata(finished_at=now(), wall_seconds=round(time.monotonic() - started, 3),
+                              ceilings=ctx.ceilings)
+        store.finish()                                     # results.jsonl and run.json hold what this run wrote
+        if args.json:
+            from harness.results import report
+            for line in report.summary_lines(report.aggregate(store.records())):
+                console.print(line, highlight=False)
+        if conclude is not None:
+            return conclude(store)
+        render(store.records(), store, json_mode=False, console=None if args.json else wide_console())
+        return 0
+
+
+@contextlib.contextmanager
+def _resume_hint_on_interrupt(store: RunStore, cfg: Config, argv: list[str]):
+    """Ctrl-C once the run has its folder: a RunInterrupted that names the run and the command that goes on."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise RunInterrupted(resume_hint(store.run_id, store.results_path, cfg.output_dir, argv)) from None
+
+
+def resume_hint(run_id: str, results_path: Path, output_dir: str, argv: list[str]) -> str:
+    """What Ctrl-C prints: where the finished pairs are and the command that runs the rest (`argv`: the run's, with
+    its subcommand first for calibrate and ci)."""
+    said = f"interrupted: finished pairs are in {results_path}"
+    if argv[:1] == ["ci"]:                      # ci selects from git and takes no --resume
+        return f"{said} (run {run_id})"
+    command = [*(["calibrate"] if argv[:1] == ["calibrate"] else []), "--resume", run_id]
+    if Path(output_dir) != Path("results"):
+        command += ["--output-dir", str(output_dir)]
+    return f"{said}; continue with: {command_line(command)}"
+
+
+def _progress(console):
+    from harness.run.progress import bar
+    return bar(console)

@@ -1,0 +1,269 @@
+"""Stage 3, execute: schedule problems over the devices (one slot per GPU, or the CPU), one reference worker per
+problem and a fresh candidate worker per pair (harness.run.evaluate), and turn whatever happens into exactly one
+record per pair."""
+from __future__ import annotations
+
+import queue
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.run import defenses
+from harness.core import flags
+from harness.run import merge as processes
+from harness.run.build import BuildResult, Toolchain
+from harness.core.config import Config
+from harness.core.discover import Pair
+from harness.run.evaluate import PairContext, ReferenceSide, run_pair, slug
+from harness.shared.messages import CeilingsJob, wire
+from harness.run.workerproc import SpareWorkers, Worker, WorkerExit, worker_env
+from harness.results.records import finish, new_record
+from harness.core.seeds import RunSeed
+
+
+@dataclass
+class Slot:
+    name: str                       # "cuda:3" or "cpu"
+    gpu: int | None
+    gpu_name: str | None = None
+    cpus: tuple[int, ...] = ()      # the cores every worker of this slot runs on (both sides on the same ones)
+
+    def timing_cpus(self, cpu_threads: int = 1) -> tuple[int, ...]:
+        """The cores a GPU slot's workers' threads are held to while timed: the first `cpu_threads` of the slot's,
+        the same ones for both sides (harness.worker.common.pin_for_timing). Empty on the CPU path: there the
+        timed call runs on the core itself, and with both sides held to one core a 0.07 ms call read 44-49%
+        slower interleaved than alone on the 2-core CI box (likely each finding the other's data in the core's
+        caches after every switch), which the interference check took for a cheat."""
+        return self.cpus[:max(1, cpu_threads)] if self.gpu is not None else ()
+
+    @property
+    def device(self) -> str:
+        return "cpu" if self.gpu is None else "cuda:0"   # each worker sees only its own GPU
+
+    def env(self, cpu_threads: int = 1) -> dict[str, str]:
+        threads = str(cpu_threads)
+        return {"CUDA_VISIBLE_DEVICES": "" if self.gpu is None else str(self.gpu), "KB_DEVICE": self.device,
+                "KB_CPU_THREADS": threads, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+                "OPENBLAS_NUM_THREADS": threads,
+                "KB_CPUS": ",".join(map(str, self.cpus)),
+                "KB_TIMING_CPUS": ",".join(map(str, self.timing_cpus(cpu_threads)))}
+
+
+def assign_cpus(slots: list[Slot]) -> None:
+    """Split this process's cores evenly over the slots: the reference and the candidate of a pair run on the same
+    cores, so neither gets a faster or nearer core than the other."""
+    import os
+    cores = sorted(os.sched_getaffinity(0))
+    share = max(1, len(cores) // max(1, len(slots)))
+    for i, slot in enumerate(slots):
+        slot.cpus = tuple(cores[i * share:(i + 1) * share] or cores)
+
+
+@dataclass
+class Context:
+    cfg: Config
+    run_id: str
+    toolchain: Toolchain
+    builds: dict[str, BuildResult]
+    scratch: Path
+    log_dir: Path
+    emit: Callable[[dict[str, Any]], None]
+    seed: RunSeed
+    stop: threading.Event = field(default_factory=threading.Event)
+    ceilings: dict[str, dict[str, float]] = field(default_factory=dict)   # slot name -> measured ceilings
+    started: Callable[[str, Pair, int], None] = lambda slot, pair, process: None   # a pair's measurement begins
+
+    def for_slot(self, slot: "Slot") -> PairContext:
+        return PairContext(self.cfg, self.seed, self.builds, self.toolchain, self.ceilings.get(slot.name, {}),
+                           self.log_dir)
+
+
+def run_all(pairs: list[Pair], ctx: Context, slots: list[Slot]) -> None:
+    """Every pair gets a record through ctx.emit; problems are spread over the slots."""
+    groups: dict[str, list[Pair]] = {}
+    for pair in pairs:
+        groups.setdefault(pair.problem_id, []).append(pair)
+    work: queue.Queue = queue.Queue()
+    for pid in sorted(groups, key=lambda p: -len(groups[p])):      # big groups first: better balance
+        work.put(groups[pid])
+    errors: list[BaseException] = []
+
+    def serve(slot: Slot) -> None:
+        spares = SpareWorkers(pair_worker_env(ctx.cfg, slot), ctx.log_dir, slot.name.replace(":", ""),
+                              spares_enabled(ctx.cfg, slot))
+        try:
+            if slot.gpu is not None and ctx.cfg.defenses:
+                ctx.ceilings[slot.name] = measure_ceilings(ctx, slot)
+            while not ctx.stop.is_set():
+                try:
+                    group = work.get_nowait()
+                except queue.Empty:
+                    return
+                run_problem(group, ctx, slot, spares)
+        except BaseException as exc:                                 # noqa: BLE001 - re-raised in the caller
+            errors.append(exc)
+            ctx.stop.set()
+        finally:
+            spares.close()
+
+    assign_cpus(slots)
+    threads = [threading.Thread(target=serve, args=(slot,), name=slot.name, daemon=True) for slot in slots]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.2)
+    if errors:
+        raise errors[0]
+
+
+def pair_worker_env(cfg: Config, slot: Slot) -> dict[str, str]:
+    """The environment of a slot's reference and candidate workers. On a GPU slot with the defenses on (the profiled
+    calls), they start CUDA tracing once before the rounds (KB_WARM_PROFILER, harness.worker.common.warm_profiler):
+    the reference before its job arrives (a spare pays it while it waits), the candidate once confined, so the
+    first profiled call does not stall a round. A spare does nothing more before its job: it is stopped while a
+    side is timed, and what it has not finished by then delays the next reference's `ready`."""
+    env = worker_env(slot.env(cfg.cpu_threads))
+    if slot.gpu is not None and cfg.defenses:
+        env["KB_WARM_PROFILER"] = "1"
+    return env
+
+
+def spares_enabled(cfg: Config, slot: Slot) -> bool:
+    """'auto': on GPU slots, where a starting worker only uses an idle core; off on the CPU, where it would
+    compete with the host-clock timing."""
+    return cfg.spare_workers == "on" or (cfg.spare_workers == "auto" and slot.gpu is not None)
+
+
+def measure_ceilings(ctx: Context, slot: Slot) -> dict[str, float]:
+    """Copy bandwidth and matmul throughput of this GPU, once per run (a worker of its own)."""
+    worker = Worker("ceilings", worker_env(slot.env(ctx.cfg.cpu_threads)), ctx.log_dir / f"ceilings_{slot.name.replace(':', '')}.log")
+    worker.send(wire(CeilingsJob(slot.device)))
+    try:
+        message = worker.recv(time.monotonic() + 300)
+    except WorkerExit:
+        return {}
+    finally:
+        worker.close()
+    return {k: v for k, v in message.items() if k != "kind" and isinstance(v, (int, float))}
+
+
+def pair_record(pair: Pair, run_id: str, device: str, builds: dict[str, BuildResult],
+                slot: Slot | None = None) -> dict[str, Any]:
+    """A new record for a pair, with its build and (on a GPU slot) the GPU: here and on a dask worker."""
+    record = new_record(pair.problem_id, pair.candidate.id, device.split(":")[0], run_id)
+    if slot is not None and slot.gpu is not None:
+        record["gpu"] = {"index": slot.gpu, "name": slot.gpu_name}
+    build = builds.get(pair.candidate.id)
+    record["build"] = build.record() if build else None
+    return record
+
+
+def _base_record(pair: Pair, ctx: Context, slot: Slot) -> dict[str, Any]:
+    return pair_record(pair, ctx.run_id, slot.device, ctx.builds, slot)
+
+
+def _decided_without_running(pair: Pair, ctx: Context, slot: Slot) -> dict[str, Any] | None:
+    """A record for pairs that cannot run: missing/broken problem, unloadable candidate, failed build."""
+    record = _base_record(pair, ctx, slot)
+    if pair.problem is None:
+        return finish(record, "load_error", f"no problem file for this candidate ({pair.problem_id}.py)")
+    if pair.problem.error:
+        return finish(record, "load_error", f"problem: {pair.problem.error}")
+    if pair.candidate.error:
+        return finish(record, "load_error", pair.candidate.error)
+    build = ctx.builds.get(pair.candidate.id)
+    if build is None:
+        return finish(record, "crashed", "no build result (harness fault)")
+    if build.status == "built":
+        return None
+    status = {"compile_error": "compile_error", "skipped": "skipped", "timeout": "timeout", "oom": "oom"}.get(build.status, "crashed")
+    return finish(record, status, build.error)
+
+
+RETRIED_FLAGS = flags.RETRIED    # verdicts a burst of load can also produce (flags.FLAGS: `retry`)
+
+
+def _load_sensitive(record: dict[str, Any]) -> str | None:
+    """The first invalidating flag, when an `invalid` pair's invalidating flags are all ones a busy machine can also
+    raise (the table's `retry` flags, harness.core.flags): the reference ran slower while the candidate was alive
+    (`interference`), or the parent's clock saw more
+    time around the candidate's samples than around the reference's (`timing_inconsistent`); a burst of load often
+    raises both. A cheat does that every time; a burst of load on a shared machine rarely lands twice, so such a
+    pair is measured once more (fresh candidate process, fresh samples) and the second try's record stands."""
+    if record.get("status") != "invalid":
+        return None
+    return flags.retryable(record.get("flags", []))
+
+
+def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorkers) -> None:
+    runnable = []
+    for pair in group:
+        record = _decided_without_running(pair, ctx, slot)
+        if record is None:
+            runnable.append(pair)
+        else:
+            ctx.emit(record)
+    if not runnable:
+        return
+    problem_dir = ctx.scratch / slot.name.replace(":", "") / slug(runnable[0].problem_id)
+    problem_dir.mkdir(parents=True, exist_ok=True)
+    count = ctx.cfg.timing.processes
+    done: dict[tuple[str, str], list[dict[str, Any]]] = {pair.key: [] for pair in runnable}
+    known: dict[str, Any] = {}          # what the first reference process worked out that the next need not
+
+    def deliver(pair: Pair, record: dict[str, Any]) -> None:
+        if count == 1:
+            ctx.emit(record)
+        else:
+            done[pair.key].append(record)
+
+    try:
+        for process in range(count):
+            pending = [p for p in runnable if all(r["status"] == "ok" for r in done[p.key])]
+            if not pending or ctx.stop.is_set():
+                break
+            _one_process(pending, ctx, slot, spares, problem_dir, process, deliver, known)
+    finally:
+        for pair in runnable:                   # what was measured stands, even when the run stops early
+            if done[pair.key]:
+                ctx.emit(processes.merge(done[pair.key], count))
+        shutil.rmtree(problem_dir, ignore_errors=True)
+
+
+def _one_process(pairs: list[Pair], ctx: Context, slot: Slot, spares: SpareWorkers, problem_dir: Path,
+                 process: int, deliver: Callable[[Pair, dict[str, Any]], None], known: dict[str, Any]) -> None:
+    """Every pair of one problem against one reference process (a fresh one after a pair left the device unusable)."""
+    pc = ctx.for_slot(slot)
+    reference = None
+    try:
+        for pair in pairs:
+            if ctx.stop.is_set():
+                return
+            if reference is None:
+                reference = ReferenceSide(pairs[0], pc, slot.device, problem_dir, spares, known)
+            record = _base_record(pair, ctx, slot)
+            if reference.error is not None:
+                deliver(pair, finish(record, reference.error_status, reference.error))
+                continue
+            ctx.started(slot.name, pair, process)
+            run_pair(pair, record, reference, pc, slot.device, problem_dir, spares, process=process)
+            reason = _load_sensitive(record)
+            if reason and reference.worker.alive() and not ctx.stop.is_set():
+                first = record
+                record = _base_record(pair, ctx, slot)
+                run_pair(pair, record, reference, pc, slot.device, problem_dir, spares, attempt=1, process=process)
+                record["retried"] = {"reason": reason, "first_try": first["flag_details"][reason]}
+            lint = reference.info.get("lint") or {}
+            if lint.get("degenerate"):
+                defenses.flag(record, flags.DEGENERATE_PROBLEM, "; ".join(lint.get("reasons", [])))
+            deliver(pair, record)
+            if (record["worker"] or {}).get("device_usable_after") is False or not reference.worker.alive():
+                reference.close()                       # the next pair gets a fresh reference process too
+                reference = None
+    finally:
+        if reference is not None:
+            reference.close()

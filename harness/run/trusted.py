@@ -1,0 +1,163 @@
+"""The trusted side's read of a candidate's timed output: commit, then check (README, Hardening).
+
+A candidate sample's reply says where its output lies (messages.Exported); the parent stops the candidate's
+processes at once, and only then draws the check seed and reads the output at positions drawn from it:
+
+  - on the CPU path the parent reads the candidate's memory itself (harness.run.peek, process_vm_readv);
+  - on the GPU the reference worker reads it through CUDA IPC mappings (messages.ReadRequest,
+    harness.worker.peer), a process where candidate code never runs.
+
+For a few samples drawn at random (`full`) the whole output is compared with the reference's output on the same
+inputs, and both with float64. Nothing about the check (its seed, its positions, whether it is whole) ever reaches
+the candidate's process, and its output is fixed before any of it exists.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from harness.shared import messages as m
+from harness.run import peek
+from harness.shared import points
+from harness.run.workerproc import Worker, WorkerExit
+
+FULL_CHECK_BYTES = 1 << 30       # CPU path: outputs larger than this are checked at points only
+
+
+@dataclass
+class Checked:
+    """One side's output check of one sample."""
+    values: list[float]
+    shapes: list[list[int]]
+    error: str | None = None
+    full: dict[str, Any] | None = None     # the whole-output comparison, where this sample was drawn for one
+
+
+def slots_for(check_seed: int, count: int, extra: int = 2) -> list[int]:
+    """Which captured calls' outputs are read (graph mode: `extra` drawn from the check seed, and the last; cold and
+    host samples have one)."""
+    if count <= 1:
+        return [0]
+    import random
+    chosen = random.Random(check_seed).sample(range(count - 1), min(extra, count - 1))
+    return sorted(chosen) + [count - 1]
+
+
+class Reader:
+    """Reads the candidate's outputs for the parent. `reference`: the problem's reference worker; `scratch`: the
+    pair's folder (the CPU path's whole-output copies)."""
+
+    def __init__(self, reference: Worker, device: str, scratch: str, deadline: float):
+        self.reference, self.device, self.scratch, self.deadline = reference, device, scratch, deadline
+        self.full_checks = 0
+
+    def read(self, worker: Worker, candidate: bool, result: m.SampleResult, check_seed: int, full: bool) -> Checked:
+        """One side's output at the drawn positions (and the candidate's whole with `full`), its worker stopped.
+        The reference's own outputs go the same way on the CPU path (both sides stopped and read by the parent,
+        so that neither does more between samples than the other); on the GPU the reference reads its own."""
+        worker.pause()
+        try:
+            if result.output_error or not result.outputs:
+                return Checked([], [], result.output_error or "the sample reply says where no output lies")
+            slots = slots_for(check_seed, len(result.outputs))
+            if self.device == "cpu":
+                return self._host(worker.proc.pid, result, check_seed, slots, full and candidate)
+            if candidate:
+                return self._device(result, check_seed, slots, full)
+        finally:
+            worker.resume()
+        return self._check_request(worker, check_seed, slots, full)
+
+    def keep(self, check_seed: int, full: bool) -> None:
+        """CPU path: the reference keeps its last output whole for the full check of the candidate's (the values
+        the parent read are what it compares at points)."""
+        if full and self.device == "cpu":
+            self._check_request(self.reference, check_seed, [0], True)
+
+    def _check_request(self, reference: Worker, check_seed: int, slots: list[int], full: bool) -> Checked:
+        """The reference's own output at the drawn positions (it is trusted), kept whole with `full`."""
+        reference.send(m.wire(m.CheckRequest(check_seed, slots, full)))
+        reply = reference.recv(max(self.deadline, time.monotonic() + 60))
+        try:
+            checked = m.parse(m.CheckResult, reply)
+            values = m.unpack_floats(checked.values) if not checked.error else []
+        except m.ProtocolError as exc:
+            raise WorkerExit("protocol", None, f"reference answered a check with {exc}") from None
+        return Checked(values, checked.shapes, checked.error)
+
+    def _host(self, pid: int, result: m.SampleResult, seed: int, slots: list[int], full: bool) -> Checked:
+        values: list[float] = []
+        try:
+            for slot in slots:
+                for j, e in enumerate(_exported(result.outputs[slot])):
+                    flat = points.output_positions(seed, slot, j, points.numel(e.shape))
+                    values += peek.read_points(pid, e.dtype, e.shape, e.strides, e.address, flat)
+            last = _exported(result.outputs[slots[-1]])
+            shapes = [list(e.shape) for e in last]
+            whole = self._host_full(pid, last, seed) if full else None
+        except (peek.PeekError, points.PointError, m.ProtocolError) as exc:
+            return Checked([], [], f"its memory could not be read: {exc}")
+        return Checked(values, shapes, None, whole)
+
+    def _host_full(self, pid: int, exported: list[m.Exported], seed: int) -> dict[str, Any] | None:
+        """The whole output copied from the candidate's memory into a file, compared by the reference."""
+        entries, shapes, strides, total = [], [], [], 0
+        for e in exported:
+            size = points.SIZES[e.dtype]
+            span = (sum((d - 1) * s for d, s in zip(e.shape, e.strides)) + 1) if points.numel(e.shape) else 0
+            total += span * size
+            if total > FULL_CHECK_BYTES:
+                return None
+            data = peek.read_bytes(pid, e.address, span * size) if span else b""
+            entries.append((e.dtype.replace("torch.", ""), span, data))
+            shapes.append(list(e.shape))
+            strides.append(list(e.strides))
+        from harness.shared.tensorfile import write_raw
+        path = write_raw(entries, os.path.join(self.scratch, f"timed-full-{self.full_checks}.kbt"))
+        self.full_checks += 1
+        results = self._on_reference({"op": "verify", "files": [
+            {"label": "timed", "path": path, "trial": -1, "shapes": shapes, "strides": strides,
+             "check_seed": seed}]}, "verified")
+        found = results.get("results")
+        return found[0] if isinstance(found, list) and found and isinstance(found[0], dict) else None
+
+    def _device(self, result: m.SampleResult, seed: int, slots: list[int], full: bool) -> Checked:
+        request = m.ReadRequest([result.outputs[k] for k in slots], seed, slots, full)
+        reply = self._on_reference(m.wire(request), m.ReadResult.KIND)
+        try:
+            read = m.parse(m.ReadResult, reply)
+            values = m.unpack_floats(read.values) if not read.error else []
+        except m.ProtocolError as exc:
+            raise WorkerExit("protocol", None, f"reference answered a read with {exc}") from None
+        return Checked(values, read.shapes, read.error, read.full)
+
+    def _on_reference(self, message: dict[str, Any], kind: str) -> dict[str, Any]:
+        """One request to the reference worker (stopped while the candidate is timed): resumed for it, stopped
+        again after."""
+        self.reference.resume()
+        try:
+            self.reference.send(message)
+            reply = self.reference.recv(max(self.deadline, time.monotonic() + 60))
+        finally:
+            self.reference.pause()
+        if reply.get("kind") != kind:
+            raise WorkerExit("protocol", None, f"reference answered {reply.get('kind')!r} to a {kind} request")
+        return reply
+
+    def close(self) -> None:
+        """The pair is over: the reference drops its mappings of the candidate's memory and its kept output."""
+        self.reference.resume()
+        self.reference.send({"op": "peer_close"})
+        reply = self.reference.recv(time.monotonic() + 60)
+        if reply.get("kind") != "peer_closed":
+            raise WorkerExit("protocol", None, f"reference answered {reply.get('kind')!r} to peer_close")
+
+
+def _exported(items: list[dict[str, Any]]) -> list[m.Exported]:
+    return [m.parse(m.Exported, e) if isinstance(e, dict) else _bad(e) for e in items]
+
+
+def _bad(item: Any) -> m.Exported:
+    raise m.ProtocolError(f"an output description that is a {type(item).__name__}")

@@ -1,0 +1,521 @@
+"""Worker processes as the parent sees them: launched with a whitelisted environment and two private pipes,
+read with deadlines, killed with every process they started (harness.shared.containment: process group, process tree,
+tagged and re-parented descendants), their output drained into a log of bounded size."""
+from __future__ import annotations
+
+import collections
+import fcntl
+import itertools
+import os
+import queue
+import secrets
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from harness.shared import containment
+from harness.shared.channel import (ChannelClosed, ChannelProtocolError, ChannelTimeout, LineReader, encode, write_all)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# Variables a worker inherits; everything else in the parent's environment stays behind.
+ENV_WHITELIST = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
+                 "CC", "CXX", "NVCC", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+                 "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONHOME",
+                 "KB_SANDBOX")      # harness.worker.sandbox's mode (auto, off, require), read by the worker it confines
+
+
+# The same heap behaviour in every worker, whatever its history. glibc's mmap threshold is otherwise dynamic: it
+# rises only once a process has freed a large mmapped block, so two processes running identical code could
+# differ in whether each call's output pages are fresh (a page fault per 4 KiB: an A/A pair read 0.35x on the
+# CPU) or reused from the heap. Fixed at glibc's ceiling (32 MiB), with no trimming of the heap below 256 MiB.
+# And the heap on transparent huge pages where the kernel allows them (`madvise` or `always`; glibc >= 2.35, older
+# ones ignore it): after the CPU path's cache flush, a sample's inputs on 4 KiB pages likely cost a page walk each,
+# and how much varied from process to process (on a 2-core KVM box, A/A process pairs read up to 1.75, the
+# candidate side faster in 20 of 20; with huge pages both ways, README).
+MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456:glibc.malloc.hugetlb=1"
+
+# A worker's log keeps its first LOG_HEAD_BYTES and, once it passes LOG_CAP_BYTES, only its last
+# LOG_CAP_BYTES / 2 beyond those (a line in between says how much was dropped): a candidate printing 100 MB
+# leaves a log of at most LOG_CAP_BYTES.
+LOG_CAP_BYTES = 8 << 20
+LOG_HEAD_BYTES = 64 << 10
+DEFAULT_MEMORY_FRACTION = 0.8       # worker_memory_gb unset: each worker may use 0.8 x this machine's RAM
+
+_memory_gb: float | None = None
+
+
+def set_worker_memory_gb(gb: float | None) -> None:
+    """The config's worker_memory_gb (None: DEFAULT_MEMORY_FRACTION of MemTotal; 0: no cap), for every worker
+    started from now on. Called once per run (pipeline, lint)."""
+    global _memory_gb
+    _memory_gb = gb
+
+
+def memory_cap_bytes() -> int:
+    if _memory_gb is None:
+        total = containment.mem_total_bytes()
+        return int(total * DEFAULT_MEMORY_FRACTION) if total else 0
+    return max(0, int(_memory_gb * 1e9))
+
+
+def worker_env(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: os.environ[k] for k in ENV_WHITELIST if k in os.environ}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["KB_MEMORY_CAP_BYTES"] = str(memory_cap_bytes())    # applied by the worker (containment.apply_memory_cap)
+    env["GLIBC_TUNABLES"] = MALLOC_TUNABLES
+    # numpy's OpenBLAS (imported with torch) starts a thread per core at import, each with a buffer of its own: on
+    # a 16-core machine that alone overran a 1 GB worker_memory_gb before any job arrived, and the sandbox binds
+    # only the threads that exist when it is applied and those they start, so a pool started at `import torch`
+    # would be threads candidate code could later run in. Slots pass the pair's cpu_threads instead.
+    env["OPENBLAS_NUM_THREADS"] = "1"
+    env.update(extra)
+    return env
+
+
+class _Spawner:
+    """Every worker is started from one thread that lives as long as the process: PR_SET_PDEATHSIG fires when the
+    *thread* that forked a process ends, so a worker started from a build-pool or slot thread would be killed when
+    that thread finishes."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+
+    def popen(self, *args: Any, **kwargs: Any) -> subprocess.Popen:
+        with self.lock:
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="kb-spawner", daemon=True)
+                self.thread.start()
+        if threading.current_thread() is self.thread:
+            return self._start(*args, **kwargs)
+        future: Future = Future()
+        self.jobs.put((future, args, kwargs))
+        return future.result()
+
+    def _run(self) -> None:
+        while True:
+            future, args, kwargs = self.jobs.get()
+            try:
+                future.set_result(self._start(*args, **kwargs))
+            except BaseException as exc:                # noqa: BLE001 - handed to the caller
+                future.set_exception(exc)
+
+    @staticmethod
+    def _start(*args: Any, **kwargs: Any) -> subprocess.Popen:
+        with containment.spawn_lock:                    # registered before any sweep can see it
+            proc = subprocess.Popen(*args, **kwargs)
+            containment.registry.add(proc.pid)
+        return proc
+
+
+_spawner = _Spawner()
+
+
+class LogSink:
+    """One worker's stdout and stderr: a pipe the parent drains (the log pump thread, or flush()) into a file of
+    bounded size. A pipe, not the file itself, because a child writing to fd 1/2 from C could not be capped."""
+
+    def __init__(self, path: Path, fd: int):
+        self.path, self.fd = path, fd
+        self.lock = threading.Lock()
+        os.set_blocking(fd, False)
+        try:
+            fcntl.fcntl(fd, 1031, 1 << 20)              # F_SETPIPE_SZ: fewer wake-ups for a chatty worker
+        except OSError:
+            pass
+        self.out = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.size = os.fstat(self.out).st_size
+        self.marker_len = 0
+        self.dropped = 0
+
+    def pump(self, budget: int = 8 << 20) -> bool:
+        """Move what the pipe holds into the file (at most `budget` bytes); False once the pipe is closed."""
+        with self.lock:
+            while self.fd is not None and budget > 0:
+                try:
+                    data = os.read(self.fd, 1 << 20)
+                except BlockingIOError:
+                    return True
+                except OSError:
+                    data = b""
+                if not data:
+                    return False
+                budget -= len(data)
+                self._write(data)
+            return self.fd is not None
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self.out, view)
+            view = view[n:]
+        self.size += len(data)
+        if self.size > LOG_CAP_BYTES:
+            self._compact()
+
+    def _compact(self) -> None:
+        head_len = min(LOG_HEAD_BYTES, self.size)
+        tail_len = LOG_CAP_BYTES // 2
+        head = os.pread(self.out, head_len, 0)
+        tail = os.pread(self.out, tail_len, self.size - tail_len)
+        self.dropped += (self.size - tail_len) - (head_len + self.marker_len)
+        marker = (f"\n[kb-harness: {self.dropped} bytes of output dropped here; a log keeps its first "
+                  f"{LOG_HEAD_BYTES >> 10} KiB and last {tail_len >> 20} MiB]\n").encode()
+        os.ftruncate(self.out, 0)
+        data = memoryview(head + marker + tail)
+        while data:
+            n = os.write(self.out, data)
+            data = data[n:]
+        self.size = head_len + len(marker) + len(tail)
+        self.marker_len = len(marker)
+
+    def flush(self) -> None:
+        """Whatever the worker wrote so far, into the file now (before reading its tail)."""
+        self.pump(budget=LOG_CAP_BYTES)
+
+    def finish(self) -> None:
+        """The worker and its descendants are gone: drain the rest, stop watching, close the file."""
+        self.pump(budget=4 * LOG_CAP_BYTES)
+        _pump.remove(self)
+
+    def close_fds(self) -> None:
+        with self.lock:
+            for fd in (self.fd, self.out):
+                if fd is not None:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            self.fd = self.out = None
+
+
+class _LogPump:
+    """One thread draining every worker's output pipe into its log (epoll over all of them)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pending: collections.deque = collections.deque()
+        self.selector: selectors.BaseSelector | None = None
+        self.wake_r = self.wake_w = -1
+        self.thread: threading.Thread | None = None
+
+    def _send(self, op: str, sink: LogSink) -> None:
+        with self.lock:
+            if self.thread is None:
+                self.selector = selectors.DefaultSelector()
+                self.wake_r, self.wake_w = os.pipe()
+                os.set_blocking(self.wake_r, False)
+                os.set_blocking(self.wake_w, False)
+                self.selector.register(self.wake_r, selectors.EVENT_READ, None)
+                self.thread = threading.Thread(target=self._run, name="kb-log-pump", daemon=True)
+                self.thread.start()
+            self.pending.append((op, sink))
+        try:
+            os.write(self.wake_w, b"x")
+        except BlockingIOError:
+            pass
+
+    def add(self, sink: LogSink) -> None:
+        self._send("add", sink)
+
+    def remove(self, sink: LogSink) -> None:
+        if self.thread is None:
+            sink.close_fds()
+        else:
+            self._send("remove", sink)
+
+    def _run(self) -> None:
+        assert self.selector is not None
+        while True:
+            for key, _ in self.selector.select():
+                if key.data is None:
+                    self._commands()
+                elif not key.data.pump():
+                    self._drop(key.data, close=False)
+
+    def _commands(self) -> None:
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        while True:
+            with self.lock:
+                if not self.pending:
+                    return
+                op, sink = self.pending.popleft()
+            if op == "add":
+                if sink.fd is not None:
+                    self.selector.register(sink.fd, selectors.EVENT_READ, sink)
+            else:
+                self._drop(sink, close=True)
+
+    def _drop(self, sink: LogSink, close: bool) -> None:
+        """Stop watching a sink's pipe (at EOF, or when its worker is closed); its fds close on `remove`."""
+        try:
+            self.selector.unregister(sink.fd)
+        except (KeyError, ValueError, TypeError):
+            pass
+        if close:
+            sink.close_fds()
+
+
+_pump = _LogPump()
+
+
+class WorkerExit(Exception):
+    """The worker ended (or was ended) without the message the parent waited for."""
+
+    def __init__(self, kind: str, returncode: int | None, detail: str):
+        super().__init__(detail)
+        self.kind = kind                    # "exited" | "timeout" | "protocol" | "oom" (an exit judged out of memory)
+        self.returncode = returncode
+        self.detail = detail
+
+
+class Worker:
+    """One worker process. Every process it starts belongs to it (harness.shared.containment): pause() and resume() stop
+    and continue all of them, kill() and close() end all of them."""
+
+    def __init__(self, role: str, env: dict[str, str], log_path: Path):
+        containment.setup_parent()
+        self.role = role
+        self.tag = containment.new_tag()
+        env = {**env, containment.TAG_VAR: self.tag, containment.PARENT_VAR: str(os.getpid())}
+        cmd_r, cmd_w = os.pipe()
+        res_r, res_w = os.pipe()
+        out_r, out_w = os.pipe()
+        self.log_path = log_path
+        self.started = time.monotonic()
+        self.oom_kills_at_start = containment.oom_kills()
+        self.killed = False                 # the harness ended it (kill(), timeout): its exit is no fault
+        self._strays: set[int] = set()      # escaped descendants attributed to this worker (pause/resume cache)
+        self._stopped: set[int] = set()
+        try:
+            self.sink = LogSink(log_path, out_r)
+        except BaseException:
+            for fd in (cmd_r, cmd_w, res_r, res_w, out_r, out_w):
+                os.close(fd)
+            raise
+        try:
+            self.proc = _spawner.popen(
+                [sys.executable, "-m", "harness.worker", role, str(cmd_r), str(res_w)],
+                pass_fds=(cmd_r, res_w), stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
+                env=env, cwd=str(REPO_ROOT), start_new_session=True)
+        except BaseException:
+            self.sink.close_fds()
+            for fd in (cmd_r, cmd_w, res_r, res_w, out_w):
+                os.close(fd)
+            raise
+        for fd in (cmd_r, res_w, out_w):
+            os.close(fd)
+        st = containment.stat(self.proc.pid)
+        self.since = st[4] if st else 0    # its start time (clock ticks since boot): descendants start later
+        _pump.add(self.sink)
+        self.cmd_w = cmd_w
+        self.reader = LineReader(res_r)
+        self.token = secrets.token_hex(16)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def move_log(self, path: Path) -> None:
+        """Give a spare worker its job's log name (the open file follows the rename)."""
+        target, n = path, 1
+        while target.exists():
+            n += 1
+            target = path.with_name(f"{path.stem}.{n}{path.suffix}")
+        try:
+            os.replace(self.log_path, target)
+            self.log_path = target
+            self.sink.path = target
+        except OSError:
+            pass
+
+    def send(self, message: dict[str, Any]) -> None:
+        try:
+            write_all(self.cmd_w, encode({"token": self.token, **message}))
+        except (BrokenPipeError, OSError):
+            pass                                        # the worker is gone; recv() will say how
+
+    def recv(self, deadline: float) -> dict[str, Any]:
+        """The next message carrying our token. Raises WorkerExit on death, timeout or garbage."""
+        try:
+            message = self.reader.read(deadline)
+        except ChannelTimeout:
+            self.kill()
+            raise WorkerExit("timeout", None, "no answer before the timeout") from None
+        except ChannelClosed:
+            code = self.wait(5.0)
+            raise WorkerExit(*self.death(code)) from None
+        except ChannelProtocolError as exc:
+            self.kill()
+            raise WorkerExit("protocol", None, f"sent {exc} on the result channel") from None
+        if message.pop("token", None) != self.token:
+            self.kill()
+            raise WorkerExit("protocol", None, "sent a message without the harness's token (a forged record?)")
+        return message
+
+    def death(self, code: int | None) -> tuple[str, int | None, str]:
+        """(kind, code, detail) for a worker that ended on its own. Out of memory when (1) it died of a SIGKILL the
+        harness did not send and the kernel's OOM-kill count (/proc/vmstat oom_kill, host-wide) rose while it
+        lived, or (2) the end of its log names an allocation failure (MemoryError, std::bad_alloc, "can't allocate
+        memory", "out of memory"): what a process under the RLIMIT_DATA cap dies of when it cannot handle it."""
+        text = describe_exit(code)
+        if code is None or self.killed:
+            return "exited", code, text
+        before, now = self.oom_kills_at_start, containment.oom_kills()
+        if code == -signal.SIGKILL and before is not None and now is not None and now > before:
+            return "oom", code, f"out of memory: {text} (the kernel's OOM killer ran while it lived)"
+        if containment.log_says_oom(self.log_tail(3000)):
+            return "oom", code, f"out of memory: {text} after an allocation failure (see its log)"
+        return "exited", code, text
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.proc.returncode
+        if code is not None:
+            containment.registry.discard(self.proc.pid)
+        return code
+
+    def pause(self) -> None:
+        """Stop every process of this worker with SIGSTOP (while the other side is timed): its process group, its
+        process tree and any escaped descendant already attributed to it. No /proc scan: a few file reads when it
+        has no children."""
+        if self.proc.returncode is not None:
+            return
+        self._stopped = containment.signal_tree(self.proc.pid, self.proc.pid, self.tag, signal.SIGSTOP,
+                                                self._strays)
+
+    def resume(self) -> None:
+        """SIGCONT to everything pause() stopped and everything of this worker found now."""
+        if self.proc.returncode is not None:
+            return
+        found = containment.signal_tree(self.proc.pid, self.proc.pid, self.tag, signal.SIGCONT, self._strays)
+        for pid in self._stopped - found:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self._stopped = set()
+
+    def kill(self) -> None:
+        """SIGKILL to every process of this worker (containment.sweep: group, tree, tagged, strays), reap it."""
+        self.killed = True
+        root = self.proc.pid if self.proc.returncode is None else None   # a reaped pid may be someone else's
+        containment.sweep(root, self.proc.pid, self.tag, self.since)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.proc.returncode is not None:
+            containment.registry.discard(self.proc.pid)
+
+    def close(self) -> int | None:
+        """Tell the worker to stop, give it a moment, then make sure every process of it is gone."""
+        self.send({"op": "exit"})
+        code = self.wait(10.0)
+        self.kill()
+        for fd in (self.cmd_w, self.reader.fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.sink.finish()
+        return code
+
+    def log_tail(self, limit: int = 2000) -> str:
+        self.sink.flush()
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - limit))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+
+class SpareWorkers:
+    """Workers started before they are needed, one per role. A new worker spends its first seconds importing
+    torch (no GPU work yet); a spare does that while the job before it runs, so the next job starts at once.
+    Every job still gets a process of its own that no earlier job has touched."""
+
+    _serial = itertools.count()
+
+    def __init__(self, env: dict[str, str], log_dir: Path, tag: str, enabled: bool):
+        self.env, self.log_dir, self.tag, self.enabled = env, log_dir, tag, enabled
+        self.spares: dict[str, Worker] = {}
+        self._paused: set[Worker] = set()
+
+    def take(self, role: str, log_path: Path) -> Worker:
+        worker = self.spares.pop(role, None)
+        if worker in self._paused:                      # a pair's timing ended without release()
+            self._paused.discard(worker)
+            worker.resume()
+        if worker is not None and worker.alive():
+            worker.move_log(log_path)
+        else:
+            if worker is not None:
+                self._discard(worker)
+            worker = Worker(role, self.env, log_path)
+        if self.enabled:
+            spare_log = self.log_dir / f"spare-{self.tag}-{role}-{next(self._serial)}.log"
+            self.spares[role] = Worker(role, self.env, spare_log)
+        return worker
+
+    def pause(self) -> None:
+        """SIGSTOP the spares while a side is timed: a spare importing torch would compete with the timed process
+        for the host (on a 2-core machine it slowed the reference's blocks during a pair by half, and the honest
+        pair read `interference`). They go on importing when the timing stops (resume). Called at every switch
+        of the timed side: only a spare started since the last call is signalled."""
+        for worker in self.spares.values():
+            if worker not in self._paused:
+                worker.pause()
+                self._paused.add(worker)
+
+    def resume(self) -> None:
+        for worker in self._paused:
+            worker.resume()
+        self._paused.clear()
+
+    def close(self) -> None:
+        for worker in self.spares.values():
+            self._discard(worker)
+        self.spares.clear()
+        self._paused.clear()
+
+    @staticmethod
+    def _discard(worker: Worker) -> None:
+        worker.kill()                                   # a spare never got a job: nothing to wait for
+        worker.close()
+        try:
+            if worker.log_path.stat().st_size == 0:
+                worker.log_path.unlink()
+        except OSError:
+            pass
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "worker did not exit"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"worker killed by {name}"
+    return f"worker exited with code {code} before reporting"

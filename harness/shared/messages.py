@@ -1,0 +1,305 @@
+"""The messages of the timing protocol between the parent and its workers, one dataclass each.
+
+Requests go parent -> worker (they carry `op`), replies worker -> parent (they carry `kind`). `wire(msg)` makes the
+dict the channel sends; `parse(cls, dict)` checks a received dict field by field against the dataclass (a worker
+is untrusted: a wrong type is a protocol error, never a crash of the parent). A new timing mode or baseline is a
+field or a message here, and nowhere else in the protocol.
+"""
+from __future__ import annotations
+
+import array
+import base64
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+class ProtocolError(Exception):
+    """A message that does not have the shape its dataclass says."""
+
+
+@dataclass(frozen=True)
+class TimingSpec:
+    """How both sides time a call. Sent once, in the job."""
+    mode: str                   # "cold" | "graph" | "host" (the CPU path)
+    warmup: int
+    flush_l2: bool
+    graph_calls: int
+    variants: list[str] = field(default_factory=lambda: ["eager"])   # reference: eager and compile:<mode>
+    graph_replays: int = 1      # graph mode: replays of the captured graph in one sample (the parent's choice)
+
+
+# ---------------------------------------------------------------- jobs (parent -> worker, the first message)
+
+@dataclass(frozen=True)
+class ReferenceJob:
+    """Starts the reference worker of one problem (harness.worker.reference)."""
+    problem_path: str
+    device: str
+    seed: int                       # the run's base seed: weights and trial k's inputs (base + k)
+    trials: int
+    timing: TimingSpec
+    compile_modes: list[str]        # torch.compile baselines to build beside eager
+    probe_seeds: list[int]          # the cold probe that timing mode `auto` decides on
+    scratch: str                    # the problem's folder: reference_state.pt for candidate workers
+    defenses: bool
+    precision: str | None = None
+
+
+@dataclass(frozen=True)
+class CandidateJob:
+    """Starts the candidate worker of one pair (harness.worker.candidate). Its `env` (the candidate's build and
+    Triton folders) is applied and removed by the worker's entry point before the role reads the job."""
+    problem_path: str
+    candidate_path: str
+    device: str
+    seed: int
+    trials: int
+    timing: TimingSpec
+    scratch: str                    # the pair's own folder (trial outputs, the sandbox's writable tree)
+    state_path: str                 # the reference's parameters, copied into the candidate's model
+    defenses: bool
+    precision: str | None = None
+    hide: list[str] = field(default_factory=list)          # folders the sandbox makes unreadable (run keys)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """Starts a build worker (harness.worker.build): import the candidate with CUDA hidden so that its
+    load_inline calls compile into the build folder, and construct ModelNew once when nothing built at import."""
+    candidate_path: str
+    problem_path: str
+    device_kind: str                # the toolchain's: what the candidate may build for (cuda | cpu)
+    seed: int
+    hide: list[str] = field(default_factory=list)          # folders the sandbox makes unreadable (run keys)
+
+
+@dataclass(frozen=True)
+class LintJob:
+    """Starts a lint worker (harness.worker.lint) for one problem."""
+    problem_path: str
+    device: str
+    seed: int
+    precision: str | None = None
+    samples: int = 20               # timed calls for the problem's timer-floor check
+
+
+@dataclass(frozen=True)
+class CeilingsJob:
+    """Starts the ceilings worker (harness.worker.ceilings): the device's copy bandwidth and matmul throughput."""
+    device: str
+
+
+# ---------------------------------------------------------------- requests (parent -> worker)
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """Time one call of `variant` on inputs drawn with `seed`: the worker learns the seed only now."""
+    OP: ClassVar[str] = "sample"
+    variant: str
+    seed: int
+
+
+@dataclass(frozen=True)
+class PrepareRequest:
+    """CPU path: before a sample, flush the caches and draw the inputs for `seed`; the SampleRequest that follows
+    times the call alone, so that the parent's clock around it holds the call and little else (the flush, up to
+    512 MiB written, jitters by milliseconds on big-cache hosts and would hide a forged report)."""
+    OP: ClassVar[str] = "prepare"
+    variant: str
+    seed: int
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """Reference only, after one of its own samples: its output's values at the positions drawn from `check_seed`
+    (harness.shared.points; the parent draws it after the sample), in the output of each captured call listed in
+    `slots` (graph mode; cold: [0]), and with `keep_full` the whole output and its inputs kept for the full check of
+    the candidate's output on the same inputs. No such request ever reaches the candidate: its outputs are read
+    by the parent (CPU) or by the reference (GPU, ReadRequest)."""
+    OP: ClassVar[str] = "check"
+    check_seed: int
+    slots: list[int] = field(default_factory=lambda: [0])
+    keep_full: bool = False
+
+
+@dataclass(frozen=True)
+class ReadRequest:
+    """Reference only (GPU): read the candidate's output where its sample reply says it lies (CUDA IPC handles),
+    while the candidate is stopped, at the positions drawn from `check_seed`; with `full`, also compare the whole
+    output with the reference's kept one (CheckRequest.keep_full) and measure both against float64."""
+    OP: ClassVar[str] = "read"
+    outputs: list[list[dict[str, Any]]]         # the chosen slots' Exported dicts, in `slots` order
+    check_seed: int
+    slots: list[int] = field(default_factory=lambda: [0])
+    full: bool = False                          # also the whole output of the last slot listed
+
+
+@dataclass(frozen=True)
+class Exported:
+    """Where one output tensor of a sample lies in the worker that made it: what the trusted side needs to read it
+    (harness.run.peek on the host, the reference's CUDA IPC mapping on the device)."""
+    dtype: str                  # "torch.float32", ...
+    shape: list[int]
+    strides: list[int]          # in elements
+    address: int                # host: the first element's address; device: its byte offset in the allocation
+    handle: str = ""            # device: the allocation's IPC handle (base64); "" on the host
+
+
+@dataclass(frozen=True)
+class ModeRequest:
+    """Set the timing mode before a pair (graph: with the replays a sample makes), or switch it back to cold when
+    graph capture failed on one side."""
+    OP: ClassVar[str] = "mode"
+    mode: str
+    graph_replays: int = 1
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    """One call of `variant` on inputs drawn with `seed`, under the profiler, to see whose kernels ran."""
+    OP: ClassVar[str] = "profile"
+    seed: int
+    variant: str
+
+
+@dataclass(frozen=True)
+class DeriveRequest:
+    """Reference only, once per reference process: the figures the checks need that do not depend on the
+    candidate (the forward's FLOPs and bytes, the float64 reference of trial 0). The parent asks right after
+    handing the candidate worker its job, so the reference computes them while the candidate starts and runs its
+    trials, and collects the reply before the first verify. `flops`: False when an earlier process pair of the
+    same problem counted them already (counting imports torch._dynamo: seconds)."""
+    OP: ClassVar[str] = "derive"
+    flops: bool = True
+
+
+# ---------------------------------------------------------------- replies (worker -> parent)
+
+@dataclass(frozen=True)
+class SampleResult:
+    KIND: ClassVar[str] = "sample"
+    ms: float                   # the sample: device time (cuda events) or host time (CPU path)
+    host_ms: float              # host clock around the same region
+    lag_ms: float               # device end minus current-stream end (work left on other streams)
+    tampered: list[str]         # harness clock functions found replaced after the sample
+    error: str | None = None    # the sample could not run in this mode (e.g. "graph capture failed: ...")
+    flush_ms: float = 0.0       # host time of the cache flush before the call (the CPU path's; 0 on the GPU)
+    outputs: list[list[dict[str, Any]]] = field(default_factory=list)   # per captured call, per tensor: Exported
+    output_error: str | None = None     # the output is not a list of readable tensors (one line)
+    not_plain: bool = False     # the output is a tensor subclass or lazy object
+    mutated: bool = False       # the call changed its inputs (as the worker saw it)
+    changed_after_return: bool = False     # the previous sample's output changed after its call returned
+
+
+@dataclass(frozen=True)
+class Prepared:
+    KIND: ClassVar[str] = "prepared"
+    flush_ms: float = 0.0       # host time of the cache flush
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    KIND: ClassVar[str] = "checked"
+    values: str                 # the floats at the drawn positions, packed (pack_floats)
+    shapes: list[list[int]]
+    error: str | None = None    # the output cannot be read (one line)
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    KIND: ClassVar[str] = "read"
+    values: str                 # the candidate's floats at the drawn positions, packed
+    shapes: list[list[int]]
+    error: str | None = None    # its memory could not be read (one line): a failed check
+    full: dict[str, Any] | None = None     # with `full`: ok, reason, max_abs_err, fp64 errors (reference.full_check)
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    KIND: ClassVar[str] = "profile"
+    profile: dict[str, Any] | None     # kernels, custom_kernels, custom_share, other_kernels; None on the CPU
+
+
+@dataclass(frozen=True)
+class Derived:
+    KIND: ClassVar[str] = "derived"
+    work: dict[str, Any] | None             # {"flops", "bytes"} of one forward (None with the defenses off)
+    fp64_reference_max_abs_err: float | None = None     # eager's own error against the float64 reference
+    fp64_output_scale: float | None = None  # the largest |value| of the float64 reference's outputs
+
+
+def pack_floats(values: list[float]) -> str:
+    """Floats (NaN and Inf included) as base64 of native float64: what a check carries over the local pipe."""
+    return base64.b64encode(array.array("d", values).tobytes()).decode("ascii")
+
+
+def unpack_floats(text: str) -> list[float]:
+    """The floats pack_floats packed; ProtocolError for anything else."""
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+        if len(raw) % 8:
+            raise ValueError("not a whole number of float64s")
+        return array.array("d", raw).tolist()
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise ProtocolError(f"packed floats that do not unpack: {exc}") from None
+
+
+def wire(message: Any) -> dict[str, Any]:
+    """The message as a dict for the channel. Shallow (messages are flat; a nested dataclass is converted): a check
+    result carries thousands of floats, and asdict's deep copy of them cost milliseconds on every sample."""
+    data = {}
+    for f in dataclasses.fields(message):
+        value = getattr(message, f.name)
+        data[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    if getattr(message, "OP", None):
+        return {"op": message.OP, **data}
+    return {"kind": message.KIND, **data} if getattr(message, "KIND", None) else data   # a job has no tag
+
+
+def parse(cls: type, data: dict[str, Any]) -> Any:
+    """The dataclass `cls` from a received dict, or ProtocolError naming the first wrong field."""
+    tag = getattr(cls, "KIND", None)
+    if tag is not None and data.get("kind") != tag:
+        raise ProtocolError(f"expected a {tag!r} message, got {data.get('kind')!r}: {str(data.get('error'))[:200]}")
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+                continue
+            raise ProtocolError(f"{cls.__name__}: missing field {f.name!r}")
+        value = data[f.name]
+        if dataclasses.is_dataclass(hints[f.name]) and isinstance(value, dict):
+            value = parse(hints[f.name], value)             # a nested message (a job's TimingSpec)
+        if not _fits(value, hints[f.name]):
+            raise ProtocolError(f"{cls.__name__}: field {f.name!r} has a {type(value).__name__}")
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+        return any(_fits(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is Any:
+        return True
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if hint is str:
+        return isinstance(value, str)
+    if origin is dict:
+        return isinstance(value, dict)
+    if origin is list:
+        (item,) = typing.get_args(hint) or (Any,)
+        return isinstance(value, list) and (item is Any or all(_fits(v, item) for v in value))
+    return isinstance(value, hint)

@@ -1,0 +1,80 @@
+"""Entry point of every worker process: import torch, read the job from the command pipe (with the variables
+that differ per job, such as the candidate's extension folder), confine the roles that run candidate code
+(harness.worker.sandbox), run the role, exit hard.
+
+Exiting with os._exit skips candidate atexit handlers and leftover threads: once the role has sent its
+messages, nothing the candidate left behind can run or speak."""
+import os
+import sys
+
+from harness.shared import containment
+from harness.worker import sandbox
+from harness.worker import common
+from harness.worker.common import Conn, describe, tail_traceback
+
+
+def main(argv: list[str]) -> None:
+    # A worker outlives nothing: SIGKILL when the parent dies (checked against the PID the parent passed, in case it
+    # died before the prctl); a subreaper, so that what it starts stays in its tree (harness.shared.containment).
+    containment.setup_worker()
+    containment.apply_memory_cap()      # RLIMIT_DATA; see containment.apply_memory_cap for why not RLIMIT_AS
+    # Host allocation failures (MemoryError, torch's "DefaultCPUAllocator: can't allocate memory") are `oom` too;
+    # the roles bind common.is_oom when they are imported below.
+    common.is_oom = containment.is_memory_error
+    role, cmd_fd, res_fd = argv[0], int(argv[1]), int(argv[2])
+    conn = Conn(cmd_fd, res_fd)
+    import torch  # noqa: F401 - before the job arrives: a spare worker pays for this while it waits
+    if role == "reference":
+        common.warm_profiler()          # a spare pays it while it waits; the candidate role after its confinement
+    job = conn.recv()
+    os.environ.update({str(k): str(v) for k, v in (job.pop("env", None) or {}).items()})
+    os.environ.setdefault("KB_DEVICE", job.get("device", "cpu"))
+    try:
+        if role in sandbox.ROLES:
+            # Confined now that the job has said which folders are its own, before anything of the candidate (or
+            # CUDA) runs; the first message to the parent says what was applied (`sandbox`).
+            _report_with_first_message(conn, sandbox.confine_worker(role, job))
+        if role == "build":
+            from harness.worker.build import run
+        elif role == "reference":
+            from harness.worker.reference import run
+        elif role == "candidate":
+            from harness.worker.candidate import run
+        elif role == "ceilings":
+            from harness.worker.ceilings import run
+        elif role == "lint":
+            from harness.worker.lint import run
+        else:
+            raise SystemExit(f"unknown worker role {role!r}")
+        run(conn, job)
+    except BaseException as exc:                       # noqa: BLE001 - anything left is a harness fault
+        try:
+            conn.send("harness_error", error=describe(exc), traceback=tail_traceback(exc))
+        except OSError:
+            pass
+    finally:
+        sandbox.cleanup()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:                          # noqa: BLE001
+                pass
+        os._exit(0)
+
+
+def _report_with_first_message(conn: Conn, report: dict) -> None:
+    """The sandbox's report rides on the worker's first message (`built`, `outputs`, `failed`, `harness_error`);
+    a protection that could not be applied is also said in the log."""
+    if report.get("mode") != "off" and (report.get("error") or not report.get("filesystem")):
+        print(f"kb-harness: sandbox incomplete: {report.get('error')}", file=sys.stderr, flush=True)
+    send = conn.send
+
+    def send_first(kind: str, **payload) -> None:
+        conn.send = send
+        send(kind, sandbox=report, **payload)
+
+    conn.send = send_first
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

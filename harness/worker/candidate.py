@@ -1,0 +1,188 @@
+"""The candidate side of one (problem, candidate) pair: a fresh process per pair.
+
+Order matters: the clocks are bound (import of harness.worker.timing) and every input set is drawn from the problem's
+get_inputs() before the candidate's code is imported. The expected outputs never enter this process: the outputs
+are written to files that the reference worker compares.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from harness.worker import integrity
+from harness.worker.common import (Conn, SkipCandidate, as_tensor_list, compiler_summary, describe, device_inputs,
+    init_inputs, is_oom, install_extension_hooks, load_module, problem_settings, setup_torch, tail_traceback,
+    warm_profiler)
+from harness.worker.sampler import inputs_changed, not_plain, same_tensor
+
+
+class Failed(Exception):
+    def __init__(self, status: str, error: str, detail: str | None = None):
+        super().__init__(error)
+        self.status, self.error, self.detail = status, error, detail
+
+
+def run(conn: Conn, data: dict[str, Any]) -> None:
+    from harness.shared import messages as m
+    from harness.worker import timing  # noqa: F401 - binds the clocks now, before candidate code exists
+    from harness.shared import tensorfile  # noqa: F401 - imported before candidate code, in the snapshot too
+    from harness.worker import integrity, rawread, sampler  # noqa: F401 - the timing path, recorded before
+    job = m.parse(m.CandidateJob, data)                    # candidate code exists
+    device = job.device
+    warm_profiler()                 # confined already, so CUPTI's threads are too; before candidate code exists
+    rawread.bind(cuda=device != "cpu")
+    integrity.snapshot()
+    try:
+        problem, settings, init, trial_inputs = _problem_side(job, device)
+        model, log, param_match = _load_candidate(job, device, settings, init)
+        report = _correctness(model, trial_inputs, job, device, settings)
+        conn.send("outputs", param_match=param_match, extensions=log.calls,
+                  module_mode="train" if model.training else "eval", **report)
+        _serve(conn, model, problem, settings, job, device)
+    except Failed as f:
+        conn.send("failed", status=f.status, error=f.error, detail=f.detail)
+
+
+def _problem_side(job, device):
+    problem = load_module("kb_problem", job.problem_path)
+    integrity.watch_module(problem)
+    settings = problem_settings(problem, job.precision)
+    setup_torch(settings)
+    seed = job.seed
+    init = init_inputs(problem)
+    trial_inputs = [device_inputs(problem, seed + k, settings, device) for k in range(job.trials)]
+    return problem, settings, init, trial_inputs
+
+
+def _classify(exc: BaseException, log, stage: str) -> Failed:
+    if isinstance(exc, SkipCandidate):
+        return Failed("skipped", log.skip_reason or str(exc))
+    if log.compile_errors:
+        line, detail = compiler_summary(log.compile_errors[-1])
+        return Failed("compile_error", line, detail)
+    if is_oom(exc):
+        return Failed("oom", f"{stage}: {describe(exc)}", tail_traceback(exc))
+    status = "load_error" if stage in ("import", "ModelNew(*get_init_inputs())") else "runtime_error"
+    return Failed(status, f"{stage}: {describe(exc)}", tail_traceback(exc))
+
+
+def _load_candidate(job, device, settings, init):
+    import torch
+    log = install_extension_hooks("cpu" if device == "cpu" else "cuda")
+    try:
+        module = load_module("kb_candidate", job.candidate_path)
+    except BaseException as exc:                       # noqa: BLE001 - candidate code may raise anything
+        raise _classify(exc, log, "import") from None
+    if log.compile_errors:                             # a failed build the candidate caught and hid
+        line, detail = compiler_summary(log.compile_errors[-1])
+        raise Failed("compile_error", line, detail)
+    model_cls = getattr(module, "ModelNew", None)
+    if model_cls is None:
+        raise Failed("load_error", "the candidate defines no ModelNew")
+    torch.manual_seed(job.seed)
+    try:
+        model = model_cls(*init)
+    except BaseException as exc:                       # noqa: BLE001
+        raise _classify(exc, log, "ModelNew(*get_init_inputs())") from None
+    if not isinstance(model, torch.nn.Module):
+        raise Failed("load_error", f"ModelNew(...) returned a {type(model).__name__}, not an nn.Module")
+    param_match = _copy_reference_state(model, job.state_path)
+    try:
+        model = model.to(device=device, dtype=getattr(torch, settings.dtype))
+    except BaseException as exc:                       # noqa: BLE001
+        raise _classify(exc, log, "moving ModelNew to the device") from None
+    return model, log, param_match
+
+
+def _copy_reference_state(model, state_path: str) -> str:
+    """'state_dict' when the candidate has every reference key with the same shape (values copied in),
+    'seed' when it does not (it keeps what seeded construction gave it)."""
+    import torch
+    reference = torch.load(state_path, map_location="cpu", weights_only=True)
+    if not reference:
+        return "no_parameters"
+    own = model.state_dict()
+    if all(k in own and tuple(own[k].shape) == tuple(v.shape) for k, v in reference.items()):
+        model.load_state_dict(reference, strict=False)
+        return "state_dict"
+    return "seed"
+
+
+def _save(outs: list, scratch: str, label: str) -> str:
+    from harness.shared.tensorfile import write_tensors
+    return write_tensors(outs, os.path.join(scratch, f"{label}.kbt"))
+
+
+def _forward(model, args, stage: str, log=None):
+    try:
+        return model(*args)
+    except BaseException as exc:                       # noqa: BLE001
+        raise _classify(exc, log or _NoLog, stage) from None
+
+
+class _NoLog:
+    compile_errors: list = []
+    skip_reason = None
+
+
+def _sync(device: str) -> None:
+    import torch
+    if device != "cpu":
+        torch.cuda.synchronize()
+
+
+def _changed_after_return(outs: list, device: str, settle_s: float = 0.05) -> bool:
+    """True when an output's values change after the call returned and the device went idle: work finished
+    later by a background thread or an unsynchronized stream."""
+    snapshot = [t.clone() for t in outs]
+    time.sleep(settle_s)
+    _sync(device)
+    return not all(same_tensor(t, s) for t, s in zip(outs, snapshot))
+
+
+def _correctness(model, trial_inputs, job, device, settings) -> dict[str, Any]:
+    import torch
+    files, mutated, unsynchronized, lazy = [], False, False, False
+    defenses = job.defenses
+    for k, pristine in enumerate(trial_inputs):
+        work = [x.clone() if isinstance(x, torch.Tensor) else x for x in pristine]
+        torch.manual_seed(job.seed + k)
+        out = _forward(model, work, f"forward (trial {k})")
+        try:
+            _sync(device)
+            lazy = lazy or not_plain(out)
+            outs = as_tensor_list(out)
+            path = _save(outs, job.scratch, f"trial{k}")        # the values as the call left them
+            if defenses:
+                unsynchronized = unsynchronized or _changed_after_return(outs, device)
+        except ValueError as exc:                      # not tensors, or a dtype no file can carry
+            raise Failed("incorrect", f"trial {k}: {exc}") from None
+        except BaseException as exc:                   # noqa: BLE001 - asynchronous CUDA errors surface here
+            raise _classify(exc, _NoLog, f"forward (trial {k})") from None
+        mutated = mutated or (defenses and inputs_changed(work, pristine))
+        files.append({"label": f"trial{k}", "trial": k, "path": path})
+    return {"files": files, "mutates_inputs": mutated, "unsynchronized_work": unsynchronized,
+            "output_not_plain_tensor": lazy}
+
+
+def _serve(conn, model, problem, settings, job, device) -> None:
+    """Timed samples on the parent's request (harness.worker.sampler, the path the reference goes through too),
+    and profiled calls where the parent asks for them, until told to exit. A sample's seed arrives with the
+    request for it; its output is checked by the parent or the reference, never here."""
+    from harness.shared import messages as m
+    from harness.worker.sampler import Sampler
+    def call(x: list):
+        return model(*x)
+
+    sampler = Sampler({"candidate": call}, problem, settings, device, job.timing, job.defenses)
+    sampler.settle()
+    while True:
+        message = conn.recv()
+        try:
+            reply = sampler.handle(message)
+        except BaseException as exc:                   # noqa: BLE001 - candidate code raised under timing
+            raise _classify(exc, _NoLog, "forward (timing)") from None
+        if reply is None:
+            return
+        conn.send(reply.pop("kind"), **reply)

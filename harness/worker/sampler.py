@@ -1,0 +1,232 @@
+"""The one timing path both sides go through. The reference worker and the candidate worker each hold a Sampler
+and serve the same requests with the same per-sample work, so an A/A candidate is indistinguishable from the
+reference by construction:
+
+  sample(variant, seed): draw the inputs for `seed` on the device (the worker learns the seed only now; graph
+      mode: one input set per captured call) and keep a copy for the mutation check, both with torch as it was
+      before candidate code ran (harness.worker.integrity.clean_torch), time one call with the mode's
+      measurement object (harness.worker.timing), read a few positions of the output from memory the moment it returned
+      (read again before the next sample: `changed_after_return`), and reply with where the output lies
+      (rawread.export). The output is kept until the next sample.
+  check(check_seed, slots, keep_full): reference only: its own output's values at the positions drawn from
+      `check_seed` (harness.shared.points), and with `keep_full` the whole output and its inputs kept for the full check
+      of the candidate's output on the same inputs. The candidate's output is never checked here: the parent
+      reads it (CPU, harness.run.peek) or the reference does (GPU, harness.worker.peer), after the reply, with the
+      candidate stopped, at positions the candidate never learns (README, Hardening: commit, then check).
+  profile(seed, variant): one call under the profiler (harness.worker.profiling), where the parent asks.
+
+Runs only inside worker processes.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from harness.shared import messages as m
+from harness.worker import cudadriver, integrity, profiling, rawread
+from harness.worker.common import as_tensor_list, device_input_sets, device_inputs, pin_for_timing
+
+
+def same_tensor(a, b) -> bool:
+    import torch
+    if not isinstance(a, torch.Tensor):
+        return True
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if torch.equal(a, b):                   # one pass, no temporaries: the common case
+        return True
+    if a.is_floating_point():               # NaN != NaN: equal when they sit at the same places
+        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+    return False
+
+
+def inputs_changed(work: list, pristine: list) -> bool:
+    return not all(same_tensor(w, p) for w, p in zip(work, pristine))
+
+
+def not_plain(out) -> bool:
+    """A tensor subclass or a lazy object can defer its work past the end of the timed region."""
+    import torch
+    items = out if isinstance(out, (list, tuple)) else [out]
+    return any(type(t) is not torch.Tensor for t in items)
+
+
+WARMUP_SEED = 7_777_777          # warm-up calls are not checked; their inputs need not be secret
+
+
+class Sampler:
+    def __init__(self, calls: dict[str, Callable[[list], Any]], problem, settings, device: str,
+                 spec: m.TimingSpec, defenses: bool, trusted: bool = False):
+        from harness.worker import timing
+        self.calls, self.problem, self.settings, self.device = calls, problem, settings, device
+        self.spec, self.defenses, self.trusted = spec, defenses, trusted     # trusted: the reference
+        self.timing = timing
+        self.flusher = timing.make_flusher(device, cudadriver.reset_persisting_l2) if spec.flush_l2 else None
+        self.meters: dict[str, Any] = {}
+        self.mode, self.graph_replays = spec.mode, spec.graph_replays
+        self.last: tuple[list, list | None, list, tuple[int, list[float]] | None] | None = None   # the last sample
+        self.kept: dict[int, tuple[list, list]] = {}     # reference: check seed -> (output, inputs), full checks
+        self.ready: tuple | None = None     # CPU path: (variant, seed, inputs, pristine, changed, flush ms) prepared
+        self.fixed = None if defenses else device_inputs(problem, WARMUP_SEED, settings, device)
+
+    def settle(self) -> None:
+        """Called by both sides right before the parent starts timing: the device idle, the allocator's cache
+        empty and no L2 set aside for persisting accesses, so neither side starts from a different memory state;
+        every thread held to the same timing cores as the other side's (common.pin_for_timing)."""
+        pin_for_timing()
+        if self.device != "cpu":
+            import torch
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            if cudadriver.set_persisting_l2_limit is not None:      # best effort: a GPU without it keeps none
+                cudadriver.set_persisting_l2_limit(0)
+
+    def handle(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        """The reply to a timing request, or None when the message is not one."""
+        op = message.get("op")
+        if op == m.SampleRequest.OP:
+            return m.wire(self.sample(m.parse(m.SampleRequest, message)))
+        if op == m.PrepareRequest.OP and self.device == "cpu":
+            return m.wire(self.prepare(m.parse(m.PrepareRequest, message)))
+        if op == m.CheckRequest.OP and self.trusted:
+            return m.wire(self.check(m.parse(m.CheckRequest, message)))
+        if op == m.ProfileRequest.OP:
+            req = m.parse(m.ProfileRequest, message)
+            return m.wire(m.ProfileResult(profiling.profile_call(self.calls[req.variant], self._clean_inputs(req.seed),
+                                                                 self.device)))
+        if op == m.ModeRequest.OP:
+            self.mode, self.graph_replays = str(message["mode"]), int(message.get("graph_replays", 1))
+            self.meters.clear()
+            self.last = None
+            return {"kind": "mode", "mode": self.mode}
+        return None
+
+    def _inputs(self, seed: int) -> list:
+        return self.fixed if self.fixed is not None else device_inputs(self.problem, seed, self.settings, self.device)
+
+    def _clean_inputs(self, seed: int) -> list:
+        with integrity.clean_torch():
+            return self._inputs(seed)
+
+    def _sample_inputs(self, seed: int) -> list:
+        """Graph mode: one input set per captured call (drawn one after another from the sample's seed), so that no
+        captured call sees the inputs of another; otherwise the sample's one set."""
+        if self.mode == "graph" and self.device != "cpu":
+            if self.fixed is not None:
+                return [self.fixed] * self.spec.graph_calls
+            return device_input_sets(self.problem, seed, self.settings, self.device, self.spec.graph_calls)
+        return self._inputs(seed)
+
+    def _meter(self, variant: str):
+        meter = self.meters.get(variant)
+        if meter is None:
+            call = self.calls[variant]
+            for _ in range(self.spec.warmup):
+                call(self._clean_inputs(WARMUP_SEED))
+            meter = self.timing.measurement(self.mode, self.device, self.flusher, self.spec.graph_calls,
+                                               self.graph_replays)
+            self.meters[variant] = meter
+        return meter
+
+    def prepare(self, req: m.PrepareRequest) -> m.Prepared:
+        """CPU path: the caches flushed first, then the inputs drawn (a thread of the candidate's that found the
+        drawn inputs would otherwise have the whole flush to work on them unseen); the call waits for the
+        SampleRequest, so that the parent's clock around that request holds the call and little else."""
+        changed = self._changed_after_return()
+        self.last, self.ready = None, None
+        meter = self._meter(req.variant)
+        flush_ms = meter.flush()
+        inputs, pristine = self._draw(req.seed)
+        self.ready = (req.variant, req.seed, inputs, pristine, changed, flush_ms)
+        return m.Prepared(flush_ms)
+
+    def _draw(self, seed: int) -> tuple[list, list | None]:
+        with integrity.clean_torch():                      # nothing of the candidate's runs while inputs are made
+            inputs = self._sample_inputs(seed)
+            return inputs, (_clone_all(inputs) if self.defenses else None)
+
+    def sample(self, req: m.SampleRequest) -> m.SampleResult:
+        ready, self.ready = self.ready, None
+        flushed_ms = None
+        if ready is not None and ready[:2] == (req.variant, req.seed):
+            _, _, inputs, pristine, changed, flushed_ms = ready
+        else:
+            changed = self._changed_after_return()
+            self.last = None
+            inputs, pristine = self._draw(req.seed)
+        call = self.calls[req.variant]
+        meter = self._meter(req.variant)
+        try:
+            if flushed_ms is not None:
+                times, out, used = meter.measure(call, inputs, flushed_ms)
+            else:
+                times, out, used = meter.measure(call, inputs)
+        except self.timing.GraphCaptureError as exc:
+            return m.SampleResult(0.0, 0.0, 0.0, self.tampered(), f"graph capture failed: {exc}")
+        slots = list(out) if getattr(meter, "mode", "") == "graph" else [out]
+        at_return = self._at_return(slots[-1])
+        self.last = (used, pristine, slots, at_return)
+        exported, error = self._export(slots)
+        mutated = pristine is not None and inputs_changed(_flat(used), _flat(pristine))
+        return m.SampleResult(times.ms, times.host_ms, times.lag_ms, self.tampered(), flush_ms=times.flush_ms,
+                              outputs=exported, output_error=error, not_plain=any(not_plain(o) for o in slots),
+                              mutated=bool(mutated), changed_after_return=changed)
+
+    def _export(self, slots: list) -> tuple[list[list[dict[str, Any]]], str | None]:
+        try:
+            return [rawread.export(as_tensor_list(o)) for o in slots], None
+        except (ValueError, rawread.RawReadError) as exc:
+            return [], str(exc)
+
+    def _at_return(self, out) -> tuple[int, list[float]] | None:
+        """A few positions of the output read from memory the moment the call returned, drawn from this process's
+        own randomness (nothing in it knew them before): read again before the next sample, so that work still
+        running after the call returned (a thread, another stream) shows as a change."""
+        if not self.defenses:
+            return None
+        try:
+            seed = rawread.fresh_seed()
+            return seed, rawread.read(as_tensor_list(out), seed, rawread.RETURN_POINTS)
+        except (ValueError, rawread.RawReadError):
+            return None                                    # the trusted read reports what is wrong with it
+
+    def _changed_after_return(self) -> bool:
+        if self.last is None or self.last[3] is None:
+            return False
+        seed, values = self.last[3]
+        try:
+            return not rawread.same(rawread.read(as_tensor_list(self.last[2][-1]), seed, rawread.RETURN_POINTS),
+                                    values)
+        except (ValueError, rawread.RawReadError):
+            return False
+
+    def tampered(self) -> list[str]:
+        """Clocks replaced since import, harness functions and globals replaced since the snapshot taken before
+        candidate code ran, and methods of this sampler hidden by instance attributes."""
+        return self.timing.timers_tampered() + integrity.changed() + integrity.shadowed(self)
+
+    def check(self, req: m.CheckRequest) -> m.CheckResult:
+        """Reference only: its own last output at the drawn positions (and kept whole with keep_full)."""
+        from harness.worker.peer import slot_values
+        if self.last is None:
+            return m.CheckResult("", [], "no sample to check")
+        used, _, slots, _ = self.last
+        try:
+            values: list[float] = []
+            for k in req.slots:
+                values += slot_values(as_tensor_list(slots[k]), req.check_seed, k)
+            shapes = [list(t.shape) for t in as_tensor_list(slots[-1])]
+        except (ValueError, IndexError) as exc:
+            return m.CheckResult("", [], str(exc))
+        if req.keep_full:
+            last_inputs = used[-1] if self.mode == "graph" and self.device != "cpu" else used
+            self.kept[req.check_seed] = ([t.clone() for t in as_tensor_list(slots[-1])], _clone_all(last_inputs))
+        return m.CheckResult(m.pack_floats(values), shapes)
+
+
+def _clone_all(inputs: list) -> list:
+    import torch
+    return [_clone_all(x) if isinstance(x, list) else x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def _flat(inputs: list) -> list:
+    return [y for x in inputs for y in (_flat(x) if isinstance(x, list) else [x])]

@@ -1,2 +1,0 @@
-"""Worker processes. The parent launches `python -m harness.workers ROLE CMD_FD RESULT_FD`; nothing in this
-package is imported by the parent."""
