@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from harness.results import report
 from harness.results.render import config_output_dir as _config_output_dir, render, wide_console, write_site
-from harness.core.config import PRECISIONS, Config, load_config
+from harness.core.config import EXECUTORS, PRECISIONS, Config, load_config
 from harness.core.errors import (HarnessError, OneLineParser, UsageError, interrupted_message, silence_stdout,
                                  stdout_pipe_closed)
 
@@ -179,7 +179,7 @@ def add_run_arguments(p: argparse.ArgumentParser, without: dict[str, str] | None
     add("--cpu-threads", type=int, help="intra-op threads on both sides (default: 1)")
     add("--timeout", type=float, help="seconds one pair may take in its worker (default: 600)")
     add("--jobs", type=int, help="parallel builds (default: 0 = number of CPU cores)")
-    add("--executor", choices=("local", "dask"),
+    add("--executor", choices=tuple(EXECUTORS),
         help="local (default): this machine's --gpus or CPU; dask: one task per problem on a dask cluster (README: "
              "Scale-out on Dask; needs the dask extra: pip install -e '.[dask]')")
     add("--scheduler", metavar="ADDRESS",

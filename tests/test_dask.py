@@ -193,7 +193,7 @@ def test_a_dask_worker_keeps_its_spares_between_tasks_of_a_run(tmp_path, monkeyp
     """A task is one problem: spares made new per task would never be ready for its first pair. The spare started
     during one task serves the next task of the same run; a task of another run closes it, and so does a slot left
     without a task for KEEP_SPARES_S (an external cluster outlives the run)."""
-    from harness.run.executors import dask as dx
+    from harness.run.executors import dask_host as dx
     from harness.run.workerproc import SpareWorkers, worker_env
     from harness.run.schedule import Slot
 

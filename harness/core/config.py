@@ -17,7 +17,9 @@ from harness.core.untrusted import ReadError, read_bytes, show_path, show_text, 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 TIMING_MODES = ("auto", "cold", "graph")
 PRECISIONS = ("fp32", "fp16", "bf16")
-EXECUTORS = ("local", "dask")
+# Where a run's pairs are measured: executor name -> the module under harness/run/executors that implements it
+# (its `make(cfg)` returns a harness.run.executors.Executor). Adding an executor is a module there and a row here.
+EXECUTORS = {"local": "harness.run.executors.local", "dask": "harness.run.executors.dask"}
 
 
 @dataclass(frozen=True)
@@ -395,7 +397,7 @@ def _check_ranges(cfg: Config, source: str) -> None:
         (cfg.build_timeout > 0, "'build_timeout' must be positive"),
         (cfg.reference_timeout > 0, "'reference_timeout' must be positive"),
         (cfg.jobs >= 0, "'jobs' must be 0 (all cores) or more"),
-        (cfg.executor in EXECUTORS, "'executor' must be local or dask"),
+        (cfg.executor in EXECUTORS, f"'executor' must be one of {', '.join(EXECUTORS)}"),
         (cfg.scheduler is None or cfg.executor == "dask",
          "'scheduler' goes with executor dask (--executor dask --scheduler ADDRESS)"),
         (cfg.dask_workers >= 0, "'dask_workers' must be 0 (auto) or more"),

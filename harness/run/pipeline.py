@@ -4,9 +4,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -17,7 +15,8 @@ from harness.core.config import Config, config_to_dict
 from harness.run.resume import selection_record
 from harness.core.discover import Pair, check_selection, check_trees, discover, needs_cuda, single_pair
 from harness.core.errors import RunInterrupted, UsageError, command_line
-from harness.run.schedule import Context, Slot, run_all
+from harness.run.executors import executor_for, scratch_root
+from harness.run.schedule import Context, Slot
 from harness.core.seeds import RunSeed
 from harness.results.records import now
 from harness.results.store import RunStore
@@ -38,11 +37,12 @@ def resolve_slots(cfg: Config, gpu_list: list[dict[str, Any]], gpus_given: bool 
         return "cpu", [Slot("cpu", None)]
     if torch.version.cuda is None:
         raise UsageError("--device cuda: this torch build has no CUDA support")
-    if not gpu_list and cfg.executor == "dask" and cfg.scheduler:
+    if not gpu_list and executor_for(cfg).remote_gpus:
         if not cfg.cuda_arch:                           # the parent builds for the remote workers' GPUs
-            raise UsageError("--device cuda with --scheduler on a machine without a GPU: set cuda_arch to the "
-                             "workers' compute capability (e.g. cuda_arch: \"9.0\") so that builds target them")
-        return "cuda", []                               # the dask workers' GPUs, not this machine's
+            raise UsageError(f"--device cuda with --executor {cfg.executor} on a machine without a GPU: set "
+                             "cuda_arch to the workers' compute capability (e.g. cuda_arch: \"9.0\") so that "
+                             "builds target them")
+        return "cuda", []                               # the executor's workers' GPUs, not this machine's
     if not gpu_list:
         raise UsageError("--device cuda: no GPU found (nvidia-smi lists none)")
     names = {g["index"]: g["name"] for g in gpu_list}
@@ -93,12 +93,6 @@ def make_dir(path: Path, key: str) -> None:
         raise UsageError(f"{key} {path}: cannot create it: {exc.strerror}") from None
 
 
-def scratch_root(run_id: str) -> Path:
-    shm = Path("/dev/shm")
-    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
-    return base / f"kbharness-{run_id}"
-
-
 def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: list[Pair] | None = None,
                  conclude: Callable[[RunStore], int] | None = None) -> int:
     """A run over the selected pairs (or `pairs`, e.g. calibrate's A/A pairs); `conclude` renders and chooses the
@@ -134,14 +128,10 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
         notice = cpu_notice(pairs, gpu_list) if device == "cpu" else None
         if notice:
             print(notice, file=sys.stderr, flush=True)
-        if cfg.executor == "dask":
-            where = f"dask ({cfg.scheduler or 'LocalCluster here'}, {device})"
-        else:
-            where = ", ".join(s.name for s in slots)
-        console.print(f"run {store.run_id}: {len(pairs)} pairs on {where}", highlight=False)
-        if cfg.executor == "dask":
-            from harness.run.executors.dask import require_distributed
-            require_distributed()
+        executor = executor_for(cfg)
+        console.print(f"run {store.run_id}: {len(pairs)} pairs on {executor.where(device, [s.name for s in slots])}",
+                      highlight=False)
+        executor.check()
         started = time.monotonic()
         toolchain = toolchain_for(device, cfg, gpu_list)
         records_out: list[dict[str, Any]] = []
@@ -176,12 +166,10 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
             ctx = Context(cfg, store.run_id, toolchain, builds, scratch, store.dir / "logs", emit, seed,
                           started=lambda slot, pair, process: current.started(slot, pair.candidate.id, process))
             try:
-                if cfg.executor == "dask":                  # imports distributed only here (README: Scale-out on Dask)
-                    from harness.run.executors.dask import run_all_dask
-                    store.update_metadata(dask=run_all_dask(pairs, ctx, slots, device, say=lambda text: console.print(
-                        text, highlight=False, markup=False, soft_wrap=True)))
-                else:
-                    run_all(pairs, ctx, slots)
+                said = executor.run(pairs, ctx, slots, device, lambda text: console.print(
+                    text, highlight=False, markup=False, soft_wrap=True))
+                if said is not None:
+                    store.update_metadata(**{cfg.executor: said})
             finally:
                 import shutil
                 shutil.rmtree(scratch, ignore_errors=True)

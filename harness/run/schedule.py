@@ -3,7 +3,6 @@ problem and a fresh candidate worker per pair (harness.run.evaluate), and turn w
 record per pair."""
 from __future__ import annotations
 
-import queue
 import shutil
 import threading
 import time
@@ -81,43 +80,26 @@ class Context:
                            self.log_dir)
 
 
-def run_all(pairs: list[Pair], ctx: Context, slots: list[Slot]) -> None:
-    """Every pair gets a record through ctx.emit; problems are spread over the slots."""
-    groups: dict[str, list[Pair]] = {}
-    for pair in pairs:
-        groups.setdefault(pair.problem_id, []).append(pair)
-    work: queue.Queue = queue.Queue()
-    for pid in sorted(groups, key=lambda p: -len(groups[p])):      # big groups first: better balance
-        work.put(groups[pid])
-    errors: list[BaseException] = []
-
-    def serve(slot: Slot) -> None:
-        spares = SpareWorkers(pair_worker_env(ctx.cfg, slot), ctx.log_dir, slot.name.replace(":", ""),
-                              spares_enabled(ctx.cfg, slot))
-        try:
-            if slot.gpu is not None and ctx.cfg.defenses:
-                ctx.ceilings[slot.name] = measure_ceilings(ctx, slot)
-            while not ctx.stop.is_set():
-                try:
-                    group = work.get_nowait()
-                except queue.Empty:
-                    return
-                run_problem(group, ctx, slot, spares)
-        except BaseException as exc:                                 # noqa: BLE001 - re-raised in the caller
-            errors.append(exc)
-            ctx.stop.set()
-        finally:
+def serve_slot(slot: Slot, ctx: Context, next_group: Callable[[], list[Pair] | None],
+               spares: SpareWorkers | None = None) -> None:
+    """One slot's share of a run (any executor): the GPU's ceilings once (defenses on; kept in ctx.ceilings), then
+    every problem group next_group() hands out until it says None, with the slot's spare workers (`spares`, kept by
+    the caller, or the slot's own, closed at the end)."""
+    own = spares is None
+    spares = slot_spares(ctx, slot) if own else spares
+    try:
+        if slot.gpu is not None and ctx.cfg.defenses and slot.name not in ctx.ceilings:
+            ctx.ceilings[slot.name] = measure_ceilings(ctx, slot)
+        while (group := next_group()) is not None:
+            run_problem(group, ctx, slot, spares)
+    finally:
+        if own:
             spares.close()
 
-    assign_cpus(slots)
-    threads = [threading.Thread(target=serve, args=(slot,), name=slot.name, daemon=True) for slot in slots]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(0.2)
-    if errors:
-        raise errors[0]
+
+def slot_spares(ctx: Context, slot: Slot) -> SpareWorkers:
+    return SpareWorkers(pair_worker_env(ctx.cfg, slot), ctx.log_dir, slot.name.replace(":", ""),
+                        spares_enabled(ctx.cfg, slot))
 
 
 def pair_worker_env(cfg: Config, slot: Slot) -> dict[str, str]:

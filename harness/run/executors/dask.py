@@ -4,8 +4,8 @@ The parent discovers and builds as for a local run (so its build cache is warm),
 problem group (every pair of one problem) and stays the only writer of results: each task returns its records as
 plain dicts and the parent hands them to ctx.emit, in the task's order, as tasks finish.
 
-A task (`run_group`, on its dask worker's host) runs exactly what the local path runs for one problem group:
-harness.run.schedule.run_problem on a local Slot (on a GPU worker the one GPU its CUDA_VISIBLE_DEVICES names; on the
+A task (`dask_host.run_group`, on its dask worker's host) runs exactly what the local path runs for one problem group:
+harness.run.schedule.serve_slot on a local Slot (on a GPU worker the one GPU its CUDA_VISIBLE_DEVICES names; on the
 CPU Slot("cpu", None)), with every defense and a fresh worker process per pair. Before that it calls build_one for
 each built candidate, which returns at once where the cache has it (a LocalCluster or a shared cache_dir) and builds
 on that host otherwise. It uses its host's own scratch (/dev/shm or the temp dir) and writes worker logs into the
@@ -22,7 +22,9 @@ allows ALLOWED_FAILURES such deaths per task; an external scheduler uses its own
 distributed.scheduler.allowed-failures). A task that finally fails (KilledWorker, or any exception) gives every
 pair of its group a `crashed` record: nothing goes missing and the run goes on.
 
-Nothing here is imported on a local run; `distributed` is imported only by the functions that need it.
+This module is the parent's side; harness.run.executors.dask_host is what runs on a dask worker's host (reached
+through harness.run.executors.dask_task). Nothing here is imported on a local run; `distributed` is imported only by
+the functions that need it.
 """
 from __future__ import annotations
 
@@ -30,26 +32,21 @@ import contextlib
 import dataclasses
 import os
 import pickle
-import shutil
-import socket
 import sys
-import tempfile
-import threading
-import traceback
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable
 
-from harness.run.build import BuildResult, Toolchain, build_one
 from harness.core.config import Config
-from harness.run.executors.dask_task import task_payload
 from harness.core.discover import Pair
 from harness.core.errors import UsageError
-from harness.run.evaluate import slug
 from harness.results.records import finish
+from harness.run.build import BuildResult
+from harness.run.evaluate import slug
+from harness.run.executors import problem_groups
+from harness.run.executors.dask_host import GroupTask, describe_exception
+from harness.run.executors.dask_task import task_payload
 from harness.run.schedule import pair_record
-from harness.core.seeds import RunSeed
+
 
 LOST = "dask worker lost while evaluating this problem"
 SCHEDULER_UNREADABLE = "Error during deserialization of the task graph"     # distributed's words
@@ -59,32 +56,37 @@ CPU_RESOURCES: dict[str, float] | None = None     # CPU tasks need no resource: 
 GPU_RESOURCES = {"GPU": 1}    # CUDA tasks run only on workers started with --resources GPU=1
 
 
-@dataclass(frozen=True)
-class GroupTask:
-    """Everything one task needs, picklable: absolute paths only (the worker's cwd is not the parent's)."""
-    cfg: Config
-    run_id: str
-    device: str                       # "cuda" | "cpu"
-    toolchain: Toolchain
-    builds: dict[str, BuildResult]    # the parent's build results for this group's candidates
-    seed: RunSeed                     # carries the run's secret: see the module docstring
-    log_dir: str
-    group: list[Pair]
-
-
 # ---------------------------------------------------------------- the parent
 
 
+class DaskExecutor:
+    def __init__(self, cfg: Config) -> None:
+        self.scheduler = cfg.scheduler
+        self.remote_gpus = bool(cfg.scheduler)          # an external cluster's GPUs; a LocalCluster uses this host's
+
+    def where(self, device: str, slot_names: list[str]) -> str:
+        return f"dask ({self.scheduler or 'LocalCluster here'}, {device})"
+
+    def check(self) -> None:
+        require_distributed()
+
+    def run(self, pairs: list[Pair], ctx: Any, slots: list[Any], device: str,
+            say: Callable[[str], None]) -> dict[str, Any]:
+        return run_all_dask(pairs, ctx, slots, device, say)
+
+
+def make(cfg: Config) -> DaskExecutor:
+    return DaskExecutor(cfg)
+
+
 def run_all_dask(pairs: list[Pair], ctx: Any, slots: list[Any], device: str,
-                 say: Any = lambda text: None) -> dict[str, Any]:
+                 say: Callable[[str], None] = lambda text: None) -> dict[str, Any]:
     """Every pair gets exactly one record through ctx.emit. Returns what run.json records under `dask`."""
     require_distributed()
     from distributed import Client, as_completed
 
-    groups: dict[str, list[Pair]] = {}
-    for pair in pairs:
-        groups.setdefault(pair.problem_id, []).append(_absolute(pair))
-    order = sorted(groups, key=lambda p: -len(groups[p]))            # big groups first: better balance
+    groups = {group[0].problem_id: [_absolute(p) for p in group] for group in problem_groups(pairs)}
+    order = list(groups)                                             # big groups first: better balance
     cfg = _absolute_config(ctx.cfg)
     info: dict[str, Any] = {"scheduler": cfg.scheduler or "LocalCluster", "tasks": {}}
     if not groups:
@@ -97,8 +99,8 @@ def run_all_dask(pairs: list[Pair], ctx: Any, slots: list[Any], device: str,
             try:
                 client = Client(cfg.scheduler, timeout="60s")
             except (OSError, TimeoutError) as exc:
-                raise UsageError(f"--scheduler {cfg.scheduler}: cannot connect: {_describe(exc)} (finished pairs "
-                                 f"are in results.jsonl; continue with --resume {ctx.run_id})") from None
+                raise UsageError(f"--scheduler {cfg.scheduler}: cannot connect: {describe_exception(exc)} "
+                                 f"(finished pairs are in results.jsonl; continue with --resume {ctx.run_id})") from None
         else:
             cluster = start_local_cluster(cfg, device, slots)
             client = Client(cluster)
@@ -184,7 +186,7 @@ def start_local_cluster(cfg: Config, device: str, slots: list[Any]):
         return SpecCluster(workers=workers, scheduler=scheduler, silence_logs=40, name="kb-harness")
 
 
-def describe_workers(client: Any, device: str, say: Any) -> dict[str, Any]:
+def describe_workers(client: Any, device: str, say: Callable[[str], None]) -> dict[str, Any]:
     """The cluster's workers (address -> host, resources), said once; a CUDA run on a cluster without a GPU=1
     worker says that its tasks will wait for one."""
     try:
@@ -211,15 +213,10 @@ def _takes_n_workers(client: Any) -> bool:
     return "n_workers" in inspect.signature(client.scheduler_info).parameters
 
 
-def _describe(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}"[:500] if text else type(exc).__name__
-
-
 def failure_text(exc: BaseException, scheduler: str | None) -> str:
     """The error of a task that raised in the parent's hands: the worker died (KilledWorker) or the scheduler could
     not read the graph (an environment unlike the parent's: other dask or Python versions)."""
-    text = _describe(exc)
+    text = describe_exception(exc)
     if SCHEDULER_UNREADABLE in text:
         return (f"dask scheduler {scheduler or ''} could not read the task graph: it needs the same dask and "
                 f"distributed versions as this process ({_dask_versions()}); its log says why").replace("  ", " ")
@@ -283,215 +280,6 @@ def _absolute_config(cfg: Config) -> Config:
 
 
 # ---------------------------------------------------------------- the task, on a dask worker
-
-_CEILINGS: dict[tuple[str, str], dict[str, float]] = {}      # (run id, slot) -> measured once per worker process
-
-
-def run_task_bytes(task_bytes: bytes) -> dict[str, Any]:
-    """dask_task.enter's call on the worker: run_group's answer, or {"failed": one line} where the task cannot be
-    read (a checkout unlike the parent's) or raises. The traceback goes to this dask worker's log; nothing of the
-    harness's own types goes back through the scheduler."""
-    try:
-        return run_group(pickle.loads(task_bytes))
-    except Exception as exc:                                       # noqa: BLE001 - every fault is the records' line
-        traceback.print_exc()
-        return {"failed": f"dask worker host {socket.gethostname()} failed the task: {_describe(exc)}"}
-
-
-def run_group(task: GroupTask) -> dict[str, Any]:
-    """One problem group on this dask worker's host, as run_all runs it on a local slot. Returns the records (plain
-    dicts, in order), where it ran and, on a GPU, that GPU's ceilings."""
-    from harness.run.pipeline import scratch_root
-    from harness.run.workerproc import SpareWorkers, set_worker_memory_gb
-    from harness.run.schedule import Context, measure_ceilings, pair_worker_env, run_problem, spares_enabled
-
-    cfg = task.cfg
-    set_worker_memory_gb(cfg.worker_memory_gb)
-    slot = local_slot(task.device)
-    log_dir = _log_dir(task)
-    mismatch = toolchain_mismatch(task.toolchain)       # before any build: never cache a build under a wrong key
-    cfg, builds = (cfg, dict(task.builds)) if mismatch else ensure_builds(task, cfg)
-    records: list[dict[str, Any]] = []
-    missing = task.group if mismatch else [p for p in task.group if not _on_this_host(p)]
-    for pair in missing:                                        # a host unlike the parent: say so, run nothing
-        why = mismatch or (f"has no {_missing_path(pair)}: every worker host needs the problems and solutions "
-                           "trees at the same paths (a shared filesystem or the same checkout)")
-        record = pair_record(pair, task.run_id, slot.device, builds)
-        records.append(finish(record, "crashed", f"dask worker host {socket.gethostname()} {why}"))
-    group = [p for p in task.group if p not in missing]
-    scratch = scratch_root(task.run_id) / f"dask-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    scratch.mkdir(parents=True, exist_ok=True)
-    ctx = Context(cfg, task.run_id, task.toolchain, builds, scratch, log_dir, records.append, task.seed)
-    spares = _take_spares(task.run_id, slot, lambda: SpareWorkers(
-        pair_worker_env(cfg, slot), log_dir, slot.name.replace(":", ""), spares_enabled(cfg, slot)))
-    where = {"worker": _worker_address(), "host": socket.gethostname(), "pid": os.getpid(), "slot": slot.name,
-             "log_dir": str(log_dir)}
-    ceilings: dict[str, dict[str, float]] = {}
-    try:
-        if slot.gpu is not None and cfg.defenses and group:
-            key = (task.run_id, slot.name)
-            if key not in _CEILINGS:
-                _CEILINGS[key] = measure_ceilings(ctx, slot)
-            ctx.ceilings[slot.name] = _CEILINGS[key]
-            ceilings[f"{socket.gethostname()}/{slot.name}"] = _CEILINGS[key]
-        if group:
-            run_problem(group, ctx, slot, spares)
-    except BaseException:
-        spares.close()
-        raise
-    else:
-        _keep_spares(task.run_id, slot, spares)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            scratch.parent.rmdir()                      # the run's scratch root on this host, once empty
-    return {"records": records, "where": where, "ceilings": ceilings}
-
-
-# A dask worker keeps its slot's spare workers (SpareWorkers: the next reference and candidate processes, importing
-# torch while a job runs) from one task of a run to the next, as a local slot keeps them across problems: a task is
-# one problem, and spares made new per task would never be ready for its first pair. They are closed when a task of
-# another run arrives, when a task fails, and after KEEP_SPARES_S without a task (an external cluster outlives the
-# run; a reference spare holds a CUDA context).
-KEEP_SPARES_S = 60.0
-_KEPT: dict[tuple[str, str], tuple[Any, threading.Timer]] = {}     # (run id, slot) -> (SpareWorkers, its close timer)
-_KEPT_LOCK = threading.Lock()
-
-
-def _take_spares(run_id: str, slot: Any, make: Any) -> Any:
-    """This run's kept spares for `slot` (taken out, so a second concurrent task makes its own), else make()'s.
-    Spares kept for any other run are closed."""
-    with _KEPT_LOCK:
-        mine = _KEPT.pop((run_id, slot.name), None)
-        stale = [_KEPT.pop(key) for key in [k for k in _KEPT if k[0] != run_id]]
-    for spares, timer in stale:
-        timer.cancel()
-        spares.close()
-    if mine is None:
-        return make()
-    mine[1].cancel()
-    return mine[0]
-
-
-def _keep_spares(run_id: str, slot: Any, spares: Any) -> None:
-    """Keep `spares` for this run's next task on `slot`; closed by a timer after KEEP_SPARES_S unless taken."""
-    key = (run_id, slot.name)
-    timer = threading.Timer(KEEP_SPARES_S, _close_kept, args=(key, spares))
-    timer.daemon = True
-    with _KEPT_LOCK:
-        previous = _KEPT.pop(key, None)
-        _KEPT[key] = (spares, timer)
-    if previous is not None:
-        previous[1].cancel()
-        previous[0].close()
-    timer.start()
-
-
-def _close_kept(key: tuple[str, str], spares: Any) -> None:
-    with _KEPT_LOCK:
-        if key not in _KEPT or _KEPT[key][0] is not spares:
-            return                                      # taken by a task meanwhile
-        del _KEPT[key]
-    spares.close()
-
-
-def toolchain_mismatch(toolchain: Toolchain) -> str | None:
-    """Why this host cannot run the parent's builds (other torch, CUDA or Python: the build key is the parent's
-    toolchain), or None."""
-    import torch
-    here = (torch.__version__, torch.version.cuda, sys.version.split()[0])
-    there = (toolchain.torch, toolchain.cuda, toolchain.python)
-    if here == there:
-        return None
-    return (f"has torch {here[0]} (CUDA {here[1]}), Python {here[2]}; the run was built for torch {there[0]} "
-            f"(CUDA {there[1]}), Python {there[2]}: dask workers need the parent's environment")
-
-
-def local_slot(device: str):
-    """The slot this dask worker serves: on the CPU Slot("cpu", None); on CUDA the GPU its CUDA_VISIBLE_DEVICES
-    names (the first one; the parent's LocalCluster pins one per worker). Its cores: KB_DASK_CPUS (set by the
-    parent's LocalCluster) or this process's affinity (taskset/numactl on an external worker)."""
-    from harness.run.schedule import Slot
-    cpus_env = os.environ.get("KB_DASK_CPUS", "")
-    cpus = tuple(int(c) for c in cpus_env.split(",") if c.strip().isdigit()) or tuple(sorted(os.sched_getaffinity(0)))
-    if device != "cuda":
-        return Slot("cpu", None, cpus=cpus)
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
-    gpu: Any = int(visible) if visible.isdigit() else visible       # an index, or a GPU UUID
-    name = None
-    if isinstance(gpu, int):
-        from harness.run import meta
-        name = next((g["name"] for g in meta.gpus() if g["index"] == gpu), None)
-    return Slot(f"cuda:{gpu}", gpu, name, cpus=cpus)
-
-
-def ensure_builds(task: GroupTask, cfg: Config) -> tuple[Config, dict[str, BuildResult]]:
-    """This host's build of every built candidate of the group (build_one: at once where the cache has it). The
-    cache is cfg.cache_dir when this host can write there, else <tempdir>/kbharness-cache. The parent's result is
-    kept for the record, with this host's paths; a build that fails here is this host's result."""
-    root = Path(cfg.cache_dir) / "builds"
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        if not os.access(root, os.W_OK):
-            raise PermissionError(str(root))
-    except OSError:
-        root = Path(tempfile.gettempdir()) / "kbharness-cache" / "builds"
-        root.mkdir(parents=True, exist_ok=True)
-        cfg = dataclasses.replace(cfg, cache_dir=str(root.parent))
-    builds = dict(task.builds)
-    for pair in task.group:
-        parent = builds.get(pair.candidate.id)
-        if parent is None or parent.status != "built" or not _on_this_host(pair):
-            continue
-        with _file_lock(root / f"{parent.key}.lock"):            # two workers of one host: one build
-            local = build_one(pair, root, task.toolchain, cfg.build_timeout, task.seed.base)
-        if local.status == "built":
-            builds[pair.candidate.id] = dataclasses.replace(parent, build_dir=local.build_dir,
-                                                            candidate_path=local.candidate_path)
-        else:
-            builds[pair.candidate.id] = local
-    return cfg, builds
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    import fcntl
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _log_dir(task: GroupTask) -> Path:
-    """The run's log dir where this host sees it (same machine, shared filesystem), else one of its own."""
-    run_logs = Path(task.log_dir)
-    if run_logs.is_dir() and os.access(run_logs, os.W_OK):
-        return run_logs
-    own = Path(tempfile.gettempdir()) / "kbharness-logs" / task.run_id
-    own.mkdir(parents=True, exist_ok=True)
-    return own
-
-
-def _on_this_host(pair: Pair) -> bool:
-    return _missing_path(pair) is None
-
-
-def _missing_path(pair: Pair) -> str | None:
-    if pair.problem is not None and pair.problem.error is None and not pair.problem.path.is_file():
-        return f"problem file {pair.problem.path}"
-    if pair.candidate.error is None and pair.candidate.path.suffix == ".py" and not pair.candidate.path.is_file():
-        return f"candidate file {pair.candidate.path}"
-    return None
-
-
-def _worker_address() -> str | None:
-    try:
-        from distributed import get_worker
-        return get_worker().address
-    except Exception:                                              # noqa: BLE001 - not on a dask worker
-        return None
 
 
 if __name__ == "__main__":                                         # pragma: no cover

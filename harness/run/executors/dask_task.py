@@ -23,7 +23,7 @@ def enter(task_bytes: bytes) -> dict[str, Any]:
     import socket
     import sys as _sys
     try:
-        from harness.run.executors.dask import run_task_bytes
+        from harness.run.executors.dask_host import run_task_bytes
     except ImportError as exc:
         return {"unavailable": {"host": socket.gethostname(), "python": _sys.executable,
                                 "missing": exc.name or "", "error": f"{type(exc).__name__}: {exc}"}}

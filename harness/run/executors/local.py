@@ -1,0 +1,61 @@
+"""The local executor: one thread per slot (a GPU of --gpus, or the CPU), each taking the next problem group."""
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Callable
+
+from harness.core.config import Config
+from harness.core.discover import Pair
+from harness.run.executors import problem_groups
+from harness.run.schedule import Context, Slot, assign_cpus, serve_slot
+
+
+class LocalExecutor:
+    remote_gpus = False
+
+    def where(self, device: str, slot_names: list[str]) -> str:
+        return ", ".join(slot_names)
+
+    def check(self) -> None:
+        pass
+
+    def run(self, pairs: list[Pair], ctx: Context, slots: list[Slot], device: str,
+            say: Callable[[str], None]) -> dict[str, Any] | None:
+        run_all(pairs, ctx, slots)
+        return None
+
+
+def make(cfg: Config) -> LocalExecutor:
+    return LocalExecutor()
+
+
+def run_all(pairs: list[Pair], ctx: Context, slots: list[Slot]) -> None:
+    """Every pair gets a record through ctx.emit; problems are spread over the slots."""
+    work: queue.Queue = queue.Queue()
+    for group in problem_groups(pairs):
+        work.put(group)
+    errors: list[BaseException] = []
+
+    def next_group() -> list[Pair] | None:
+        try:
+            return None if ctx.stop.is_set() else work.get_nowait()
+        except queue.Empty:
+            return None
+
+    def serve(slot: Slot) -> None:
+        try:
+            serve_slot(slot, ctx, next_group)
+        except BaseException as exc:                                 # noqa: BLE001 - re-raised in the caller
+            errors.append(exc)
+            ctx.stop.set()
+
+    assign_cpus(slots)
+    threads = [threading.Thread(target=serve, args=(slot,), name=slot.name, daemon=True) for slot in slots]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.2)
+    if errors:
+        raise errors[0]
