@@ -41,7 +41,7 @@ DEFAULT_TOLERANCE = 0.02
 # Timer floors further apart than this (relative) are named, where GPU uuids cannot tell the machines apart: a weak
 # hint, since one H200 machine's processes read about 6 or about 11 us (2026-11-25, docs/candidates-h200.md).
 FLOOR_APART = 0.25
-# The CPU path's noise floor (README: The CPU path's defaults). Twelve runs of examples/cpu on a shared 2-core box
+# The CPU path's noise floor (docs/measurements.md; README: The CPU path's defaults). Twelve runs of examples/cpu on a shared 2-core box
 # (2026-11-25): the A/A pairs read 0.947-1.059 (sd 2.7% on the log scale, so two runs' readings differ with an sd of
 # 3.8%), and the CI rule alone called 11 of their 198 run pairs FASTER or SLOWER (changes of 3.2-8.2%); the same C++
 # candidates' speedups moved by up to 67% from run to run (92 of 155 run pairs called), tracking their reference's

@@ -38,7 +38,7 @@ ENV_WHITELIST = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "CUDA_HOME"
 # And the heap on transparent huge pages where the kernel allows them (`madvise` or `always`; glibc >= 2.35, older
 # ones ignore it): after the CPU path's cache flush, a sample's inputs on 4 KiB pages likely cost a page walk each,
 # and how much varied from process to process (on a 2-core KVM box, A/A process pairs read up to 1.75, the
-# candidate side faster in 20 of 20; with huge pages both ways, README).
+# candidate side faster in 20 of 20; with huge pages both ways, docs/measurements.md).
 MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456:glibc.malloc.hugetlb=1"
 
 # A worker's log keeps its first LOG_HEAD_BYTES and, once it passes LOG_CAP_BYTES, only its last

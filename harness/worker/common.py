@@ -129,7 +129,7 @@ def pin_for_timing() -> list[int] | None:
     runs on the same core as the other's. With a slot's whole share of cores to choose from, the scheduler leaves
     each process on a core of its own for seconds at a time, and on a shared machine one core can be slower than
     another for that long (steal time, a busy sibling thread): on the H200 box, 31 of 129 A/A process pairs had a
-    run of 5 or more rounds more than 2% off 1.0 on one side before this pin, 1 of 162 after it (README)."""
+    run of 5 or more rounds more than 2% off 1.0 on one side before this pin, 1 of 162 after it (docs/measurements.md)."""
     return _hold_threads("KB_TIMING_CPUS")
 
 

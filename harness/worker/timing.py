@@ -113,7 +113,7 @@ class HostCacheFlusher:
     hands it come from memory on both sides, not from whatever each process's heap history left in the caches.
     Without it, the same 0.08 ms elementwise call ran 10-30% faster in a process whose allocator gave it memory
     the caches still held: its A/A `calibrate` on the 2-core CI box read 1.08-1.20 in three runs, the candidate
-    side faster in all nine process pairs; with it (as cold as the GPU path's samples) 1.00, 1.02 and 1.00 (README)."""
+    side faster in all nine process pairs; with it (as cold as the GPU path's samples) 1.00, 1.02 and 1.00 (docs/measurements.md)."""
 
     def __init__(self, cache_bytes: int | None = None):
         size = cpu_cache_bytes() if cache_bytes is None else cache_bytes
