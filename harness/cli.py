@@ -292,14 +292,18 @@ def calibrate_arguments(p: argparse.ArgumentParser) -> None:
     p.description = ("The A/A test: every selected problem's own Model, as the candidate `class ModelNew(Model): "
                      "pass`, through the full candidate path against the reference. Prints each speedup with its "
                      "95% CI and writes <output-dir>/calibrate-<run-id>.json. torch.compile baselines are off "
-                     "(whatever config.yaml says) unless --compile-modes is given. Each problem is measured in at "
-                     f"least {CALIBRATE_PROCESSES} process pairs (timing.processes) unless --processes says "
-                     "otherwise: one pair of processes carries a bias of its own that its CI does not cover. The "
-                     "main run's flags apply, except --candidate, --problem-file and --solution-file.")
+                     "(whatever config.yaml says) unless --compile-modes is given. On a machine not calibrated yet "
+                     f"each problem is measured in at least {CALIBRATE_PROCESSES} process pairs (timing.processes), "
+                     "and the bias between process pairs is kept in the cache as this machine's between-process "
+                     "term, which widens every later one-process-pair CI here; once it is kept, calibrate runs "
+                     "like a default run (one process pair, CIs widened by the term), which checks the term. "
+                     "--processes says otherwise (2 or more measures the term again). The main run's flags apply, "
+                     "except --candidate, --problem-file and --solution-file.")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when any problem reads outside 1 +/- target_rel_ci or its CI excludes 1.0")
     add_run_arguments(p, without=CALIBRATE_NOT_HERE,
-                      processes_default=f"timing.processes, at least {CALIBRATE_PROCESSES}",
+                      processes_default=f"at least {CALIBRATE_PROCESSES} until this machine's between-process "
+                                        "term is kept, then timing.processes",
                       compile_modes_default="none here, whatever config.yaml says",
                       json_help="also print each record as a JSON line on stdout (the calibration table follows)")
 
@@ -311,7 +315,8 @@ def cmd_calibrate(args: argparse.Namespace, argv: list[str]) -> int:
     if args.compile_modes is None:
         args.compile_modes = "none"
     cfg = load_run_config(args)
-    if args.processes is None and args.resume is None and cfg.timing.processes < CALIBRATE_PROCESSES:
+    if (args.processes is None and args.resume is None and cfg.timing.processes < CALIBRATE_PROCESSES
+            and not _machine_calibrated(cfg)):
         argv = [*argv, "--processes", str(CALIBRATE_PROCESSES)]     # in run.json's argv too, for --resume
         args.processes = CALIBRATE_PROCESSES
         cfg = load_run_config(args)
@@ -326,10 +331,23 @@ def cmd_calibrate(args: argparse.Namespace, argv: list[str]) -> int:
         calibrate.write(path, store.run_id, target, table)
         calibrate.render(table, target, wide_console())
         print(f"calibration: {path}", file=sys.stderr)
+        kept = calibrate.keep_between_term(store, cfg.cache_dir)
+        for line in calibrate.between_lines(kept[1]) if kept else ["between-process term: not measured (one process "
+                                                                    "pair per problem; --processes 2 or more)"]:
+            print(line, file=sys.stderr)
         return 1 if args.strict and not calibrate.verdict(table)["passed"] else 0
 
     from harness.run.pipeline import run_pipeline
     return run_pipeline(cfg, args, ["calibrate", *argv], pairs=calibrate.aa_pairs(problems), conclude=conclude)
+
+
+def _machine_calibrated(cfg: Config) -> bool:
+    """Whether the cache holds this machine's between-process term (a one-process-pair calibrate can use it)."""
+    from harness.run import meta, pipeline
+    gpu_list = meta.gpus()
+    device, _ = pipeline.resolve_slots(cfg, gpu_list)
+    terms = pipeline.between_terms(cfg, device, gpu_list)
+    return terms is not None and terms.calibrated is not None
 
 
 def report_arguments(p: argparse.ArgumentParser) -> None:

@@ -10,6 +10,7 @@ from typing import Any, Iterable
 
 from harness.core import flags
 from harness.core.discover import Candidate, Pair, Problem
+from harness.run import between
 from harness.results.records import Record, Status, as_records
 
 AA_NAME = "aa_reference"
@@ -96,3 +97,39 @@ def render(table: list[Row], target: float, console) -> None:
     v = verdict(table)
     console.print(f"{v['within_target']}/{v['problems']} within 1 +/- {target:.2%}; 1.0 inside the CI for "
                   f"{v['one_inside_ci']}/{v['problems']}; not ok: {v['not_ok']}", highlight=False)
+
+
+# ---------------------------------------------------------------- the between-process term (harness.run.between)
+
+
+def readings(records: Iterable[Record | dict[str, Any]]) -> list[between.ProcessReading]:
+    """Every `ok` A/A pair's process pairs, each with the CI of its own rounds."""
+    found = []
+    for r in as_records(records):
+        timing = r.timing or {}
+        if r.status is not Status.OK or not isinstance(timing.get("processes"), list):
+            continue
+        for p in timing["processes"]:
+            ci = p.get("speedup_ci") if isinstance(p, dict) else None
+            s = p.get("speedup") if isinstance(p, dict) else None
+            if isinstance(s, (int, float)) and isinstance(ci, list) and len(ci) == 2 and s > 0 and ci[0] > 0:
+                found.append(between.ProcessReading(r.problem, str(timing.get("mode")), float(s), float(ci[0]),
+                                                    float(ci[1])))
+    return found
+
+
+def keep_between_term(store, cache_dir: str) -> tuple[Path, dict[str, Any]] | None:
+    """Derive this machine's between-process term from the run's A/A process pairs and keep it in the cache (None
+    where the run had one process pair per problem: nothing to measure it from)."""
+    found = readings(store.records())
+    if not found:
+        return None
+    meta = store.metadata()
+    key = between.machine_key(meta.get("device") or "cpu", meta.get("gpus") or [], str(meta.get("torch")))
+    entry = between.derive(found, store.run_id, key, str(meta.get("finished_at") or meta.get("started_at")))
+    return between.save(cache_dir, key, entry), entry
+
+
+def between_lines(entry: dict[str, Any]) -> list[str]:
+    modes = ", ".join(f"{mode} {v['rel_sd']:.2%} ({v['readings']} process pairs)" for mode, v in entry["modes"].items())
+    return [f"between-process term for {entry['key']}: {modes}; one-process-pair runs here widen their CIs by it"]

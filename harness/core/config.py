@@ -42,6 +42,8 @@ class TimingConfig:
     consistency_tolerance: float = 0.25   # parent's clock vs the candidate's reported time (timing_inconsistent)
     compile_modes: tuple[str, ...] = ("default", "max-autotune-no-cudagraphs")   # torch.compile baselines; [] = off
     processes: int = 1                  # process pairs per pair, each measured whole; the speedups combined (pyperf)
+    between_process: str = "auto"      # processes 1: widen the CI by the machine's between-process term (calibrate's,
+                                        # else a default; harness.run.between) | off
 
     def rounds_floor(self) -> int:
         """min_rounds, raised so that a deprecated `samples` still means at least that many samples per side."""
@@ -418,6 +420,7 @@ def _check_ranges(cfg: Config, source: str) -> None:
         (cfg.timing.interference_tolerance > 0, "'timing.interference_tolerance' must be positive"),
         (cfg.timing.consistency_tolerance > 0, "'timing.consistency_tolerance' must be positive"),
         (1 <= cfg.timing.processes <= 30, "'timing.processes' must be between 1 and 30"),
+        (cfg.timing.between_process in ("auto", "off"), "'timing.between_process' must be auto or off"),
     ]
     for ok, message in checks:
         if not ok:

@@ -36,6 +36,7 @@ from harness.results.records import finish
 from harness.core.seeds import RunSeed
 from harness.results.signing import RunKey
 from harness.shared.stats import graph_replays, summarize
+from harness.run.between import Terms, widen
 from harness.run.trusted import Reader
 
 
@@ -48,6 +49,7 @@ class PairContext:
     toolchain: Any
     ceilings: dict[str, float]
     log_dir: Path
+    between: Terms | None = None        # the machine's between-process terms (processes 1, between_process auto)
 
 
 SLUG_BYTES = 160           # a file name made of ids stays well under NAME_MAX (255 bytes) with its suffix
@@ -404,7 +406,10 @@ def _side_stats(out: Collected, variant: str) -> dict[str, Any]:
 def _timing_record(record: dict[str, Any], reference: ReferenceSide, out: Collected, before: list[float],
                    after: list[float], pc: PairContext) -> None:
     t = pc.cfg.timing
-    main = paired.estimate(ratios(out, EAGER))
+    mode = "host" if reference.device == "cpu" else "cold" if out.graph_error else reference.mode
+    term = pc.between.for_pair(record["problem"], mode) if pc.between is not None else None
+    rounds = paired.estimate(ratios(out, EAGER))
+    main = widen(rounds, term)
     record["speedup"], record["speedup_ci"] = main.value, main.ci()
     baselines: dict[str, Any] = {}
     compiled = reference.info.get("compile") if isinstance(reference.info.get("compile"), dict) else {}
@@ -412,16 +417,15 @@ def _timing_record(record: dict[str, Any], reference: ReferenceSide, out: Collec
         variant = f"compile:{mode}"
         entry = {"error": note.get("error"), "compile_seconds": note.get("compile_seconds")}
         if variant in reference.variants and out.samples(variant):
-            est = paired.estimate(ratios(out, variant))
+            est = widen(paired.estimate(ratios(out, variant)), term)
             side = summarize(out.samples(variant))          # mean/stdev/min/max: KernelBench's baseline files
             entry.update({k: side[k] for k in ("n", "median_ms", "mean_ms", "stdev_ms", "min_ms", "max_ms")},
                          speedup=est.value, speedup_ci=est.ci())
         baselines[variant] = entry
     best = fastest(out, [v for v in reference.variants if v != EAGER])
     if best is not None:
-        est = paired.estimate(ratios(out, best))
+        est = widen(paired.estimate(ratios(out, best)), term)
         record["speedup_vs_compile"], record["speedup_vs_compile_ci"] = est.value, est.ci()
-    mode = "host" if reference.device == "cpu" else "cold" if out.graph_error else reference.mode
     record["timing"] = {
         "clock": "host" if reference.device == "cpu" else "cuda_event",
         "mode": mode,
@@ -435,6 +439,8 @@ def _timing_record(record: dict[str, Any], reference: ReferenceSide, out: Collec
         "rounds": main.rounds,
         "seconds": round(out.seconds, 3),
         "target_rel_ci": t.target_rel_ci, "rel_ci_half_width": main.rel_half_width, "noisy": out.noisy,
+        "between_process": term.record() if term is not None else None,
+        "speedup_ci_rounds": rounds.ci() if term is not None else None,
         "round_ratios": [round(r, 6) for r in ratios(out, EAGER)],
         "reference": _side_stats(out, EAGER), "candidate": _side_stats(out, CANDIDATE),
         "baselines": baselines, "baseline_before_ms": before, "baseline_after_ms": after,

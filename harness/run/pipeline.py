@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.run import meta
+from harness.run import between, meta
 from harness.run.build import Toolchain, build_all
 from harness.core.config import Config, config_to_dict
 from harness.run.resume import selection_record
@@ -58,6 +58,14 @@ def toolchain_for(device: str, cfg: Config, gpu_list: list[dict[str, Any]]) -> T
     if device == "cuda":
         arch = cfg.cuda_arch or (gpu_list[cfg.gpus[0]]["compute_capability"] if gpu_list else None)
     return Toolchain(device, torch.__version__, torch.version.cuda, arch, sys.version.split()[0])
+
+
+def between_terms(cfg: Config, device: str, gpu_list: list[dict[str, Any]]) -> between.Terms | None:
+    """The machine's between-process terms, where each pair's CI takes one (one process pair, the default)."""
+    if cfg.timing.processes != 1 or cfg.timing.between_process != "auto":
+        return None
+    import torch
+    return between.load(cfg.cache_dir, between.machine_key(device, gpu_list, torch.__version__))
 
 
 def select_pairs(cfg: Config, args: argparse.Namespace) -> list[Pair]:
@@ -163,8 +171,13 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
 
             scratch = scratch_root(store.run_id)
             scratch.mkdir(parents=True, exist_ok=True)
+            terms = between_terms(cfg, device, gpu_list)
+            if terms is not None:
+                store.update_metadata(between_process={"key": terms.key, "calibrated": bool(terms.calibrated),
+                                                       "run_id": (terms.calibrated or {}).get("run_id")})
             ctx = Context(cfg, store.run_id, toolchain, builds, scratch, store.dir / "logs", emit, seed,
-                          started=lambda slot, pair, process: current.started(slot, pair.candidate.id, process))
+                          started=lambda slot, pair, process: current.started(slot, pair.candidate.id, process),
+                          between=terms)
             try:
                 said = executor.run(pairs, ctx, slots, device, lambda text: console.print(
                     text, highlight=False, markup=False, soft_wrap=True))

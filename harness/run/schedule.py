@@ -13,6 +13,7 @@ from typing import Any, Callable
 from harness.run import defenses
 from harness.core import flags
 from harness.run import merge as processes
+from harness.run.between import Terms
 from harness.run.build import BuildResult, Toolchain
 from harness.core.config import Config
 from harness.core.discover import Pair
@@ -74,10 +75,11 @@ class Context:
     stop: threading.Event = field(default_factory=threading.Event)
     ceilings: dict[str, dict[str, float]] = field(default_factory=dict)   # slot name -> measured ceilings
     started: Callable[[str, Pair, int], None] = lambda slot, pair, process: None   # a pair's measurement begins
+    between: Terms | None = None        # the machine's between-process terms, where a pair's CI takes one
 
     def for_slot(self, slot: "Slot") -> PairContext:
         return PairContext(self.cfg, self.seed, self.builds, self.toolchain, self.ceilings.get(slot.name, {}),
-                           self.log_dir)
+                           self.log_dir, self.between)
 
 
 def serve_slot(slot: Slot, ctx: Context, next_group: Callable[[], list[Pair] | None],

@@ -110,7 +110,7 @@ def run_all_dask(pairs: list[Pair], ctx: Any, slots: list[Any], device: str,
             group = groups[pid]
             task = GroupTask(cfg, ctx.run_id, device, ctx.toolchain,
                              {p.candidate.id: ctx.builds[p.candidate.id] for p in group if p.candidate.id in ctx.builds},
-                             ctx.seed, str(Path(ctx.log_dir).resolve()), group)
+                             ctx.seed, str(Path(ctx.log_dir).resolve()), group, ctx.between)
             future = client.submit(pickle.loads, task_payload(task), key=f"kb-{ctx.run_id}-{slug(pid)}",
                                    resources=resources, pure=False, retries=0)
             futures[future] = pid

@@ -1,0 +1,168 @@
+"""The between-process term of a one-process-pair CI (timing.between_process).
+
+Two processes running the same code differ by a bias of their own that no number of rounds inside one pair averages
+away (harness.run.paired.combine): a pair measured in one process pair (`timing.processes: 1`, the default) has a CI
+from its rounds alone, which missed 1.0 for about a quarter of A/A pairs on the H100. Each such CI is widened on the
+log scale by a term for that bias:
+
+    half = sqrt(half_rounds**2 + (1.96 * rel_sd)**2)
+
+`rel_sd` is measured once per machine by `run_eval.py calibrate` (A/A pairs in several process pairs each): the
+smallest spread that makes at least COVERAGE of its process pairs' single-process CIs hold 1.0, per timing mode and
+per problem, kept in the cache (`<cache_dir>/between_process.json`) under the machine's key (GPU or CPU model,
+driver, torch). Where calibrate has not run on this machine, DEFAULT_REL_SD applies. Every record that uses a term
+says which (`timing.between_process`: its rel_sd, source and scope), and keeps the rounds' own CI
+(`timing.speedup_ci_rounds`)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from harness.run.paired import Estimate
+
+FILE = "between_process.json"
+COVERAGE = 0.975                # of the calibrating process pairs' CIs; above 0.95 so that a new pair meets 95%
+Z95 = 1.96
+# Before this machine is calibrated: what the H100/H200 A/A passes showed between process pairs (0.3-0.6% for
+# GPU-bound calls, 1-3% for launch-bound ones; the CPU path's runs read sd 2.7% run to run): docs/measurements.md.
+DEFAULT_REL_SD = {"cold": 0.006, "graph": 0.015, "host": 0.02}
+
+
+@dataclass(frozen=True)
+class Term:
+    rel_sd: float               # the sd of log(speedup) between process pairs
+    source: str                 # "calibrate <run id>" or "default"
+    scope: str                  # "problem" (this problem's own calibration) | "mode" (its timing mode's) | "default"
+
+    def record(self) -> dict[str, Any]:
+        return {"rel_sd": round(self.rel_sd, 6), "source": self.source, "scope": self.scope}
+
+
+def widen(est: Estimate, term: Term | None) -> Estimate:
+    """`est` (one process pair's rounds) with the between-process term added to its log-scale half-width."""
+    if term is None or term.rel_sd <= 0 or est.value <= 0 or est.lo <= 0:
+        return est
+    lo, hi = math.log(est.lo / est.value), math.log(est.hi / est.value)
+    extra = (Z95 * term.rel_sd) ** 2
+    return Estimate(est.value, est.value * math.exp(-math.sqrt(lo * lo + extra)),
+                    est.value * math.exp(math.sqrt(hi * hi + extra)), est.rounds)
+
+
+def machine_key(device: str, gpu_list: list[dict[str, Any]], torch_version: str) -> str:
+    if device == "cpu" or not gpu_list:
+        return f"cpu | {_cpu_model()} | torch {torch_version}"
+    gpu = gpu_list[0]
+    return f"{gpu.get('name')} | driver {gpu.get('driver')} | torch {torch_version}"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown cpu"
+
+
+@dataclass(frozen=True)
+class Terms:
+    """What a run knows of this machine: the calibrated terms (or none) and the defaults."""
+    key: str
+    calibrated: dict[str, Any] | None           # the cache entry for `key`
+
+    def for_pair(self, problem: str, mode: str) -> Term:
+        entry = self.calibrated
+        if entry:
+            source = f"calibrate {entry.get('run_id')}"
+            by_problem = (entry.get("problems") or {}).get(problem) or {}
+            by_mode = (entry.get("modes") or {}).get(mode) or {}
+            own, pooled = by_problem.get("rel_sd"), by_mode.get("rel_sd")
+            if isinstance(own, (int, float)) and by_problem.get("mode") == mode:
+                return Term(max(float(own), float(pooled or 0.0)), source, "problem")
+            if isinstance(pooled, (int, float)):
+                return Term(float(pooled), source, "mode")
+        return Term(DEFAULT_REL_SD.get(mode, max(DEFAULT_REL_SD.values())), "default", "default")
+
+
+def load(cache_dir: str | Path, key: str) -> Terms:
+    """The terms for `key` from the cache (a missing or unreadable file: the defaults)."""
+    try:
+        entries = json.loads((Path(cache_dir) / FILE).read_text())
+        entry = entries.get(key) if isinstance(entries, dict) else None
+    except (OSError, ValueError):
+        entry = None
+    return Terms(key, entry if isinstance(entry, dict) else None)
+
+
+def save(cache_dir: str | Path, key: str, entry: dict[str, Any]) -> Path:
+    """Store `entry` under `key` (other machines' entries are kept); atomic."""
+    path = Path(cache_dir) / FILE
+    try:
+        entries = json.loads(path.read_text())
+        entries = entries if isinstance(entries, dict) else {}
+    except (OSError, ValueError):
+        entries = {}
+    entries[key] = entry
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(entries, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+# ---------------------------------------------------------------- measuring it (calibrate)
+
+
+@dataclass(frozen=True)
+class ProcessReading:
+    """One A/A process pair's speedup and the CI of its own rounds."""
+    problem: str
+    mode: str
+    speedup: float
+    lo: float
+    hi: float
+
+
+def needed_sd(readings: Iterable[ProcessReading], coverage: float = COVERAGE) -> float:
+    """The smallest rel_sd with which at least `coverage` of the readings' widened CIs hold 1.0 (A/A: the truth)."""
+    needs = sorted(_need(r) for r in readings)
+    if not needs:
+        return 0.0
+    k = min(len(needs) - 1, max(0, math.ceil(coverage * len(needs)) - 1))
+    return needs[k]
+
+
+def _need(r: ProcessReading) -> float:
+    """The rel_sd this one reading needs for its widened CI to hold 1.0."""
+    if r.speedup <= 0 or r.lo <= 0:
+        return math.inf
+    miss = -math.log(r.speedup)                       # log(1 / speedup): where 1.0 lies from the estimate
+    half = math.log(r.hi / r.speedup) if miss > 0 else math.log(r.speedup / r.lo)
+    if abs(miss) <= half:
+        return 0.0
+    return math.sqrt(miss * miss - half * half) / Z95
+
+
+def derive(readings: list[ProcessReading], run_id: str, key: str, measured_at: str) -> dict[str, Any]:
+    """The cache entry from calibrate's readings: per timing mode (pooled) and per problem."""
+    modes: dict[str, Any] = {}
+    for mode in sorted({r.mode for r in readings}):
+        mine = [r for r in readings if r.mode == mode]
+        modes[mode] = {"rel_sd": round(needed_sd(mine), 6), "readings": len(mine),
+                       "problems": len({r.problem for r in mine})}
+    problems: dict[str, Any] = {}
+    for problem in sorted({r.problem for r in readings}):
+        mine = [r for r in readings if r.problem == problem]
+        logs = [math.log(r.speedup) for r in mine if r.speedup > 0]
+        problems[problem] = {"rel_sd": round(max(_need(r) for r in mine), 6), "mode": mine[0].mode,
+                             "readings": len(mine),
+                             "spread": round(statistics.pstdev(logs), 6) if len(logs) > 1 else None}
+    return {"key": key, "run_id": run_id, "measured_at": measured_at, "coverage": COVERAGE, "modes": modes,
+            "problems": problems}
