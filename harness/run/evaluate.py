@@ -22,20 +22,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.run import defenses, paired
+from harness.run import defenses, modes, paired
 from harness.core import flags
 from harness.run.build import build_env
 from harness.core.config import Config
 from harness.core.discover import Pair
 from harness.run.interleave import (CANDIDATE, EAGER, CandidateFailed, Collected, GraphFallback, Interleaver, fastest,
                                     ratios)
-from harness.shared.messages import (CandidateJob, Derived, DeriveRequest, ProtocolError, ReferenceJob, TimingSpec,
+from harness.shared.messages import (CandidateJob, Derived, DeriveRequest, ProtocolError, ReferenceJob,
                                      parse, wire)
 from harness.run.workerproc import SpareWorkers, Worker, WorkerExit
 from harness.results.records import finish
 from harness.core.seeds import RunSeed
 from harness.results.signing import RunKey
-from harness.shared.stats import graph_replays, summarize
+from harness.shared.stats import summarize
 from harness.run.between import Terms, widen
 from harness.run.trusted import Reader
 
@@ -70,12 +70,6 @@ def last_line(text: str) -> str:
     return lines[-1][:300] if lines else "(no output)"
 
 
-def timing_spec(cfg: Config, device: str, mode: str, variants: list[str] | None = None, replays: int = 1) -> TimingSpec:
-    t = cfg.timing
-    return TimingSpec("host" if device == "cpu" else mode, t.warmup, t.flush_l2, t.graph_calls, variants or [EAGER],
-                      replays)
-
-
 DERIVE_BESIDE_BYTES = 1 << 30      # ReferenceSide.beside_trials: 1 GiB of inputs, outputs and weights, 2 GiB in fp64
 
 
@@ -90,10 +84,7 @@ class ReferenceSide:
         self.error: str | None = None
         self.error_status = "load_error"
         self.info: dict[str, Any] = {}
-        self.mode = "host" if device == "cpu" else "cold"
-        self.graph_replays = 1              # graph mode: replays a sample, sized by the pair's first blocks
-        self.replays_sized = False
-        self.graph_error: str | None = None     # why graph mode was given up for the whole problem
+        self.mode: modes.Mode = modes.initial(device)       # the problem's timing mode (harness.run.modes)
         self.variants = [EAGER]
         self.derive = "not asked"           # -> "asked" (the reply not read yet) -> "read" (merged into info)
         cfg = pc.cfg
@@ -102,7 +93,7 @@ class ReferenceSide:
         self.worker = spares.take("reference", pc.log_dir / f"{slug(pair.problem_id)}__reference.log")
         probe = pc.seed.stream("probe", pair.problem_id).take(5)
         self.worker.send(wire(ReferenceJob(
-            str(pair.problem.path.resolve()), device, pc.seed.base, cfg.trials, timing_spec(cfg, device, "cold"),
+            str(pair.problem.path.resolve()), device, pc.seed.base, cfg.trials, self.mode.spec(cfg, [EAGER]),
             list(cfg.timing.compile_modes), probe, str(problem_dir), cfg.defenses, cfg.precision)))
         try:
             message = self.worker.recv(time.monotonic() + cfg.reference_timeout)
@@ -118,16 +109,7 @@ class ReferenceSide:
         compiled = message.get("compile") if isinstance(message.get("compile"), dict) else {}
         self.variants += [f"compile:{mode}" for mode in cfg.timing.compile_modes
                           if isinstance(compiled.get(mode), dict) and compiled[mode].get("error") is None]
-        self.mode = self._choose_mode(message.get("cold_probe_ms"))
-
-    def _choose_mode(self, probe_ms: Any) -> str:
-        t = self.pc.cfg.timing
-        if self.device == "cpu":
-            return "host"
-        if t.mode != "auto":
-            return t.mode
-        fast = isinstance(probe_ms, (int, float)) and probe_ms < t.graph_below_ms
-        return "graph" if fast else "cold"
+        self.mode = modes.choose(cfg, device, message.get("cold_probe_ms"))
 
     def _fail(self, exc: WorkerExit, timeout: float) -> None:
         if exc.kind == "timeout":
@@ -215,11 +197,10 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
     deadline = started + cfg.timeout
     inter = Interleaver(reference.worker, reference.variants, cfg.timing.block_samples,
                         pc.seed.stream("samples", *tags), pc.seed.stream("checks", *tags), deadline,
-                        cfg.timing.block_warmup, defenses.PROFILED_CALLS if cfg.defenses else 0, spares)
-    inter.prepare = device == "cpu"
-    inter.reader = Reader(reference.worker, device, str(pair_dir), deadline)
+                        cfg.timing.block_warmup, defenses.PROFILED_CALLS if cfg.defenses else 0, spares,
+                        Reader(reference.worker, device, str(pair_dir), deadline))
     try:
-        _set_reference_mode(reference, inter, cfg.timing.graph_calls)
+        reference.mode = reference.mode.prepare(reference.worker, inter, cfg)
         before = inter.reference_blocks(cfg.timing.baseline_blocks)
     except WorkerExit as exc:
         finish(record, "crashed", f"reference side: {exc.detail}; last output: {last_line(reference.worker.log_tail())}")
@@ -232,7 +213,7 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
     env = {**build_env(Path(build.build_dir), pc.toolchain), "TRITON_CACHE_DIR": str(pair_dir / "triton")}
     worker.send(wire(CandidateJob(
         str(pair.problem.path.resolve()), build.candidate_path, device, pc.seed.base, cfg.trials,
-        timing_spec(cfg, device, reference.mode, [CANDIDATE], reference.graph_replays), str(pair_dir),
+        reference.mode.spec(cfg, [CANDIDATE]), str(pair_dir),
         str(reference.state_path),
         cfg.defenses, cfg.precision, hide=[str(RunKey.keys_dir(cfg.cache_dir))], env=env)))
     phases["start"] = time.monotonic() - t_start
@@ -331,7 +312,7 @@ def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, int
     try:
         collected = inter.rounds(worker, rule)
     except GraphFallback as fell:
-        collected = _cold_again(worker, reference, inter, rule, fell)
+        collected = _cold_again(worker, reference, inter, rule, fell, pc.cfg)
     phases["timing"] = time.monotonic() - t0
     phases["timing_profile"] = collected.profile_seconds      # parts of "timing"
     phases["timing_switch"] = collected.switch_seconds
@@ -339,15 +320,15 @@ def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, int
 
 
 def _cold_again(worker: Worker, reference: ReferenceSide, inter: Interleaver, rule: paired.StopRule,
-                fell: GraphFallback) -> Collected:
+                fell: GraphFallback, cfg: Config) -> Collected:
     """One side could not be captured in a CUDA graph: both go back to cold timing for this pair (and the
     reference for the rest of the problem when it was the reference)."""
+    cold = reference.mode.fallback(f"{fell.side}: {fell.error}")
     if fell.side != CANDIDATE:
-        reference.mode = "cold"
+        reference.mode = cold
     inter.release()
-    inter.set_mode(reference.worker, "cold")
-    inter.set_mode(worker, "cold")
-    inter.calls_per_sample = 1
+    cold.prepare(reference.worker, inter, cfg)
+    inter.set_mode(worker, cold.NAME)
     collected = inter.rounds(worker, rule)
     collected.graph_error = f"{fell.side}: {fell.error}"
     return collected
@@ -357,8 +338,7 @@ def _conclude(record: dict[str, Any], reference: ReferenceSide, inter: Interleav
               before: list[float], pc: PairContext, phases: dict[str, float]) -> None:
     """The candidate is gone: the `after` bracket, the estimates and the verdict."""
     t0 = time.monotonic()
-    inter.candidate = None
-    inter.deadline = time.monotonic() + pc.cfg.reference_timeout
+    inter.candidate_gone(time.monotonic() + pc.cfg.reference_timeout)
     try:
         after = inter.reference_blocks(pc.cfg.timing.baseline_blocks)
     except WorkerExit as exc:
@@ -380,21 +360,6 @@ def _conclude(record: dict[str, Any], reference: ReferenceSide, inter: Interleav
         finish(record, "ok")
 
 
-def _set_reference_mode(reference: ReferenceSide, inter: Interleaver, graph_calls: int) -> None:
-    """The reference's timing mode for this pair. Graph mode: one block with one replay a sample sizes the replays
-    (stats.graph_replays, once per problem) so that a sample holds enough work for the parent's clock."""
-    if reference.mode == "graph" and not reference.replays_sized:
-        inter.set_mode(reference.worker, "graph", 1)
-        inter.calls_per_sample = graph_calls
-        try:
-            reference.graph_replays = graph_replays(min(inter.reference_blocks(1)), graph_calls)
-        except GraphFallback as fell:                  # the reference cannot be captured: cold for the problem
-            reference.mode, reference.graph_error = "cold", f"reference: {fell.error}"
-        reference.replays_sized = True
-    inter.set_mode(reference.worker, reference.mode, reference.graph_replays)
-    inter.calls_per_sample = graph_calls * reference.graph_replays if reference.mode == "graph" else 1
-
-
 def _side_stats(out: Collected, variant: str) -> dict[str, Any]:
     stats = summarize(out.samples(variant))
     if out.host_ms.get(variant):
@@ -406,8 +371,8 @@ def _side_stats(out: Collected, variant: str) -> dict[str, Any]:
 def _timing_record(record: dict[str, Any], reference: ReferenceSide, out: Collected, before: list[float],
                    after: list[float], pc: PairContext) -> None:
     t = pc.cfg.timing
-    mode = "host" if reference.device == "cpu" else "cold" if out.graph_error else reference.mode
-    term = pc.between.for_pair(record["problem"], mode) if pc.between is not None else None
+    mode = reference.mode if not out.graph_error else modes.Cold(error=out.graph_error)
+    term = pc.between.for_pair(record["problem"], mode.NAME) if pc.between is not None else None
     rounds = paired.estimate(ratios(out, EAGER))
     main = widen(rounds, term)
     record["speedup"], record["speedup_ci"] = main.value, main.ci()
@@ -428,12 +393,9 @@ def _timing_record(record: dict[str, Any], reference: ReferenceSide, out: Collec
         record["speedup_vs_compile"], record["speedup_vs_compile_ci"] = est.value, est.ci()
     record["timing"] = {
         "clock": "host" if reference.device == "cpu" else "cuda_event",
-        "mode": mode,
-        "l2_flush": bool(t.flush_l2 and mode in ("cold", "host")),     # host: the CPU's caches (timing.py)
+        **mode.record(pc.cfg),                  # mode, l2_flush (host: the CPU's caches), graph_replays, graph_error
         "timer_floor_ms": reference.info.get("timer_floor_ms"),
         "cold_probe_ms": reference.info.get("cold_probe_ms"),
-        "graph_replays": reference.graph_replays if mode == "graph" else None,
-        "graph_error": out.graph_error or reference.graph_error,
         "cpu_threads": pc.cfg.cpu_threads,
         "block_samples": t.block_samples, "block_warmup": t.block_warmup, "profiled_calls": len(out.profiles),
         "rounds": main.rounds,

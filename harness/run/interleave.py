@@ -70,7 +70,7 @@ class Collected:
 class Interleaver:
     def __init__(self, reference: Worker, variants: list[str], block: int, samples: SeedStream,
                  checks: SeedStream, deadline: float, warmup: int = 0, profiles: int = 0,
-                 spares: SpareWorkers | None = None):
+                 spares: SpareWorkers | None = None, reader: Reader | None = None):
         self.reference, self.variants, self.block, self.warmup = reference, variants, block, warmup
         self.spares = spares                    # the slot's spare workers: stopped while a side is timed
         self.profiles = profiles                # round halves, drawn at random, after which both sides profile a call
@@ -81,7 +81,7 @@ class Interleaver:
         self.active: Worker | None = None
         self.check_for: dict[int, int] = {}
         self.calls_per_sample = 1               # graph mode: a sample replays graph_calls x graph_replays calls
-        self.reader: Reader | None = None       # reads each side's timed outputs (harness.run.trusted)
+        self.reader = reader                    # reads each side's timed outputs (harness.run.trusted)
         self.full_seeds: set[int] = set()       # samples whose outputs are checked whole (drawn in rounds())
         self.prepare = False                    # CPU path: flush and inputs in a request of their own (PrepareRequest)
 
@@ -116,6 +116,15 @@ class Interleaver:
             if data.get("kind") == "failed":
                 raise CandidateFailed(data) from None
             raise WorkerExit("protocol", None, f"sent a malformed {reply.KIND!r} reply: {exc}") from None
+
+    def use_mode(self, calls_per_sample: int, prepared_apart: bool) -> None:
+        """What a sample stands for from now on (harness.run.modes): calls per sample, and whether the flush and
+        the inputs come in a request of their own (the CPU path)."""
+        self.calls_per_sample, self.prepare = calls_per_sample, prepared_apart
+
+    def candidate_gone(self, deadline: float) -> None:
+        """The candidate worker is closed: reference blocks alone from here, until `deadline`."""
+        self.candidate, self.deadline = None, deadline
 
     def set_mode(self, worker: Worker, mode: str, graph_replays: int = 1) -> None:
         worker.send(m.wire(m.ModeRequest(mode, graph_replays)))

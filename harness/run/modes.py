@@ -1,0 +1,112 @@
+"""The timing modes on the parent's side, one object per mode, mirroring the workers' measurement objects
+(harness.worker.timing: ColdCuda, GraphCuda, HostClock): which mode a problem gets (`choose`), what the workers are
+told (`spec`), how the reference is made ready for it (`prepare`), what one sample stands for (`calls_per_sample`),
+where it falls back to (`fallback`) and what the record says of it (`record`).
+
+Adding a mode is a class here, a row in MODES and its measurement object in harness.worker.timing."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+from harness.core.config import Config
+from harness.shared.messages import TimingSpec
+from harness.shared.stats import graph_replays
+
+
+@dataclass(frozen=True)
+class Mode:
+    NAME: ClassVar[str] = ""
+    PREPARED_APART: ClassVar[bool] = False       # the CPU path: flush and inputs in a request of their own
+    FLUSHED: ClassVar[bool] = True               # a sample starts from flushed caches (with timing.flush_l2)
+    error: str | None = None                     # why a faster mode was given up for this problem
+
+    def spec(self, cfg: Config, variants: list[str]) -> TimingSpec:
+        t = cfg.timing
+        return TimingSpec(self.NAME, t.warmup, t.flush_l2, t.graph_calls, variants, self.replays())
+
+    def replays(self) -> int:
+        return 1
+
+    def calls_per_sample(self, cfg: Config) -> int:
+        return 1
+
+    def prepare(self, reference: Any, inter: Any, cfg: Config) -> "Mode":
+        """Tell the reference worker this mode and the Interleaver what a sample is; returns the mode the problem
+        goes on with (graph: sized, or cold where the reference cannot be captured)."""
+        inter.set_mode(reference, self.NAME, self.replays())
+        inter.use_mode(self.calls_per_sample(cfg), self.PREPARED_APART)
+        return self
+
+    def fallback(self, error: str) -> "Mode":
+        return self
+
+    def record(self, cfg: Config) -> dict[str, Any]:
+        return {"mode": self.NAME, "l2_flush": bool(cfg.timing.flush_l2 and self.FLUSHED),
+                "graph_replays": None, "graph_error": self.error}
+
+
+@dataclass(frozen=True)
+class Cold(Mode):
+    """One call a sample, the L2 flushed before it."""
+    NAME: ClassVar[str] = "cold"
+
+
+@dataclass(frozen=True)
+class Host(Mode):
+    """The CPU path: one call a sample on the host's clock, the CPU's caches flushed before it."""
+    NAME: ClassVar[str] = "host"
+    PREPARED_APART: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class Graph(Mode):
+    """Calls too short for a cold sample: graph_calls calls captured in a CUDA graph, replayed `sized` times a
+    sample, hot. The replays are sized once per problem from the reference's own replay time."""
+    NAME: ClassVar[str] = "graph"
+    FLUSHED: ClassVar[bool] = False
+    sized: int | None = None
+
+    def replays(self) -> int:
+        return self.sized or 1
+
+    def calls_per_sample(self, cfg: Config) -> int:
+        return cfg.timing.graph_calls * self.replays()
+
+    def prepare(self, reference: Any, inter: Any, cfg: Config) -> Mode:
+        if self.sized is None:
+            from harness.run.interleave import GraphFallback
+            inter.set_mode(reference, self.NAME, 1)
+            inter.use_mode(cfg.timing.graph_calls, False)
+            try:
+                sized = replace(self, sized=graph_replays(min(inter.reference_blocks(1)), cfg.timing.graph_calls))
+            except GraphFallback as fell:               # the reference cannot be captured: cold for the problem
+                return self.fallback(f"reference: {fell.error}").prepare(reference, inter, cfg)
+            return sized.prepare(reference, inter, cfg)
+        return super().prepare(reference, inter, cfg)
+
+    def fallback(self, error: str) -> Mode:
+        return Cold(error=error)
+
+    def record(self, cfg: Config) -> dict[str, Any]:
+        return {**super().record(cfg), "graph_replays": self.replays()}
+
+
+MODES: dict[str, type[Mode]] = {"cold": Cold, "graph": Graph, "host": Host}
+
+
+def choose(cfg: Config, device: str, probe_ms: Any) -> Mode:
+    """The problem's mode: host on the CPU; timing.mode where it names one; auto: graph for a reference call
+    shorter than graph_below_ms (the cold probe), else cold."""
+    t = cfg.timing
+    if device == "cpu":
+        return Host()
+    if t.mode != "auto":
+        return MODES[t.mode]()
+    fast = isinstance(probe_ms, (int, float)) and probe_ms < t.graph_below_ms
+    return Graph() if fast else Cold()
+
+
+def initial(device: str) -> Mode:
+    """The mode the reference worker starts in (its cold probe), before `choose` has the probe."""
+    return Host() if device == "cpu" else Cold()
