@@ -16,7 +16,7 @@ import html
 import io
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generic, Iterable, TypeVar
 
@@ -379,14 +379,50 @@ def _page(title: str, body: str) -> str:
             f"<body><main>{body}</main></body></html>\n")
 
 
+@dataclass(frozen=True)
+class View:
+    """What a page's sections are drawn from: the pairs shown (a run's, or the standings), the run's run.json (a
+    run page) or every run (the site), and where the site lives."""
+    pairs: list[Pair]
+    site: bool
+    meta: dict[str, Any] = field(default_factory=dict)
+    runs: list[Run] = field(default_factory=list)
+    output_dir: Path | None = None
+
+    @property
+    def ranked(self) -> list[Pair]:
+        return [p for p in self.pairs if not p.control]
+
+
+Section = Callable[[View], str]
+
+# The pages, section by section, in order: a new section is a function of a View and an entry here.
+RUN_PAGE: list[Section] = [
+    lambda v: _board(v.pairs, compile_modes(v.meta), site=False),
+    lambda v: controls_section(v.pairs),
+    lambda v: plots_section(v.ranked),
+    lambda v: _section("All pairs", pairs_table(v.pairs)),
+]
+SITE_PAGE: list[Section] = [
+    lambda v: site_header(v.runs, v.pairs),
+    lambda v: _board(v.pairs, None, site=True),
+    lambda v: history_section(v.runs),
+    lambda v: controls_section(v.pairs, site=True),
+    lambda v: plots_section(v.ranked),
+    lambda v: _section("All pairs (each pair at its newest reading)", pairs_table(v.pairs, site=True)),
+    lambda v: _section("Runs (newest first)", runs_table(v.output_dir, v.runs)),
+]
+
+
 def write_run_page(run_dir: Path, records: Iterable[Record | dict[str, Any]], meta: dict) -> Path:
-    """Write <run_dir>/index.html: the run's header, summary, leaderboard, controls, plots and every pair."""
+    """Write <run_dir>/index.html: the run's header, then RUN_PAGE's sections (summary and leaderboard, controls,
+    plots, every pair)."""
     run_dir, meta = Path(run_dir), _dict(meta)
     pairs = pairs_of(records, str(meta.get("run_id") or run_dir.name), is_calibrate_run(meta))
     info = RunMeta.from_json(run_dir.name, meta, pairs)
+    view = View(pairs, site=False, meta=meta)
     body = (f"<h1>Kernel leaderboard: run {_e(info.run_id)}</h1>{meta_header(info)}"
-            f"{_board(pairs, compile_modes(meta), site=False)}{controls_section(pairs)}"
-            f"{plots_section([p for p in pairs if not p.control])}{_section('All pairs', pairs_table(pairs))}")
+            + "".join(section(view) for section in RUN_PAGE))
     if not pairs:
         body += _note("This run has no records.")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -627,18 +663,15 @@ def history_section(runs: list[Run]) -> str:
 
 
 def write_site(output_dir: Path, runs: list[tuple[str, dict, list[Record | dict[str, Any]]]]) -> Path:
-    """Write <output_dir>/index.html: what the runs there add up to. The standings (each pair's newest reading,
-    each figure from the newest record that has it, its run named): summary, leaderboard, history, controls,
-    plots, every pair; then every run, newest first."""
+    """Write <output_dir>/index.html: what the runs there add up to, SITE_PAGE's sections over the standings (each
+    pair's newest reading, each figure from the newest record that has it, its run named): summary, leaderboard,
+    history, controls, plots, every pair; then every run, newest first."""
     output_dir = Path(output_dir)
     ordered = sorted((Run.of(str(rid), meta, recs) for rid, meta, recs in runs), key=lambda r: r.run_id)
-    now = standings(ordered)
+    view = View(standings(ordered), site=True, runs=ordered, output_dir=output_dir)
     body = "<h1>Kernel leaderboard</h1>"
     if ordered:
-        body += (f"{site_header(ordered, now)}{_board(now, None, site=True)}{history_section(ordered)}"
-                 f"{controls_section(now, site=True)}{plots_section([p for p in now if not p.control])}"
-                 f"{_section('All pairs (each pair at its newest reading)', pairs_table(now, site=True))}"
-                 f"{_section('Runs (newest first)', runs_table(output_dir, ordered))}")
+        body += "".join(section(view) for section in SITE_PAGE)
     else:
         body += _note("No runs yet.")
     output_dir.mkdir(parents=True, exist_ok=True)
