@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from harness.core.errors import InputError, UsageError
+from harness.core.numbers import number
 from harness.results.records import Record, Status, as_records
 from harness.core.untrusted import ReadError, load_json, read_run_file, write_text
 
@@ -97,12 +98,6 @@ def sample0(records: list[Record]) -> Record | None:
     return None if key[0] == 0 and key[1] != 0 else first
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 # ---------------------------------------------------------------- timing stats, as KernelBench writes them
 
 def kb_round(value: float) -> float:
@@ -129,7 +124,7 @@ def timing_stats(record: Record, variant: str) -> dict[str, Any] | None:
     measured, or a record from before compile baselines kept their mean)."""
     stats = side(record, variant) or {}
     n = stats.get("n")
-    values = [_number(stats.get(k)) for k in ("mean_ms", "stdev_ms", "min_ms", "max_ms")]
+    values = [number(stats.get(k)) for k in ("mean_ms", "stdev_ms", "min_ms", "max_ms")]
     if not isinstance(n, int) or isinstance(n, bool) or n < 1 or None in values:
         return None
     mean, stdev, low, high = values

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import enum
-import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from harness import SCHEMA_VERSION
 from harness.core.errors import InputError
 from harness.core.flags import INVALIDATING, ranks
+from harness.core.numbers import is_number, number
 
 
 class Status(str, enum.Enum):
@@ -209,9 +209,6 @@ def as_records(items: Iterable["Record | dict[str, Any]"], where: str = "record"
     return [Record.of(item, f"{where} {i}") for i, item in enumerate(items, 1)]
 
 
-NON_FINITE = ("nan", "inf", "-inf")         # how the store writes NaN and Inf (str of the float: JSON has none)
-
-
 def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
@@ -264,11 +261,9 @@ def _object(obj: dict[str, Any], name: str, where: str) -> dict[str, Any] | None
 
 
 def _finite(value: Any, name: str, where: str) -> float | None:
-    if value is None or (isinstance(value, str) and value.lower() in NON_FINITE):
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if value is not None and not is_number(value):
         raise RecordError(where, f"'{name}' is {_kind(value)}, not a number")
-    return float(value) if math.isfinite(value) else None
+    return number(value)
 
 
 def _number(obj: dict[str, Any], name: str, where: str) -> float | None:

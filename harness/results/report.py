@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from harness.core import flags
+from harness.core.numbers import number
 from harness.results.records import Record, as_records
 from harness.core.untrusted import show_name
 
@@ -78,7 +79,7 @@ def fmt_ci(ci: Any) -> str | None:
     if not isinstance(ci, (list, tuple)) or len(ci) != 2:
         return None
     lo, hi = ci
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in (lo, hi)):
+    if number(lo) is None or number(hi) is None:
         return None
     return f"[{lo:.2f}, {hi:.2f}]"
 
@@ -310,10 +311,8 @@ CSV_COLUMNS = ("problem", "solution", "status", "correct", "speedup", "speedup_c
 
 
 def _csv_number(value: Any) -> Any:
-    """A number as it is, anything else (None, a NaN written as a string) empty."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return ""
-    return value
+    """A finite number as it is, anything else (None, a NaN written as a string) empty."""
+    return value if number(value) is not None else ""
 
 
 def csv_rows(records: Records) -> list[list[Any]]:

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from harness.core import flags
 from harness.run import paired
 from harness.core.flags import Flag
+from harness.core.numbers import number
 from harness.run.interleave import CANDIDATE, EAGER, Collected
 from harness.run.paired import Consistency, Interference
 from harness.results.records import add_flag
@@ -53,14 +54,8 @@ def flag_timing(record: dict[str, Any], out: Collected) -> None:
 
 
 def _number(value: Any) -> float | None:
-    """A number from a worker message: JSON carries NaN/Inf as the strings 'nan'/'inf'; anything else is None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if value in ("nan", "inf", "-inf"):
-        return float(value)
-    return None
+    """A number from a worker message, NaN and Inf included (JSON carries them as 'nan'/'inf'); anything else None."""
+    return number(value, finite=False)
 
 
 def values_match(got: list[Any], want: list[Any], atol: float, rtol: float) -> tuple[bool, int]:
