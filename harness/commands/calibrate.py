@@ -56,11 +56,10 @@ def rows(records: Iterable[Record | dict[str, Any]], target: float) -> list[Row]
 
 
 def row(r: Record, target: float) -> Row:
-    s, ci = r.speedup, r.speedup_ci
-    timing = r.timing or {}
+    s, ci, timing = r.speedup, r.speedup_ci, r.timing
     ok = r.status is Status.OK and s is not None
-    return Row(r.problem, r.status.value, s, None if ci is None else list(ci), timing.get("rounds"),
-               timing.get("mode"), flags.NOISY.name in r.flags, ok and abs(s - 1) <= target,
+    return Row(r.problem, r.status.value, s, None if ci is None else list(ci), timing.rounds if timing else None,
+               timing.mode if timing else None, flags.NOISY.name in r.flags, ok and abs(s - 1) <= target,
                ok and ci is not None and ci[0] <= 1.0 <= ci[1], r.error)
 
 

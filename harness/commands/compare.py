@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from harness.core.errors import UsageError
+from harness.core.numbers import number
 from harness.results.records import Record, as_records
 from harness.core.untrusted import ReadError, load_json, read_run_file, show_name
 
@@ -119,9 +120,8 @@ def by_ci(a: tuple[float, float] | None, b: tuple[float, float] | None) -> str:
 
 def reference_median(record: Record | None) -> float | None:
     """The reference's own median time in a record (timing.reference.median_ms), or None."""
-    reference = ((record.timing if record is not None else None) or {}).get("reference") or {}
-    median = reference.get("median_ms")
-    return float(median) if isinstance(median, (int, float)) and median > 0 else None
+    median = record.median_ms("reference") if record is not None else None
+    return float(median) if median is not None and median > 0 else None
 
 
 def reference_drift(a: Record | None, b: Record | None) -> float:
@@ -137,8 +137,8 @@ def estimator_gap(record: Record | None) -> float:
     samples: they part when the rounds were not alike (stretches of rounds with one side slowed), which the CI,
     built on independent rounds, does not see."""
     median = reference_median(record)
-    candidate = (((record.timing if record is not None else None) or {}).get("candidate") or {}).get("median_ms")
-    if not median or not isinstance(candidate, (int, float)) or candidate <= 0 or not record.speedup:
+    candidate = record.median_ms("candidate") if record is not None else None
+    if not median or candidate is None or candidate <= 0 or not record.speedup:
         return 0.0
     return abs(record.speedup / (median / candidate) - 1)
 
@@ -212,9 +212,9 @@ def machine_of(meta: dict[str, Any] | None, records: Iterable[Record]) -> Machin
     by_index = {g.get("index"): g.get("uuid") for g in meta.get("gpus") or [] if isinstance(g, dict)}
     if config.get("executor") == "dask":        # run.json lists the client's GPUs, not the dask workers'
         by_index = {}
-    used = {by_index.get((r.gpu or {}).get("index")) for r in records if r.gpu}
+    used = {by_index.get(r.gpu.index) for r in records if r.gpu}
     uuids = frozenset(used) if used and None not in used else None
-    floors = [f for r in records if isinstance(f := (r.timing or {}).get("timer_floor_ms"), (int, float)) and f > 0]
+    floors = [f for r in records if r.timing and (f := number(r.timing.timer_floor_ms)) is not None and f > 0]
     on_gpu = any(r.device.startswith("cuda") for r in records)
     return Machine(on_gpu, uuids, statistics.median(floors) if floors else None)
 

@@ -40,6 +40,7 @@ from typing import Any, Iterable
 
 from harness.core.errors import InputError, UsageError
 from harness.core.numbers import number
+from harness.results.parts import Baseline, SideStats
 from harness.results.records import Record, Status, as_records
 from harness.core.untrusted import ReadError, load_json, read_run_file, write_text
 
@@ -107,24 +108,26 @@ def kb_round(value: float) -> float:
 
 def where(record: Record) -> dict[str, str]:
     """get_timing_stats's `hardware` (the device name) and `device`."""
-    return {"hardware": str((record.gpu or {}).get("name") or record.device), "device": record.device}
+    return {"hardware": str((record.gpu.name if record.gpu else None) or record.device), "device": record.device}
 
 
-def side(record: Record, variant: str) -> dict[str, Any] | None:
+def side(record: Record, variant: str) -> SideStats | Baseline | None:
     """One side's sample summary in a record: "candidate", "eager" (the reference) or "compile:<mode>"."""
-    timing = record.timing or {}
-    found = (timing.get("candidate") if variant == "candidate" else timing.get("reference") if variant == EAGER
-             else (timing.get("baselines") or {}).get(variant))
-    return found if isinstance(found, dict) else None
+    timing = record.timing
+    if timing is None:
+        return None
+    if variant in ("candidate", EAGER):
+        return timing.candidate if variant == "candidate" else timing.reference
+    return (timing.baselines or {}).get(variant)
 
 
 def timing_stats(record: Record, variant: str) -> dict[str, Any] | None:
     """get_timing_stats of one side's timed samples from its summary (mean, population std from our sample stdev,
     min, max: 3 significant figures; num_trials; hardware, device), or None when the summary lacks them (not
     measured, or a record from before compile baselines kept their mean)."""
-    stats = side(record, variant) or {}
-    n = stats.get("n")
-    values = [number(stats.get(k)) for k in ("mean_ms", "stdev_ms", "min_ms", "max_ms")]
+    stats = side(record, variant)
+    n = stats.n if stats is not None else None
+    values = [number(getattr(stats, k, None)) for k in ("mean_ms", "stdev_ms", "min_ms", "max_ms")]
     if not isinstance(n, int) or isinstance(n, bool) or n < 1 or None in values:
         return None
     mean, stdev, low, high = values
@@ -346,13 +349,13 @@ class KbExport:
 def hardware_name(records: list[Record]) -> str:
     """A results/timing folder name for the records' device: the GPU's name (`NVIDIA H200` -> `NVIDIA_H200`), else
     the device (`cpu`)."""
-    name = next((str(r.gpu["name"]) for r in records if (r.gpu or {}).get("name")), None) or records[0].device
+    name = next((str(r.gpu.name) for r in records if r.gpu and r.gpu.name), None) or records[0].device
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "unknown"
 
 
 def variants_measured(records: list[Record]) -> list[str]:
     """Eager, then each torch.compile mode some record has the timing stats of."""
-    modes = {v for r in records for v in ((r.timing or {}).get("baselines") or {}) if timing_stats(r, v)}
+    modes = {v for r in records if r.timing for v in r.timing.baselines or {} if timing_stats(r, v)}
     return [EAGER, *sorted(modes)]
 
 

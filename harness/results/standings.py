@@ -110,14 +110,15 @@ class Pair:
 
     @classmethod
     def from_record(cls, r: Record) -> "Pair":
-        perf, timing = r.performance or {}, r.timing or {}
+        perf = r.performance
         return cls(problem=r.problem, candidate=r.candidate, status=r.status.value, speedup=r.speedup,
                    speedup_ci=r.speedup_ci, vs_compile=r.speedup_vs_compile, vs_compile_ci=r.speedup_vs_compile_ci,
-                   pct_bandwidth=number(perf.get("pct_of_peak_bandwidth")),
-                   pct_flops=number(perf.get("pct_of_peak_flops")), floor_ms=number(perf.get("floor_ms")),
-                   candidate_ms=number(_dict(timing.get("candidate")).get("median_ms")), flags=r.flags,
-                   error=" ".join((r.error or "").split()), gpu=_gpu_name(r.gpu), run_id=r.run_id or "",
-                   control=is_control_name(r.candidate))
+                   pct_bandwidth=number(perf.pct_of_peak_bandwidth) if perf else None,
+                   pct_flops=number(perf.pct_of_peak_flops) if perf else None,
+                   floor_ms=number(perf.floor_ms) if perf else None,
+                   candidate_ms=number(r.median_ms("candidate")), flags=r.flags,
+                   error=" ".join((r.error or "").split()), gpu=_gpu_name(r.gpu.name if r.gpu else None),
+                   run_id=r.run_id or "", control=is_control_name(r.candidate))
 
     @classmethod
     def from_malformed(cls, r: dict[str, Any]) -> "Pair":
@@ -134,7 +135,7 @@ class Pair:
                    pct_flops=number(perf.get("pct_of_peak_flops")), floor_ms=number(perf.get("floor_ms")),
                    candidate_ms=number(_dict(timing.get("candidate")).get("median_ms")),
                    flags=tuple(str(f) for f in flags), error=" ".join(str(r.get("error") or "").split()),
-                   gpu=_gpu_name(r.get("gpu")), run_id=str(r.get("run_id") or ""),
+                   gpu=_gpu_name(_dict(r.get("gpu")).get("name")), run_id=str(r.get("run_id") or ""),
                    control=is_control_name(candidate))
 
 
@@ -247,7 +248,6 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _gpu_name(gpu: Any) -> str | None:
-    """The name in a record's `gpu` ({index, name}), or None."""
-    name = _dict(gpu).get("name")
+def _gpu_name(name: Any) -> str | None:
+    """A record's gpu.name as text, or None."""
     return str(name) if name else None

@@ -47,7 +47,7 @@ from harness.run.executors.dask_task import task_payload
 from harness.core.discover import Pair
 from harness.core.errors import UsageError
 from harness.run.evaluate import slug
-from harness.results.records import finish
+from harness.results.records import Status, finish
 from harness.run.schedule import pair_record
 from harness.core.seeds import RunSeed
 
@@ -241,7 +241,7 @@ def result_error(result: dict[str, Any]) -> str:
 def failed_records(group: list[Pair], run_id: str, device: str, builds: dict[str, BuildResult],
                    why: str) -> list[dict[str, Any]]:
     """A `crashed` record for each pair of a group whose task finally failed."""
-    return [finish(pair_record(pair, run_id, device, builds), "crashed", why) for pair in group]
+    return [finish(pair_record(pair, run_id, device, builds), Status.CRASHED, why).to_json() for pair in group]
 
 
 def _dask_versions() -> str:
@@ -262,8 +262,8 @@ def checked(group: list[Pair], records: list[dict[str, Any]], run_id: str, devic
             out.append(record)
             del wanted[key]
     for pair in wanted.values():
-        out.append(finish(pair_record(pair, run_id, device, builds), "crashed",
-                          f"{LOST}: its task returned no record for this pair (harness fault)"))
+        out.append(finish(pair_record(pair, run_id, device, builds), Status.CRASHED,
+                          f"{LOST}: its task returned no record for this pair (harness fault)").to_json())
     return out
 
 
@@ -317,7 +317,7 @@ def run_group(task: GroupTask) -> dict[str, Any]:
         why = mismatch or (f"has no {_missing_path(pair)}: every worker host needs the problems and solutions "
                            "trees at the same paths (a shared filesystem or the same checkout)")
         record = pair_record(pair, task.run_id, slot.device, builds)
-        records.append(finish(record, "crashed", f"dask worker host {socket.gethostname()} {why}"))
+        records.append(finish(record, Status.CRASHED, f"dask worker host {socket.gethostname()} {why}").to_json())
     group = [p for p in task.group if p not in missing]
     scratch = scratch_root(task.run_id) / f"dask-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     scratch.mkdir(parents=True, exist_ok=True)
