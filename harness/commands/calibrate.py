@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 from harness.core import flags
 from harness.core.discover import Candidate, Pair, Problem
-from harness.results.records import Record, Status, as_records
+from harness.results.records import Record, RecordLike, Status, as_records
 
 AA_NAME = "aa_reference"
 
@@ -51,7 +51,7 @@ class Row:
         return self.within_target and self.one_inside_ci
 
 
-def rows(records: Iterable[Record | dict[str, Any]], target: float) -> list[Row]:
+def rows(records: Iterable[RecordLike], target: float) -> list[Row]:
     return [row(r, target) for r in sorted(as_records(records), key=lambda r: r.problem)]
 
 

@@ -30,7 +30,7 @@ from typing import Any, Iterable
 
 from harness.core.errors import UsageError
 from harness.core.numbers import number
-from harness.results.records import Record, as_records
+from harness.results.records import Record, RecordLike, as_records
 from harness.core.untrusted import ReadError, load_json, read_run_file, show_name
 
 SAME, FASTER, SLOWER = "SAME", "FASTER", "SLOWER"
@@ -154,7 +154,7 @@ def floor_for(a: Record | None, b: Record | None, min_change: float | None) -> f
     return 0.0
 
 
-def compare_pair(a: Record | dict[str, Any] | None, b: Record | dict[str, Any] | None,
+def compare_pair(a: RecordLike | None, b: RecordLike | None,
                  tolerance: float = DEFAULT_TOLERANCE, min_change: float | None = None) -> Row:
     if a is None and b is None:
         raise ValueError("compare_pair needs at least one record")
@@ -183,12 +183,12 @@ def compare_pair(a: Record | dict[str, Any] | None, b: Record | dict[str, Any] |
     return Row(key.problem, key.solution, verdict, sa, sb, change, floor)
 
 
-def _index(records: Iterable[Record | dict[str, Any]], run: str) -> dict[tuple[str, str], Record]:
+def _index(records: Iterable[RecordLike], run: str) -> dict[tuple[str, str], Record]:
     """(problem, solution) -> record; a later record of the same pair replaces an earlier one."""
     return {r.key: r for r in as_records(records, f"run {run}, record")}
 
 
-def compare_runs(records_a: Iterable[Record | dict[str, Any]], records_b: Iterable[Record | dict[str, Any]],
+def compare_runs(records_a: Iterable[RecordLike], records_b: Iterable[RecordLike],
                  tolerance: float = DEFAULT_TOLERANCE, min_change: float | None = None) -> list[Row]:
     a, b = _index(records_a, "A"), _index(records_b, "B")
     return [compare_pair(a.get(k), b.get(k), tolerance, min_change) for k in sorted(a.keys() | b.keys())]

@@ -41,7 +41,7 @@ from typing import Any, Iterable
 from harness.core.errors import InputError, UsageError
 from harness.core.numbers import number
 from harness.results.parts import Baseline, SideStats
-from harness.results.records import Record, Status, as_records
+from harness.results.records import Record, RecordLike, Status, as_records
 from harness.core.untrusted import ReadError, load_json, read_run_file, write_text
 
 KB_LEVEL = re.compile(r"^kernelbench-level(\d+)$")
@@ -203,7 +203,7 @@ def _narrow(found: list, part: int, wanted: Any, missing: str) -> list:
     return kept
 
 
-def kb_samples(records: Iterable[Record | dict[str, Any]], run_id: str, kb_run: str | None = None,
+def kb_samples(records: Iterable[RecordLike], run_id: str, kb_run: str | None = None,
                level: int | None = None) -> list[tuple[tuple[int, int, str, int], Record]]:
     """(origin, record) of the candidates from one KernelBench run folder of one level, by problem and sample id.
     A UsageError when there are none, or when they come from several run folders or levels and `kb_run` / `level`
@@ -225,7 +225,7 @@ def kb_samples(records: Iterable[Record | dict[str, Any]], run_id: str, kb_run: 
     return sorted(found, key=lambda x: (x[0][1], x[0][3]))
 
 
-def eval_results(records: Iterable[Record | dict[str, Any]], run_id: str, kb_run: str | None = None,
+def eval_results(records: Iterable[RecordLike], run_id: str, kb_run: str | None = None,
                  level: int | None = None) -> dict[str, list[dict[str, Any]]]:
     """KernelBench's eval_results.json for the records of candidates from one KernelBench run folder of one level
     (kb_samples says when that is ambiguous)."""
@@ -285,7 +285,7 @@ def tree_problems(problems_dir: Path | None) -> dict[str, list[str]]:
     return out
 
 
-def kernelbench_metrics(records: Iterable[Record | dict[str, Any]], tree: dict[str, list[str]]) -> dict[str, Any]:
+def kernelbench_metrics(records: Iterable[RecordLike], tree: dict[str, list[str]]) -> dict[str, Any]:
     """Per level of the records: fast_p on each problem's sample 0 over every problem of the level in `tree`
     (plus any problem with records that the tree lacks), with benchmark_eval_analysis's arithmetic on the eager
     baseline the export writes, and pass@k over all samples, averaged over the problems with at least k samples
@@ -377,7 +377,7 @@ def baseline_files(by_problem: dict[str, list[Record]], pids: list[str], run_id:
     return files
 
 
-def build_export(records: Iterable[Record | dict[str, Any]], run_id: str, tree: dict[str, list[str]],
+def build_export(records: Iterable[RecordLike], run_id: str, tree: dict[str, list[str]],
                  kb_run: str | None = None, level: int | None = None, hardware: str | None = None) -> KbExport:
     """The files for the candidates of one KernelBench run folder of one level (kb_samples says when that is
     ambiguous); the baselines cover every problem of the level in `tree` and those with samples."""
@@ -414,7 +414,7 @@ def problems_dir_of(run_dir: Path, override: Path | None) -> Path | None:
     return Path(value) if value else None
 
 
-def report_kernelbench(store, records: Iterable[Record | dict[str, Any]], problems_dir: Path | None, json_mode: bool,
+def report_kernelbench(store, records: Iterable[RecordLike], problems_dir: Path | None, json_mode: bool,
                        console) -> int:
     root = problems_dir_of(store.dir, problems_dir)
     tree = tree_problems(root)

@@ -221,7 +221,7 @@ class Record:
             **{name: line.part(name) for name in OBJECT_FIELDS})
 
     @classmethod
-    def of(cls, item: "Record | RecordDraft | dict[str, Any]", where: str = "record") -> "Record":
+    def of(cls, item: RecordLike, where: str = "record") -> "Record":
         """`item` when it is a Record already, else the record in it (from_json; a draft through its JSON)."""
         if isinstance(item, Record):
             return item
@@ -260,7 +260,10 @@ class Record:
         return self.status is Status.INVALID
 
 
-def as_records(items: Iterable["Record | RecordDraft | dict[str, Any]"], where: str = "record") -> list[Record]:
+RecordLike = Record | RecordDraft | dict[str, Any]      # what a reader takes: a Record, a draft, a record's JSON
+
+
+def as_records(items: Iterable[RecordLike], where: str = "record") -> list[Record]:
     """Records from Records or JSON objects (a RecordError names the first bad one: "<where> <n>")."""
     return [Record.of(item, f"{where} {i}") for i, item in enumerate(items, 1)]
 

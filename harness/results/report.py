@@ -8,13 +8,13 @@ from typing import Any, Iterable, Mapping
 
 from harness.core import flags
 from harness.core.numbers import number
-from harness.results.records import Record, as_records
+from harness.results.records import Record, RecordLike, as_records
 from harness.core.untrusted import show_name
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 COUNTS_AS_CORRECT = ("ok",)
 
-Records = Iterable["Record | dict[str, Any]"]
+Records = Iterable[RecordLike]
 
 
 def _fmt_ms(median_ms: float | None) -> str:

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 from harness.core import flags as flag_table
 from harness.core.numbers import number
-from harness.results.records import Record, RecordError
+from harness.results.records import Record, RecordError, RecordLike
 from harness.results.report import Outcome
 
 CONTROL_PREFIXES = ("aa_", "control_")
@@ -150,7 +150,7 @@ def pairs_of(records: Any, run_id: str = "", calibrate: bool = False) -> list[Pa
     return out
 
 
-def _pair(item: Record | dict[str, Any]) -> Pair:
+def _pair(item: RecordLike) -> Pair:
     try:
         return Pair.from_record(Record.of(item))
     except RecordError:
