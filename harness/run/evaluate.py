@@ -433,6 +433,9 @@ def _side_stats(out: Collected, variant: str) -> SideStats:
     return stats
 
 
+BASELINE_STATS = ("n", "median_ms", "mean_ms", "stdev_ms", "min_ms", "max_ms")    # what a baseline keeps of its samples
+
+
 def _baselines(reference: ReferenceSide, out: Collected) -> dict[str, Baseline]:
     """Each torch.compile baseline: its compilation and, where it was timed, its samples and the speedup against it
     (mean/stdev/min/max: KernelBench's baseline files)."""
@@ -443,9 +446,8 @@ def _baselines(reference: ReferenceSide, out: Collected) -> dict[str, Baseline]:
         if variant in reference.variants and out.samples(variant):
             est = paired.estimate(ratios(out, variant))
             side = summarize(out.samples(variant))
-            entry = Baseline(note.error, note.compile_seconds,
-                             **{k: side[k] for k in ("n", "median_ms", "mean_ms", "stdev_ms", "min_ms", "max_ms")},
-                             speedup=est.value, speedup_ci=est.ci())
+            entry = dataclasses.replace(entry, **{k: side[k] for k in BASELINE_STATS}, speedup=est.value,
+                                        speedup_ci=est.ci())
         baselines[variant] = entry
     return baselines
 
