@@ -70,7 +70,8 @@ def child(variant: str) -> dict:
     result["first"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     if variant == "harness":
-        result["kernels"] = (profile_call(matmul, [], "cuda") or {}).get("kernels")
+        profile = profile_call(matmul, [], "cuda")
+        result["kernels"] = profile.kernels if profile is not None else None
     elif activities is not None:
         trace(activities)
     result["second"] = time.perf_counter() - t0

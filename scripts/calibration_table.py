@@ -46,8 +46,8 @@ def readings(runs: list[str], target: float) -> dict[str, Reading]:
 
 
 def _pairs(record: Record) -> list[float]:
-    processes = (record.timing or {}).get("processes") or []
-    return [p["speedup"] for p in processes if isinstance(p, dict) and isinstance(p.get("speedup"), (int, float))]
+    processes = (record.timing.processes if record.timing else None) or []
+    return [p.speedup for p in processes if isinstance(p.speedup, (int, float))]
 
 
 def verdict_word(r: calibrate.Row) -> str:

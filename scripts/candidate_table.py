@@ -42,7 +42,7 @@ def _reading(value: float | None, ci: tuple[float, float] | None) -> str:
 
 
 def markdown_row(r: Record) -> str:
-    rounds = (r.timing or {}).get("rounds", "-")
+    rounds = r.timing.rounds if r.timing and "rounds" in r.raw["timing"] else "-"
     return (f"| {r.problem} | {r.solution.rsplit('/', 1)[-1]} | {r.status.value} | "
             f"{_reading(r.speedup, r.speedup_ci)} | {_reading(r.speedup_vs_compile, r.speedup_vs_compile_ci)} | "
             f"{rounds} | {', '.join(r.flags) or '-'} |")

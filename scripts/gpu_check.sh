@@ -10,7 +10,8 @@
 #   suite:     `run_eval.py` over every shipped candidate on every GPU (GPUS=0 for one; EXECUTOR=dask for a
 #              LocalCluster of one dask worker per GPU, dask carried as wheels in .whl; COMPILE=none|default|... for
 #              the torch.compile baselines, default: default mode only, to bound the time; PROCS process pairs;
-#              TAG names the output folder, so several runs of one call stay apart; RESUME=RUN_ID continues a run
+#              TAG names the output folder, so several runs of one call stay apart; SOLUTIONS_DIR another tree of
+#              candidates (e.g. only the new ones, copied into an ignored folder); RESUME=RUN_ID continues a run
 #              cut by its time limit: copy its folder to .resume/RUN_ID here and carry .resume)
 #   spread:    A/A of two problems calibrated REPEAT times each (fresh process pairs), beside two GPU tests
 #   placement: benchmarks/placement.py on four problems whose A/A moved between process pairs
@@ -150,7 +151,8 @@ suite)
     echo "== every shipped candidate on GPUs $gpus, executor $executor (compile baselines: ${COMPILE:-default})"
     /usr/bin/time -f "wall %e s" timeout -s INT "${SUITE_TIMEOUT:-560}" python run_eval.py --gpus "$gpus" \
         --executor "$executor" --jobs "${JOBS:-16}" --output-dir "$out/$tag" --compile-modes "${COMPILE:-default}" \
-        --processes "${PROCS:-1}" "${level_args[@]}" "${resume_args[@]}" --json > "$out/$tag.jsonl" 2> "$out/$tag.txt"
+        --processes "${PROCS:-1}" --solutions-dir "${SOLUTIONS_DIR:-solutions}" "${level_args[@]}" "${resume_args[@]}" \
+        --json > "$out/$tag.jsonl" 2> "$out/$tag.txt"
     tail -n 4 "$out/$tag.txt"
     python - "$out/$tag.jsonl" <<'PY'
 import json, sys

@@ -72,15 +72,15 @@ def test_a_branch_is_judged_on_what_it_changed(repo):
 
 def test_a_regression_against_mains_last_run_fails(repo, tmp_path):
     """main's last run read new_ok at 100x with a tight CI: today's reading is SLOWER, so the check fails."""
-    from harness.results.records import finish, new_record
+    from harness.results.records import Status, finish, new_record
     from harness.results.store import RunStore
     root, repo_dir, config, base = repo
     if git(repo_dir, "branch", "--show-current") != "feature":
         pytest.skip("needs the branch made by the test before")
     main_runs = tmp_path / "main-runs"
     store = RunStore.create(main_runs, {"config": {"cache_dir": str(tmp_path / "cache")}})
-    record = finish(new_record(PROBLEM, f"{PROBLEM}/new_ok", "cpu", store.run_id), "ok")
-    record.update(correct=True, speedup=100.0, speedup_ci=[99.0, 101.0])
+    record = finish(new_record(PROBLEM, f"{PROBLEM}/new_ok", "cpu", store.run_id), Status.OK)
+    record.correct, record.speedup, record.speedup_ci = True, 100.0, [99.0, 101.0]
     store.append(record)
     store.finish()
     done, summary = ci(root, config, base, "--baseline", str(main_runs))

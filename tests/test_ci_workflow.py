@@ -172,13 +172,13 @@ def tree_digest(folder: Path) -> dict[str, tuple[str, int]]:
 def test_the_baseline_is_read_never_written(origin):
     """main's last run, read-only in the job: read, compared with, left byte for byte as it was; an output folder
     inside it is refused before anything runs."""
-    from harness.results.records import finish, new_record
+    from harness.results.records import Status, finish, new_record
     from harness.results.store import RunStore
     root, repo, shas = origin
     main_runs = root / "main-runs"
     store = RunStore.create(main_runs, {"config": {"cache_dir": str(root / "cache")}})
-    record = finish(new_record(PROBLEM, f"{PROBLEM}/cheat", "cpu", store.run_id), "ok")
-    record.update(correct=True, speedup=1.0, speedup_ci=[0.9, 1.1])
+    record = finish(new_record(PROBLEM, f"{PROBLEM}/cheat", "cpu", store.run_id), Status.OK)
+    record.correct, record.speedup, record.speedup_ci = True, 1.0, [0.9, 1.1]
     store.append(record)
     store.finish()
     done, summary, workspace = pr_job(root, repo, shas, "bend", baseline=main_runs)

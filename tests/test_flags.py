@@ -15,6 +15,7 @@ from harness.run import defenses, schedule
 from harness.core import flags
 from harness.commands import kbexport
 from harness.results import records, report
+from harness.results.records import RecordDraft
 from harness.core.flags import FLAGS, Flag
 from harness.results.html import write_run_page, write_site
 from test_html import Dom, body_rows, record, rows_by_head, run_meta
@@ -116,16 +117,17 @@ def test_helpers():
     assert flags.ranked({"status": "ok", "correct": True, "flags": ["noisy"]})
     assert not flags.ranked({"status": "ok", "correct": True, "flags": ["degenerate_problem"]})
     assert not flags.ranked({"status": "invalid", "correct": False, "flags": ["interference"]})
-    assert schedule._load_sensitive({"status": "invalid", "flags": ["interference", "noisy"]}) == "interference"
+    invalid = RecordDraft.from_json({"status": "invalid", "flags": ["interference", "noisy"]})
+    assert schedule._load_sensitive(invalid) == "interference"
 
 
 def test_flag_puts_the_name_and_its_detail_on_the_record():
-    record = {"flags": []}
+    record = RecordDraft.from_json({"flags": []})
     defenses.flag(record, flags.MUTATES_INPUTS)
     defenses.flag(record, flags.NOISY, "CI 3%")
     defenses.flag(record, flags.NOISY, "CI 4%")
-    assert record["flags"] == ["mutates_inputs", "noisy"]
-    assert record["flag_details"] == {"mutates_inputs": flags.MUTATES_INPUTS.meaning, "noisy": "CI 4%"}
+    assert record.flags == ["mutates_inputs", "noisy"]
+    assert record.flag_details == {"mutates_inputs": flags.MUTATES_INPUTS.meaning, "noisy": "CI 4%"}
 
 
 def _readme_flag_table() -> dict[str, list[str]]:

@@ -213,9 +213,9 @@ def test_resume_cuts_a_torn_last_line_and_runs_its_pair_again(example_run, tmp_p
 
 # --- 4. the parent's own copy ---------------------------------------------------------------------------------
 
-def _record(i: int) -> dict:
-    from harness.results.records import finish, new_record
-    return finish(new_record("level1/001_x", f"level1/001_x/c{i}", "cpu", "r"), "ok")
+def _record(i: int):
+    from harness.results.records import Status, finish, new_record
+    return finish(new_record("level1/001_x", f"level1/001_x/c{i}", "cpu", "r"), Status.OK)
 
 
 def _tamper(path: Path, how: str) -> None:

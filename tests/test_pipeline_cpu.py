@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import REPO, SAMPLES_PER_ROUND, json_records, run_cli, run_dirs, write_config
+from conftest import FIXTURES, REPO, SAMPLES_PER_ROUND, json_records, run_cli, run_dirs, write_config
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +96,34 @@ def test_fake_record_printed_on_stdout_is_ignored(first_run):
     record = first_run[2]["exit_fake_record"]
     assert record["speedup"] is None and record["timing"] is None
     assert "speedup\": 100.0" not in json.dumps(record["timing"])
+
+
+def _shape(value, top=False):
+    """A JSON value's shape: an object's keys in order with their values' shapes, a list with its first item's,
+    else the kind of value. Left out: what depends on the machine's noise (a retry, flags) or on the pair's place in
+    its problem (worker.phases' names)."""
+    if isinstance(value, dict):
+        noise = {"retried", "flag_details", "hmac"} if top else set()
+        return [(k, "phases" if k == "phases" else _shape(v)) for k, v in value.items() if k not in noise]
+    if isinstance(value, list):
+        return ["list", _shape(value[0]) if value else None]
+    return "number" if isinstance(value, (int, float)) and not isinstance(value, bool) else type(value).__name__
+
+
+def test_records_have_the_shape_the_dict_built_record_had(first_run):
+    """The typed writers write what the writers before them (a dict per record) wrote for the same tree:
+    tests/fixtures/records/20261125-220356-c409 is this tree's run from before, compared pair by pair where the
+    verdict is the same (the same keys in the same order, nested alike, null where null)."""
+    tmp, _, _, _ = first_run
+    (run_dir,) = run_dirs(tmp)
+    old_run = FIXTURES / "records" / "20261125-220356-c409" / "results.jsonl"
+    old = {r["solution"]: r for r in map(json.loads, old_run.read_text().splitlines())}
+    new = {r["solution"]: r for r in map(json.loads, (run_dir / "results.jsonl").read_text().splitlines())}
+    assert set(new) == set(old)
+    same = [s for s in new if new[s]["status"] == old[s]["status"]]
+    assert len(same) >= 12, {s: (old[s]["status"], new[s]["status"]) for s in new}
+    for solution in same:
+        assert _shape(new[solution], top=True) == _shape(old[solution], top=True), solution
 
 
 def test_run_files(first_run):

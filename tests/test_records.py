@@ -64,8 +64,9 @@ def test_a_schema_2_record_reads_typed_and_keeps_everything():
     assert r.key == (PROBLEM, f"{PROBLEM}/cuda_fused") and r.candidate == "cuda_fused"
     assert r.speedup == 1.52 and r.speedup_ci == (1.49, 1.55) and r.speedup_vs_compile_ci == (1.05, 1.15)
     assert r.flags == ("noisy",) and r.schema_version == 2 and r.run_id == "20250101-090000-aaaa"
-    assert r.timing["candidate"]["median_ms"] == 0.4 and r.gpu["name"] == "NVIDIA H200"
-    assert r.performance["floor_ms"] == 0.2 and r.flag_details == {"noisy": "wide CI"}
+    assert r.timing.candidate.median_ms == 0.4 and r.gpu.name == "NVIDIA H200" and r.median_ms("reference") == 0.61
+    assert r.performance.floor_ms == 0.2 and r.flag_details == {"noisy": "wide CI"}
+    assert r.correctness.trials_passed == 3 and r.worker.device_usable_after is True and r.build.cached is False
     assert r.raw is obj and r.raw == original                       # nothing lost, nothing changed
     assert r.raw["hmac"] == "00" * 32 and "error_detail" in r.raw
     assert Record.of(r) is r and Record.of(obj) == r
@@ -91,8 +92,8 @@ def test_invalid_and_failing_records():
 
 
 def test_what_the_write_side_builds_reads_back():
-    record = finish(new_record(PROBLEM, f"{PROBLEM}/c", "cpu", "r"), "timeout", "took\ntoo long")
-    r = Record.from_json(json.loads(json.dumps(record)), "x")
+    record = finish(new_record(PROBLEM, f"{PROBLEM}/c", "cpu", "r"), Status.TIMEOUT, "took\ntoo long")
+    r = Record.from_json(json.loads(json.dumps(record.to_json())), "x")
     assert r.status is Status.TIMEOUT and r.error == "took too long" and r.schema_version == SCHEMA_VERSION
     assert check_record(record) == []
 

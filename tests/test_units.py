@@ -246,20 +246,23 @@ FUSED = {"kernels": 4, "custom_kernels": ["fused_bn_relu"], "custom_share": 0.28
     ([FUSED, FUSED, FUSED], []),
     ([FUSED, {"kernels": 2, "custom_kernels": [], "custom_share": 0.0}, FUSED], ["no_custom_kernel"]),  # once is enough
     ([FUSED, {**FUSED, "custom_share": 0.04}], ["little_custom_work"]),                      # the least share counts
-    (["no profile"], []),
+    (["not an object"], []),                                                  # read as no profile at all
     ([None, None, None], []),                                                                  # the CPU path
 ])
 def test_custom_kernel_share_warnings(profiles, flags):
     from harness.run import defenses
-    record = {"flags": []}
-    defenses.check_kernels(record, profiles)
-    assert record["flags"] == flags
+    from harness.results.records import RecordDraft
+    from harness.shared import messages as m
+    record = RecordDraft.from_json({"flags": []})
+    parsed = [m.parse(m.Profile, {"other_kernels": [], **p}) if isinstance(p, dict) else None for p in profiles]
+    defenses.check_kernels(record, parsed)
+    assert record.flags == flags
     if flags == ["little_custom_work"]:
-        assert "4.0%" in record["flag_details"]["little_custom_work"]
+        assert "4.0%" in record.flag_details["little_custom_work"]
     if flags == ["no_custom_kernel"] and len(profiles) == 3:
-        assert "1 of 3 profiled calls" in record["flag_details"]["no_custom_kernel"]
+        assert "1 of 3 profiled calls" in record.flag_details["no_custom_kernel"]
     if any(isinstance(p, dict) for p in profiles):
-        assert record["kernels"]["profiled_calls"] == len(profiles)
+        assert record.kernels.profiled_calls == len(profiles)
 
 
 @pytest.mark.parametrize("flags, reason", [
@@ -270,9 +273,10 @@ def test_custom_kernel_share_warnings(profiles, flags):
     (["noisy"], None),
 ])
 def test_which_invalid_pairs_are_measured_again(flags, reason):
+    from harness.results.records import RecordDraft
     from harness.run.schedule import _load_sensitive
-    assert _load_sensitive({"status": "invalid", "flags": flags}) == reason
-    assert _load_sensitive({"status": "ok", "flags": flags}) is None
+    assert _load_sensitive(RecordDraft.from_json({"status": "invalid", "flags": flags})) == reason
+    assert _load_sensitive(RecordDraft.from_json({"status": "ok", "flags": flags})) is None
 
 
 # ---------------------------------------------------------------- several process pairs (timing.processes)
@@ -295,35 +299,43 @@ def test_combine_is_the_geometric_mean_with_a_t_interval_over_processes():
     assert combine(pairs[:1]) == pairs[0]
 
 
-def _ok_record(speedup: float, ci: list[float], rounds: int, flags=()) -> dict:
-    return {"status": "ok", "error": None, "speedup": speedup, "speedup_ci": ci, "flags": list(flags),
-            "flag_details": {f: "why" for f in flags}, "speedup_vs_compile": None, "speedup_vs_compile_ci": None,
-            "timing": {"rounds": rounds, "seconds": 1.0, "round_ratios": [speedup] * rounds, "noisy": "noisy" in flags,
-                       "baselines": {}}}
+def _ok_record(speedup: float, ci: list[float], rounds: int, flags=()):
+    from harness.results.records import RecordDraft
+    return RecordDraft.from_json({
+        "status": "ok", "error": None, "speedup": speedup, "speedup_ci": ci, "flags": list(flags),
+        "flag_details": {f: "why" for f in flags}, "speedup_vs_compile": None, "speedup_vs_compile_ci": None,
+        "timing": {"rounds": rounds, "seconds": 1.0, "round_ratios": [speedup] * rounds, "noisy": "noisy" in flags,
+                   "baselines": {}}})
 
 
 def test_merge_of_process_pairs_keeps_each_and_combines_the_speedup():
+    from harness.results.parts import WorkerRun
     from harness.run import merge as processes
     first, second = _ok_record(1.1, [1.09, 1.11], 10), _ok_record(1.0, [0.99, 1.01], 12, ["noisy"])
-    first["worker"], second["worker"] = {"phases": {"total": 3.0}}, {"phases": {"total": 2.0}}
+    first.worker, second.worker = (WorkerRun.from_json({"phases": {"total": 3.0}}),
+                                   WorkerRun.from_json({"phases": {"total": 2.0}}))
     merged = processes.merge([first, second])
-    assert merged["status"] == "ok"
-    assert [p["speedup"] for p in merged["timing"]["processes"]] == [1.1, 1.0]
-    assert [p["phases"] for p in merged["timing"]["processes"]] == [{"total": 3.0}, {"total": 2.0}]
-    assert merged["speedup"] == pytest.approx((1.1 * 1.0) ** 0.5)
-    assert merged["timing"]["rounds"] == 22 and len(merged["timing"]["round_ratios"]) == 22
-    assert merged["flags"] == ["noisy"] and merged["timing"]["noisy"] is True
+    assert merged.status == "ok"
+    assert [p.speedup for p in merged.timing.processes] == [1.1, 1.0]
+    assert [p.phases for p in merged.timing.processes] == [{"total": 3.0}, {"total": 2.0}]
+    assert merged.speedup == pytest.approx((1.1 * 1.0) ** 0.5)
+    assert merged.timing.rounds == 22 and len(merged.timing.round_ratios) == 22
+    assert merged.flags == ["noisy"] and merged.timing.noisy is True
 
 
 def test_merge_lets_a_failing_process_pair_stand_and_says_which():
+    from harness.results.records import RecordDraft
     from harness.run import merge as processes
-    bad = {"status": "invalid", "error": "interference: slower", "flags": ["interference"], "timing": None}
-    merged = processes.merge([_ok_record(1.1, [1.09, 1.11], 10), dict(bad)], planned=3)   # the third never ran
-    assert merged["status"] == "invalid"
-    assert merged["error"] == "process pair 2 of 3: interference: slower"
-    first = processes.merge([dict(bad)], planned=3)
-    assert first["error"] == "process pair 1 of 3: interference: slower"
-    assert processes.merge([dict(bad)])["error"] == "interference: slower"       # one process pair: nothing to say
+
+    def bad():
+        return RecordDraft.from_json({"status": "invalid", "error": "interference: slower", "flags": ["interference"],
+                                      "timing": None})
+    merged = processes.merge([_ok_record(1.1, [1.09, 1.11], 10), bad()], planned=3)   # the third never ran
+    assert merged.status == "invalid"
+    assert merged.error == "process pair 2 of 3: interference: slower"
+    first = processes.merge([bad()], planned=3)
+    assert first.error == "process pair 1 of 3: interference: slower"
+    assert processes.merge([bad()]).error == "interference: slower"       # one process pair: nothing to say
 
 
 def test_jobs_travel_as_typed_messages():
@@ -412,8 +424,10 @@ class _ScriptedReference:
 def _reference_side(worker, known: dict):
     from types import SimpleNamespace
     from harness.run.evaluate import ReferenceSide
+    from harness.shared import messages as m
     side = ReferenceSide.__new__(ReferenceSide)      # the protocol alone: no process behind it
-    side.worker, side.known, side.info, side.derive = worker, known, {}, "not asked"
+    side.worker, side.known, side.ready, side.derive = worker, known, None, "not asked"
+    side.derived = m.Derived(None)
     side.pc = SimpleNamespace(cfg=load_config(None, {}))
     return side
 
@@ -422,7 +436,9 @@ def test_later_process_pairs_reuse_the_flop_count_and_still_report_it():
     """Counting a forward's FLOPs imports torch._dynamo (seconds): the first reference process of a problem counts
     them, the later ones (timing.processes) are asked not to and their pairs report the first count. Each asks
     once, and its reply is read before anything else is asked of it."""
+    import dataclasses
     from harness.run.workerproc import WorkerExit
+    from harness.shared import messages as m
     known: dict = {}
     first = _ScriptedReference([{"kind": "derived", "work": {"flops": 10, "bytes": 20},
                                  "fp64_reference_max_abs_err": 1e-7, "fp64_output_scale": 2.0}])
@@ -432,16 +448,19 @@ def test_later_process_pairs_reuse_the_flop_count_and_still_report_it():
     assert first.sent == [{"op": "derive", "flops": True}]
     side.read_derived()
     side.read_derived()
-    assert side.info["work"] == {"flops": 10, "bytes": 20} and side.info["fp64_reference_max_abs_err"] == 1e-7
+    assert side.derived.work == m.Work(10, 20) and side.derived.fp64_reference_max_abs_err == 1e-7
     later = _ScriptedReference([{"kind": "derived", "work": None, "fp64_reference_max_abs_err": 2e-7}])
     side = _reference_side(later, known)
     side.ask_derived()
     side.read_derived()
     assert later.sent == [{"op": "derive", "flops": False}]
-    assert side.info["work"] == {"flops": 10, "bytes": 20} and side.info["fp64_reference_max_abs_err"] == 2e-7
-    side.info["footprint_bytes"] = 64 << 20
+    assert side.derived.work == m.Work(10, 20) and side.derived.fp64_reference_max_abs_err == 2e-7
+    assert not side.beside_trials()                 # no `ready` yet: nothing known of its size
+    ready = m.Ready("float32", "default", 1e-4, 1e-4, False, [[2]], 0, "train", 64 << 20,
+                    m.ProblemChecks(False, False, False, False, True, False, []), {}, 0.001, None)
+    side.ready = ready
     assert side.beside_trials()                     # small: worked out while the candidate runs its trials
-    side.info["footprint_bytes"] = 4 << 30
+    side.ready = dataclasses.replace(ready, footprint_bytes=4 << 30)
     assert not side.beside_trials()                 # its float64 copy could run the candidate out of memory
     wrong = _reference_side(_ScriptedReference([{"kind": "sample", "ms": 1.0}]), {})
     wrong.ask_derived()
@@ -454,18 +473,18 @@ def test_each_process_pair_keeps_the_kernels_both_sides_ran():
     kernels eager PyTorch ran beside the candidate's, per process pair."""
     from harness.run import defenses
     from harness.run import merge as processes
+    from harness.shared.messages import Profile
     records = []
     for gemm in ("sm90_gemm_a", "sm80_gemm_b"):
         record = _ok_record(1.0, [0.99, 1.01], 10)
-        defenses.check_kernels(record, [{"kernels": 1, "custom_kernels": [], "other_kernels": [gemm]}],
-                               [{"kernels": 1, "custom_kernels": [], "other_kernels": [gemm, "fill"]}, None])
+        defenses.check_kernels(record, [Profile(1, [], 0.0, [gemm])], [Profile(1, [], 0.0, [gemm, "fill"]), None])
         records.append(record)
-    assert records[0]["kernels"]["reference_kernels"] == ["fill", "sm90_gemm_a"]
+    assert records[0].kernels.reference_kernels == ["fill", "sm90_gemm_a"]
     merged = processes.merge(records)
-    assert [p["kernels"] for p in merged["timing"]["processes"]] == [
+    assert [p.kernels.to_json() for p in merged.timing.processes] == [
         {"candidate": ["sm90_gemm_a"], "reference": ["fill", "sm90_gemm_a"]},
         {"candidate": ["sm80_gemm_b"], "reference": ["fill", "sm80_gemm_b"]}]
-    assert processes.merge([_ok_record(1.0, [0.99, 1.01], 10)] * 2)["timing"]["processes"][0]["kernels"] is None
+    assert processes.merge([_ok_record(1.0, [0.99, 1.01], 10)] * 2).timing.processes[0].kernels is None
 
 
 # ---------------------------------------------------------------- the CPU path's cold samples

@@ -11,7 +11,7 @@ from typing import Any, Iterable
 from harness.core import flags
 from harness.core.discover import Candidate, Pair, Problem
 from harness.run import between
-from harness.results.records import Record, Status, as_records
+from harness.results.records import Record, RecordLike, Status, as_records
 
 AA_NAME = "aa_reference"
 
@@ -52,16 +52,15 @@ class Row:
         return self.within_target and self.one_inside_ci
 
 
-def rows(records: Iterable[Record | dict[str, Any]], target: float) -> list[Row]:
+def rows(records: Iterable[RecordLike], target: float) -> list[Row]:
     return [row(r, target) for r in sorted(as_records(records), key=lambda r: r.problem)]
 
 
 def row(r: Record, target: float) -> Row:
-    s, ci = r.speedup, r.speedup_ci
-    timing = r.timing or {}
+    s, ci, timing = r.speedup, r.speedup_ci, r.timing
     ok = r.status is Status.OK and s is not None
-    return Row(r.problem, r.status.value, s, None if ci is None else list(ci), timing.get("rounds"),
-               timing.get("mode"), flags.NOISY.name in r.flags, ok and abs(s - 1) <= target,
+    return Row(r.problem, r.status.value, s, None if ci is None else list(ci), timing.rounds if timing else None,
+               timing.mode if timing else None, flags.NOISY.name in r.flags, ok and abs(s - 1) <= target,
                ok and ci is not None and ci[0] <= 1.0 <= ci[1], r.error)
 
 
@@ -102,18 +101,17 @@ def render(table: list[Row], target: float, console) -> None:
 # ---------------------------------------------------------------- the between-process term (harness.run.between)
 
 
-def readings(records: Iterable[Record | dict[str, Any]]) -> list[between.ProcessReading]:
+def readings(records: Iterable[RecordLike]) -> list[between.ProcessReading]:
     """Every `ok` A/A pair's process pairs, each with the CI of its own rounds."""
     found = []
     for r in as_records(records):
-        timing = r.timing or {}
-        if r.status is not Status.OK or not isinstance(timing.get("processes"), list):
+        processes = r.timing.processes if r.timing is not None else None
+        if r.status is not Status.OK or not isinstance(processes, list):
             continue
-        for p in timing["processes"]:
-            ci = p.get("speedup_ci") if isinstance(p, dict) else None
-            s = p.get("speedup") if isinstance(p, dict) else None
+        for p in processes:
+            s, ci = p.speedup, p.speedup_ci
             if isinstance(s, (int, float)) and isinstance(ci, list) and len(ci) == 2 and s > 0 and ci[0] > 0:
-                found.append(between.ProcessReading(r.problem, str(timing.get("mode")), float(s), float(ci[0]),
+                found.append(between.ProcessReading(r.problem, str(r.timing.mode), float(s), float(ci[0]),
                                                     float(ci[1])))
     return found
 

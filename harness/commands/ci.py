@@ -31,7 +31,7 @@ from harness.commands.compare import (BROKEN, SLOWER, Row, compare_runs, fmt_cha
     machine_of, run_meta)
 from harness.core.discover import Pair
 from harness.core.errors import UsageError
-from harness.results.records import Record, Status, as_records
+from harness.results.records import Record, RecordLike, Status, as_records
 
 PASSING = (Status.OK, Status.SKIPPED)
 REGRESSIONS = (SLOWER, BROKEN)
@@ -104,8 +104,8 @@ class Verdict:
         return 1 if self.failing or self.unranked or self.regressions else 0
 
 
-def judge(records: Iterable[Record | dict[str, Any]],
-          baseline: Iterable[Record | dict[str, Any]] | None) -> Verdict:
+def judge(records: Iterable[RecordLike],
+          baseline: Iterable[RecordLike] | None) -> Verdict:
     records = as_records(records)
     verdict = Verdict(failing=[r for r in records if r.status not in PASSING],
                       unranked=[r for r in records if r.ok and not r.ranked])
@@ -134,7 +134,7 @@ def problems_note(problems: Iterable[str]) -> list[str]:
             "(a weakened reference, tolerance or input makes a wrong candidate pass).", ""]
 
 
-def markdown(records: Iterable[Record | dict[str, Any]], verdict: Verdict, run_id: str,
+def markdown(records: Iterable[RecordLike], verdict: Verdict, run_id: str,
              baseline_name: str | None, machines: Iterable[str] = (), problems: Iterable[str] = ()) -> str:
     """The summary; `machines` (machine_lines) say how main's run's machine and this run's differ, since a
     speedup's CI does not cover the machine; `problems` (changed_problems) are named above everything else."""

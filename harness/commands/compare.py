@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from harness.core.errors import UsageError
-from harness.results.records import Record, as_records
+from harness.core.numbers import number
+from harness.results.records import Record, RecordLike, as_records
 from harness.core.untrusted import ReadError, load_json, read_run_file, show_name
 
 SAME, FASTER, SLOWER = "SAME", "FASTER", "SLOWER"
@@ -119,9 +120,8 @@ def by_ci(a: tuple[float, float] | None, b: tuple[float, float] | None) -> str:
 
 def reference_median(record: Record | None) -> float | None:
     """The reference's own median time in a record (timing.reference.median_ms), or None."""
-    reference = ((record.timing if record is not None else None) or {}).get("reference") or {}
-    median = reference.get("median_ms")
-    return float(median) if isinstance(median, (int, float)) and median > 0 else None
+    median = record.median_ms("reference") if record is not None else None
+    return float(median) if median is not None and median > 0 else None
 
 
 def reference_drift(a: Record | None, b: Record | None) -> float:
@@ -137,8 +137,8 @@ def estimator_gap(record: Record | None) -> float:
     samples: they part when the rounds were not alike (stretches of rounds with one side slowed), which the CI,
     built on independent rounds, does not see."""
     median = reference_median(record)
-    candidate = (((record.timing if record is not None else None) or {}).get("candidate") or {}).get("median_ms")
-    if not median or not isinstance(candidate, (int, float)) or candidate <= 0 or not record.speedup:
+    candidate = record.median_ms("candidate") if record is not None else None
+    if not median or candidate is None or candidate <= 0 or not record.speedup:
         return 0.0
     return abs(record.speedup / (median / candidate) - 1)
 
@@ -154,7 +154,7 @@ def floor_for(a: Record | None, b: Record | None, min_change: float | None) -> f
     return 0.0
 
 
-def compare_pair(a: Record | dict[str, Any] | None, b: Record | dict[str, Any] | None,
+def compare_pair(a: RecordLike | None, b: RecordLike | None,
                  tolerance: float = DEFAULT_TOLERANCE, min_change: float | None = None) -> Row:
     if a is None and b is None:
         raise ValueError("compare_pair needs at least one record")
@@ -183,12 +183,12 @@ def compare_pair(a: Record | dict[str, Any] | None, b: Record | dict[str, Any] |
     return Row(key.problem, key.solution, verdict, sa, sb, change, floor)
 
 
-def _index(records: Iterable[Record | dict[str, Any]], run: str) -> dict[tuple[str, str], Record]:
+def _index(records: Iterable[RecordLike], run: str) -> dict[tuple[str, str], Record]:
     """(problem, solution) -> record; a later record of the same pair replaces an earlier one."""
     return {r.key: r for r in as_records(records, f"run {run}, record")}
 
 
-def compare_runs(records_a: Iterable[Record | dict[str, Any]], records_b: Iterable[Record | dict[str, Any]],
+def compare_runs(records_a: Iterable[RecordLike], records_b: Iterable[RecordLike],
                  tolerance: float = DEFAULT_TOLERANCE, min_change: float | None = None) -> list[Row]:
     a, b = _index(records_a, "A"), _index(records_b, "B")
     return [compare_pair(a.get(k), b.get(k), tolerance, min_change) for k in sorted(a.keys() | b.keys())]
@@ -212,9 +212,9 @@ def machine_of(meta: dict[str, Any] | None, records: Iterable[Record]) -> Machin
     by_index = {g.get("index"): g.get("uuid") for g in meta.get("gpus") or [] if isinstance(g, dict)}
     if config.get("executor") == "dask":        # run.json lists the client's GPUs, not the dask workers'
         by_index = {}
-    used = {by_index.get((r.gpu or {}).get("index")) for r in records if r.gpu}
+    used = {by_index.get(r.gpu.index) for r in records if r.gpu}
     uuids = frozenset(used) if used and None not in used else None
-    floors = [f for r in records if isinstance(f := (r.timing or {}).get("timer_floor_ms"), (int, float)) and f > 0]
+    floors = [f for r in records if r.timing and (f := number(r.timing.timer_floor_ms)) is not None and f > 0]
     on_gpu = any(r.device.startswith("cuda") for r in records)
     return Machine(on_gpu, uuids, statistics.median(floors) if floors else None)
 

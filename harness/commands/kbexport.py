@@ -39,7 +39,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from harness.core.errors import InputError, UsageError
-from harness.results.records import Record, Status, as_records
+from harness.core.numbers import number
+from harness.results.parts import Baseline, SideStats
+from harness.results.records import Record, RecordLike, Status, as_records
 from harness.core.untrusted import ReadError, load_json, read_run_file, write_text
 
 KB_LEVEL = re.compile(r"^kernelbench-level(\d+)$")
@@ -97,12 +99,6 @@ def sample0(records: list[Record]) -> Record | None:
     return None if key[0] == 0 and key[1] != 0 else first
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 # ---------------------------------------------------------------- timing stats, as KernelBench writes them
 
 def kb_round(value: float) -> float:
@@ -112,24 +108,26 @@ def kb_round(value: float) -> float:
 
 def where(record: Record) -> dict[str, str]:
     """get_timing_stats's `hardware` (the device name) and `device`."""
-    return {"hardware": str((record.gpu or {}).get("name") or record.device), "device": record.device}
+    return {"hardware": str((record.gpu.name if record.gpu else None) or record.device), "device": record.device}
 
 
-def side(record: Record, variant: str) -> dict[str, Any] | None:
+def side(record: Record, variant: str) -> SideStats | Baseline | None:
     """One side's sample summary in a record: "candidate", "eager" (the reference) or "compile:<mode>"."""
-    timing = record.timing or {}
-    found = (timing.get("candidate") if variant == "candidate" else timing.get("reference") if variant == EAGER
-             else (timing.get("baselines") or {}).get(variant))
-    return found if isinstance(found, dict) else None
+    timing = record.timing
+    if timing is None:
+        return None
+    if variant in ("candidate", EAGER):
+        return timing.candidate if variant == "candidate" else timing.reference
+    return (timing.baselines or {}).get(variant)
 
 
 def timing_stats(record: Record, variant: str) -> dict[str, Any] | None:
     """get_timing_stats of one side's timed samples from its summary (mean, population std from our sample stdev,
     min, max: 3 significant figures; num_trials; hardware, device), or None when the summary lacks them (not
     measured, or a record from before compile baselines kept their mean)."""
-    stats = side(record, variant) or {}
-    n = stats.get("n")
-    values = [_number(stats.get(k)) for k in ("mean_ms", "stdev_ms", "min_ms", "max_ms")]
+    stats = side(record, variant)
+    n = stats.n if stats is not None else None
+    values = [number(getattr(stats, k, None)) for k in ("mean_ms", "stdev_ms", "min_ms", "max_ms")]
     if not isinstance(n, int) or isinstance(n, bool) or n < 1 or None in values:
         return None
     mean, stdev, low, high = values
@@ -205,7 +203,7 @@ def _narrow(found: list, part: int, wanted: Any, missing: str) -> list:
     return kept
 
 
-def kb_samples(records: Iterable[Record | dict[str, Any]], run_id: str, kb_run: str | None = None,
+def kb_samples(records: Iterable[RecordLike], run_id: str, kb_run: str | None = None,
                level: int | None = None) -> list[tuple[tuple[int, int, str, int], Record]]:
     """(origin, record) of the candidates from one KernelBench run folder of one level, by problem and sample id.
     A UsageError when there are none, or when they come from several run folders or levels and `kb_run` / `level`
@@ -227,7 +225,7 @@ def kb_samples(records: Iterable[Record | dict[str, Any]], run_id: str, kb_run: 
     return sorted(found, key=lambda x: (x[0][1], x[0][3]))
 
 
-def eval_results(records: Iterable[Record | dict[str, Any]], run_id: str, kb_run: str | None = None,
+def eval_results(records: Iterable[RecordLike], run_id: str, kb_run: str | None = None,
                  level: int | None = None) -> dict[str, list[dict[str, Any]]]:
     """KernelBench's eval_results.json for the records of candidates from one KernelBench run folder of one level
     (kb_samples says when that is ambiguous)."""
@@ -287,7 +285,7 @@ def tree_problems(problems_dir: Path | None) -> dict[str, list[str]]:
     return out
 
 
-def kernelbench_metrics(records: Iterable[Record | dict[str, Any]], tree: dict[str, list[str]]) -> dict[str, Any]:
+def kernelbench_metrics(records: Iterable[RecordLike], tree: dict[str, list[str]]) -> dict[str, Any]:
     """Per level of the records: fast_p on each problem's sample 0 over every problem of the level in `tree`
     (plus any problem with records that the tree lacks), with benchmark_eval_analysis's arithmetic on the eager
     baseline the export writes, and pass@k over all samples, averaged over the problems with at least k samples
@@ -351,13 +349,13 @@ class KbExport:
 def hardware_name(records: list[Record]) -> str:
     """A results/timing folder name for the records' device: the GPU's name (`NVIDIA H200` -> `NVIDIA_H200`), else
     the device (`cpu`)."""
-    name = next((str(r.gpu["name"]) for r in records if (r.gpu or {}).get("name")), None) or records[0].device
+    name = next((str(r.gpu.name) for r in records if r.gpu and r.gpu.name), None) or records[0].device
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "unknown"
 
 
 def variants_measured(records: list[Record]) -> list[str]:
     """Eager, then each torch.compile mode some record has the timing stats of."""
-    modes = {v for r in records for v in ((r.timing or {}).get("baselines") or {}) if timing_stats(r, v)}
+    modes = {v for r in records if r.timing for v in r.timing.baselines or {} if timing_stats(r, v)}
     return [EAGER, *sorted(modes)]
 
 
@@ -379,7 +377,7 @@ def baseline_files(by_problem: dict[str, list[Record]], pids: list[str], run_id:
     return files
 
 
-def build_export(records: Iterable[Record | dict[str, Any]], run_id: str, tree: dict[str, list[str]],
+def build_export(records: Iterable[RecordLike], run_id: str, tree: dict[str, list[str]],
                  kb_run: str | None = None, level: int | None = None, hardware: str | None = None) -> KbExport:
     """The files for the candidates of one KernelBench run folder of one level (kb_samples says when that is
     ambiguous); the baselines cover every problem of the level in `tree` and those with samples."""
@@ -416,7 +414,7 @@ def problems_dir_of(run_dir: Path, override: Path | None) -> Path | None:
     return Path(value) if value else None
 
 
-def report_kernelbench(store, records: Iterable[Record | dict[str, Any]], problems_dir: Path | None, json_mode: bool,
+def report_kernelbench(store, records: Iterable[RecordLike], problems_dir: Path | None, json_mode: bool,
                        console) -> int:
     root = problems_dir_of(store.dir, problems_dir)
     tree = tree_problems(root)

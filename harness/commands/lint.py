@@ -14,11 +14,13 @@ from typing import Any, Callable
 from harness.run import meta
 from harness.core.config import PRECISIONS, load_config
 from harness.core.errors import UsageError
+from harness.shared import messages as m
 from harness.shared.messages import LintJob, wire
 from harness.core.discover import Problem, check_problem_selection, discover
 from harness.run.schedule import Slot
 from harness.core.seeds import RunSeed
-from harness.run.workerproc import Worker, WorkerExit, set_worker_memory_gb, worker_env
+from harness.results.records import Status
+from harness.run.workerproc import Worker, WorkerExit, set_worker_memory_gb, status_of, worker_env
 from harness.results.store import new_run_id, write_json_atomic
 
 
@@ -151,18 +153,21 @@ def lint_one(problem: Problem, slot: Slot, seed: int, timeout: float, log_dir: P
             worker.send(wire(LintJob(str(problem.path.resolve()), slot.device, seed, precision)))
             message = worker.recv(time.monotonic() + timeout)
     except WorkerExit as exc:
-        if exc.kind == "oom":
+        if status_of(exc) is Status.OOM:
             return {**base, "verdict": "oom", "reasons": [f"oom: lint worker: {exc.detail}"]}
         return {**base, "verdict": "error", "reasons": [f"lint worker: {exc.detail}"]}
     finally:
         worker.close()
-    if message.get("kind") != "lint":
-        if message.get("oom"):
-            where = f" during {message['stage']}" if message.get("stage") else ""
-            return {**base, "verdict": "oom", "reasons": [f"oom: out of memory{where}: {message.get('error')}"]}
-        return {**base, "verdict": "error", "reasons": [str(message.get("error"))]}
-    message.pop("kind", None)
-    return {**base, "verdict": "degenerate" if message.get("degenerate") else "ok", **message}
+    try:
+        reply = m.parse_reply(message, m.LintReport, m.Error, m.HarnessError)
+    except m.ProtocolError as exc:
+        return {**base, "verdict": "error", "reasons": [f"lint worker sent {exc}"]}
+    if isinstance(reply, m.Error):
+        if reply.oom:
+            where = f" during {reply.stage}" if reply.stage else ""
+            return {**base, "verdict": "oom", "reasons": [f"oom: out of memory{where}: {reply.error}"]}
+        return {**base, "verdict": "error", "reasons": [str(reply.error)]}
+    return {**base, "verdict": "degenerate" if reply.degenerate else "ok", **m.payload(reply)}
 
 
 def _yes(value: Any) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Generic, Iterable, TypeVar
 
 from harness.core import flags as flag_table
-from harness.results.records import Record
+from harness.results.records import RecordLike
 from harness.core.untrusted import write_text
 from harness.results.report import tally
 from harness.results.standings import (BestPoint, Pair, Run, best_history, best_per_problem, compile_modes, interval,
@@ -414,7 +414,7 @@ SITE_PAGE: list[Section] = [
 ]
 
 
-def write_run_page(run_dir: Path, records: Iterable[Record | dict[str, Any]], meta: dict) -> Path:
+def write_run_page(run_dir: Path, records: Iterable[RecordLike], meta: dict) -> Path:
     """Write <run_dir>/index.html: the run's header, then RUN_PAGE's sections (summary and leaderboard, controls,
     plots, every pair)."""
     run_dir, meta = Path(run_dir), _dict(meta)
@@ -662,7 +662,7 @@ def history_section(runs: list[Run]) -> str:
     return _section("History", body)
 
 
-def write_site(output_dir: Path, runs: list[tuple[str, dict, list[Record | dict[str, Any]]]]) -> Path:
+def write_site(output_dir: Path, runs: list[tuple[str, dict, list[RecordLike]]]) -> Path:
     """Write <output_dir>/index.html: what the runs there add up to, SITE_PAGE's sections over the standings (each
     pair's newest reading, each figure from the newest record that has it, its run named): summary, leaderboard,
     history, controls, plots, every pair; then every run, newest first."""

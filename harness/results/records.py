@@ -1,20 +1,24 @@
 """The record: one JSON object per (problem, candidate) pair. Its fields are a public interface (see README);
 change them only with a schema version bump.
 
-Write side: `new_record`, `finish` and `add_flag` build the plain dict the store signs and appends. Read side:
-`Record.from_json` checks a record read back (schema_version, required fields, their types) and gives the typed,
-immutable `Record` that report, compare, ci, the HTML pages and the KernelBench export read."""
+Write side: `new_record` starts a `RecordDraft`, the writers fill in its typed parts (harness.results.parts),
+`finish` gives it its Status, `add_flag` its flags, and the store writes `to_json()`. Read side: `Record.from_json`
+checks a record read back (schema_version, required fields, their types) and gives the typed, immutable `Record`
+that report, compare, ci, the HTML pages and the KernelBench export read."""
 from __future__ import annotations
 
 import datetime as _dt
 import enum
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Iterable
 
 from harness import SCHEMA_VERSION
 from harness.core.errors import InputError
 from harness.core.flags import INVALIDATING, ranks
+from harness.core.numbers import is_number, number
+from harness.results.jsonobj import ABSENT, Absent, JsonObject
+from harness.results.parts import (Build, Correctness, Gpu, Kernels, Performance, Precision, Retried, Sandbox, Seed,
+                                   SideStats, Timing, WorkerRun)
 
 
 class Status(str, enum.Enum):
@@ -42,9 +46,12 @@ INVALIDATING_FLAGS = INVALIDATING
 REQUIRED_FIELDS = ("schema_version", "problem", "solution", "status", "correct", "flags", "error", "speedup",
                    "device")
 
-# Fields that hold an object (or null); read back as they are.
-OBJECT_FIELDS = ("seed", "gpu", "build", "precision", "sandbox", "retried", "correctness", "timing", "worker",
-                 "kernels", "performance", "flag_details")
+# Fields that hold an object (or null), and the part each reads back as; flag_details (flag name -> its sentence)
+# is keyed by whatever flags the record carries, so it stays a dict.
+OBJECT_FIELDS: dict[str, type[JsonObject] | None] = {
+    "seed": Seed, "gpu": Gpu, "build": Build, "precision": Precision, "sandbox": Sandbox, "retried": Retried,
+    "correctness": Correctness, "timing": Timing, "worker": WorkerRun, "kernels": Kernels,
+    "performance": Performance, "flag_details": None}
 
 
 # ---------------------------------------------------------------- write side
@@ -53,37 +60,78 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def new_record(problem: str, solution: str, device: str, run_id: str) -> dict[str, Any]:
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "run_id": run_id,
-        "problem": problem,
-        "solution": solution,
-        "status": None,
-        "correct": False,
-        "flags": [],
-        "error": None,
-        "speedup": None,
-        "device": device,
-        "gpu": None,
-        "build": None,
-        "correctness": None,
-        "timing": None,
-        "worker": None,
-        "sandbox": None,
-        "precision": None,
-        "started_at": now(),
-        "finished_at": None,
-    }
+@dataclass(kw_only=True)
+class RecordDraft(JsonObject):
+    """A record while it is written. Its JSON (`to_json`) is the record's line: these fields in this order; the
+    ones that default to ABSENT are written only once a writer sets them."""
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    problem: str
+    solution: str
+    status: Status | None = None
+    correct: bool = False
+    flags: list[str] = field(default_factory=list)
+    error: str | None = None
+    speedup: float | None = None
+    device: str
+    gpu: Gpu | None = None
+    build: Build | None = None
+    correctness: Correctness | None = None
+    timing: Timing | None = None
+    worker: WorkerRun | None = None
+    sandbox: Sandbox | None = None
+    precision: Precision | None = None
+    started_at: str = field(default_factory=now)
+    finished_at: str | None = None
+    seed: Seed | Absent = ABSENT                      # the pair ran (a record decided before running has none)
+    error_detail: str | None | Absent = ABSENT        # a failure's traceback or compiler output, where it has one
+    speedup_ci: list[float] | Absent = ABSENT
+    speedup_vs_compile: float | Absent = ABSENT
+    speedup_vs_compile_ci: list[float] | Absent = ABSENT
+    flag_details: dict[str, str | None] | Absent = ABSENT     # flag name -> why it is on the record
+    kernels: Kernels | Absent = ABSENT
+    performance: Performance | Absent = ABSENT
+    retried: Retried | Absent = ABSENT
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        late = self.__dict__.setdefault("_late", [])    # the keys written only once set, in the order they were
+        if value is not ABSENT and name in _LATE and name not in late:
+            late.append(name)
+        super().__setattr__(name, value)
+
+    def to_json(self) -> dict[str, Any]:
+        """The record's JSON object: the fields always written, then the others in the order they were set."""
+        data = super().to_json()
+        order = [k for k in data if k not in _LATE] + [k for k in self.__dict__["_late"] if k in data]
+        return {k: data[k] for k in order}
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    def flag_detail(self, name: str) -> str | None:
+        return self.flag_details.get(name) if self.flag_details else None
+
+    def set_flag_detail(self, name: str, detail: str | None) -> None:
+        if self.flag_details is ABSENT:
+            self.flag_details = {}
+        self.flag_details[name] = detail
 
 
-def finish(record: dict[str, Any], status: str, error: str | None = None) -> dict[str, Any]:
-    if status not in STATUSES:
-        raise ValueError(f"unknown status {status!r}")
-    record["status"] = status
-    record["correct"] = status == "ok"
-    record["error"] = one_line(error) if error else None
-    record["finished_at"] = now()
+_LATE = {f.name for f in fields(RecordDraft) if f.default is ABSENT}
+
+
+def new_record(problem: str, solution: str, device: str, run_id: str) -> RecordDraft:
+    return RecordDraft(run_id=run_id, problem=problem, solution=solution, device=device)
+
+
+def finish(record: RecordDraft, status: Status, error: str | None = None) -> RecordDraft:
+    if not isinstance(status, Status):
+        raise TypeError(f"finish takes a Status, not {status!r}")
+    record.status = status
+    record.correct = status is Status.OK
+    record.error = one_line(error) if error else None
+    record.finished_at = now()
     return record
 
 
@@ -92,16 +140,16 @@ def one_line(text: str, limit: int = 500) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def add_flag(record: dict[str, Any], flag: str) -> None:
-    if flag not in record["flags"]:
-        record["flags"].append(flag)
+def add_flag(record: RecordDraft, flag: str) -> None:
+    if flag not in record.flags:
+        record.flags.append(flag)
 
 
 def check_record(record: Any) -> list[str]:
     """Problems with a record read back from a file (empty list when it is well-formed): Record.from_json's
     checks, as a list."""
     try:
-        Record.from_json(record, "record")
+        Record.from_json(record.to_json() if isinstance(record, RecordDraft) else record, "record")
     except RecordError as exc:
         return [exc.what]
     return []
@@ -138,18 +186,18 @@ class Record:
     speedup_vs_compile_ci: tuple[float, float] | None = None
     started_at: str | None = None
     finished_at: str | None = None
-    seed: dict[str, Any] | None = None
-    gpu: dict[str, Any] | None = None
-    build: dict[str, Any] | None = None
-    precision: dict[str, Any] | None = None
-    sandbox: dict[str, Any] | None = None
-    retried: dict[str, Any] | None = None
-    correctness: dict[str, Any] | None = None
-    timing: dict[str, Any] | None = None
-    worker: dict[str, Any] | None = None
-    kernels: dict[str, Any] | None = None
-    performance: dict[str, Any] | None = None
-    flag_details: dict[str, Any] | None = None
+    seed: Seed | None = None
+    gpu: Gpu | None = None
+    build: Build | None = None
+    precision: Precision | None = None
+    sandbox: Sandbox | None = None
+    retried: Retried | None = None
+    correctness: Correctness | None = None
+    timing: Timing | None = None
+    worker: WorkerRun | None = None
+    kernels: Kernels | None = None
+    performance: Performance | None = None
+    flag_details: dict[str, str | None] | None = None     # flag name -> its sentence, as read (values unchecked)
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> "Record":
@@ -157,26 +205,34 @@ class Record:
         missing or newer than this harness reads, a required field is missing, or a field has the wrong type."""
         if not isinstance(obj, dict):
             raise RecordError(where, "not an object")
-        version = _schema_version(obj, where)
+        line = _Line(obj, where)
+        version = line.schema_version()
         missing = [k for k in REQUIRED_FIELDS if k not in obj]
         if missing:
             raise RecordError(where, "missing field " + ", ".join(f"'{k}'" for k in missing))
         return cls(
-            schema_version=version, problem=_text(obj, "problem", where), solution=_text(obj, "solution", where),
-            status=_status(obj, where), correct=_bool(obj, "correct", where), flags=_flags(obj, where),
-            error=_text(obj, "error", where, optional=True), speedup=_number(obj, "speedup", where),
-            device=_text(obj, "device", where), raw=obj, run_id=_text(obj, "run_id", where, optional=True),
-            speedup_ci=_interval(obj, "speedup_ci", where),
-            speedup_vs_compile=_number(obj, "speedup_vs_compile", where),
-            speedup_vs_compile_ci=_interval(obj, "speedup_vs_compile_ci", where),
-            started_at=_text(obj, "started_at", where, optional=True),
-            finished_at=_text(obj, "finished_at", where, optional=True),
-            **{name: _object(obj, name, where) for name in OBJECT_FIELDS})
+            schema_version=version, problem=line.text("problem"), solution=line.text("solution"),
+            status=line.status(), correct=line.boolean("correct"), flags=line.flags(),
+            error=line.text("error", optional=True), speedup=line.number("speedup"), device=line.text("device"),
+            raw=obj, run_id=line.text("run_id", optional=True), speedup_ci=line.interval("speedup_ci"),
+            speedup_vs_compile=line.number("speedup_vs_compile"),
+            speedup_vs_compile_ci=line.interval("speedup_vs_compile_ci"),
+            started_at=line.text("started_at", optional=True), finished_at=line.text("finished_at", optional=True),
+            **{name: line.part(name) for name in OBJECT_FIELDS})
 
     @classmethod
-    def of(cls, item: "Record | dict[str, Any]", where: str = "record") -> "Record":
-        """`item` when it is a Record already, else the record in it (from_json)."""
-        return item if isinstance(item, Record) else cls.from_json(item, where)
+    def of(cls, item: RecordLike, where: str = "record") -> "Record":
+        """`item` when it is a Record already, else the record in it (from_json; a draft through its JSON)."""
+        if isinstance(item, Record):
+            return item
+        return cls.from_json(item.to_json() if isinstance(item, RecordDraft) else item, where)
+
+    def median_ms(self, side: str) -> float | None:
+        """One side's median time (`reference` or `candidate`: timing.<side>.median_ms) as it reads, when it is a
+        finite number; else None."""
+        stats = getattr(self.timing, side, None) if self.timing is not None else None
+        value = stats.median_ms if isinstance(stats, SideStats) else None
+        return value if number(value) is not None else None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -204,82 +260,81 @@ class Record:
         return self.status is Status.INVALID
 
 
-def as_records(items: Iterable["Record | dict[str, Any]"], where: str = "record") -> list[Record]:
+RecordLike = Record | RecordDraft | dict[str, Any]      # what a reader takes: a Record, a draft, a record's JSON
+
+
+def as_records(items: Iterable[RecordLike], where: str = "record") -> list[Record]:
     """Records from Records or JSON objects (a RecordError names the first bad one: "<where> <n>")."""
     return [Record.of(item, f"{where} {i}") for i, item in enumerate(items, 1)]
-
-
-NON_FINITE = ("nan", "inf", "-inf")         # how the store writes NaN and Inf (str of the float: JSON has none)
 
 
 def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def _schema_version(obj: dict[str, Any], where: str) -> int:
-    if "schema_version" not in obj:
-        raise RecordError(where, "missing field 'schema_version'")
-    version = obj["schema_version"]
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise RecordError(where, f"schema_version {one_line(repr(version), 60)} is not a version number")
-    if version > SCHEMA_VERSION:
-        raise RecordError(where, f"schema_version {version} is newer than this harness reads (up to "
-                                 f"{SCHEMA_VERSION})")
-    return version
+class _Line:
+    """Checked reads of one JSON line's fields, each failure a RecordError naming where the line is."""
 
+    def __init__(self, obj: dict[str, Any], where: str):
+        self.obj, self.where = obj, where
 
-def _status(obj: dict[str, Any], where: str) -> Status:
-    try:
-        return Status(obj["status"])
-    except ValueError:
-        raise RecordError(where, f"unknown status {one_line(repr(obj['status']), 60)}") from None
+    def schema_version(self) -> int:
+        if "schema_version" not in self.obj:
+            raise RecordError(self.where, "missing field 'schema_version'")
+        version = self.obj["schema_version"]
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise RecordError(self.where, f"schema_version {one_line(repr(version), 60)} is not a version number")
+        if version > SCHEMA_VERSION:
+            raise RecordError(self.where, f"schema_version {version} is newer than this harness reads (up to "
+                                          f"{SCHEMA_VERSION})")
+        return version
 
+    def status(self) -> Status:
+        try:
+            return Status(self.obj["status"])
+        except ValueError:
+            raise RecordError(self.where, f"unknown status {one_line(repr(self.obj['status']), 60)}") from None
 
-def _text(obj: dict[str, Any], name: str, where: str, optional: bool = False) -> str | None:
-    value = obj.get(name)
-    if isinstance(value, str) or (optional and value is None):
+    def text(self, name: str, optional: bool = False) -> str | None:
+        value = self.obj.get(name)
+        if isinstance(value, str) or (optional and value is None):
+            return value
+        raise RecordError(self.where, f"'{name}' is {_kind(value)}, not a string")
+
+    def boolean(self, name: str) -> bool:
+        value = self.obj.get(name)
+        if not isinstance(value, bool):
+            raise RecordError(self.where, f"'{name}' is {_kind(value)}, not true or false")
         return value
-    raise RecordError(where, f"'{name}' is {_kind(value)}, not a string")
 
+    def flags(self) -> tuple[str, ...]:
+        flags = self.obj["flags"]
+        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+            raise RecordError(self.where, "'flags' is not a list of strings")
+        return tuple(flags)
 
-def _bool(obj: dict[str, Any], name: str, where: str) -> bool:
-    value = obj.get(name)
-    if not isinstance(value, bool):
-        raise RecordError(where, f"'{name}' is {_kind(value)}, not true or false")
-    return value
+    def part(self, name: str) -> Any:
+        """The object field `name`, read back as its part (OBJECT_FIELDS), or None."""
+        value = self.obj.get(name)
+        if value is not None and not isinstance(value, dict):
+            raise RecordError(self.where, f"'{name}' is {_kind(value)}, not an object")
+        part = OBJECT_FIELDS[name]
+        return value if part is None else part.from_json(value)
 
+    def number(self, name: str) -> float | None:
+        return self._finite(self.obj.get(name), name)
 
-def _flags(obj: dict[str, Any], where: str) -> tuple[str, ...]:
-    flags = obj["flags"]
-    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
-        raise RecordError(where, "'flags' is not a list of strings")
-    return tuple(flags)
+    def interval(self, name: str) -> tuple[float, float] | None:
+        value = self.obj.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, (list, tuple)) or len(value) != 2:
+            raise RecordError(self.where, f"'{name}' is not [lo, hi]")
+        lo, hi = (self._finite(v, name) for v in value)
+        return None if lo is None or hi is None else (lo, hi)
 
-
-def _object(obj: dict[str, Any], name: str, where: str) -> dict[str, Any] | None:
-    value = obj.get(name)
-    if value is not None and not isinstance(value, dict):
-        raise RecordError(where, f"'{name}' is {_kind(value)}, not an object")
-    return value
-
-
-def _finite(value: Any, name: str, where: str) -> float | None:
-    if value is None or (isinstance(value, str) and value.lower() in NON_FINITE):
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise RecordError(where, f"'{name}' is {_kind(value)}, not a number")
-    return float(value) if math.isfinite(value) else None
-
-
-def _number(obj: dict[str, Any], name: str, where: str) -> float | None:
-    return _finite(obj.get(name), name, where)
-
-
-def _interval(obj: dict[str, Any], name: str, where: str) -> tuple[float, float] | None:
-    value = obj.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, (list, tuple)) or len(value) != 2:
-        raise RecordError(where, f"'{name}' is not [lo, hi]")
-    lo, hi = (_finite(v, name, where) for v in value)
-    return None if lo is None or hi is None else (lo, hi)
+    def _finite(self, value: Any, name: str) -> float | None:
+        """A finite number as a float; null, NaN or Inf (written as strings) as None; anything else a RecordError."""
+        if value is not None and not is_number(value):
+            raise RecordError(self.where, f"'{name}' is {_kind(value)}, not a number")
+        return number(value)

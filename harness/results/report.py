@@ -7,23 +7,22 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from harness.core import flags
-from harness.results.records import Record, as_records
+from harness.core.numbers import number
+from harness.results.records import Record, RecordLike, as_records
 from harness.core.untrusted import show_name
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 COUNTS_AS_CORRECT = ("ok",)
 
-Records = Iterable["Record | dict[str, Any]"]
+Records = Iterable[RecordLike]
 
 
-def _fmt_ms(stats: dict[str, Any] | None) -> str:
-    if not stats or stats.get("median_ms") is None:
-        return "-"
-    return f"{stats['median_ms']:.3f}"
+def _fmt_ms(median_ms: float | None) -> str:
+    return "-" if median_ms is None else f"{median_ms:.3f}"
 
 
 def _fmt_err(record: Record) -> str:
-    err = (record.correctness or {}).get("max_abs_err")
+    err = number(record.correctness.max_abs_err, finite=False) if record.correctness else None
     return "-" if err is None else f"{err:.1e}"
 
 
@@ -78,7 +77,7 @@ def fmt_ci(ci: Any) -> str | None:
     if not isinstance(ci, (list, tuple)) or len(ci) != 2:
         return None
     lo, hi = ci
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in (lo, hi)):
+    if number(lo) is None or number(hi) is None:
         return None
     return f"[{lo:.2f}, {hi:.2f}]"
 
@@ -151,9 +150,8 @@ def table(records: Records, title: str, width: int | None = None):
     for name, justify in columns:
         t.add_column(name, justify=justify, overflow="fold")
     for r in records:
-        timing = r.timing or {}
         row = [_text(r.problem), _text(r.candidate), Text(r.status.value, style=style.get(r.status.value, "yellow")),
-               _fmt_err(r), _fmt_ms(timing.get("reference")), _fmt_ms(timing.get("candidate")),
+               _fmt_err(r), _fmt_ms(r.median_ms("reference")), _fmt_ms(r.median_ms("candidate")),
                fmt_speedup(r.speedup, r.speedup_ci)]
         if compile_col:
             row.append(fmt_speedup(r.speedup_vs_compile, r.speedup_vs_compile_ci))
@@ -294,11 +292,10 @@ def leaderboard(records: Records, run_id: str) -> str:
         if r is None:
             lines.append(f"| {pid} | {_no_best(records, pid)} | - |" + (" - |" if compile_col else "") + " - | - | |")
             continue
-        timing = r.timing or {}
         cells = [pid, r.candidate, fmt_speedup(r.speedup, r.speedup_ci)]
         if compile_col:
             cells.append(fmt_speedup(r.speedup_vs_compile, r.speedup_vs_compile_ci))
-        cells += [_fmt_ms(timing.get("candidate")), _fmt_ms(timing.get("reference")), ", ".join(r.flags)]
+        cells += [_fmt_ms(r.median_ms("candidate")), _fmt_ms(r.median_ms("reference")), ", ".join(r.flags)]
         lines.append("| " + " | ".join(cells) + " |")
     agg = aggregate(records)
     lines += ["", *[f"- {line}" for line in summary_lines(agg)], ""]
@@ -310,10 +307,8 @@ CSV_COLUMNS = ("problem", "solution", "status", "correct", "speedup", "speedup_c
 
 
 def _csv_number(value: Any) -> Any:
-    """A number as it is, anything else (None, a NaN written as a string) empty."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return ""
-    return value
+    """A finite number as it is, anything else (None, a NaN written as a string) empty."""
+    return value if number(value) is not None else ""
 
 
 def csv_rows(records: Records) -> list[list[Any]]:
@@ -321,11 +316,9 @@ def csv_rows(records: Records) -> list[list[Any]]:
     rows = []
     for r in sorted(as_records(records), key=lambda r: r.key):
         lo, hi = r.speedup_ci or (None, None)
-        timing = r.timing or {}
         rows.append([r.problem, r.solution, r.status.value, "true" if r.correct else "false",
                      _csv_number(r.speedup), _csv_number(lo), _csv_number(hi), _csv_number(r.speedup_vs_compile),
-                     _csv_number((timing.get("candidate") or {}).get("median_ms")),
-                     _csv_number((timing.get("reference") or {}).get("median_ms")),
+                     _csv_number(r.median_ms("candidate")), _csv_number(r.median_ms("reference")),
                      ";".join(r.flags), " ".join((r.error or "").split())])
     return rows
 

@@ -7,12 +7,12 @@ with one of CONTROL_PREFIXES (the A/A candidates `aa_*`, calibrate's `aa_referen
 a calibrate run. Whether a pair that is not a control ranks is harness.core.flags's call (`ranks`)."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from harness.core import flags as flag_table
-from harness.results.records import Record, RecordError
+from harness.core.numbers import number
+from harness.results.records import Record, RecordError, RecordLike
 from harness.results.report import Outcome
 
 CONTROL_PREFIXES = ("aa_", "control_")
@@ -40,7 +40,7 @@ def interval(ci: Any) -> tuple[float, float] | None:
     """A sound [lo, hi] as floats, else None."""
     if not isinstance(ci, (list, tuple)) or len(ci) != 2:
         return None
-    lo, hi = (_num(x) for x in ci)
+    lo, hi = (number(x) for x in ci)
     return (lo, hi) if lo is not None and hi is not None and lo <= hi else None
 
 
@@ -110,14 +110,15 @@ class Pair:
 
     @classmethod
     def from_record(cls, r: Record) -> "Pair":
-        perf, timing = r.performance or {}, r.timing or {}
+        perf = r.performance
         return cls(problem=r.problem, candidate=r.candidate, status=r.status.value, speedup=r.speedup,
                    speedup_ci=r.speedup_ci, vs_compile=r.speedup_vs_compile, vs_compile_ci=r.speedup_vs_compile_ci,
-                   pct_bandwidth=_num(perf.get("pct_of_peak_bandwidth")),
-                   pct_flops=_num(perf.get("pct_of_peak_flops")), floor_ms=_num(perf.get("floor_ms")),
-                   candidate_ms=_num(_dict(timing.get("candidate")).get("median_ms")), flags=r.flags,
-                   error=" ".join((r.error or "").split()), gpu=_gpu_name(r.gpu), run_id=r.run_id or "",
-                   control=is_control_name(r.candidate))
+                   pct_bandwidth=number(perf.pct_of_peak_bandwidth) if perf else None,
+                   pct_flops=number(perf.pct_of_peak_flops) if perf else None,
+                   floor_ms=number(perf.floor_ms) if perf else None,
+                   candidate_ms=number(r.median_ms("candidate")), flags=r.flags,
+                   error=" ".join((r.error or "").split()), gpu=_gpu_name(r.gpu.name if r.gpu else None),
+                   run_id=r.run_id or "", control=is_control_name(r.candidate))
 
     @classmethod
     def from_malformed(cls, r: dict[str, Any]) -> "Pair":
@@ -128,13 +129,13 @@ class Pair:
         candidate = solution.rsplit("/", 1)[-1]
         return cls(problem=str(r.get("problem") or solution.rsplit("/", 1)[0]),
                    candidate=candidate, status=str(r.get("status") or "unknown"),
-                   speedup=_num(r.get("speedup")), speedup_ci=r.get("speedup_ci"),
-                   vs_compile=_num(r.get("speedup_vs_compile")), vs_compile_ci=r.get("speedup_vs_compile_ci"),
-                   pct_bandwidth=_num(perf.get("pct_of_peak_bandwidth")),
-                   pct_flops=_num(perf.get("pct_of_peak_flops")), floor_ms=_num(perf.get("floor_ms")),
-                   candidate_ms=_num(_dict(timing.get("candidate")).get("median_ms")),
+                   speedup=number(r.get("speedup")), speedup_ci=r.get("speedup_ci"),
+                   vs_compile=number(r.get("speedup_vs_compile")), vs_compile_ci=r.get("speedup_vs_compile_ci"),
+                   pct_bandwidth=number(perf.get("pct_of_peak_bandwidth")),
+                   pct_flops=number(perf.get("pct_of_peak_flops")), floor_ms=number(perf.get("floor_ms")),
+                   candidate_ms=number(_dict(timing.get("candidate")).get("median_ms")),
                    flags=tuple(str(f) for f in flags), error=" ".join(str(r.get("error") or "").split()),
-                   gpu=_gpu_name(r.get("gpu")), run_id=str(r.get("run_id") or ""),
+                   gpu=_gpu_name(_dict(r.get("gpu")).get("name")), run_id=str(r.get("run_id") or ""),
                    control=is_control_name(candidate))
 
 
@@ -149,7 +150,7 @@ def pairs_of(records: Any, run_id: str = "", calibrate: bool = False) -> list[Pa
     return out
 
 
-def _pair(item: Record | dict[str, Any]) -> Pair:
+def _pair(item: RecordLike) -> Pair:
     try:
         return Pair.from_record(Record.of(item))
     except RecordError:
@@ -247,12 +248,6 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _gpu_name(gpu: Any) -> str | None:
-    """The name in a record's `gpu` ({index, name}), or None."""
-    name = _dict(gpu).get("name")
+def _gpu_name(name: Any) -> str | None:
+    """A record's gpu.name as text, or None."""
     return str(name) if name else None
-
-
-def _num(value: Any) -> float | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok else None

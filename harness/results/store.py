@@ -23,7 +23,7 @@ from harness import SCHEMA_VERSION
 from harness.results import signing
 from harness.core.errors import InputError, UsageError
 from harness.shared.channel import clean_json
-from harness.results.records import Record, RecordError
+from harness.results.records import Record, RecordDraft, RecordError
 from harness.results.signing import KeyLookup, RunKey, Verdict
 from harness.core.untrusted import ReadError, load_json, read_bytes, read_run_file, show_path
 
@@ -220,10 +220,12 @@ class RunStore:
             self._meta.update(fields)
             self._write_meta()
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: RecordDraft | dict[str, Any]) -> None:
+        """One record's line, signed (a draft is written as its to_json(); a dict is a record's JSON already)."""
         if self._lines is None or self._key is None:
             raise RuntimeError("append on a store opened for reading")
-        line = signing.signed_line(clean_json(record), self._key)
+        data = record.to_json() if isinstance(record, RecordDraft) else record
+        line = signing.signed_line(clean_json(data), self._key)
         with self.lock:
             changed = self._check(self.results_path, self._results_mark, "results.jsonl", full=False)
             self._lines.append(line)

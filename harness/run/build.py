@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Callable
 
 from harness.core.discover import Pair, needs_cuda, uses_triton
+from harness.shared import messages as m
 from harness.shared.messages import BuildJob, wire
-from harness.run.workerproc import Worker, WorkerExit, worker_env
+from harness.results.parts import Build, Sandbox
+from harness.run.workerproc import Worker, WorkerExit, status_of, worker_env
 from harness.results.signing import RunKey
 from harness.core.untrusted import ReadError, load_json, read_bytes, show_path, write_text
 
@@ -51,19 +53,14 @@ class BuildResult:
     key: str = ""
     build_dir: str = ""
     candidate_path: str = ""        # the file the execute worker imports
-    sandbox: dict | None = None     # what confined the build worker (harness.worker.sandbox's report)
+    sandbox: dict | None = None     # what confined the build worker (harness.worker.sandbox's report, as saved)
     warning: str | None = None      # a damaged cache entry that was removed and built again (said once, not saved)
     static: bool = False            # decided without a build worker (skipped_without_building); not saved
 
-    def record(self) -> dict:
-        return {"status": self.status, "cached": self.cached, "seconds": self.seconds, "key": self.key,
-                "extensions": self.extensions, "compiler_output": self.compiler_output, "sandbox": self.sandbox}
-
-
-def _report(message: dict) -> dict | None:
-    """The sandbox report a worker's first message carries (a dict, or None)."""
-    report = message.get("sandbox")
-    return report if isinstance(report, dict) else None
+    def record(self) -> Build:
+        """The record's `build`."""
+        return Build(self.status, self.cached, self.seconds, self.key, self.extensions, self.compiler_output,
+                     Sandbox.from_json(self.sandbox))
 
 
 def build_key(source: str, toolchain: Toolchain) -> str:
@@ -241,12 +238,12 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
             live.add(worker)
         worker.send(wire(BuildJob(str(candidate_path), str(pair.problem.path.resolve()), toolchain.device_kind, seed,
                                   hide=[str(RunKey.keys_dir(root.parent))])))     # root: <cache_dir>/builds
-        message = worker.recv(time.monotonic() + timeout)
+        reply = _built(worker.recv(time.monotonic() + timeout))
     except WorkerExit as exc:
         _remove_stale_locks(build_dir)
         if live is not None and live.cancelled:
             raise BuildCancelled() from None
-        status = {"timeout": "timeout", "oom": "oom"}.get(exc.kind, "crashed")
+        status = status_of(exc).value
         error = (f"build did not finish within {timeout:g} s" if status == "timeout"
                  else f"build {exc.detail}: {worker.log_tail(300).strip().splitlines()[-1:]}")
         return BuildResult(status, error, worker.log_tail(), seconds=round(time.monotonic() - started, 3), **base)
@@ -254,9 +251,12 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
         if live is not None:
             live.discard(worker)
         worker.close()
-    result = BuildResult(status=message.get("status", "crashed"), error=message.get("error"),
-                         compiler_output=message.get("compiler_output"), extensions=message.get("extensions", []),
-                         seconds=round(time.monotonic() - started, 3), sandbox=_report(message), **base)
+    if isinstance(reply, m.HarnessError):
+        return BuildResult("crashed", reply.error, seconds=round(time.monotonic() - started, 3),
+                           sandbox=reply.sandbox, **base)
+    result = BuildResult(status=reply.status, error=reply.error, compiler_output=reply.compiler_output,
+                         extensions=reply.extensions, seconds=round(time.monotonic() - started, 3),
+                         sandbox=reply.sandbox, **base)
     if result.status in SAVED_STATUSES:
         saved = {k: v for k, v in asdict(result).items() if k not in base and k not in ("cached", "static")}
         try:
@@ -264,6 +264,14 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
         except OSError as exc:                  # the result stands; the next run builds it again
             result.warning = f"build cache {show_path(build_dir)}: result not saved: {exc.strerror or exc}"
     return result
+
+
+def _built(data: dict) -> "m.Built | m.HarnessError":
+    """The build worker's reply: what it built, or the harness fault it hit; WorkerExit when it is neither."""
+    try:
+        return m.parse_reply(data, m.Built, m.HarnessError)
+    except m.ProtocolError as exc:
+        raise WorkerExit("protocol", None, f"sent {exc}") from None
 
 
 CPU_SKIP_REASON = "candidate holds CUDA code (CUDA sources, .cu files or Triton) and this run is on the CPU"

@@ -16,9 +16,12 @@ from typing import Any, Callable
 from harness.core import flags
 from harness.run import paired
 from harness.core.flags import Flag
+from harness.core.numbers import number
 from harness.run.interleave import CANDIDATE, EAGER, Collected
 from harness.run.paired import Consistency, Interference
-from harness.results.records import add_flag
+from harness.results import parts
+from harness.results.records import RecordDraft, add_flag
+from harness.shared import messages as m
 
 FLAG_DETAILS = flags.DETAILS    # each flag's default flag_details text (its meaning in flags.FLAGS)
 
@@ -26,20 +29,20 @@ FLAG_DETAILS = flags.DETAILS    # each flag's default flag_details text (its mea
 MESSAGE_FLAGS = (flags.MUTATES_INPUTS, flags.UNSYNCHRONIZED_WORK, flags.OUTPUT_NOT_PLAIN_TENSOR)
 
 
-def flag(record: dict[str, Any], which: Flag, detail: str | None = None) -> None:
+def flag(record: RecordDraft, which: Flag, detail: str | None = None) -> None:
     """Put `which` on the record, with `detail` (default: the flag's meaning) as its flag_details sentence."""
     add_flag(record, which.name)
-    record.setdefault("flag_details", {})[which.name] = which.meaning if detail is None else detail
+    record.set_flag_detail(which.name, which.meaning if detail is None else detail)
 
 
-def flag_from(record: dict[str, Any], message: dict[str, Any]) -> None:
-    """Flags a candidate worker's correctness message carries."""
+def flag_from(record: RecordDraft, outputs: m.Outputs) -> None:
+    """Flags a candidate worker's correctness reply carries."""
     for which in MESSAGE_FLAGS:
-        if message.get(which.name):
+        if getattr(outputs, which.name):
             flag(record, which)
 
 
-def flag_timing(record: dict[str, Any], out: Collected) -> None:
+def flag_timing(record: RecordDraft, out: Collected) -> None:
     """Flags from the timed samples: inputs changed, outputs still changing, lazy outputs, replaced clocks."""
     if out.mutated:
         flag(record, flags.MUTATES_INPUTS)
@@ -53,14 +56,8 @@ def flag_timing(record: dict[str, Any], out: Collected) -> None:
 
 
 def _number(value: Any) -> float | None:
-    """A number from a worker message: JSON carries NaN/Inf as the strings 'nan'/'inf'; anything else is None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if value in ("nan", "inf", "-inf"):
-        return float(value)
-    return None
+    """A number from a worker message, NaN and Inf included (JSON carries them as 'nan'/'inf'); anything else None."""
+    return number(value, finite=False)
 
 
 def values_match(got: list[Any], want: list[Any], atol: float, rtol: float) -> tuple[bool, int]:
@@ -80,7 +77,7 @@ def values_match(got: list[Any], want: list[Any], atol: float, rtol: float) -> t
     return bad == 0, bad
 
 
-def check_timed_outputs(out: Collected, atol: float, rtol: float) -> tuple[int, list[dict[str, Any]], str | None]:
+def check_timed_outputs(out: Collected, atol: float, rtol: float) -> tuple[int, list[m.FileCheck], str | None]:
     """Every timed output of the candidate against the reference's output for the same inputs, at positions drawn
     after the candidate handed the output over and read by a process it cannot touch (harness.run.trusted), and the
     few checked whole: (samples checked, the whole-output results, the first failure or None)."""
@@ -103,32 +100,30 @@ def check_timed_outputs(out: Collected, atol: float, rtol: float) -> tuple[int, 
                                    f"same inputs")
         if cand.full is not None:
             full.append(cand.full)
-            if not cand.full.get("ok"):
-                return checked, full, f"timed call {n} (checked whole): {cand.full.get('reason')}"
+            if not cand.full.ok:
+                return checked, full, f"timed call {n} (checked whole): {cand.full.reason}"
     if out.output_errors:
         return checked, full, out.output_errors[0]
     return checked, full, None
 
 
-def check_timed_precision(record: dict[str, Any], full: list[dict[str, Any]], info: dict[str, Any]) -> None:
+def check_timed_precision(record: RecordDraft, full: list[m.FileCheck], ready: m.Ready) -> None:
     """`reduced_precision` from the timed outputs checked whole, by the rule of check_precision (a candidate
     that computes in fp32 during its trials and in lower precision once timed)."""
     for result in full:
-        probe: dict[str, Any] = {"flags": [], "correctness": {"fp64_max_abs_err": result.get("fp64_max_abs_err"),
-                                 "fp64_reference_max_abs_err": result.get("fp64_reference_max_abs_err")}}
-        check_precision(probe, {**info, "fp64_output_scale": result.get("fp64_output_scale")})
-        name = flags.REDUCED_PRECISION.name
-        if name in probe["flags"]:
-            flag(record, flags.REDUCED_PRECISION, f"timed call checked whole: {probe['flag_details'][name]}")
+        excess = precision_excess(_number(result.fp64_max_abs_err), _number(result.fp64_reference_max_abs_err),
+                                  _number(result.fp64_output_scale), ready)
+        if excess:
+            flag(record, flags.REDUCED_PRECISION, f"timed call checked whole: {excess}")
             return
 
 
-def flag_inconsistent(record: dict[str, Any], found: Consistency) -> None:
+def flag_inconsistent(record: RecordDraft, found: Consistency) -> None:
     if found.found:
         flag(record, flags.TIMING_INCONSISTENT, found.detail())
 
 
-def flag_interference(record: dict[str, Any], found: Interference) -> None:
+def flag_interference(record: RecordDraft, found: Interference) -> None:
     if found.found:
         flag(record, flags.INTERFERENCE, found.detail())
 
@@ -137,25 +132,25 @@ LITTLE_CUSTOM_SHARE = 0.10    # under this share of a profiled call's GPU time i
 PROFILED_CALLS = 3            # calls profiled per side and pair, in round halves drawn at random
 
 
-def check_kernels(record: dict[str, Any], profiles: list[Any], reference_profiles: list[Any] = ()) -> None:
+def check_kernels(record: RecordDraft, profiles: list[m.Profile | None],
+                  reference_profiles: list[m.Profile | None] = ()) -> None:
     """`no_custom_kernel` when none of the candidate's own kernels ran in one of the profiled calls (drawn at
     random among the timed ones); `little_custom_work` when they ran but took under LITTLE_CUSTOM_SHARE of a
     profiled call's GPU time (a custom kernel for a bias add beside a library GEMM and convolutions: the speedup
     is mostly the libraries'). Both warn; neither invalidates. The CPU path profiles nothing (None).
     `reference_kernels`: what eager PyTorch ran in the reference's profiled calls (what the candidate competes
     with; two processes that picked different library kernels for the same call read apart)."""
-    found = [p for p in profiles if isinstance(p, dict)]
+    found = [p for p in profiles if p is not None]
     if not found:
         return
-    shares = [s for s in (_number(p.get("custom_share")) for p in found) if s is not None]
-    custom = sorted({k for p in found for k in p.get("custom_kernels") or []})
-    eager = sorted({k for p in reference_profiles if isinstance(p, dict) for k in p.get("other_kernels") or []})
-    record["kernels"] = {"profiled_calls": len(found), "kernels": max(int(p.get("kernels") or 0) for p in found),
-                         "custom_kernels": custom[:20], "custom_share": min(shares) if shares else None,
-                         "custom_shares": shares,
-                         "other_kernels": sorted({k for p in found for k in p.get("other_kernels") or []})[:20],
-                         "reference_kernels": eager[:20]}
-    without = sum(1 for p in found if not p.get("custom_kernels"))
+    shares = [s for s in (_number(p.custom_share) for p in found) if s is not None]
+    custom = sorted({k for p in found for k in p.custom_kernels})
+    eager = sorted({k for p in reference_profiles if p is not None for k in p.other_kernels})
+    record.kernels = parts.Kernels(
+        profiled_calls=len(found), kernels=max(p.kernels for p in found), custom_kernels=custom[:20],
+        custom_share=min(shares) if shares else None, custom_shares=shares,
+        other_kernels=sorted({k for p in found for k in p.other_kernels})[:20], reference_kernels=eager[:20])
+    without = sum(1 for p in found if not p.custom_kernels)
     if without:
         flag(record, flags.NO_CUSTOM_KERNEL, f"no GPU kernel from the candidate's own extension or Triton kernels "
                                              f"ran during {without} of {len(found)} profiled calls")
@@ -169,45 +164,52 @@ PRECISION_FACTOR = 64         # the most a candidate's float64 error may exceed 
 FP32_EPS = 2.0 ** -23
 
 
-def check_precision(record: dict[str, Any], info: dict[str, Any]) -> None:
+def check_precision(record: RecordDraft, ready: m.Ready, derived: m.Derived) -> None:
     """`reduced_precision` for an fp32 problem that does not allow TF32, when the candidate's error against the
     float64 reference (trial 0) is more than PRECISION_FACTOR times eager fp32's own error (or, where eager is
     exact, than that many fp32 roundings of the output's largest value): TF32 (~2^13 times fp32's error), bf16
     or fp16 arithmetic hidden inside a loose tolerance. An honest fp32 kernel that sums in another order stays
     well inside the factor."""
-    corr = record.get("correctness") or {}
-    cand, eager = _number(corr.get("fp64_max_abs_err")), _number(corr.get("fp64_reference_max_abs_err"))
-    scale = _number(info.get("fp64_output_scale"))
-    if info.get("dtype") != "float32" or info.get("allow_tf32") or cand is None or eager is None:
+    corr = record.correctness
+    if corr is None:
         return
+    excess = precision_excess(_number(corr.fp64_max_abs_err), _number(corr.fp64_reference_max_abs_err),
+                              _number(derived.fp64_output_scale), ready)
+    if excess:
+        flag(record, flags.REDUCED_PRECISION, excess)
+
+
+def precision_excess(cand: float | None, eager: float | None, scale: float | None, ready: m.Ready) -> str | None:
+    """Why the candidate's error against float64 (`cand`) is too large for fp32 arithmetic, given eager fp32's
+    (`eager`) and the largest |value| of the float64 output (`scale`); None when it is not, or cannot be told."""
+    if ready.dtype != "float32" or ready.allow_tf32 or cand is None or eager is None:
+        return None
     floor = max(eager, (scale or 0.0) * FP32_EPS)
-    if floor > 0 and cand > PRECISION_FACTOR * floor:
-        flag(record, flags.REDUCED_PRECISION,
-             f"its error against float64 ({cand:.3g}) is {cand / floor:.0f}x eager fp32's ({floor:.3g}); an fp32 "
-             f"problem without ALLOW_TF32 allows at most {PRECISION_FACTOR}x")
+    if not (floor > 0 and cand > PRECISION_FACTOR * floor):
+        return None
+    return (f"its error against float64 ({cand:.3g}) is {cand / floor:.0f}x eager fp32's ({floor:.3g}); an fp32 "
+            f"problem without ALLOW_TF32 allows at most {PRECISION_FACTOR}x")
 
 
-def check_physics(record: dict[str, Any], work: Any, ceilings: dict[str, float]) -> None:
+def check_physics(record: RecordDraft, work: m.Work | None, ceilings: dict[str, float]) -> None:
     """Achieved rates for every timed pair; `faster_than_physics` below 60% of the roofline floor (the floor
     uses the measured copy bandwidth and the bf16 tensor-core rate, the fastest the device goes; the 40% margin
     covers output writes that stay in the 60 MB L2 and copy-measured bandwidth under the true peak)."""
-    cand = (record.get("timing") or {}).get("candidate") or {}
-    ms = cand.get("median_ms")
-    if not isinstance(work, dict) or not ms:
+    ms = record.timing.candidate.median_ms if record.timing and record.timing.candidate else None
+    if work is None or not ms:
         return
-    flops, moved = work.get("flops"), work.get("bytes")
-    perf: dict[str, Any] = {"flops": flops, "bytes": moved, "ceilings": ceilings or None,
-                            "achieved_tflops": flops / (ms * 1e-3) / 1e12 if flops else None,
-                            "achieved_gbps": moved / (ms * 1e-3) / 1e9 if moved else None}
+    flops, moved = work.flops, work.bytes
+    perf = parts.Performance(flops, moved, ceilings or None, flops / (ms * 1e-3) / 1e12 if flops else None,
+                             moved / (ms * 1e-3) / 1e9 if moved else None)
     bw, peak = ceilings.get("copy_gbps"), ceilings.get("matmul_tflops_bf16")
     if bw and peak:
         floor_ms = max((flops or 0) / (peak * 1e12), (moved or 0) / (bw * 1e9)) * 1e3
-        perf.update(floor_ms=floor_ms,
-                    pct_of_peak_bandwidth=100 * perf["achieved_gbps"] / bw if perf["achieved_gbps"] else None,
-                    pct_of_peak_flops=100 * perf["achieved_tflops"] / peak if perf["achieved_tflops"] else None)
+        perf.floor_ms = floor_ms
+        perf.pct_of_peak_bandwidth = 100 * perf.achieved_gbps / bw if perf.achieved_gbps else None
+        perf.pct_of_peak_flops = 100 * perf.achieved_tflops / peak if perf.achieved_tflops else None
         if ms < 0.6 * floor_ms:
             flag(record, flags.FASTER_THAN_PHYSICS, f"{ms:.4f} ms is under 60% of the roofline floor {floor_ms:.4f} ms")
-    record["performance"] = perf
+    record.performance = perf
 
 
 def largest(values: list[Any]) -> float | None:
@@ -221,13 +223,14 @@ def largest(values: list[Any]) -> float | None:
 
 @dataclass
 class Evidence:
-    """What the checks read: the record being written, the reference's figures, the candidate's trials message
-    and, after the rounds, what they collected."""
-    record: dict[str, Any]
-    info: dict[str, Any]                        # the reference worker's ready and derived figures
+    """What the checks read: the record being written, the reference's figures (its `ready` and `derived` replies),
+    the candidate's trials reply and, after the rounds, what they collected."""
+    record: RecordDraft
+    ready: m.Ready
+    derived: m.Derived
     timing: Any                                 # config.TimingConfig
     device: str
-    message: dict[str, Any] = field(default_factory=dict)
+    outputs: m.Outputs | None = None
     out: Collected | None = None
     before: list[float] = field(default_factory=list)
     after: list[float] = field(default_factory=list)
@@ -251,12 +254,13 @@ def run(checks: tuple[Check, ...], evidence: Evidence, defenses: bool) -> None:
 
 
 def trial_flags(ev: Evidence) -> None:
-    flag_from(ev.record, ev.message)
+    if ev.outputs is not None:
+        flag_from(ev.record, ev.outputs)
 
 
 @defense
 def trial_precision(ev: Evidence) -> None:
-    check_precision(ev.record, ev.info)
+    check_precision(ev.record, ev.ready, ev.derived)
 
 
 @defense
@@ -275,12 +279,13 @@ def timed_outputs(ev: Evidence) -> None:
     """Every timed output read by the trusted side, a few whole, and those against float64."""
     if ev.out is None:
         return
-    checked, full, failure = check_timed_outputs(ev.out, ev.info.get("atol", 0.0), ev.info.get("rtol", 0.0))
-    correctness = ev.record.setdefault("correctness", {})
-    correctness["timed_outputs_checked"], correctness["timed_outputs_full_checked"] = checked, len(full)
+    checked, full, failure = check_timed_outputs(ev.out, ev.ready.atol, ev.ready.rtol)
+    if ev.record.correctness is not None:
+        ev.record.correctness.timed_outputs_checked = checked
+        ev.record.correctness.timed_outputs_full_checked = len(full)
     if failure is not None:
         flag(ev.record, flags.OUTPUT_CHANGED_UNDER_TIMING, failure)
-    check_timed_precision(ev.record, full, ev.info)
+    check_timed_precision(ev.record, full, ev.ready)
 
 
 def block_medians(out: Collected, variant: str, block: int) -> list[float]:
@@ -298,9 +303,9 @@ def interference(ev: Evidence) -> None:
         return
     during = block_medians(ev.out, EAGER, ev.timing.block_samples)
     found = paired.interference(ev.before, during, ev.after, ev.timing.interference_tolerance)
-    ev.record.setdefault("timing", {})[flags.INTERFERENCE.name] = {          # the figures behind the flag
-        "before_ms": ev.before, "after_ms": ev.after, "during_ms": found.during_ms, "tolerance": found.tolerance,
-        "found": found.found}
+    if ev.record.timing is not None:                                # the figures behind the flag
+        ev.record.timing.interference = parts.Interference(ev.before, ev.after, found.during_ms, found.tolerance,
+                                                           found.found)
     flag_interference(ev.record, found)
 
 
@@ -320,21 +325,21 @@ def consistency(ev: Evidence) -> None:
     tolerance = min(tolerance, paired.REPORTED_SHARE_CPU) if cpu else tolerance
     flush = statistics.median(ev.out.flush_ms.get(EAGER) or [0.0])    # the reference's: no candidate code there
     found = paired.consistency(ref, cand, reported, tolerance, share, flush)
-    ev.record.setdefault("timing", {})["consistency"] = {
-        "reference_unexplained_ms": found.reference_ms, "candidate_unexplained_ms": found.candidate_ms,
-        "reference_flush_ms": found.flush_ms, "allowed_ms": found.allowed_ms, "found": found.found}
+    if ev.record.timing is not None:
+        ev.record.timing.consistency = parts.Consistency(found.reference_ms, found.candidate_ms, found.flush_ms,
+                                                         found.allowed_ms, found.found)
     flag_inconsistent(ev.record, found)
 
 
 def noisy(ev: Evidence) -> None:
     if ev.out is not None and ev.out.noisy:
-        est = ev.record["speedup_ci"]
+        est = ev.record.speedup_ci
         flag(ev.record, flags.NOISY, f"the speedup's 95% CI [{est[0]:.4g}, {est[1]:.4g}] did not reach "
                                      f"+/-{ev.timing.target_rel_ci:.1%} within the time cap")
 
 
 def physics(ev: Evidence) -> None:
-    check_physics(ev.record, ev.info.get("work"), ev.ceilings)
+    check_physics(ev.record, ev.derived.work, ev.ceilings)
 
 
 AFTER_TRIALS: tuple[Check, ...] = (trial_flags, trial_precision)     # a flag these add that invalidates ends

@@ -13,6 +13,7 @@ Per pair:
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import shutil
 import statistics
@@ -29,14 +30,15 @@ from harness.core.config import Config
 from harness.core.discover import Pair
 from harness.run.interleave import (CANDIDATE, EAGER, CandidateFailed, Collected, GraphFallback, Interleaver, fastest,
                                     ratios)
-from harness.shared.messages import (CandidateJob, Derived, DeriveRequest, ProtocolError, ReferenceJob,
-                                     parse, wire)
-from harness.run.workerproc import SpareWorkers, Worker, WorkerExit
-from harness.results.records import finish
+from harness.shared import messages as m
+from harness.shared.messages import CandidateJob, DeriveRequest, ReferenceJob, wire
+from harness.run.workerproc import SpareWorkers, Worker, WorkerExit, status_of
+from harness.results.parts import (Baseline, Correctness, Precision, Sandbox, Seed, SideStats, Timing, WorkerRun)
+from harness.results.records import RecordDraft, Status, finish
 from harness.core.seeds import RunSeed
 from harness.results.signing import RunKey
 from harness.shared.stats import summarize
-from harness.run.between import Terms, widen
+from harness.run.between import Term, Terms, widen
 from harness.run.trusted import Reader
 
 
@@ -82,11 +84,12 @@ class ReferenceSide:
         self.known = known if known is not None else {}     # the problem's figures that no process pair changes
         self.state_path = problem_dir / "reference_state.pt"
         self.error: str | None = None
-        self.error_status = "load_error"
-        self.info: dict[str, Any] = {}
+        self.error_status = Status.LOAD_ERROR
+        self.ready: m.Ready | None = None   # its reply to the job
+        self.derived = m.Derived(None)      # its reply to DeriveRequest, with the problem's work (`known`)
         self.mode: modes.Mode = modes.initial(device)       # the problem's timing mode (harness.run.modes)
         self.variants = [EAGER]
-        self.derive = "not asked"           # -> "asked" (the reply not read yet) -> "read" (merged into info)
+        self.derive = "not asked"           # -> "asked" (the reply not read yet) -> "read" (into `derived`)
         cfg = pc.cfg
         started = time.monotonic()
         self.setup_seconds: float | None = None     # its start until `ready`: reported by the first pair it serves
@@ -101,33 +104,34 @@ class ReferenceSide:
             self._fail(exc, cfg.reference_timeout)
             return
         self.setup_seconds = time.monotonic() - started
-        if message.get("kind") != "ready":
-            self.error_status = "oom" if message.get("oom") else "load_error"
-            self.error = f"problem {pair.problem_id}: {message.get('stage', 'problem')}: {message.get('error')}"
+        try:
+            reply = m.parse_reply(message, m.Ready, m.Error, m.HarnessError)
+        except m.ProtocolError as exc:
+            self.error, self.error_status = f"reference side: {exc}", Status.CRASHED
             return
-        self.info = message
-        compiled = message.get("compile") if isinstance(message.get("compile"), dict) else {}
+        if isinstance(reply, m.Error):
+            self.error_status = Status.OOM if reply.oom else Status.LOAD_ERROR
+            self.error = f"problem {pair.problem_id}: {reply.stage}: {reply.error}"
+            return
+        self.ready = reply
         self.variants += [f"compile:{mode}" for mode in cfg.timing.compile_modes
-                          if isinstance(compiled.get(mode), dict) and compiled[mode].get("error") is None]
-        self.mode = modes.choose(cfg, device, message.get("cold_probe_ms"))
+                          if mode in reply.compile and reply.compile[mode].error is None]
+        self.mode = modes.choose(cfg, device, reply.cold_probe_ms)
 
     def _fail(self, exc: WorkerExit, timeout: float) -> None:
-        if exc.kind == "timeout":
+        self.error_status = status_of(exc)
+        if self.error_status is Status.TIMEOUT:
             self.error = f"reference side did not finish within {timeout:g} s"
-            self.error_status = "timeout"
-        elif exc.kind == "oom":
+        elif self.error_status is Status.OOM:
             self.error = f"reference side: {exc.detail}"
-            self.error_status = "oom"
         else:
             self.error = f"reference side: {exc.detail}: {last_line(self.worker.log_tail())}"
-            self.error_status = "crashed"
 
     def beside_trials(self) -> bool:
         """Whether the reference may work out what DeriveRequest asks for while the candidate runs its trials on the
         same device: not when its float64 copy is large (DERIVE_BESIDE_BYTES), where the two could run the device
         out of memory and the candidate's trials would read `oom` for the reference's allocations."""
-        footprint = self.info.get("footprint_bytes")
-        return isinstance(footprint, int) and footprint <= DERIVE_BESIDE_BYTES
+        return self.ready is not None and self.ready.footprint_bytes <= DERIVE_BESIDE_BYTES
 
     def ask_derived(self) -> None:
         """Ask for what the checks need from the reference alone (messages.DeriveRequest), once per reference
@@ -138,28 +142,21 @@ class ReferenceSide:
             self.derive = "asked"
 
     def read_derived(self) -> None:
-        """The reply to ask_derived, merged into `info`; every other request waits for it (one pipe, in order)."""
+        """The reply to ask_derived, into `derived`; every other request waits for it (one pipe, in order)."""
         if self.derive != "asked":
             return
         self.derive = "read"
         self.worker.resume()
-        try:
-            reply = parse(Derived, self.worker.recv(time.monotonic() + self.pc.cfg.reference_timeout))
-        except ProtocolError as exc:
-            raise WorkerExit("protocol", None, f"reference answered derive with {exc}") from None
-        self.info.update({k: v for k, v in wire(reply).items() if k != "kind"})
+        reply = self._reply(m.Derived, "derive", self.pc.cfg.reference_timeout)
         if reply.work is not None:
             self.known.setdefault("work", reply.work)
-        self.info["work"] = self.known.get("work")
+        self.derived = dataclasses.replace(reply, work=self.known.get("work"))
 
-    def verify(self, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def verify(self, files: list[m.TrialFile]) -> list[m.FileCheck]:
         self.read_derived()
         self.worker.resume()
-        self.worker.send({"op": "verify", "files": files})
-        message = self.worker.recv(time.monotonic() + self.pc.cfg.reference_timeout)
-        if message.get("kind") != "verified" or not isinstance(message.get("results"), list):
-            raise WorkerExit("protocol", None, f"reference answered {message.get('kind')!r} to verify")
-        return message["results"]
+        self.worker.send({"op": "verify", "files": [dataclasses.asdict(f) for f in files]})
+        return self._reply(m.Verified, "verify", self.pc.cfg.reference_timeout).results
 
     def healthy(self) -> bool:
         if self.error is not None or not self.worker.alive():
@@ -168,9 +165,16 @@ class ReferenceSide:
             self.read_derived()
             self.worker.resume()
             self.worker.send({"op": "health"})
-            return bool(self.worker.recv(time.monotonic() + 60).get("ok"))
+            return self._reply(m.Health, "health", 60).ok
         except WorkerExit:
             return False
+
+    def _reply(self, cls: type, request: str, timeout: float) -> Any:
+        """The reference's reply to `request`, as `cls`; WorkerExit when it is not one."""
+        try:
+            return m.parse(cls, self.worker.recv(time.monotonic() + timeout))
+        except m.ProtocolError as exc:
+            raise WorkerExit("protocol", None, f"reference answered {request} with {exc}") from None
 
     def close(self) -> None:
         self.worker.resume()
@@ -179,7 +183,7 @@ class ReferenceSide:
 
 # ---------------------------------------------------------------- one pair
 
-def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: PairContext, device: str,
+def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: PairContext, device: str,
              problem_dir: Path, spares: SpareWorkers, attempt: int = 0, process: int = 0) -> None:
     """One pair, start to verdict, into `record`. `attempt` > 0 is a second try (after interference), `process` > 0
     a further process pair (timing.processes): their timed samples and checks come from streams of their own, so
@@ -187,7 +191,7 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
     cfg = pc.cfg
     tags = ((pair.key[0], pair.key[1]) + ((f"attempt {attempt}",) if attempt else ())
             + ((f"process {process}",) if process else ()))
-    record["seed"] = pc.seed.record()
+    record.seed = Seed(pc.seed.base, pc.seed.fixed)
     pair_dir = problem_dir / slug(pair.candidate.id.rsplit("/", 1)[-1])
     pair_dir.mkdir(parents=True, exist_ok=True)
     phases: dict[str, float] = {}
@@ -203,8 +207,9 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
         reference.mode = reference.mode.prepare(reference.worker, inter, cfg)
         before = inter.reference_blocks(cfg.timing.baseline_blocks)
     except WorkerExit as exc:
-        finish(record, "crashed", f"reference side: {exc.detail}; last output: {last_line(reference.worker.log_tail())}")
-        record["worker"] = {"exit_code": None, "seconds": 0.0, "log_tail": None, "device_usable_after": False}
+        finish(record, Status.CRASHED, f"reference side: {exc.detail}; last output: "
+                                       f"{last_line(reference.worker.log_tail())}")
+        record.worker = WorkerRun(None, 0.0, None, device_usable_after=False)
         return
     phases["baseline_before"] = time.monotonic() - started
     t_start = time.monotonic()
@@ -223,20 +228,12 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
             reference.ask_derived()
         collected = _drive(worker, record, reference, inter, pc, phases)
     except WorkerExit as exc:
-        if not reference.worker.alive():
-            finish(record, "crashed", f"reference side: {exc.detail}; last output: {last_line(reference.worker.log_tail())}")
-        elif exc.kind == "timeout":
-            finish(record, "timeout", f"killed after the pair timeout of {cfg.timeout:g} s")
-        elif exc.kind == "oom":
-            finish(record, "oom", f"{exc.detail}; last output: {last_line(worker.log_tail())}")
-        else:
-            finish(record, "crashed", f"{exc.detail}; last output: {last_line(worker.log_tail())}")
+        _worker_ended(record, exc, reference, worker, cfg.timeout)
     except CandidateFailed as failed:
-        finish(record, str(failed.message.get("status", "crashed")), failed.message.get("error"))
-        record["error_detail"] = failed.message.get("detail")
+        _candidate_failed(record, failed.reply)
     except Exception as exc:                           # noqa: BLE001 - one pair's fault must not end the run
-        record["error_detail"] = traceback.format_exc()[-4000:]
-        finish(record, "crashed", f"harness fault while evaluating this pair: {type(exc).__name__}: {exc}")
+        record.error_detail = traceback.format_exc()[-4000:]
+        finish(record, Status.CRASHED, f"harness fault while evaluating this pair: {type(exc).__name__}: {exc}")
     finally:
         inter.release()
         t0 = time.monotonic()
@@ -250,61 +247,69 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
             reference.read_derived()                # not read when the candidate failed before verify
         except WorkerExit:
             pass                                    # the reference is dead or out of step: the next use says so
-        record["worker"] = {"exit_code": code, "seconds": round(time.monotonic() - started, 3),
-                            "log_tail": None, "phases": phases}
+        record.worker = WorkerRun(code, round(time.monotonic() - started, 3), None, phases)
         shutil.rmtree(pair_dir, ignore_errors=True)
-    if collected is not None and record["status"] is None:
+    if collected is not None and record.status is None:
         _conclude(record, reference, inter, collected, before, pc, phases)
-    record["worker"]["phases"] = {k: round(v, 3) for k, v in phases.items()}
-    record["worker"]["phases"]["total"] = round(time.monotonic() - started, 3)
-    if record["status"] != "ok":
-        record["worker"]["log_tail"] = worker.log_tail()
-    if record["status"] in ("crashed", "timeout", "oom", "runtime_error"):
-        record["worker"]["device_usable_after"] = reference.healthy()
+    record.worker.phases = {k: round(v, 3) for k, v in phases.items()}
+    record.worker.phases["total"] = round(time.monotonic() - started, 3)
+    if record.status is not Status.OK:
+        record.worker.log_tail = worker.log_tail()
+    if record.status in (Status.CRASHED, Status.TIMEOUT, Status.OOM, Status.RUNTIME_ERROR):
+        record.worker.device_usable_after = reference.healthy()
 
 
-def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, inter: Interleaver, pc: PairContext,
+def _worker_ended(record: RecordDraft, exc: WorkerExit, reference: ReferenceSide, worker: Worker,
+                  timeout: float) -> None:
+    """The verdict when a worker ended without the reply the parent waited for."""
+    if not reference.worker.alive():
+        finish(record, Status.CRASHED, f"reference side: {exc.detail}; last output: "
+                                       f"{last_line(reference.worker.log_tail())}")
+    elif status_of(exc) is Status.TIMEOUT:
+        finish(record, Status.TIMEOUT, f"killed after the pair timeout of {timeout:g} s")
+    else:
+        finish(record, status_of(exc), f"{exc.detail}; last output: {last_line(worker.log_tail())}")
+
+
+def _candidate_failed(record: RecordDraft, reply: m.Failed) -> None:
+    """The verdict the candidate worker reported for itself (its code raised, did not build or load)."""
+    try:
+        status = Status(reply.status)
+    except ValueError:
+        finish(record, Status.CRASHED, f"worker reported the unknown status {reply.status!r}: {reply.error}")
+        return
+    finish(record, status, reply.error)
+    record.error_detail = reply.detail
+
+
+def _drive(worker: Worker, record: RecordDraft, reference: ReferenceSide, inter: Interleaver, pc: PairContext,
            phases: dict[str, float]) -> Collected | None:
     """Correctness trials, then the timed rounds. Returns what the rounds collected, or None when the record was
-    finished here (a failure or an incorrect result)."""
+    finished here (an incorrect or invalid result; a failure raises CandidateFailed or WorkerExit)."""
     t0 = time.monotonic()
-    message = worker.recv(inter.deadline)
+    outputs = _trials_reply(worker, record, inter.deadline)
     phases["trials"] = time.monotonic() - t0
-    record["sandbox"] = message.get("sandbox") if isinstance(message.get("sandbox"), dict) else None
-    if message.get("kind") == "failed":
-        finish(record, message.get("status", "crashed"), message.get("error"))
-        record["error_detail"] = message.get("detail")
-        return None
-    if message.get("kind") != "outputs":
-        raise WorkerExit("protocol", None, f"worker sent {message.get('kind')!r}: {message.get('error')}")
     t0 = time.monotonic()
     reference.ask_derived()                     # asked already when it could run beside the trials
     reference.read_derived()
     phases["derive_wait"] = time.monotonic() - t0
     t0 = time.monotonic()
-    results = reference.verify(_files(message))
+    results = reference.verify(outputs.files)
     phases["checks"] = time.monotonic() - t0
-    record["correctness"] = _correctness(results, message, reference.info, pc)
-    record["precision"] = {"requested": pc.cfg.precision, "dtype": reference.info.get("dtype"),
-                           "source": reference.info.get("dtype_source")}
-    evidence = defenses.Evidence(record, reference.info, pc.cfg.timing, reference.device, message)
+    ready = reference.ready
+    record.correctness = _correctness(results, outputs, ready, reference.derived, pc)
+    record.precision = Precision(pc.cfg.precision, ready.dtype, ready.dtype_source)
+    evidence = defenses.Evidence(record, ready, reference.derived, pc.cfg.timing, reference.device, outputs)
     defenses.run(defenses.AFTER_TRIALS[:1], evidence, pc.cfg.defenses)      # the trials' own flags
-    failing = [r for r in results if not r.get("ok")]
+    failing = [r for r in results if not r.ok]
     if failing:
-        first = failing[0]
-        hint = f"{first['hint']}; " if first.get("hint") else ""
-        reason = f"{str(first.get('label')).replace('trial', 'trial ')}: {hint}{first.get('reason')}"
-        unsynchronized = flags.UNSYNCHRONIZED_WORK
-        if unsynchronized.name in record["flags"]:          # the values checked were not the final ones
-            finish(record, "invalid", f"{unsynchronized}: {unsynchronized.meaning}; {reason}")
-        else:
-            finish(record, "incorrect", reason)
+        _trials_failed(record, failing[0])
         return None
-    earlier = list(record["flags"])
+    earlier = list(record.flags)
     defenses.run(defenses.AFTER_TRIALS[1:], evidence, pc.cfg.defenses)
-    invalid = flags.invalidating([f for f in record["flags"] if f not in earlier])
+    invalid = flags.invalidating([f for f in record.flags if f not in earlier])
     if invalid:                                             # e.g. inside the tolerance, but not fp32 arithmetic
-        finish(record, "invalid", f"{invalid[0]}: {record['flag_details'].get(invalid[0], '')}")
+        finish(record, Status.INVALID, f"{invalid[0]}: {record.flag_detail(invalid[0]) or ''}")
         return None
     t0 = time.monotonic()
     rule = paired.StopRule(pc.cfg.timing.rounds_floor(), pc.cfg.timing.max_rounds, pc.cfg.timing.target_rel_ci,
@@ -317,6 +322,33 @@ def _drive(worker: Worker, record: dict[str, Any], reference: ReferenceSide, int
     phases["timing_profile"] = collected.profile_seconds      # parts of "timing"
     phases["timing_switch"] = collected.switch_seconds
     return collected
+
+
+def _trials_reply(worker: Worker, record: RecordDraft, deadline: float) -> m.Outputs:
+    """The candidate's first reply (its sandbox's report goes on the record): its trials' outputs; CandidateFailed
+    for a failure it reports, WorkerExit for anything else."""
+    try:
+        reply = m.parse_reply(worker.recv(deadline), m.Outputs, m.Failed, m.HarnessError)
+    except m.ProtocolError as exc:
+        raise WorkerExit("protocol", None, f"worker sent {exc}") from None
+    record.sandbox = Sandbox.from_json(reply.sandbox)
+    if isinstance(reply, m.Failed):
+        raise CandidateFailed(reply)
+    if isinstance(reply, m.HarnessError):
+        raise WorkerExit("protocol", None, f"worker sent {reply.KIND!r}: {reply.error}")
+    return reply
+
+
+def _trials_failed(record: RecordDraft, first: m.FileCheck) -> None:
+    """The verdict on trials that did not all pass: `incorrect`, or `invalid` when the values checked were not the
+    final ones."""
+    hint = f"{first.hint}; " if first.hint else ""
+    reason = f"{str(first.label).replace('trial', 'trial ')}: {hint}{first.reason}"
+    unsynchronized = flags.UNSYNCHRONIZED_WORK
+    if unsynchronized.name in record.flags:
+        finish(record, Status.INVALID, f"{unsynchronized}: {unsynchronized.meaning}; {reason}")
+    else:
+        finish(record, Status.INCORRECT, reason)
 
 
 def _cold_again(worker: Worker, reference: ReferenceSide, inter: Interleaver, rule: paired.StopRule,
@@ -334,7 +366,7 @@ def _cold_again(worker: Worker, reference: ReferenceSide, inter: Interleaver, ru
     return collected
 
 
-def _conclude(record: dict[str, Any], reference: ReferenceSide, inter: Interleaver, out: Collected,
+def _conclude(record: RecordDraft, reference: ReferenceSide, inter: Interleaver, out: Collected,
               before: list[float], pc: PairContext, phases: dict[str, float]) -> None:
     """The candidate is gone: the `after` bracket, the estimates and the verdict."""
     t0 = time.monotonic()
@@ -342,94 +374,95 @@ def _conclude(record: dict[str, Any], reference: ReferenceSide, inter: Interleav
     try:
         after = inter.reference_blocks(pc.cfg.timing.baseline_blocks)
     except WorkerExit as exc:
-        finish(record, "crashed", f"reference side: {exc.detail}")
+        finish(record, Status.CRASHED, f"reference side: {exc.detail}")
         return
     finally:
         inter.release()
     phases["baseline_after"] = time.monotonic() - t0
     _timing_record(record, reference, out, before, after, pc)
     t0 = time.monotonic()
-    evidence = defenses.Evidence(record, reference.info, pc.cfg.timing, reference.device, out=out, before=before,
-                                 after=after, calls_per_sample=inter.calls_per_sample, ceilings=pc.ceilings)
+    evidence = defenses.Evidence(record, reference.ready, reference.derived, pc.cfg.timing, reference.device,
+                                 out=out, before=before, after=after, calls_per_sample=inter.calls_per_sample,
+                                 ceilings=pc.ceilings)
     defenses.run(defenses.AFTER_ROUNDS, evidence, pc.cfg.defenses)
     phases["checks"] = phases.get("checks", 0.0) + time.monotonic() - t0
-    invalid = flags.invalidating(record["flags"])
+    invalid = flags.invalidating(record.flags)
     if invalid:
-        finish(record, "invalid", f"{invalid[0]}: {record.get('flag_details', {}).get(invalid[0], '')}".rstrip(": "))
+        finish(record, Status.INVALID, f"{invalid[0]}: {record.flag_detail(invalid[0]) or ''}".rstrip(": "))
     else:
-        finish(record, "ok")
+        finish(record, Status.OK)
 
 
-def _side_stats(out: Collected, variant: str) -> dict[str, Any]:
-    stats = summarize(out.samples(variant))
+def _side_stats(out: Collected, variant: str) -> SideStats:
+    stats = SideStats.of(out.samples(variant))
     if out.host_ms.get(variant):
-        stats["host_median_ms"] = statistics.median(out.host_ms[variant])
-        stats["stream_lag_median_ms"] = statistics.median(out.lag_ms[variant])
+        stats.host_median_ms = statistics.median(out.host_ms[variant])
+        stats.stream_lag_median_ms = statistics.median(out.lag_ms[variant])
     return stats
 
 
-def _timing_record(record: dict[str, Any], reference: ReferenceSide, out: Collected, before: list[float],
+BASELINE_STATS = ("n", "median_ms", "mean_ms", "stdev_ms", "min_ms", "max_ms")    # what a baseline keeps of its samples
+
+
+def _baselines(reference: ReferenceSide, out: Collected, term: Term | None) -> dict[str, Baseline]:
+    """Each torch.compile baseline: its compilation and, where it was timed, its samples and the speedup against it
+    (mean/stdev/min/max: KernelBench's baseline files)."""
+    baselines = {}
+    for mode, note in reference.ready.compile.items():
+        variant = f"compile:{mode}"
+        entry = Baseline(note.error, note.compile_seconds)
+        if variant in reference.variants and out.samples(variant):
+            est = widen(paired.estimate(ratios(out, variant)), term)
+            side = summarize(out.samples(variant))
+            entry = dataclasses.replace(entry, **{k: side[k] for k in BASELINE_STATS}, speedup=est.value,
+                                        speedup_ci=est.ci())
+        baselines[variant] = entry
+    return baselines
+
+
+def _timing_record(record: RecordDraft, reference: ReferenceSide, out: Collected, before: list[float],
                    after: list[float], pc: PairContext) -> None:
     t = pc.cfg.timing
     mode = reference.mode if not out.graph_error else modes.Cold(error=out.graph_error)
-    term = pc.between.for_pair(record["problem"], mode.NAME) if pc.between is not None else None
+    term = pc.between.for_pair(record.problem, mode.NAME) if pc.between is not None else None
     rounds = paired.estimate(ratios(out, EAGER))
     main = widen(rounds, term)
-    record["speedup"], record["speedup_ci"] = main.value, main.ci()
-    baselines: dict[str, Any] = {}
-    compiled = reference.info.get("compile") if isinstance(reference.info.get("compile"), dict) else {}
-    for mode, note in compiled.items():
-        variant = f"compile:{mode}"
-        entry = {"error": note.get("error"), "compile_seconds": note.get("compile_seconds")}
-        if variant in reference.variants and out.samples(variant):
-            est = widen(paired.estimate(ratios(out, variant)), term)
-            side = summarize(out.samples(variant))          # mean/stdev/min/max: KernelBench's baseline files
-            entry.update({k: side[k] for k in ("n", "median_ms", "mean_ms", "stdev_ms", "min_ms", "max_ms")},
-                         speedup=est.value, speedup_ci=est.ci())
-        baselines[variant] = entry
+    record.speedup, record.speedup_ci = main.value, main.ci()
+    baselines = _baselines(reference, out, term)
     best = fastest(out, [v for v in reference.variants if v != EAGER])
     if best is not None:
         est = widen(paired.estimate(ratios(out, best)), term)
-        record["speedup_vs_compile"], record["speedup_vs_compile_ci"] = est.value, est.ci()
-    record["timing"] = {
-        "clock": "host" if reference.device == "cpu" else "cuda_event",
+        record.speedup_vs_compile, record.speedup_vs_compile_ci = est.value, est.ci()
+    record.timing = Timing(
+        clock="host" if reference.device == "cpu" else "cuda_event",
         **mode.record(pc.cfg),                  # mode, l2_flush (host: the CPU's caches), graph_replays, graph_error
-        "timer_floor_ms": reference.info.get("timer_floor_ms"),
-        "cold_probe_ms": reference.info.get("cold_probe_ms"),
-        "cpu_threads": pc.cfg.cpu_threads,
-        "block_samples": t.block_samples, "block_warmup": t.block_warmup, "profiled_calls": len(out.profiles),
-        "rounds": main.rounds,
-        "seconds": round(out.seconds, 3),
-        "target_rel_ci": t.target_rel_ci, "rel_ci_half_width": main.rel_half_width, "noisy": out.noisy,
-        "between_process": term.record() if term is not None else None,
-        "speedup_ci_rounds": rounds.ci() if term is not None else None,
-        "round_ratios": [round(r, 6) for r in ratios(out, EAGER)],
-        "reference": _side_stats(out, EAGER), "candidate": _side_stats(out, CANDIDATE),
-        "baselines": baselines, "baseline_before_ms": before, "baseline_after_ms": after,
-    }
+        timer_floor_ms=reference.ready.timer_floor_ms,
+        cold_probe_ms=reference.ready.cold_probe_ms,
+        cpu_threads=pc.cfg.cpu_threads,
+        block_samples=t.block_samples, block_warmup=t.block_warmup, profiled_calls=len(out.profiles),
+        rounds=main.rounds,
+        seconds=round(out.seconds, 3),
+        target_rel_ci=t.target_rel_ci, rel_ci_half_width=main.rel_half_width, noisy=out.noisy,
+        round_ratios=[round(r, 6) for r in ratios(out, EAGER)],
+        reference=_side_stats(out, EAGER), candidate=_side_stats(out, CANDIDATE),
+        baselines=baselines, baseline_before_ms=before, baseline_after_ms=after,
+        between_process=term.record() if term is not None else None,
+        speedup_ci_rounds=rounds.ci() if term is not None else None,
+    )
 
 
-def _files(message: dict[str, Any]) -> list[dict[str, Any]]:
-    files = message.get("files")
-    if not isinstance(files, list) or not all(isinstance(f, dict) and {"label", "path", "trial"} <= f.keys()
-                                              for f in files):
-        raise WorkerExit("protocol", None, "worker sent a malformed file list")
-    return [{"label": str(f["label"]), "path": str(f["path"]), "trial": int(f["trial"])} for f in files]
-
-
-def _correctness(results, message, info, pc: PairContext) -> dict[str, Any]:
-    passed = sum(1 for r in results if r.get("ok"))
-    first_bad = next((r for r in results if not r.get("ok")), None)
-    return {
-        "trials": len(results), "trials_passed": passed,
-        "max_abs_err": defenses.largest([r.get("max_abs_err") for r in results]),
-        "max_rel_err": defenses.largest([r.get("max_rel_err") for r in results]),
-        "atol": info.get("atol"), "rtol": info.get("rtol"), "dtype": info.get("dtype"),
-        "first_mismatch": first_bad and {"trial": first_bad.get("label"), "reason": first_bad.get("reason"),
-                                         **(first_bad.get("first_mismatch") or {})},
-        "param_match": message.get("param_match"), "module_mode": message.get("module_mode"),
-        "fp64_max_abs_err": next((r.get("fp64_max_abs_err") for r in results if r.get("label") == "trial0"), None),
-        "fp64_reference_max_abs_err": info.get("fp64_reference_max_abs_err"),
-        "reference_module_mode": info.get("module_mode"), "seed": pc.seed.base,
-        "timed_outputs_checked": 0, "timed_outputs_full_checked": 0,
-    }
+def _correctness(results: list[m.FileCheck], outputs: m.Outputs, ready: m.Ready, derived: m.Derived,
+                 pc: PairContext) -> Correctness:
+    first_bad = next((r for r in results if not r.ok), None)
+    return Correctness(
+        trials=len(results), trials_passed=sum(1 for r in results if r.ok),
+        max_abs_err=defenses.largest([r.max_abs_err for r in results]),
+        max_rel_err=defenses.largest([r.max_rel_err for r in results]),
+        atol=ready.atol, rtol=ready.rtol, dtype=ready.dtype,
+        first_mismatch=first_bad and {"trial": first_bad.label, "reason": first_bad.reason,
+                                      **(first_bad.first_mismatch or {})},
+        param_match=outputs.param_match, module_mode=outputs.module_mode,
+        fp64_max_abs_err=next((r.fp64_max_abs_err for r in results if r.label == "trial0"), None),
+        fp64_reference_max_abs_err=derived.fp64_reference_max_abs_err,
+        reference_module_mode=ready.module_mode, seed=pc.seed.base,
+    )

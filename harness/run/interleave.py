@@ -55,8 +55,8 @@ class Collected:
     not_plain: bool = False
     output_errors: list[str] = field(default_factory=list)
     tampered: set[str] = field(default_factory=set)
-    profiles: list[Any] = field(default_factory=list)   # the candidate's profiled calls (defenses.check_kernels)
-    reference_profiles: list[Any] = field(default_factory=list)     # the reference's (eager) profiled calls
+    profiles: list[m.Profile | None] = field(default_factory=list)  # the candidate's profiled calls (None: CPU)
+    reference_profiles: list[m.Profile | None] = field(default_factory=list)    # the reference's (eager) ones
     noisy: bool = False
     seconds: float = 0.0
     graph_error: str | None = None          # graph capture failed on a side: these rounds are cold
@@ -108,14 +108,15 @@ class Interleaver:
         self.active = None
 
     def _ask(self, worker: Worker, message: Any, reply: type) -> Any:
+        """The worker's reply to `message`, as `reply`; CandidateFailed when it reports a failure instead."""
         worker.send(m.wire(message))
-        data = worker.recv(self.deadline)
         try:
-            return m.parse(reply, data)
+            answer = m.parse_reply(worker.recv(self.deadline), reply, m.Failed)
         except m.ProtocolError as exc:
-            if data.get("kind") == "failed":
-                raise CandidateFailed(data) from None
             raise WorkerExit("protocol", None, f"sent a malformed {reply.KIND!r} reply: {exc}") from None
+        if isinstance(answer, m.Failed):
+            raise CandidateFailed(answer)
+        return answer
 
     def use_mode(self, calls_per_sample: int, prepared_apart: bool) -> None:
         """What a sample stands for from now on (harness.run.modes): calls per sample, and whether the flush and
@@ -127,10 +128,7 @@ class Interleaver:
         self.candidate, self.deadline = None, deadline
 
     def set_mode(self, worker: Worker, mode: str, graph_replays: int = 1) -> None:
-        worker.send(m.wire(m.ModeRequest(mode, graph_replays)))
-        answer = worker.recv(self.deadline)
-        if answer.get("kind") != "mode":
-            raise WorkerExit("protocol", None, f"answered {answer.get('kind')!r} to a mode change")
+        self._ask(worker, m.ModeRequest(mode, graph_replays), m.ModeSet)
 
     # ------------------------------------------------------------ blocks
 
@@ -241,11 +239,11 @@ class Interleaver:
 
 
 class CandidateFailed(Exception):
-    """The candidate worker reported a failure (its code raised) in the middle of the timing."""
+    """The candidate worker reported a failure (its code raised, or it could not run its trials)."""
 
-    def __init__(self, message: dict[str, Any]):
-        super().__init__(message.get("error"))
-        self.message = message
+    def __init__(self, reply: m.Failed):
+        super().__init__(reply.error)
+        self.reply = reply
 
 
 def ratios(out: Collected, variant: str) -> list[float]:

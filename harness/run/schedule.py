@@ -18,9 +18,11 @@ from harness.run.build import BuildResult, Toolchain
 from harness.core.config import Config
 from harness.core.discover import Pair
 from harness.run.evaluate import PairContext, ReferenceSide, run_pair, slug
+from harness.shared import messages as m
 from harness.shared.messages import CeilingsJob, wire
 from harness.run.workerproc import SpareWorkers, Worker, WorkerExit, worker_env
-from harness.results.records import finish, new_record
+from harness.results.parts import Gpu, Retried
+from harness.results.records import RecordDraft, Status, finish, new_record
 from harness.core.seeds import RunSeed
 
 
@@ -127,60 +129,63 @@ def measure_ceilings(ctx: Context, slot: Slot) -> dict[str, float]:
     worker = Worker("ceilings", worker_env(slot.env(ctx.cfg.cpu_threads)), ctx.log_dir / f"ceilings_{slot.name.replace(':', '')}.log")
     worker.send(wire(CeilingsJob(slot.device)))
     try:
-        message = worker.recv(time.monotonic() + 300)
-    except WorkerExit:
+        reply = m.parse(m.Ceilings, worker.recv(time.monotonic() + 300))
+    except (WorkerExit, m.ProtocolError):
         return {}
     finally:
         worker.close()
-    return {k: v for k, v in message.items() if k != "kind" and isinstance(v, (int, float))}
+    return m.payload(reply)
 
 
 def pair_record(pair: Pair, run_id: str, device: str, builds: dict[str, BuildResult],
-                slot: Slot | None = None) -> dict[str, Any]:
+                slot: Slot | None = None) -> RecordDraft:
     """A new record for a pair, with its build and (on a GPU slot) the GPU: here and on a dask worker."""
     record = new_record(pair.problem_id, pair.candidate.id, device.split(":")[0], run_id)
     if slot is not None and slot.gpu is not None:
-        record["gpu"] = {"index": slot.gpu, "name": slot.gpu_name}
+        record.gpu = Gpu(slot.gpu, slot.gpu_name)
     build = builds.get(pair.candidate.id)
-    record["build"] = build.record() if build else None
+    record.build = build.record() if build else None
     return record
 
 
-def _base_record(pair: Pair, ctx: Context, slot: Slot) -> dict[str, Any]:
+def _base_record(pair: Pair, ctx: Context, slot: Slot) -> RecordDraft:
     return pair_record(pair, ctx.run_id, slot.device, ctx.builds, slot)
 
 
-def _decided_without_running(pair: Pair, ctx: Context, slot: Slot) -> dict[str, Any] | None:
+BUILD_STATUSES = {"compile_error": Status.COMPILE_ERROR, "skipped": Status.SKIPPED, "timeout": Status.TIMEOUT,
+                  "oom": Status.OOM}      # a build that did not end `built`: its pair's status (else crashed)
+
+
+def _decided_without_running(pair: Pair, ctx: Context, slot: Slot) -> RecordDraft | None:
     """A record for pairs that cannot run: missing/broken problem, unloadable candidate, failed build."""
     record = _base_record(pair, ctx, slot)
     if pair.problem is None:
-        return finish(record, "load_error", f"no problem file for this candidate ({pair.problem_id}.py)")
+        return finish(record, Status.LOAD_ERROR, f"no problem file for this candidate ({pair.problem_id}.py)")
     if pair.problem.error:
-        return finish(record, "load_error", f"problem: {pair.problem.error}")
+        return finish(record, Status.LOAD_ERROR, f"problem: {pair.problem.error}")
     if pair.candidate.error:
-        return finish(record, "load_error", pair.candidate.error)
+        return finish(record, Status.LOAD_ERROR, pair.candidate.error)
     build = ctx.builds.get(pair.candidate.id)
     if build is None:
-        return finish(record, "crashed", "no build result (harness fault)")
+        return finish(record, Status.CRASHED, "no build result (harness fault)")
     if build.status == "built":
         return None
-    status = {"compile_error": "compile_error", "skipped": "skipped", "timeout": "timeout", "oom": "oom"}.get(build.status, "crashed")
-    return finish(record, status, build.error)
+    return finish(record, BUILD_STATUSES.get(build.status, Status.CRASHED), build.error)
 
 
 RETRIED_FLAGS = flags.RETRIED    # verdicts a burst of load can also produce (flags.FLAGS: `retry`)
 
 
-def _load_sensitive(record: dict[str, Any]) -> str | None:
+def _load_sensitive(record: RecordDraft) -> str | None:
     """The first invalidating flag, when an `invalid` pair's invalidating flags are all ones a busy machine can also
     raise (the table's `retry` flags, harness.core.flags): the reference ran slower while the candidate was alive
     (`interference`), or the parent's clock saw more
     time around the candidate's samples than around the reference's (`timing_inconsistent`); a burst of load often
     raises both. A cheat does that every time; a burst of load on a shared machine rarely lands twice, so such a
     pair is measured once more (fresh candidate process, fresh samples) and the second try's record stands."""
-    if record.get("status") != "invalid":
+    if record.status is not Status.INVALID:
         return None
-    return flags.retryable(record.get("flags", []))
+    return flags.retryable(record.flags)
 
 
 def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorkers) -> None:
@@ -190,36 +195,36 @@ def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorker
         if record is None:
             runnable.append(pair)
         else:
-            ctx.emit(record)
+            ctx.emit(record.to_json())
     if not runnable:
         return
     problem_dir = ctx.scratch / slot.name.replace(":", "") / slug(runnable[0].problem_id)
     problem_dir.mkdir(parents=True, exist_ok=True)
     count = ctx.cfg.timing.processes
-    done: dict[tuple[str, str], list[dict[str, Any]]] = {pair.key: [] for pair in runnable}
+    done: dict[tuple[str, str], list[RecordDraft]] = {pair.key: [] for pair in runnable}
     known: dict[str, Any] = {}          # what the first reference process worked out that the next need not
 
-    def deliver(pair: Pair, record: dict[str, Any]) -> None:
+    def deliver(pair: Pair, record: RecordDraft) -> None:
         if count == 1:
-            ctx.emit(record)
+            ctx.emit(record.to_json())
         else:
             done[pair.key].append(record)
 
     try:
         for process in range(count):
-            pending = [p for p in runnable if all(r["status"] == "ok" for r in done[p.key])]
+            pending = [p for p in runnable if all(r.ok for r in done[p.key])]
             if not pending or ctx.stop.is_set():
                 break
             _one_process(pending, ctx, slot, spares, problem_dir, process, deliver, known)
     finally:
         for pair in runnable:                   # what was measured stands, even when the run stops early
             if done[pair.key]:
-                ctx.emit(processes.merge(done[pair.key], count))
+                ctx.emit(processes.merge(done[pair.key], count).to_json())
         shutil.rmtree(problem_dir, ignore_errors=True)
 
 
 def _one_process(pairs: list[Pair], ctx: Context, slot: Slot, spares: SpareWorkers, problem_dir: Path,
-                 process: int, deliver: Callable[[Pair, dict[str, Any]], None], known: dict[str, Any]) -> None:
+                 process: int, deliver: Callable[[Pair, RecordDraft], None], known: dict[str, Any]) -> None:
     """Every pair of one problem against one reference process (a fresh one after a pair left the device unusable)."""
     pc = ctx.for_slot(slot)
     reference = None
@@ -240,12 +245,11 @@ def _one_process(pairs: list[Pair], ctx: Context, slot: Slot, spares: SpareWorke
                 first = record
                 record = _base_record(pair, ctx, slot)
                 run_pair(pair, record, reference, pc, slot.device, problem_dir, spares, attempt=1, process=process)
-                record["retried"] = {"reason": reason, "first_try": first["flag_details"][reason]}
-            lint = reference.info.get("lint") or {}
-            if lint.get("degenerate"):
-                defenses.flag(record, flags.DEGENERATE_PROBLEM, "; ".join(lint.get("reasons", [])))
+                record.retried = Retried(reason, first.flag_detail(reason))
+            if reference.ready is not None and reference.ready.lint.degenerate:
+                defenses.flag(record, flags.DEGENERATE_PROBLEM, "; ".join(reference.ready.lint.reasons))
             deliver(pair, record)
-            if (record["worker"] or {}).get("device_usable_after") is False or not reference.worker.alive():
+            if (record.worker is not None and record.worker.device_usable_after is False) or not reference.worker.alive():
                 reference.close()                       # the next pair gets a fresh reference process too
                 reference = None
     finally:

@@ -32,7 +32,7 @@ class Checked:
     values: list[float]
     shapes: list[list[int]]
     error: str | None = None
-    full: dict[str, Any] | None = None     # the whole-output comparison, where this sample was drawn for one
+    full: m.FileCheck | None = None     # the whole-output comparison, where this sample was drawn for one
 
 
 def slots_for(check_seed: int, count: int, extra: int = 2) -> list[int]:
@@ -79,13 +79,8 @@ class Reader:
     def _check_request(self, reference: Worker, check_seed: int, slots: list[int], full: bool) -> Checked:
         """The reference's own output at the drawn positions (it is trusted), kept whole with `full`."""
         reference.send(m.wire(m.CheckRequest(check_seed, slots, full)))
-        reply = reference.recv(max(self.deadline, time.monotonic() + 60))
-        try:
-            checked = m.parse(m.CheckResult, reply)
-            values = m.unpack_floats(checked.values) if not checked.error else []
-        except m.ProtocolError as exc:
-            raise WorkerExit("protocol", None, f"reference answered a check with {exc}") from None
-        return Checked(values, checked.shapes, checked.error)
+        checked = _parsed(reference.recv(max(self.deadline, time.monotonic() + 60)), m.CheckResult, "a check")
+        return Checked(_values(checked, "a check"), checked.shapes, checked.error)
 
     def _host(self, pid: int, result: m.SampleResult, seed: int, slots: list[int], full: bool) -> Checked:
         values: list[float] = []
@@ -101,7 +96,7 @@ class Reader:
             return Checked([], [], f"its memory could not be read: {exc}")
         return Checked(values, shapes, None, whole)
 
-    def _host_full(self, pid: int, exported: list[m.Exported], seed: int) -> dict[str, Any] | None:
+    def _host_full(self, pid: int, exported: list[m.Exported], seed: int) -> m.FileCheck | None:
         """The whole output copied from the candidate's memory into a file, compared by the reference."""
         entries, shapes, strides, total = [], [], [], 0
         for e in exported:
@@ -117,42 +112,48 @@ class Reader:
         from harness.shared.tensorfile import write_raw
         path = write_raw(entries, os.path.join(self.scratch, f"timed-full-{self.full_checks}.kbt"))
         self.full_checks += 1
-        results = self._on_reference({"op": "verify", "files": [
+        verified = self._on_reference({"op": "verify", "files": [
             {"label": "timed", "path": path, "trial": -1, "shapes": shapes, "strides": strides,
-             "check_seed": seed}]}, "verified")
-        found = results.get("results")
-        return found[0] if isinstance(found, list) and found and isinstance(found[0], dict) else None
+             "check_seed": seed}]}, m.Verified, "a verify")
+        return verified.results[0] if verified.results else None
 
     def _device(self, result: m.SampleResult, seed: int, slots: list[int], full: bool) -> Checked:
         request = m.ReadRequest([result.outputs[k] for k in slots], seed, slots, full)
-        reply = self._on_reference(m.wire(request), m.ReadResult.KIND)
-        try:
-            read = m.parse(m.ReadResult, reply)
-            values = m.unpack_floats(read.values) if not read.error else []
-        except m.ProtocolError as exc:
-            raise WorkerExit("protocol", None, f"reference answered a read with {exc}") from None
-        return Checked(values, read.shapes, read.error, read.full)
+        read = self._on_reference(m.wire(request), m.ReadResult, "a read")
+        return Checked(_values(read, "a read"), read.shapes, read.error, read.full)
 
-    def _on_reference(self, message: dict[str, Any], kind: str) -> dict[str, Any]:
-        """One request to the reference worker (stopped while the candidate is timed): resumed for it, stopped
-        again after."""
+    def _on_reference(self, message: dict[str, Any], reply: type, what: str) -> Any:
+        """One request to the reference worker (stopped while the candidate is timed), resumed for it and stopped
+        again after: its reply, as `reply`."""
         self.reference.resume()
         try:
             self.reference.send(message)
-            reply = self.reference.recv(max(self.deadline, time.monotonic() + 60))
+            data = self.reference.recv(max(self.deadline, time.monotonic() + 60))
         finally:
             self.reference.pause()
-        if reply.get("kind") != kind:
-            raise WorkerExit("protocol", None, f"reference answered {reply.get('kind')!r} to a {kind} request")
-        return reply
+        return _parsed(data, reply, what)
 
     def close(self) -> None:
         """The pair is over: the reference drops its mappings of the candidate's memory and its kept output."""
         self.reference.resume()
         self.reference.send({"op": "peer_close"})
-        reply = self.reference.recv(time.monotonic() + 60)
-        if reply.get("kind") != "peer_closed":
-            raise WorkerExit("protocol", None, f"reference answered {reply.get('kind')!r} to peer_close")
+        _parsed(self.reference.recv(time.monotonic() + 60), m.PeerClosed, "peer_close")
+
+
+def _parsed(data: dict[str, Any], reply: type, what: str) -> Any:
+    """The reference's reply to `what`, as `reply`; WorkerExit when it is not one."""
+    try:
+        return m.parse(reply, data)
+    except m.ProtocolError as exc:
+        raise WorkerExit("protocol", None, f"reference answered {what} with {exc}") from None
+
+
+def _values(reply: m.CheckResult | m.ReadResult, what: str) -> list[float]:
+    """The floats a check or read reply carries (none when it has an error)."""
+    try:
+        return m.unpack_floats(reply.values) if not reply.error else []
+    except m.ProtocolError as exc:
+        raise WorkerExit("protocol", None, f"reference answered {what} with {exc}") from None
 
 
 def _exported(items: list[dict[str, Any]]) -> list[m.Exported]:

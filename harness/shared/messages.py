@@ -215,21 +215,213 @@ class ReadResult:
     values: str                 # the candidate's floats at the drawn positions, packed
     shapes: list[list[int]]
     error: str | None = None    # its memory could not be read (one line): a failed check
-    full: dict[str, Any] | None = None     # with `full`: ok, reason, max_abs_err, fp64 errors (reference.full_check)
+    full: FileCheck | None = None       # with `full`: ok, reason, max_abs_err, fp64 errors (sent as a dict)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What ran in one profiled call (harness.worker.profiling): kernels launched, the candidate's own among them
+    and their share of the GPU time, the library kernels beside them."""
+    kernels: int
+    custom_kernels: list[str]
+    custom_share: float
+    other_kernels: list[str]
 
 
 @dataclass(frozen=True)
 class ProfileResult:
     KIND: ClassVar[str] = "profile"
-    profile: dict[str, Any] | None     # kernels, custom_kernels, custom_share, other_kernels; None on the CPU
+    profile: Profile | None             # None on the CPU
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one forward must do at least: its FLOPs (None when the counter does not know an op) and the bytes of
+    its inputs, parameters, buffers and outputs."""
+    flops: int | None
+    bytes: int
 
 
 @dataclass(frozen=True)
 class Derived:
     KIND: ClassVar[str] = "derived"
-    work: dict[str, Any] | None             # {"flops", "bytes"} of one forward (None with the defenses off)
+    work: Work | None                       # None with the defenses off, or when not asked to count
     fp64_reference_max_abs_err: float | None = None     # eager's own error against the float64 reference
     fp64_output_scale: float | None = None  # the largest |value| of the float64 reference's outputs
+
+
+# ---------------------------------------------------------------- replies to jobs and other requests (worker -> parent)
+
+@dataclass(frozen=True)
+class ProblemChecks:
+    """The cheap checks of a problem's outputs (harness.worker.lint.degenerate_checks), in `ready` and `lint`."""
+    zeros_pass: bool
+    constant_pass: bool
+    identity_pass: bool
+    nan_or_inf: bool
+    input_dependent: bool | None
+    degenerate: bool
+    reasons: list[str]
+
+
+@dataclass(frozen=True)
+class CompileNote:
+    """One torch.compile baseline's compilation on the reference side (error None: it compiled and agrees)."""
+    error: str | None
+    compile_seconds: float
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The reference worker has its problem, expected outputs and baselines (the reply to ReferenceJob)."""
+    KIND: ClassVar[str] = "ready"
+    dtype: str
+    dtype_source: str
+    atol: float
+    rtol: float
+    allow_tf32: bool
+    output_shapes: list[list[int]]
+    parameters: int
+    module_mode: str                    # "train" | "eval"
+    footprint_bytes: int                # one trial's inputs, outputs, parameters and buffers
+    lint: ProblemChecks
+    compile: dict[str, CompileNote]     # compile mode -> its note
+    timer_floor_ms: float
+    cold_probe_ms: float | None
+
+
+@dataclass(frozen=True)
+class Error:
+    """A reference or lint worker could not do its job (its problem failed at `stage`)."""
+    KIND: ClassVar[str] = "error"
+    error: str
+    stage: str = "problem"
+    oom: bool = False
+    traceback: str | None = None
+
+
+@dataclass(frozen=True)
+class HarnessError(Error):
+    """Any worker's role raised: a harness fault (harness.worker.__main__)."""
+    KIND: ClassVar[str] = "harness_error"
+    sandbox: dict[str, Any] | None = None       # when it is the first message of a confined worker
+
+
+@dataclass(frozen=True)
+class TrialFile:
+    """One correctness trial's output file, written by the candidate worker for the reference to check."""
+    label: str
+    path: str
+    trial: int
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The candidate ran its correctness trials (its first reply)."""
+    KIND: ClassVar[str] = "outputs"
+    param_match: str                    # "state_dict" | "seed" | "no_parameters"
+    extensions: list[str]               # the extensions it loaded
+    module_mode: str
+    files: list[TrialFile]
+    mutates_inputs: bool
+    unsynchronized_work: bool
+    output_not_plain_tensor: bool
+    sandbox: dict[str, Any] | None = None       # the sandbox's report (harness.worker.sandbox; parts.Sandbox)
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The candidate failed: its code raised, did not build or load, or gave no tensors (the status it earns)."""
+    KIND: ClassVar[str] = "failed"
+    status: str
+    error: str | None
+    detail: str | None = None
+    sandbox: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """One output checked by the reference worker (verify, a read's `full`). The errors may be NaN or Inf, which
+    travel as strings: they are read with harness.core.numbers."""
+    ok: bool
+    label: str | None = None
+    reason: str | None = None
+    hint: str | None = None             # why a trial failed, where the reference can tell (eval mode, ...)
+    max_abs_err: Any = None
+    max_rel_err: Any = None
+    fp64_max_abs_err: Any = None
+    fp64_reference_max_abs_err: Any = None
+    fp64_output_scale: Any = None
+    first_mismatch: dict[str, Any] | None = None    # free-form: where and what (index, got, expected)
+
+
+@dataclass(frozen=True)
+class Verified:
+    KIND: ClassVar[str] = "verified"
+    results: list[FileCheck]            # one per file asked for, in order
+
+
+@dataclass(frozen=True)
+class ModeSet:
+    KIND: ClassVar[str] = "mode"
+    mode: str
+
+
+@dataclass(frozen=True)
+class Health:
+    KIND: ClassVar[str] = "health"
+    ok: bool
+
+
+@dataclass(frozen=True)
+class PeerClosed:
+    KIND: ClassVar[str] = "peer_closed"
+
+
+@dataclass(frozen=True)
+class Built:
+    """The build worker imported the candidate (its extensions built, or why not)."""
+    KIND: ClassVar[str] = "built"
+    status: str                         # built | compile_error | skipped
+    error: str | None
+    compiler_output: str | None
+    extensions: list[str]
+    seconds: float
+    import_error: str | None = None
+    sandbox: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """The device's measured copy bandwidth and matmul throughput."""
+    KIND: ClassVar[str] = "ceilings"
+    copy_gbps: float
+    matmul_tflops_bf16: float
+    matmul_tflops_fp32: float
+
+
+@dataclass(frozen=True)
+class LintReport:
+    """A problem's lint (harness.worker.lint): the checks, the scale of its output and its eager time."""
+    KIND: ClassVar[str] = "lint"
+    zeros_pass: bool
+    constant_pass: bool
+    identity_pass: bool
+    nan_or_inf: bool
+    input_dependent: bool | None
+    degenerate: bool
+    reasons: list[str]
+    deterministic: bool
+    run_to_run_max_abs: float | None
+    param_dependent: bool | None
+    mean_abs: float | str               # NaN or Inf travel as strings ('nan': the output holds no finite value)
+    std: float | str
+    dtype: str
+    atol: float
+    rtol: float
+    output_shapes: list[list[int]]
+    eager_ms: float
+    peak_memory_gb: float | None
 
 
 def pack_floats(values: list[float]) -> str:
@@ -260,30 +452,82 @@ def wire(message: Any) -> dict[str, Any]:
     return {"kind": message.KIND, **data} if getattr(message, "KIND", None) else data   # a job has no tag
 
 
+def payload(message: Any) -> dict[str, Any]:
+    """A message's fields as a dict: its wire form without its tag (`kind` or `op`)."""
+    return {k: v for k, v in wire(message).items() if k not in ("kind", "op")}
+
+
 def parse(cls: type, data: dict[str, Any]) -> Any:
-    """The dataclass `cls` from a received dict, or ProtocolError naming the first wrong field."""
+    """The dataclass `cls` from a received dict, or ProtocolError naming the first wrong field. Nested messages (a
+    job's TimingSpec, a reply's parts) are parsed too: alone, in a union, as list items or as dict values."""
     tag = getattr(cls, "KIND", None)
     if tag is not None and data.get("kind") != tag:
         raise ProtocolError(f"expected a {tag!r} message, got {data.get('kind')!r}: {str(data.get('error'))[:200]}")
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     kwargs = {}
     for f in dataclasses.fields(cls):
         if f.name not in data:
             if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
                 continue
             raise ProtocolError(f"{cls.__name__}: missing field {f.name!r}")
-        value = data[f.name]
-        if dataclasses.is_dataclass(hints[f.name]) and isinstance(value, dict):
-            value = parse(hints[f.name], value)             # a nested message (a job's TimingSpec)
-        if not _fits(value, hints[f.name]):
-            raise ProtocolError(f"{cls.__name__}: field {f.name!r} has a {type(value).__name__}")
-        kwargs[f.name] = value
+        try:
+            kwargs[f.name] = _value(data[f.name], hints[f.name])
+        except _Mismatch:
+            raise ProtocolError(f"{cls.__name__}: field {f.name!r} has a {type(data[f.name]).__name__}") from None
     return cls(**kwargs)
+
+
+def parse_reply(data: dict[str, Any], *classes: type) -> Any:
+    """The reply `data` as whichever of `classes` its kind names (ProtocolError: none, or not of that shape)."""
+    for cls in classes:
+        if data.get("kind") == cls.KIND:
+            return parse(cls, data)
+    wanted = " or ".join(repr(cls.KIND) for cls in classes)
+    raise ProtocolError(f"expected {wanted}, got {data.get('kind')!r}: {str(data.get('error'))[:200]}")
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+class _Mismatch(Exception):
+    """A value that does not fit its field's type."""
+
+
+def _nested(hint: Any) -> type | None:
+    """The message dataclass a hint names, alone or in a union."""
+    options = typing.get_args(hint) if _is_union(hint) else (hint,)
+    return next((h for h in options if dataclasses.is_dataclass(h)), None)
+
+
+def _value(value: Any, hint: Any) -> Any:
+    """`value` checked against `hint`, its nested messages parsed (_Mismatch when it does not fit)."""
+    nested = _nested(hint)
+    if nested is not None and isinstance(value, dict):
+        return parse(nested, value)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is list and args and _nested(args[0]) and isinstance(value, list):
+        return [_value(v, args[0]) for v in value]
+    if origin is dict and len(args) == 2 and _nested(args[1]) and isinstance(value, dict):
+        return {k: _value(v, args[1]) for k, v in value.items()}
+    if not _fits(value, hint):
+        raise _Mismatch()
+    return value
+
+
+def _is_union(hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    return origin is typing.Union or str(origin) == "<class 'types.UnionType'>"
 
 
 def _fits(value: Any, hint: Any) -> bool:
     origin = typing.get_origin(hint)
-    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+    if _is_union(hint):
         return any(_fits(value, h) for h in typing.get_args(hint))
     if hint is type(None):
         return value is None

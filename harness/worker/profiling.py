@@ -10,7 +10,7 @@ import re
 from typing import Any, Callable
 
 
-def profile_call(call: Callable[[list], Any], inputs: list, device: str) -> dict[str, Any] | None:
+def profile_call(call: Callable[[list], Any], inputs: list, device: str):
     """One call under torch.profiler: kernels, custom_kernels, custom_share, other_kernels; None on the CPU."""
     if device == "cpu":
         return None
@@ -30,9 +30,9 @@ def profile_call(call: Callable[[list], Any], inputs: list, device: str) -> dict
             kernels[event.name] = kernels.get(event.name, 0.0) + float(us or 0.0)
     total = sum(kernels.values())
     custom = {name: us for name, us in kernels.items() if kernel_base_name(name) in own}
-    return {"kernels": len(kernels), "custom_kernels": sorted(custom)[:20],
-            "custom_share": (sum(custom.values()) / total) if total else 0.0,
-            "other_kernels": sorted(set(kernels) - set(custom))[:20]}
+    from harness.shared.messages import Profile
+    return Profile(len(kernels), sorted(custom)[:20], (sum(custom.values()) / total) if total else 0.0,
+                   sorted(set(kernels) - set(custom))[:20])
 
 
 def cuda_trace():

@@ -153,7 +153,7 @@ def _timer_floor(device: str) -> float:
     return timing.timer_floor(device)
 
 
-def _work(model, inputs, outputs) -> dict[str, Any]:
+def _work(model, inputs, outputs):
     """FLOPs of one forward (torch.utils.flop_counter) and the fewest bytes it must move: every input, parameter
     and buffer read once, every output written once."""
     from torch.utils.flop_counter import FlopCounterMode
@@ -164,7 +164,8 @@ def _work(model, inputs, outputs) -> dict[str, Any]:
         flops = int(counter.get_total_flops())
     except Exception:                                  # noqa: BLE001 - an op the counter does not know
         flops = None
-    return {"flops": flops, "bytes": _footprint(model, inputs, outputs)}
+    from harness.shared import messages as m
+    return m.Work(flops, _footprint(model, inputs, outputs))
 
 
 def _footprint(model, inputs, outputs) -> int:

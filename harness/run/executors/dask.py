@@ -39,7 +39,7 @@ from typing import Any, Callable
 from harness.core.config import Config
 from harness.core.discover import Pair
 from harness.core.errors import UsageError
-from harness.results.records import finish
+from harness.results.records import Status, finish
 from harness.run.build import BuildResult
 from harness.run.evaluate import slug
 from harness.run.executors import problem_groups
@@ -238,7 +238,7 @@ def result_error(result: dict[str, Any]) -> str:
 def failed_records(group: list[Pair], run_id: str, device: str, builds: dict[str, BuildResult],
                    why: str) -> list[dict[str, Any]]:
     """A `crashed` record for each pair of a group whose task finally failed."""
-    return [finish(pair_record(pair, run_id, device, builds), "crashed", why) for pair in group]
+    return [finish(pair_record(pair, run_id, device, builds), Status.CRASHED, why).to_json() for pair in group]
 
 
 def _dask_versions() -> str:
@@ -259,8 +259,8 @@ def checked(group: list[Pair], records: list[dict[str, Any]], run_id: str, devic
             out.append(record)
             del wanted[key]
     for pair in wanted.values():
-        out.append(finish(pair_record(pair, run_id, device, builds), "crashed",
-                          f"{LOST}: its task returned no record for this pair (harness fault)"))
+        out.append(finish(pair_record(pair, run_id, device, builds), Status.CRASHED,
+                          f"{LOST}: its task returned no record for this pair (harness fault)").to_json())
     return out
 
 

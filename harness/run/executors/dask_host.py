@@ -21,7 +21,7 @@ from typing import Any, Iterator
 from harness.core.config import Config
 from harness.core.discover import Pair
 from harness.core.seeds import RunSeed
-from harness.results.records import finish
+from harness.results.records import Status, finish
 from harness.run.build import BuildResult, Toolchain, build_one
 from harness.run.executors import scratch_root
 from harness.run.schedule import pair_record
@@ -54,8 +54,8 @@ def run_task_bytes(task_bytes: bytes) -> dict[str, Any]:
 
 
 def run_group(task: GroupTask) -> dict[str, Any]:
-    """One problem group on this dask worker's host, as the local executor runs one on a slot. Returns the records (plain
-    dicts, in order), where it ran and, on a GPU, that GPU's ceilings."""
+    """One problem group on this dask worker's host, as the local executor runs one on a slot. Returns the records
+    (plain dicts, in order), where it ran and, on a GPU, that GPU's ceilings."""
     from harness.run.schedule import Context, measure_ceilings, serve_slot, slot_spares
     from harness.run.workerproc import set_worker_memory_gb
 
@@ -71,7 +71,7 @@ def run_group(task: GroupTask) -> dict[str, Any]:
         why = mismatch or (f"has no {_missing_path(pair)}: every worker host needs the problems and solutions "
                            "trees at the same paths (a shared filesystem or the same checkout)")
         record = pair_record(pair, task.run_id, slot.device, builds)
-        records.append(finish(record, "crashed", f"dask worker host {socket.gethostname()} {why}"))
+        records.append(finish(record, Status.CRASHED, f"dask worker host {socket.gethostname()} {why}").to_json())
     group = [p for p in task.group if p not in missing]
     scratch = scratch_root(task.run_id) / f"dask-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     scratch.mkdir(parents=True, exist_ok=True)

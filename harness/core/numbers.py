@@ -1,0 +1,25 @@
+"""Numbers read back from JSON: a record line, a worker's message, run.json. JSON has no NaN or Inf, so the harness
+writes them as the strings str(float) gives ('nan', 'inf', '-inf': harness.shared.channel.clean_json); a bool is
+never a number."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+NON_FINITE = ("nan", "inf", "-inf")         # how NaN and Inf are written (str of the float)
+
+
+def is_number(value: Any) -> bool:
+    """An int or a float (NaN and Inf too, as themselves or as the strings they are written as); not a bool."""
+    if isinstance(value, str):
+        return value.lower() in NON_FINITE
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def number(value: Any, finite: bool = True) -> float | None:
+    """`value` as a float when is_number(value), else None. With `finite` (the default) NaN and Inf are None too;
+    without it they are the floats they stand for."""
+    if not is_number(value):
+        return None
+    value = float(value)
+    return value if not finite or math.isfinite(value) else None
