@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.run import defenses, paired
+from harness.run import defenses, memory, paired
 from harness.core import flags
 from harness.run.build import build_env
 from harness.core.config import Config
@@ -68,10 +68,11 @@ def last_line(text: str) -> str:
     return lines[-1][:300] if lines else "(no output)"
 
 
-def timing_spec(cfg: Config, device: str, mode: str, variants: list[str] | None = None, replays: int = 1) -> TimingSpec:
+def timing_spec(cfg: Config, device: str, mode: str, variants: list[str] | None = None, replays: int = 1,
+                graph_calls: int | None = None) -> TimingSpec:
     t = cfg.timing
-    return TimingSpec("host" if device == "cpu" else mode, t.warmup, t.flush_l2, t.graph_calls, variants or [EAGER],
-                      replays)
+    return TimingSpec("host" if device == "cpu" else mode, t.warmup, t.flush_l2, graph_calls or t.graph_calls,
+                      variants or [EAGER], replays)
 
 
 DERIVE_BESIDE_BYTES = 1 << 30      # ReferenceSide.beside_trials: 1 GiB of inputs, outputs and weights, 2 GiB in fp64
@@ -94,6 +95,8 @@ class ReferenceSide:
         self.graph_error: str | None = None     # why graph mode was given up for the whole problem
         self.variants = [EAGER]
         self.derive = "not asked"           # -> "asked" (the reply not read yet) -> "read" (merged into info)
+        self.plan = None                    # the pairs' device memory (harness.run.memory; None on the CPU path)
+        self.error_flag = None              # put on the records of the pairs it could not serve (harness_oom)
         cfg = pc.cfg
         started = time.monotonic()
         self.setup_seconds: float | None = None     # its start until `ready`: reported by the first pair it serves
@@ -101,7 +104,8 @@ class ReferenceSide:
         probe = pc.seed.stream("probe", pair.problem_id).take(5)
         self.worker.send(wire(ReferenceJob(
             str(pair.problem.path.resolve()), device, pc.seed.base, cfg.trials, timing_spec(cfg, device, "cold"),
-            list(cfg.timing.compile_modes), probe, str(problem_dir), cfg.defenses, cfg.precision)))
+            list(cfg.timing.compile_modes), probe, str(problem_dir), cfg.defenses, cfg.precision,
+            cfg.gpu_memory_gb, 2 + int(spares.enabled))))     # CUDA contexts: a spare reference holds one too
         try:
             message = self.worker.recv(time.monotonic() + cfg.reference_timeout)
         except WorkerExit as exc:
@@ -109,14 +113,33 @@ class ReferenceSide:
             return
         self.setup_seconds = time.monotonic() - started
         if message.get("kind") != "ready":
-            self.error_status = "oom" if message.get("oom") else "load_error"
+            self.error_status = "load_error"
             self.error = f"problem {pair.problem_id}: {message.get('stage', 'problem')}: {message.get('error')}"
+            if message.get("oom"):              # before any candidate ran: the harness's limit, no one's `oom`
+                self._out_of_budget(str(message.get("harness_oom") or f"harness_oom: {self.error}"))
             return
         self.info = message
         compiled = message.get("compile") if isinstance(message.get("compile"), dict) else {}
         self.variants += [f"compile:{mode}" for mode in cfg.timing.compile_modes
                           if isinstance(compiled.get(mode), dict) and compiled[mode].get("error") is None]
         self.mode = self._choose_mode(message.get("cold_probe_ms"))
+        try:
+            self.plan = memory.plan(self)
+        except WorkerExit as exc:
+            self._fail(exc, cfg.reference_timeout)
+        if self.plan is not None and self.plan.error:
+            self._out_of_budget(self.plan.error)
+
+    def graph_calls(self) -> int:
+        """Calls per captured graph: timing.graph_calls, capped by the memory plan."""
+        return self.plan.graph_calls if self.plan is not None else self.pc.cfg.timing.graph_calls
+
+    def _out_of_budget(self, line: str) -> None:
+        self.error, self.error_status, self.error_flag = line, "skipped", flags.HARNESS_OOM
+
+    def failed(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The record of a pair this reference could not serve (`error`)."""
+        return memory.skipped(record, self.error) if self.error_flag else finish(record, self.error_status, self.error)
 
     def _choose_mode(self, probe_ms: Any) -> str:
         t = self.pc.cfg.timing
@@ -131,9 +154,8 @@ class ReferenceSide:
         if exc.kind == "timeout":
             self.error = f"reference side did not finish within {timeout:g} s"
             self.error_status = "timeout"
-        elif exc.kind == "oom":
-            self.error = f"reference side: {exc.detail}"
-            self.error_status = "oom"
+        elif exc.kind == "oom" or memory.out_of_budget(self.worker):     # no candidate ran: no one's `oom`
+            self._out_of_budget(memory.out_of_budget(self.worker) or f"harness_oom: reference side: {exc.detail}")
         else:
             self.error = f"reference side: {exc.detail}: {last_line(self.worker.log_tail())}"
             self.error_status = "crashed"
@@ -217,10 +239,11 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
     inter.prepare = device == "cpu"
     inter.reader = Reader(reference.worker, device, str(pair_dir), deadline)
     try:
-        _set_reference_mode(reference, inter, cfg.timing.graph_calls)
+        _set_reference_mode(reference, inter, reference.graph_calls())
         before = inter.reference_blocks(cfg.timing.baseline_blocks)
     except WorkerExit as exc:
-        finish(record, "crashed", f"reference side: {exc.detail}; last output: {last_line(reference.worker.log_tail())}")
+        memory.reference_lost(record, reference.worker,
+                              f"reference side: {exc.detail}; last output: {last_line(reference.worker.log_tail())}")
         record["worker"] = {"exit_code": None, "seconds": 0.0, "log_tail": None, "device_usable_after": False}
         return
     phases["baseline_before"] = time.monotonic() - started
@@ -230,9 +253,10 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
     env = {**build_env(Path(build.build_dir), pc.toolchain), "TRITON_CACHE_DIR": str(pair_dir / "triton")}
     worker.send(wire(CandidateJob(
         str(pair.problem.path.resolve()), build.candidate_path, device, pc.seed.base, cfg.trials,
-        timing_spec(cfg, device, reference.mode, [CANDIDATE], reference.graph_replays), str(pair_dir),
-        str(reference.state_path),
-        cfg.defenses, cfg.precision, hide=[str(RunKey.keys_dir(cfg.cache_dir))], env=env)))
+        timing_spec(cfg, device, reference.mode, [CANDIDATE], reference.graph_replays, reference.graph_calls()),
+        str(pair_dir), str(reference.state_path),
+        cfg.defenses, cfg.precision, hide=[str(RunKey.keys_dir(cfg.cache_dir))], env=env,
+        memory_share_bytes=reference.plan.candidate if reference.plan else None)))
     phases["start"] = time.monotonic() - t_start
     collected = None
     try:
@@ -241,7 +265,8 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
         collected = _drive(worker, record, reference, inter, pc, phases)
     except WorkerExit as exc:
         if not reference.worker.alive():
-            finish(record, "crashed", f"reference side: {exc.detail}; last output: {last_line(reference.worker.log_tail())}")
+            memory.reference_lost(record, reference.worker,
+                                  f"reference side: {exc.detail}; last output: {last_line(reference.worker.log_tail())}")
         elif exc.kind == "timeout":
             finish(record, "timeout", f"killed after the pair timeout of {cfg.timeout:g} s")
         elif exc.kind == "oom":
@@ -256,6 +281,7 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
         finish(record, "crashed", f"harness fault while evaluating this pair: {type(exc).__name__}: {exc}")
     finally:
         inter.release()
+        candidate_peak = memory.peak(worker, device) if collected is not None else None
         t0 = time.monotonic()
         code = worker.close()
         try:
@@ -269,6 +295,8 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
             pass                                    # the reference is dead or out of step: the next use says so
         record["worker"] = {"exit_code": code, "seconds": round(time.monotonic() - started, 3),
                             "log_tail": None, "phases": phases}
+        if collected is not None:
+            record["worker"]["memory"] = memory.record(reference, candidate_peak, memory.peak(reference.worker, device))
         shutil.rmtree(pair_dir, ignore_errors=True)
     if collected is not None and record["status"] is None:
         _conclude(record, reference, inter, collected, before, pc, phases)
@@ -360,7 +388,7 @@ def _conclude(record: dict[str, Any], reference: ReferenceSide, inter: Interleav
     try:
         after = inter.reference_blocks(pc.cfg.timing.baseline_blocks)
     except WorkerExit as exc:
-        finish(record, "crashed", f"reference side: {exc.detail}")
+        memory.reference_lost(record, reference.worker, f"reference side: {exc.detail}")
         return
     finally:
         inter.release()
@@ -380,16 +408,17 @@ def _conclude(record: dict[str, Any], reference: ReferenceSide, inter: Interleav
 
 def _set_reference_mode(reference: ReferenceSide, inter: Interleaver, graph_calls: int) -> None:
     """The reference's timing mode for this pair. Graph mode: one block with one replay a sample sizes the replays
-    (stats.graph_replays, once per problem) so that a sample holds enough work for the parent's clock."""
+    (stats.graph_replays, once per problem) so that a sample holds enough work for the parent's clock; it captures
+    `graph_calls` calls (timing.graph_calls, capped by the memory plan)."""
     if reference.mode == "graph" and not reference.replays_sized:
-        inter.set_mode(reference.worker, "graph", 1)
+        inter.set_mode(reference.worker, "graph", 1, graph_calls)
         inter.calls_per_sample = graph_calls
         try:
             reference.graph_replays = graph_replays(min(inter.reference_blocks(1)), graph_calls)
         except GraphFallback as fell:                  # the reference cannot be captured: cold for the problem
             reference.mode, reference.graph_error = "cold", f"reference: {fell.error}"
         reference.replays_sized = True
-    inter.set_mode(reference.worker, reference.mode, reference.graph_replays)
+    inter.set_mode(reference.worker, reference.mode, reference.graph_replays, graph_calls)
     inter.calls_per_sample = graph_calls * reference.graph_replays if reference.mode == "graph" else 1
 
 
@@ -429,6 +458,8 @@ def _timing_record(record: dict[str, Any], reference: ReferenceSide, out: Collec
         "timer_floor_ms": reference.info.get("timer_floor_ms"),
         "cold_probe_ms": reference.info.get("cold_probe_ms"),
         "graph_replays": reference.graph_replays if mode == "graph" else None,
+        "graph_calls": reference.graph_calls() if mode == "graph" else None,
+        "graph_calls_capped": reference.plan.graph_capped if mode == "graph" and reference.plan else None,
         "graph_error": out.graph_error or reference.graph_error,
         "cpu_threads": pc.cfg.cpu_threads,
         "block_samples": t.block_samples, "block_warmup": t.block_warmup, "profiled_calls": len(out.profiles),
@@ -462,6 +493,7 @@ def _correctness(results, message, info, pc: PairContext) -> dict[str, Any]:
         "param_match": message.get("param_match"), "module_mode": message.get("module_mode"),
         "fp64_max_abs_err": next((r.get("fp64_max_abs_err") for r in results if r.get("label") == "trial0"), None),
         "fp64_reference_max_abs_err": info.get("fp64_reference_max_abs_err"),
+        "fp64": info.get("fp64"),
         "reference_module_mode": info.get("module_mode"), "seed": pc.seed.base,
         "timed_outputs_checked": 0, "timed_outputs_full_checked": 0,
     }

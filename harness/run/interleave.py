@@ -117,8 +117,8 @@ class Interleaver:
                 raise CandidateFailed(data) from None
             raise WorkerExit("protocol", None, f"sent a malformed {reply.KIND!r} reply: {exc}") from None
 
-    def set_mode(self, worker: Worker, mode: str, graph_replays: int = 1) -> None:
-        worker.send(m.wire(m.ModeRequest(mode, graph_replays)))
+    def set_mode(self, worker: Worker, mode: str, graph_replays: int = 1, graph_calls: int = 0) -> None:
+        worker.send(m.wire(m.ModeRequest(mode, graph_replays, graph_calls)))
         answer = worker.recv(self.deadline)
         if answer.get("kind") != "mode":
             raise WorkerExit("protocol", None, f"answered {answer.get('kind')!r} to a mode change")

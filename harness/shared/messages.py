@@ -46,6 +46,8 @@ class ReferenceJob:
     scratch: str                    # the problem's folder: reference_state.pt for candidate workers
     defenses: bool
     precision: str | None = None
+    gpu_memory_gb: float | None = None      # the pair's device memory budget in GiB (None: the card's; memplan)
+    cuda_contexts: int = 2          # processes holding a CUDA context on the device during a pair (memplan)
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class CandidateJob:
     precision: str | None = None
     hide: list[str] = field(default_factory=list)          # folders the sandbox makes unreadable (run keys)
     env: dict[str, str] = field(default_factory=dict)
+    memory_share_bytes: int | None = None   # its device memory cap (memplan.PairPlan.candidate; None: none)
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class LintJob:
     seed: int
     precision: str | None = None
     samples: int = 20               # timed calls for the problem's timer-floor check
+    gpu_memory_gb: float | None = None      # the device memory to lint within, in GiB (None: the card's)
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,7 @@ class ModeRequest:
     OP: ClassVar[str] = "mode"
     mode: str
     graph_replays: int = 1
+    graph_calls: int = 0        # graph mode: calls per captured graph, capped by the memory plan (0: the job's)
 
 
 @dataclass(frozen=True)
@@ -230,6 +235,7 @@ class Derived:
     work: dict[str, Any] | None             # {"flops", "bytes"} of one forward (None with the defenses off)
     fp64_reference_max_abs_err: float | None = None     # eager's own error against the float64 reference
     fp64_output_scale: float | None = None  # the largest |value| of the float64 reference's outputs
+    fp64: str | None = None                 # why there is no float64 reference ("skipped: needs X GiB, budget Y GiB")
 
 
 def pack_floats(values: list[float]) -> str:
