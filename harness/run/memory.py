@@ -80,7 +80,7 @@ def peak(worker: Worker, device: str) -> int | None:
 def record(reference: Any, candidate_peak: int | None, reference_peak: int | None) -> dict[str, Any] | None:
     """`worker.memory`: each side's peak, the problem's eager peak, and the plan (budget, shares, fp64)."""
     memory = reference.info.get("memory")
-    if not isinstance(memory, dict):
+    if not isinstance(memory, dict) or reference.device == "cpu":
         return None
     return {"eager_peak_bytes": memory.get("eager_peak_bytes"), "reference_peak_bytes": reference_peak,
             "candidate_peak_bytes": candidate_peak, **(reference.plan.record() if reference.plan else {})}

@@ -69,6 +69,13 @@ def graph_calls_cap(wanted: int, inputs: int, outputs: int, room: int = GRAPH_BY
     return max(1, min(wanted, room // each))
 
 
+def graph_extra(needs: "Needs", graph_calls: int) -> int:
+    """What graph mode with `graph_calls` captured calls holds beyond one cold call's inputs and output."""
+    if not graph_calls:
+        return 0
+    return max(0, graph_calls * per_graph_call(needs.inputs, needs.outputs) - needs.inputs - needs.outputs)
+
+
 @dataclass(frozen=True)
 class Needs:
     """What the reference measured by `ready` (bytes; its `memory`)."""
@@ -119,7 +126,7 @@ def reference_need(needs: Needs, graph_calls: int = 0) -> int:
     check's slices (a read candidate output stays in the candidate's memory; a file's is read to the host), plus
     graph mode's captured calls."""
     check = needs.eager_peak + 6 * CHUNK_BYTES
-    graph = needs.eager_peak + graph_calls * per_graph_call(needs.inputs, needs.outputs) if graph_calls else 0
+    graph = needs.eager_peak + graph_extra(needs, graph_calls)
     return needs.kept + max(_sample_need(needs), check, graph) + HEADROOM_BYTES
 
 
@@ -134,7 +141,7 @@ def candidate_need(needs: Needs, graph_calls: int = 0) -> int:
     calls), and its trials (an eager call, a working copy of the inputs, the trials' inputs where kept)."""
     kept_inputs = needs.trials * needs.inputs if needs.trials * needs.inputs <= KEEP_BYTES else 0
     trials = needs.eager_peak + min(needs.inputs, PRISTINE_BYTES) + kept_inputs
-    graph = needs.eager_peak + graph_calls * per_graph_call(needs.inputs, needs.outputs) if graph_calls else 0
+    graph = needs.eager_peak + graph_extra(needs, graph_calls)
     return max(_sample_need(needs), trials, graph) + HEADROOM_BYTES
 
 
@@ -144,7 +151,8 @@ def plan_pair(budget: int, contexts: int, needs: Needs, graph_calls: int = 0, fp
     usable = budget - contexts * CONTEXT_BYTES
     calls, capped = 0, None
     if graph_calls:
-        room = (usable - reference_need(needs) - candidate_need(needs)) // 2     # what graph mode adds, per side
+        room = (usable - reference_need(needs) - candidate_need(needs)) // 2     # what graph mode may add, per side
+        room += needs.inputs + needs.outputs                                     # ... beyond one cold call's
         calls = graph_calls_cap(graph_calls, needs.inputs, needs.outputs, min(GRAPH_BYTES, max(0, room)))
         if calls < graph_calls:
             capped = (f"{calls} of {graph_calls} calls captured: each holds "

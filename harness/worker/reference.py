@@ -181,6 +181,7 @@ class _Memory:
 
     def oom_line(self, stage: str, exc: BaseException) -> str:
         """One line for running out of memory here: what needed more than which share, of which budget."""
+        exc = exc.__cause__ if isinstance(exc, _StageError) and exc.__cause__ is not None else exc
         if self.share is None:
             return f"harness_oom: the reference ran out of memory in {stage}: {describe(exc)}"
         return (f"harness_oom: the reference needs more than {gib(self.share)} (its share) for {stage}, budget "
