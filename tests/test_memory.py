@@ -308,3 +308,18 @@ def test_an_aa_pair_on_a_problem_that_fits_is_ok(memory_run):
     record = memory_run["aa_fits"]
     assert record["status"] == "ok", record["error"]
     assert record["correctness"]["fp64"] is None and record["correctness"]["fp64_reference_max_abs_err"] is not None
+
+
+def test_lint_skips_a_check_that_does_not_fit_and_says_which(tmp_path):
+    import json
+    done = run_cli("lint", "--problems-dir", str(FIXTURES / "memory_lint" / "problems"), "--device", "cpu",
+                   "--output-dir", str(tmp_path), "--json")
+    assert done.returncode == 0, done.stderr
+    results = {json.loads(l)["problem"].split("/")[1]: json.loads(l) for l in done.stdout.splitlines()}
+    checks = results["001_checks_oom"]
+    assert checks["verdict"] == "ok" and checks["deterministic"] is None and checks["param_dependent"] is None
+    assert [s.split(":")[0] for s in checks["skipped"]] == ["deterministic", "param_dependent"], checks["skipped"]
+    assert "out of memory in a second identical run" in checks["skipped"][0]
+    assert checks["input_dependent"] is True and checks["eager_ms"] > 0
+    eager = results["002_eager_oom"]
+    assert eager["verdict"] == "oom" and "forward" in eager["reasons"][0]
