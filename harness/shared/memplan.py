@@ -24,9 +24,9 @@ from dataclasses import dataclass
 GIB = 1 << 30
 MIB = 1 << 20
 CONTEXT_BYTES = GIB // 2        # one process's CUDA context (outside torch's allocator; ~0.3-0.5 GiB on an H100)
-CHUNK_BYTES = 64 * MIB          # compares, checksums and float64 errors run in flat slices of this many bytes
+CHUNK_BYTES = 32 * MIB          # compares, checksums and float64 errors run in flat slices of this many bytes
 KEEP_BYTES = 256 * MIB          # trial tensors stay on the device while all of them together are at most this
-HEADROOM_BYTES = 512 * MIB      # per side: allocator rounding, cuBLAS/cuDNN workspaces, the L2 flush buffer
+HEADROOM_BYTES = 256 * MIB      # per side: allocator rounding and what a measured peak did not see
 GRAPH_BYTES = GIB               # per side: graph mode's captured calls' inputs and outputs together, at most this
 PRISTINE_BYTES = 256 * MIB      # a sample's inputs up to this are copied for the mutation check; larger: checksums
 
@@ -123,24 +123,29 @@ def _sample_need(needs: Needs) -> int:
 
 def reference_need(needs: Needs, graph_calls: int = 0) -> int:
     """The reference's share without float64: what it keeps, plus its timed samples or an eager call beside a
-    check's slices (a read candidate output stays in the candidate's memory; a file's is read to the host), plus
-    graph mode's captured calls."""
+    check's slices (a full check recomputes the reference's output; the candidate's stays in the candidate's memory,
+    a trial's large output file is read to the host; the reference drops its own last sample's output first), plus
+    graph mode's captured calls. An eval-mode hint that does not fit is left out, not planned for."""
     check = needs.eager_peak + 6 * CHUNK_BYTES
     graph = needs.eager_peak + graph_extra(needs, graph_calls)
     return needs.kept + max(_sample_need(needs), check, graph) + HEADROOM_BYTES
 
 
 def fp64_need(needs: Needs) -> int:
-    """The reference's share with the float64 reference: a float64 model copy, inputs and outputs (twice an eager
-    call) beside the float32 model and what it keeps."""
-    return needs.kept + needs.params + 2 * needs.eager_peak + HEADROOM_BYTES
+    """The reference's share with the float64 reference, beside the float32 model and what it keeps: a float64 model
+    copy, and either the inputs while they become float64 (one float32 input and its float64 copy at a time, at
+    worst all of them) or the float64 forward (twice an eager call less the float32 parameters)."""
+    convert = 2 * needs.params + 3 * needs.inputs
+    forward = 2 * needs.eager_peak
+    return needs.kept + needs.params + max(convert, forward) + HEADROOM_BYTES
 
 
 def candidate_need(needs: Needs, graph_calls: int = 0) -> int:
     """The least share the candidate gets: the timing path as the reference ran it (graph mode: its captured
     calls), and its trials (an eager call, a working copy of the inputs, the trials' inputs where kept)."""
     kept_inputs = needs.trials * needs.inputs if needs.trials * needs.inputs <= KEEP_BYTES else 0
-    trials = needs.eager_peak + min(needs.inputs, PRISTINE_BYTES) + kept_inputs
+    pristine = needs.inputs if needs.inputs <= PRISTINE_BYTES else 0       # larger: checksums (sampler.snapshot)
+    trials = needs.eager_peak + pristine + kept_inputs
     graph = needs.eager_peak + graph_extra(needs, graph_calls)
     return max(_sample_need(needs), trials, graph) + HEADROOM_BYTES
 

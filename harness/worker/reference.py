@@ -92,6 +92,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
                 conn.send(reply.pop("kind"), **reply)
             elif op == m.DeriveRequest.OP:
                 req = m.parse(m.DeriveRequest, message)
+                sampler.last = None                        # its own last output: checked already, room for these
                 derived, expected64 = _derive(model, initial_state, trials, job.defenses, device, req.flops, memory)
                 reply = m.wire(derived)
                 conn.send(reply.pop("kind"), **reply)
@@ -107,6 +108,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
                 sampler.kept.clear()
                 conn.send("peer_closed")
             elif op == "verify":
+                sampler.last = None                        # its own last output: checked already, room for these
                 results = []
                 for item in message["files"]:              # one file at a time: one candidate output held
                     result = _verify_file(item, trials, sampler, full, settings, device, verify)
@@ -325,9 +327,12 @@ def _float64_reference(model, initial_state, draw, host: bool = False) -> tuple[
         model64 = copy.deepcopy(model)
         model64.load_state_dict(initial_state)
         model64 = model64.double()
-        inputs = draw()
-        x64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
-        del inputs
+        inputs = list(draw())
+        x64 = []
+        while inputs:                                  # each float32 input goes once its float64 copy exists
+            x = inputs.pop(0)
+            x64.append(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x)
+            del x
         torch.manual_seed(0)
         out = as_tensor_list(model64(*x64))
         del model64, x64
@@ -447,6 +452,7 @@ class _FullCheck:
             return {"ok": False, "reason": "no expected output for this call"}
         seed, slot = kept
         draw = lambda: self.sampler.inputs_for(seed, slot)          # noqa: E731
+        self.sampler.last = None           # its own last sample's output (checked at its CheckRequest): room for this
         exact, note = None, None
         if self.defenses and self.settings.dtype == "float32":
             note = self.memory.fp64_note
