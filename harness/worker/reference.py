@@ -504,8 +504,11 @@ class _EvalModeHint:
             del inputs
             result = verify.compare_outputs(outs, expected, max(self.settings.atol, 1e-3),
                                             max(self.settings.rtol, 1e-3), device=self.device)
-        except Exception:                              # noqa: BLE001 - a hint is optional
-            return None
+        except Exception:                              # noqa: BLE001 - a hint is optional (and left out where it
+            return None                                # does not fit the memory plan)
+        finally:
+            if _param_bytes(self.model) > KEEP_BYTES:  # a large model's copy is not kept beside the plan's share
+                self.eval_model = None
         return self.MESSAGE if result["ok"] else None
 
 
