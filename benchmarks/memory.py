@@ -93,8 +93,9 @@ def main(argv: list[str]) -> int:
     print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
-    print(f"target: both peaks together <= 2 x eager peak + 1.5 GiB; {sum(1 for r in rows if r[7] != '-' and float(r[7]) <= 1)}"
-          f" of {sum(1 for r in rows if r[7] != '-')} measured pairs within it")
+    measured = [float(r[7]) for r in rows if r[7] != "-"]
+    print(f"target: both peaks together <= 2 x eager peak + 1.5 GiB; {sum(1 for x in measured if x <= 1)} of "
+          f"{len(measured)} measured pairs within it")
     return 0
 
 

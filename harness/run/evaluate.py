@@ -265,8 +265,8 @@ def run_pair(pair: Pair, record: dict[str, Any], reference: ReferenceSide, pc: P
         collected = _drive(worker, record, reference, inter, pc, phases)
     except WorkerExit as exc:
         if not reference.worker.alive():
-            memory.reference_lost(record, reference.worker,
-                                  f"reference side: {exc.detail}; last output: {last_line(reference.worker.log_tail())}")
+            memory.reference_lost(record, reference.worker, f"reference side: {exc.detail}; last output: "
+                                                            f"{last_line(reference.worker.log_tail())}")
         elif exc.kind == "timeout":
             finish(record, "timeout", f"killed after the pair timeout of {cfg.timeout:g} s")
         elif exc.kind == "oom":

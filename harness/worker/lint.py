@@ -241,7 +241,8 @@ def _lint(job, stage: list[str]) -> dict[str, Any]:
     first = inputs if inputs is not None else device_inputs(problem, seed, settings, device)
     checks = degenerate_checks(outs, other, first, atol, rtol, device=where)
     del other, first
-    again = optional("deterministic", "a second identical run", lambda: forward(build(seed), seed, "second identical run")[1])
+    again = optional("deterministic", "a second identical run",
+                     lambda: forward(build(seed), seed, "second identical run")[1])
     stage[0] = "checks"
     agree = True
     checks["deterministic"] = checks["run_to_run_max_abs"] = None

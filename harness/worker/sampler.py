@@ -3,16 +3,17 @@ and serve the same requests with the same per-sample work, so an A/A candidate i
 reference by construction:
 
   sample(variant, seed): draw the inputs for `seed` on the device (the worker learns the seed only now; graph
-      mode: one input set per captured call) and keep a copy for the mutation check, both with torch as it was
-      before candidate code ran (harness.worker.integrity.clean_torch), time one call with the mode's
+      mode: one input set per captured call) and keep a copy (or checksum) for the mutation check, both with torch as
+      it was before candidate code ran (harness.worker.integrity.clean_torch), time one call with the mode's
       measurement object (harness.worker.timing), read a few positions of the output from memory the moment it returned
       (read again before the next sample: `changed_after_return`), and reply with where the output lies
       (rawread.export). The output is kept until the next sample.
   check(check_seed, slots, keep_full): reference only: its own output's values at the positions drawn from
-      `check_seed` (harness.shared.points), and with `keep_full` the sample's seed and captured call kept, so that the
-      full check of the candidate's output recomputes the reference's output on the same inputs (inputs_for). The candidate's output is never checked here: the parent
-      reads it (CPU, harness.run.peek) or the reference does (GPU, harness.worker.peer), after the reply, with the
-      candidate stopped, at positions the candidate never learns (README, Hardening: commit, then check).
+      `check_seed` (harness.shared.points), and with `keep_full` the sample's seed and captured call kept, so that
+      the full check of the candidate's output recomputes the reference's output on the same inputs (inputs_for).
+      The candidate's output is never checked here: the parent reads it (CPU, harness.run.peek) or the reference
+      does (GPU, harness.worker.peer), after the reply, with the candidate stopped, at positions the candidate never
+      learns (README, Hardening: commit, then check).
   profile(seed, variant): one call under the profiler (harness.worker.profiling), where the parent asks.
   memory: the process's peak of device memory (torch's allocator) so far, for the record.
 
@@ -256,7 +257,8 @@ class Sampler:
         at_return = self._at_return(slots[-1])
         self.last = (req.seed, slots, at_return)
         exported, error = self._export(slots)
-        mutated = differs(used, pristine)
+        with integrity.clean_torch():                      # compared with torch as it was, as the copy was made
+            mutated = differs(used, pristine)
         del inputs, used, pristine                         # only the output stays until the next sample
         return m.SampleResult(times.ms, times.host_ms, times.lag_ms, self.tampered(), flush_ms=times.flush_ms,
                               outputs=exported, output_error=error, not_plain=any(not_plain(o) for o in slots),

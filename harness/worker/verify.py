@@ -92,7 +92,8 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
         a = piece(out, prefix, span).to(where).to(work)
         b = piece(ref, prefix, span).to(where).to(work)
         special = ~torch.isfinite(b) | ~torch.isfinite(a)
-        same_special = (torch.isnan(a) & torch.isnan(b)) | (torch.isinf(a) & torch.isinf(b) & (torch.sign(a) == torch.sign(b)))
+        same_special = ((torch.isnan(a) & torch.isnan(b))
+                        | (torch.isinf(a) & torch.isinf(b) & (torch.sign(a) == torch.sign(b))))
         bad_special = special & ~same_special
         finite = ~special
         err = torch.where(finite, (a - b).abs(), torch.zeros_like(a))
