@@ -20,6 +20,12 @@ from harness.worker import sampler, verify
 from harness.worker.common import Settings, device_input_set_at, device_input_sets
 
 
+@pytest.fixture(autouse=True)
+def _no_grad():
+    with torch.no_grad():                               # as in the workers (common.setup_torch)
+        yield
+
+
 # ---------------------------------------------------------------- the unchunked compare, as it was: the oracle
 
 def whole_compare(out, ref, atol, rtol):
@@ -323,3 +329,86 @@ def test_lint_skips_a_check_that_does_not_fit_and_says_which(tmp_path):
     assert checks["input_dependent"] is True and checks["eager_ms"] > 0
     eager = results["002_eager_oom"]
     assert eager["verdict"] == "oom" and "forward" in eager["reasons"][0]
+
+
+# ---------------------------------------------------------------- the reference's GPU-side choices, on the CPU
+
+class _Problem:
+    """A problem module's stand-in: Linear -> ReLU on fresh randn inputs."""
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(24, 16)
+
+        def forward(self, x):
+            return torch.relu(self.linear(x))
+
+    @staticmethod
+    def get_inputs():
+        return [torch.randn(40, 24)]
+
+
+def _trials(monkeypatch, keep_bytes: int):
+    from harness.worker import reference
+    monkeypatch.setattr(reference, "KEEP_BYTES", keep_bytes)
+    torch.manual_seed(0)
+    model = _Problem.Model()
+    trials = reference._Trials(_Problem, Settings(), "cpu", 1000, 3, keep_all=False)
+    originals = []
+    for k in range(3):
+        x = trials.inputs(k)
+        originals.append([t.clone() for t in x])
+        torch.manual_seed(1000 + k)
+        trials.add(k, x, [model(*x)])
+    return reference, model, trials, originals
+
+
+def test_large_trials_keep_their_outputs_off_the_device_and_draw_their_inputs_again(monkeypatch):
+    reference, model, trials, originals = _trials(monkeypatch, keep_bytes=1024)      # everything is "large"
+    assert not trials.keep_outputs and not trials.keep_first_inputs and trials.kept_inputs == {}
+    for k in range(3):
+        again = trials.inputs(k)
+        assert torch.equal(again[0], originals[k][0])                    # the same draw: seed + k
+        assert torch.equal(trials.expected[k][0], model(*again))
+    small = _trials(monkeypatch, keep_bytes=1 << 20)[2]
+    assert small.keep_outputs and set(small.kept_inputs) == {0}          # trial 0's inputs stay, the rest are drawn
+
+
+def test_a_large_output_file_is_verified_from_the_host_with_the_same_figures(monkeypatch, tmp_path):
+    from harness.shared.tensorfile import write_tensors
+    reference, model, trials, _ = _trials(monkeypatch, keep_bytes=1024)
+    settings = Settings()
+    out = trials.expected[1][0].clone()
+    out[39, 15] += 1
+    results = []
+    for keep in (1024, 1 << 30):                         # read to the host (large) and to the device (small)
+        monkeypatch.setattr(reference, "KEEP_BYTES", keep)
+        path = write_tensors([out], str(tmp_path / f"trial1-{keep}.kbt"))
+        item = {"label": "trial1", "path": path, "trial": 1}
+        result = reference._verify_file(item, trials, None, None, settings, "cpu", verify)
+        result.pop("outputs")
+        results.append(result)
+    assert results[0] == results[1] and results[0]["first_mismatch"]["index"] == [39, 15]
+
+
+def test_a_full_check_recomputes_the_references_output_from_the_samples_seed(monkeypatch):
+    from harness.worker import reference
+    from harness.shared import messages as m
+    torch.manual_seed(0)
+    model = _Problem.Model()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    spec = m.TimingSpec("host", 0, False, 20)
+    s = sampler.Sampler({"eager": lambda x: model(*x)}, _Problem, Settings(), "cpu", spec, defenses=True,
+                        trusted=True)
+    memo = type("M", (), {"fp64_note": None})()
+    full = reference._FullCheck(model, state, Settings(), True, s, memo, "cpu")
+    s.sample(m.SampleRequest("eager", 4242))
+    s.check(m.CheckRequest(77, [0], keep_full=True))
+    assert s.kept[77] == (4242, 0)                       # a seed and a captured call, not tensors
+    honest = model(*sampler.device_inputs(_Problem, 4242, Settings(), "cpu"))
+    result = full.compare([honest.clone()], s.kept[77])
+    assert result["ok"] and result["fp64_max_abs_err"] is not None and "fp64" not in result
+    memo.fp64_note = "skipped: needs 9.0 GiB, budget 4.0 GiB"
+    wrong = full.compare([honest + 1], s.kept[77])
+    assert not wrong["ok"] and wrong["fp64"] == memo.fp64_note and "fp64_max_abs_err" not in wrong

@@ -196,8 +196,9 @@ class _Trials:
     on the host and the inputs drawn again from their seed (device_inputs(problem, seed + k)) when a check needs
     them. The CPU path keeps everything, as before."""
 
-    def __init__(self, problem, settings, device: str, seed: int, count: int):
+    def __init__(self, problem, settings, device: str, seed: int, count: int, keep_all: bool | None = None):
         self.problem, self.settings, self.device, self.seed, self.count = problem, settings, device, seed, count
+        self.keep_all = device == "cpu" if keep_all is None else keep_all       # tests: the GPU's choices on the CPU
         self.expected: list[list] = []
         self.kept_inputs: dict[int, list] = {}
         self.input_bytes = self.output_bytes = 0
@@ -211,14 +212,13 @@ class _Trials:
     def add(self, k: int, inputs: list, outs: list) -> None:
         if k == 0:
             self.input_bytes, self.output_bytes = tensor_bytes(inputs), tensor_bytes(outs)
-            on_cpu = self.device == "cpu"
-            self.keep_outputs = on_cpu or self.output_bytes * self.count <= KEEP_BYTES
-            self.keep_first_inputs = on_cpu or self.input_bytes <= KEEP_BYTES
+            self.keep_outputs = self.keep_all or self.output_bytes * self.count <= KEEP_BYTES
+            self.keep_first_inputs = self.keep_all or self.input_bytes <= KEEP_BYTES
         if self.keep_outputs:
             self.expected.append([t.clone() for t in outs])
         else:
             self.expected.append([t.to("cpu") for t in outs])
-        if self.device == "cpu" or (k == 0 and self.keep_first_inputs):
+        if self.keep_all or (k == 0 and self.keep_first_inputs):
             self.kept_inputs[k] = inputs
 
     def kept_bytes(self) -> int:
