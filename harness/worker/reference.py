@@ -72,6 +72,8 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         stage[0] = "reference timing"
         memory.reset_peak()
         info["cold_probe_ms"] = _probe(sampler, job.probe_seeds)
+        if device != "cpu" and len(calls) > 1:        # the compiled baselines' samples count in the plan too
+            _probe(sampler, job.probe_seeds[:1], [v for v in calls if v != "eager"])
         memory.sample_peak = memory.peak()
     except BaseException as exc:                       # noqa: BLE001
         conn.send("error", stage=stage[0], error=describe(exc), oom=is_oom(exc),
@@ -285,12 +287,13 @@ def _variants(model, modes: list[str], trials: "_Trials", settings, device: str)
     return calls, notes
 
 
-def _probe(sampler, seeds: list[int]) -> float | None:
-    """The eager call's median over a few cold samples: what timing mode `auto` decides on."""
+def _probe(sampler, seeds: list[int], variants: tuple | list = ("eager",)) -> float | None:
+    """The eager call's median over a few cold samples: what timing mode `auto` decides on (other `variants`: one
+    sample each per seed, for their peak memory)."""
     import statistics
     from harness.shared import messages as m
     saved, sampler.mode = sampler.mode, ("host" if sampler.device == "cpu" else "cold")
-    times = [sampler.sample(m.SampleRequest("eager", s)).ms for s in seeds]
+    times = [sampler.sample(m.SampleRequest(v, s)).ms for v in variants for s in seeds]
     sampler.last = None
     sampler.mode = saved
     sampler.meters.clear()
