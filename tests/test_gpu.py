@@ -246,3 +246,17 @@ def test_memory_a_problem_the_budget_cannot_hold_is_skipped_not_blamed(tmp_path)
         assert record["status"] == "skipped" and record["flags"] == ["harness_oom"], (name, record["error"])
         assert record["error"].startswith("harness_oom: ") and "budget 3.0 GiB" in record["error"], record["error"]
         assert record["sandbox"] is None                # the candidate worker never started
+
+
+def test_memory_graph_mode_captures_only_the_calls_that_fit(tmp_path):
+    """Graph mode on a call with 128 MiB in and out: 2 of the 20 calls captured (each holds 512 MiB per side), said
+    in the record's timing, and the pair is ok."""
+    config = write_config(tmp_path, FIXTURES / "gpu_memory")
+    done = run_cli("--config", str(config), "--device", "cuda", "--json", "--timeout", "300", "--timing-mode", "graph",
+                   "--problem", "*relu_128mib*")
+    assert done.returncode == 0, done.stderr
+    record = json_records(done.stdout)["same_as_reference"]
+    assert record["status"] == "ok", (record["error"], record["worker"])
+    timing = record["timing"]
+    assert timing["mode"] == "graph" and timing["graph_calls"] == 2, timing
+    assert timing["graph_calls_capped"].startswith("2 of 20 calls captured"), timing["graph_calls_capped"]

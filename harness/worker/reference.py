@@ -140,11 +140,16 @@ class _Memory:
 
     def __init__(self, job, device: str):
         self.device, self.contexts = device, job.cuda_contexts
-        self.card = apply_memory_share(None, device)
-        self.budget = memplan.budget_bytes(job.gpu_memory_gb, self.card) if self.card else None
-        self.share = memplan.setup_share(self.budget, job.cuda_contexts) if self.budget else None
-        if self.share is not None:
-            apply_memory_share(self.share, device)
+        self.card = self.budget = self.share = None
+        try:
+            self.card = apply_memory_share(None, device)
+            self.budget = memplan.budget_bytes(job.gpu_memory_gb, self.card) if self.card else None
+            self.share = memplan.setup_share(self.budget, job.cuda_contexts) if self.budget else None
+            if self.share is not None:
+                apply_memory_share(self.share, device)
+        except Exception as exc:                       # noqa: BLE001 - a device that fails says so at its first use
+            print(f"kb-harness: no device memory plan: {describe(exc)}", file=sys.stderr, flush=True)
+            self.card = self.budget = self.share = None
         self.eager_peak: int | None = None
         self.sample_peak: int | None = None
         self.fp64_note: str | None = None          # None: the float64 checks fit; else why they are skipped
