@@ -177,6 +177,9 @@ def add_run_arguments(p: argparse.ArgumentParser, without: dict[str, str] | None
         help="torch.compile baselines, e.g. default,max-autotune-no-cudagraphs, or none (default: "
              f"{compile_modes_default}{'' if 'none' in compile_modes_default else '; none on the CPU path, config cpu_timing'})")
     add("--cpu-threads", type=int, help="intra-op threads on both sides (default: 1)")
+    add("--gpu-memory-gb", type=float, metavar="N",
+        help="plan each pair within N GiB of GPU memory, both workers together: a pair that cannot fit is skipped "
+             "(harness_oom), not blamed on the candidate; e.g. 24 emulates a 24 GB card (default: the card's)")
     add("--timeout", type=float, help="seconds one pair may take in its worker (default: 600)")
     add("--jobs", type=int, help="parallel builds (default: 0 = number of CPU cores)")
     add("--executor", choices=tuple(EXECUTORS),
@@ -192,7 +195,7 @@ def add_run_arguments(p: argparse.ArgumentParser, without: dict[str, str] | None
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     keys = ("problems_dir", "solutions_dir", "output_dir", "level", "problem", "candidate", "device", "gpus",
-            "trials", "timeout", "jobs", "seed", "cpu_threads", "precision", "executor", "scheduler")
+            "trials", "timeout", "jobs", "seed", "cpu_threads", "precision", "executor", "scheduler", "gpu_memory_gb")
     overrides = {k: getattr(args, k) for k in keys}
     timing = {"samples": args.samples, "mode": args.timing_mode, "target_rel_ci": args.target_rel_ci,
               "min_rounds": args.min_rounds, "max_pair_seconds": args.max_pair_seconds,

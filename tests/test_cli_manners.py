@@ -319,7 +319,8 @@ def test_the_main_run_keeps_every_flag():
         "--problem", "x*", "--candidate", "y*", "--problem-file", "p.py", "--solution-file", "s.py", "--device",
         "cpu", "--gpus", "0,1", "--precision", "bf16", "--trials", "2", "--samples", "3", "--seed", "4",
         "--timing-mode", "cold", "--target-rel-ci", "0.05", "--min-rounds", "5", "--max-pair-seconds", "6",
-        "--processes", "2", "--compile-modes", "none", "--cpu-threads", "1", "--timeout", "7", "--jobs", "1",
+        "--processes", "2", "--compile-modes", "none", "--cpu-threads", "1", "--gpu-memory-gb", "24",
+        "--timeout", "7", "--jobs", "1",
         "--executor", "dask", "--scheduler", "tcp://h:8786", "--resume", "r1", "--json"])
     assert args.command is None and args.level == "1" and args.json and args.scheduler == "tcp://h:8786"
 

@@ -192,3 +192,71 @@ def test_calibrate_on_the_gpu_reads_one(tmp_path):
     row = json.loads(path.read_text())["rows"][0]
     # A 95% CI misses 1.0 one time in twenty even without bias: ask for the CI to reach within 1% of it.
     assert row["status"] == "ok" and abs(row["speedup"] - 1) < 0.05 and row["ci"][0] <= 1.01 and row["ci"][1] >= 0.99, row
+
+
+# ---------------------------------------------------------------- the memory budget (harness.shared.memplan)
+
+GIB = 1 << 30
+
+
+def _memory_run(tmp_path, budget_gb: float, problem: str) -> dict[str, dict]:
+    config = write_config(tmp_path, FIXTURES / "gpu_memory")
+    done = run_cli("--config", str(config), "--device", "cuda", "--json", "--timeout", "300", "--timing-mode", "cold",
+                   "--gpu-memory-gb", str(budget_gb), "--problem", problem)
+    assert done.returncode == 0, done.stderr
+    return {f"{r['problem'].split('/')[-1]}/{name}": r for name, r in json_records(done.stdout).items()}
+
+
+def _within_target(memory: dict) -> None:
+    """Each side's peak (torch.cuda.max_memory_allocated, whole process) at most 2x the eager peak + 1.5 GiB."""
+    eager = memory["eager_peak_bytes"]
+    target = 2 * eager + 1.5 * GIB
+    for side in ("reference_peak_bytes", "candidate_peak_bytes"):
+        assert memory[side] is not None and memory[side] <= target, (side, memory)
+
+
+def test_memory_aa_pair_with_1_gib_inputs_fits_a_6_gib_budget(tmp_path):
+    """An A/A pair on a problem with 1 GiB of inputs under --gpu-memory-gb 6: ok, the plan's shares within the
+    budget, each side's peak within 2x the eager peak + 1.5 GiB."""
+    record = _memory_run(tmp_path, 6, "*rowsum*")["001_rowsum_1gib/same_as_reference"]
+    assert record["status"] == "ok", (record["error"], record["worker"])
+    memory = record["worker"]["memory"]
+    assert memory["budget_bytes"] == 6 * GIB and 0.9 * GIB < memory["eager_peak_bytes"] < 1.5 * GIB, memory
+    contexts = memory["cuda_contexts"] * GIB // 2
+    assert memory["reference_share_bytes"] + memory["candidate_share_bytes"] + contexts == 6 * GIB, memory
+    _within_target(memory)
+
+
+def test_memory_peaks_per_side_within_twice_the_eager_peak(tmp_path):
+    """1 GiB in, 1 GiB out under --gpu-memory-gb 8: ok, each side's peak within 2x the eager peak + 1.5 GiB; a
+    candidate that holds 8 GiB of its own is its own `oom` where the reference fits."""
+    records = _memory_run(tmp_path, 8, "*relu_1gib*")
+    record = records["002_relu_1gib/same_as_reference"]
+    assert record["status"] == "ok", (record["error"], record["worker"])
+    _within_target(record["worker"]["memory"])
+    hog = records["002_relu_1gib/hog_memory"]
+    assert hog["status"] == "oom" and "harness_oom" not in hog["flags"], hog["error"]
+
+
+def test_memory_a_problem_the_budget_cannot_hold_is_skipped_not_blamed(tmp_path):
+    """The same problem under --gpu-memory-gb 3: the eager call (2 GiB) and the pair cannot fit beside the CUDA
+    contexts: every pair `skipped` with `harness_oom`, none `oom`, no candidate run."""
+    records = _memory_run(tmp_path, 3, "*relu_1gib*")
+    for name, record in records.items():
+        assert record["status"] == "skipped" and record["flags"] == ["harness_oom"], (name, record["error"])
+        assert record["error"].startswith("harness_oom: ") and "budget 3.0 GiB" in record["error"], record["error"]
+        assert record["sandbox"] is None                # the candidate worker never started
+
+
+def test_memory_graph_mode_captures_only_the_calls_that_fit(tmp_path):
+    """Graph mode on a call with 128 MiB in and out: 2 of the 20 calls captured (each holds 512 MiB per side), said
+    in the record's timing, and the pair is ok."""
+    config = write_config(tmp_path, FIXTURES / "gpu_memory")
+    done = run_cli("--config", str(config), "--device", "cuda", "--json", "--timeout", "300", "--timing-mode", "graph",
+                   "--problem", "*relu_128mib*")
+    assert done.returncode == 0, done.stderr
+    record = json_records(done.stdout)["same_as_reference"]
+    assert record["status"] == "ok", (record["error"], record["worker"])
+    timing = record["timing"]
+    assert timing["mode"] == "graph" and timing["graph_calls"] == 2, timing
+    assert timing["graph_calls_capped"].startswith("2 of 20 calls captured"), timing["graph_calls_capped"]

@@ -39,6 +39,10 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="dtype for problems that set no DTYPE (default: precision in config.yaml, else fp32)")
     p.add_argument("--gpus", metavar="LIST", help="GPU indices to lint on, e.g. 0,1 (default: 0)")
     p.add_argument("--timeout", type=float, help="seconds per problem (default: reference_timeout)")
+    p.add_argument("--gpu-memory-gb", type=float, metavar="N",
+                   help="lint within N GiB of GPU memory: a check that does not fit beside the kept outputs is "
+                        "skipped and named; only the eager forward not fitting is oom (default: gpu_memory_gb in "
+                        "config.yaml, else the card's)")
     p.add_argument("--per-gpu", type=int, default=1, metavar="N",
                    help="start N lint workers per GPU: they import torch side by side and take turns on the GPU, "
                         "so eager times stay exclusive (default 1)")
@@ -55,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
     path = args.config or (Path("config.yaml") if Path("config.yaml").is_file() else None)
     cfg = load_config(path, {"problems_dir": args.problems_dir, "output_dir": args.output_dir, "level": args.level,
                              "problem": args.problem, "device": args.device, "gpus": args.gpus,
-                             "precision": args.precision})
+                             "precision": args.precision, "gpu_memory_gb": args.gpu_memory_gb})
     if args.per_gpu < 1:
         raise UsageError("--per-gpu must be at least 1")
     if args.timeout is not None and not args.timeout > 0:
@@ -85,7 +89,7 @@ def main(args: argparse.Namespace) -> int:
         with _progress(wide_console(stderr=True)) as progress:
             task = progress.add_task("lint", total=len(problems))
             results = lint_problems(problems, slots, seed, args.timeout or cfg.reference_timeout, log_dir,
-                                    on_done=finished, precision=cfg.precision)
+                                    on_done=finished, precision=cfg.precision, gpu_memory_gb=cfg.gpu_memory_gb)
     except KeyboardInterrupt:
         write_json_atomic(path, {"problems": sorted(done, key=lambda r: r["problem"]), "seed": seed,
                                  "wall_seconds": round(time.monotonic() - started, 1), "interrupted": True})
@@ -112,7 +116,7 @@ def _progress(console):
 
 def lint_problems(problems: list[Problem], slots: list[Slot], seed: int, timeout: float,
                   log_dir: Path, on_done: Callable[[dict[str, Any]], None] | None = None,
-                  precision: str | None = None) -> list[dict[str, Any]]:
+                  precision: str | None = None, gpu_memory_gb: float | None = None) -> list[dict[str, Any]]:
     todo: queue.Queue = queue.Queue()
     for problem in problems:
         todo.put(problem)
@@ -126,7 +130,7 @@ def lint_problems(problems: list[Problem], slots: list[Slot], seed: int, timeout
                 problem = todo.get_nowait()
             except queue.Empty:
                 return
-            result = lint_one(problem, slot, seed, timeout, log_dir, gpu_turns[slot.gpu], precision)
+            result = lint_one(problem, slot, seed, timeout, log_dir, gpu_turns[slot.gpu], precision, gpu_memory_gb)
             with lock:
                 results.append(result)
                 if on_done is not None:
@@ -141,16 +145,18 @@ def lint_problems(problems: list[Problem], slots: list[Slot], seed: int, timeout
 
 
 def lint_one(problem: Problem, slot: Slot, seed: int, timeout: float, log_dir: Path,
-             gpu_turn: threading.Lock, precision: str | None = None) -> dict[str, Any]:
+             gpu_turn: threading.Lock, precision: str | None = None, gpu_memory_gb: float | None = None
+             ) -> dict[str, Any]:
     """Workers sharing a GPU (--per-gpu N) start side by side (the torch import), then take turns on the GPU,
-    so that eager times are measured on an otherwise idle device."""
+    so that eager times are measured on an otherwise idle device. A check skipped for memory is named in `why`."""
     base = {"problem": problem.id, "device": slot.name}
     if problem.error:
         return {**base, "verdict": "error", "reasons": [problem.error]}
     worker = Worker("lint", worker_env(slot.env()), log_dir / f"{problem.id.replace('/', '__')}.log")
     try:
         with gpu_turn:
-            worker.send(wire(LintJob(str(problem.path.resolve()), slot.device, seed, precision)))
+            worker.send(wire(LintJob(str(problem.path.resolve()), slot.device, seed, precision,
+                                     gpu_memory_gb=gpu_memory_gb)))
             message = worker.recv(time.monotonic() + timeout)
     except WorkerExit as exc:
         if status_of(exc) is Status.OOM:
@@ -187,5 +193,5 @@ def table(results: list[dict[str, Any]]):
                   _yes(r.get("zeros_pass")), _yes(r.get("constant_pass")), _yes(r.get("identity_pass")),
                   _yes(r.get("input_dependent")), _yes(r.get("param_dependent")), _yes(r.get("deterministic")),
                   _yes(r.get("nan_or_inf")), fmt(r.get("eager_ms"), ".3f"), fmt(r.get("peak_memory_gb"), ".2f"),
-                  "; ".join(r.get("reasons") or []))
+                  "; ".join((r.get("reasons") or []) + [f"skipped {s}" for s in r.get("skipped") or []]))
     return t

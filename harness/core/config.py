@@ -81,6 +81,7 @@ class Config:
     defenses: bool = True               # anti-cheat checks (README: Hardening); off only to measure their cost
     spare_workers: str = "auto"         # start the next worker ahead: auto (on GPU slots) | on | off
     worker_memory_gb: float | None = None   # memory cap per worker (RLIMIT_DATA); None = 0.8 x RAM, 0 = none
+    gpu_memory_gb: float | None = None      # GPU memory a pair's two workers plan within, in GiB; None = the card's
     executor: str = "local"             # local | dask (README: Scale-out on Dask)
     scheduler: str | None = None        # dask scheduler address (tcp://host:8786); None = start a LocalCluster
     dask_workers: int = 0               # LocalCluster workers on the CPU; 0 = 2 (on CUDA: one per GPU in gpus)
@@ -335,6 +336,11 @@ def _coerce(key: str, value: Any, source: str, default: Any = dataclasses.MISSIN
         if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0):
             return None if value is None else float(value)
         raise InputError(f"{source}: 'worker_memory_gb' must be a number of GB (0 = no cap) or null, "
+                         f"got {show_value(value)}")
+    if name == "gpu_memory_gb":
+        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
+            return None if value is None else float(value)
+        raise InputError(f"{source}: 'gpu_memory_gb' must be a positive number of GiB or null (the card's memory), "
                          f"got {show_value(value)}")
     if name == "spare_workers" and isinstance(value, bool):        # YAML reads a bare on/off as a boolean
         return "on" if value else "off"

@@ -68,11 +68,14 @@ LITTLE_CUSTOM_WORK = _warning(
 DEGENERATE_PROBLEM = _warning(
     "degenerate_problem", "the problem's outputs are degenerate (zeros, a constant, an input, NaN/Inf or not "
                           "input-dependent), so a trivial candidate could pass", ranked=False)
+HARNESS_OOM = _warning(
+    "harness_oom", "the harness could not fit this problem in the memory budget; the candidate is not blamed",
+    ranked=False)
 
 FLAGS: tuple[Flag, ...] = (
     MUTATES_INPUTS, OUTPUT_CHANGED_UNDER_TIMING, UNSYNCHRONIZED_WORK, TAMPERED_TIMER, FASTER_THAN_PHYSICS,
     OUTPUT_NOT_PLAIN_TENSOR, INTERFERENCE, REDUCED_PRECISION, TIMING_INCONSISTENT,
-    NOISY, NO_CUSTOM_KERNEL, LITTLE_CUSTOM_WORK, DEGENERATE_PROBLEM,
+    NOISY, NO_CUSTOM_KERNEL, LITTLE_CUSTOM_WORK, DEGENERATE_PROBLEM, HARNESS_OOM,
 )
 BY_NAME: dict[str, Flag] = {f.name: f for f in FLAGS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)

@@ -81,6 +81,7 @@ class Correctness(JsonObject):
     fp64_reference_max_abs_err: float | None
     reference_module_mode: str | None
     seed: int | None
+    fp64: str | None = None             # why there is no float64 reference (the memory budget); None when it ran
     timed_outputs_checked: int = 0
     timed_outputs_full_checked: int = 0
 
@@ -192,6 +193,8 @@ class Timing(JsonObject):
     processes: list[ProcessEstimate] | Absent = ABSENT
     between_process: dict[str, Any] | None | Absent = ABSENT   # one process pair: the term its CIs were widened by
     speedup_ci_rounds: list[float] | None | Absent = ABSENT    # the CI of the rounds alone, before that term
+    graph_calls: int | None | Absent = ABSENT                  # graph mode: calls per captured graph
+    graph_calls_capped: str | None | Absent = ABSENT           # why fewer than timing.graph_calls (memory budget)
 
 
 @dataclass
@@ -203,6 +206,7 @@ class WorkerRun(JsonObject):
     log_tail: str | None
     phases: dict[str, float] | Absent = ABSENT
     device_usable_after: bool | Absent = ABSENT
+    memory: dict[str, Any] | None | Absent = ABSENT   # GPU: each side's peak, the eager peak and the plan
 
 
 @dataclass

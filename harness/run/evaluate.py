@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.run import defenses, modes, paired
+from harness.run import defenses, memory, modes, paired
 from harness.core import flags
+from harness.core.flags import Flag
 from harness.run.build import build_env
 from harness.core.config import Config
 from harness.core.discover import Pair
@@ -37,6 +38,7 @@ from harness.results.parts import (Baseline, Correctness, Precision, Sandbox, Se
 from harness.results.records import RecordDraft, Status, finish
 from harness.core.seeds import RunSeed
 from harness.results.signing import RunKey
+from harness.shared import memplan
 from harness.shared.stats import summarize
 from harness.run.between import Term, Terms, widen
 from harness.run.trusted import Reader
@@ -90,6 +92,8 @@ class ReferenceSide:
         self.mode: modes.Mode = modes.initial(device)       # the problem's timing mode (harness.run.modes)
         self.variants = [EAGER]
         self.derive = "not asked"           # -> "asked" (the reply not read yet) -> "read" (into `derived`)
+        self.plan: memplan.PairPlan | None = None   # the pairs' device memory (harness.run.memory; None on the CPU)
+        self.error_flag: Flag | None = None  # put on the records of the pairs it could not serve (harness_oom)
         cfg = pc.cfg
         started = time.monotonic()
         self.setup_seconds: float | None = None     # its start until `ready`: reported by the first pair it serves
@@ -97,7 +101,8 @@ class ReferenceSide:
         probe = pc.seed.stream("probe", pair.problem_id).take(5)
         self.worker.send(wire(ReferenceJob(
             str(pair.problem.path.resolve()), device, pc.seed.base, cfg.trials, self.mode.spec(cfg, [EAGER]),
-            list(cfg.timing.compile_modes), probe, str(problem_dir), cfg.defenses, cfg.precision)))
+            list(cfg.timing.compile_modes), probe, str(problem_dir), cfg.defenses, cfg.precision,
+            cfg.gpu_memory_gb, 2 + int(spares.enabled))))     # CUDA contexts: a spare reference holds one too
         try:
             message = self.worker.recv(time.monotonic() + cfg.reference_timeout)
         except WorkerExit as exc:
@@ -110,20 +115,39 @@ class ReferenceSide:
             self.error, self.error_status = f"reference side: {exc}", Status.CRASHED
             return
         if isinstance(reply, m.Error):
-            self.error_status = Status.OOM if reply.oom else Status.LOAD_ERROR
+            self.error_status = Status.LOAD_ERROR
             self.error = f"problem {pair.problem_id}: {reply.stage}: {reply.error}"
+            if reply.oom:                       # before any candidate ran: the harness's limit, no one's `oom`
+                self._out_of_budget(reply.harness_oom or f"harness_oom: {self.error}")
             return
         self.ready = reply
         self.variants += [f"compile:{mode}" for mode in cfg.timing.compile_modes
                           if mode in reply.compile and reply.compile[mode].error is None]
         self.mode = modes.choose(cfg, device, reply.cold_probe_ms)
+        try:
+            self.plan = memory.plan(self)
+        except WorkerExit as exc:
+            self._fail(exc, cfg.reference_timeout)
+        if self.plan is not None and self.plan.error:
+            self._out_of_budget(self.plan.error)
+        elif self.plan is not None:
+            self.mode = self.mode.capped(self.plan.graph_calls, self.plan.graph_capped)
+
+    def _out_of_budget(self, line: str) -> None:
+        self.error, self.error_status, self.error_flag = line, Status.SKIPPED, flags.HARNESS_OOM
+
+    def failed(self, record: RecordDraft) -> RecordDraft:
+        """The record of a pair this reference could not serve (`error`)."""
+        if self.error_flag:
+            return memory.skipped(record, self.error)
+        return finish(record, self.error_status, self.error)
 
     def _fail(self, exc: WorkerExit, timeout: float) -> None:
         self.error_status = status_of(exc)
         if self.error_status is Status.TIMEOUT:
             self.error = f"reference side did not finish within {timeout:g} s"
-        elif self.error_status is Status.OOM:
-            self.error = f"reference side: {exc.detail}"
+        elif self.error_status is Status.OOM or memory.out_of_budget(self.worker):   # no candidate ran: no one's
+            self._out_of_budget(memory.out_of_budget(self.worker) or f"harness_oom: reference side: {exc.detail}")
         else:
             self.error = f"reference side: {exc.detail}: {last_line(self.worker.log_tail())}"
 
@@ -207,8 +231,8 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
         reference.mode = reference.mode.prepare(reference.worker, inter, cfg)
         before = inter.reference_blocks(cfg.timing.baseline_blocks)
     except WorkerExit as exc:
-        finish(record, Status.CRASHED, f"reference side: {exc.detail}; last output: "
-                                       f"{last_line(reference.worker.log_tail())}")
+        memory.reference_lost(record, reference.worker, f"reference side: {exc.detail}; last output: "
+                                                        f"{last_line(reference.worker.log_tail())}")
         record.worker = WorkerRun(None, 0.0, None, device_usable_after=False)
         return
     phases["baseline_before"] = time.monotonic() - started
@@ -220,7 +244,8 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
         str(pair.problem.path.resolve()), build.candidate_path, device, pc.seed.base, cfg.trials,
         reference.mode.spec(cfg, [CANDIDATE]), str(pair_dir),
         str(reference.state_path),
-        cfg.defenses, cfg.precision, hide=[str(RunKey.keys_dir(cfg.cache_dir))], env=env)))
+        cfg.defenses, cfg.precision, hide=[str(RunKey.keys_dir(cfg.cache_dir))], env=env,
+        memory_share_bytes=reference.plan.candidate if reference.plan else None)))
     phases["start"] = time.monotonic() - t_start
     collected = None
     try:
@@ -236,6 +261,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
         finish(record, Status.CRASHED, f"harness fault while evaluating this pair: {type(exc).__name__}: {exc}")
     finally:
         inter.release()
+        candidate_peak = memory.peak(worker, device) if collected is not None else None
         t0 = time.monotonic()
         code = worker.close()
         try:
@@ -248,6 +274,8 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
         except WorkerExit:
             pass                                    # the reference is dead or out of step: the next use says so
         record.worker = WorkerRun(code, round(time.monotonic() - started, 3), None, phases)
+        if collected is not None:
+            record.worker.memory = memory.record(reference, candidate_peak, memory.peak(reference.worker, device))
         shutil.rmtree(pair_dir, ignore_errors=True)
     if collected is not None and record.status is None:
         _conclude(record, reference, inter, collected, before, pc, phases)
@@ -263,8 +291,8 @@ def _worker_ended(record: RecordDraft, exc: WorkerExit, reference: ReferenceSide
                   timeout: float) -> None:
     """The verdict when a worker ended without the reply the parent waited for."""
     if not reference.worker.alive():
-        finish(record, Status.CRASHED, f"reference side: {exc.detail}; last output: "
-                                       f"{last_line(reference.worker.log_tail())}")
+        memory.reference_lost(record, reference.worker, f"reference side: {exc.detail}; last output: "
+                                                        f"{last_line(reference.worker.log_tail())}")
     elif status_of(exc) is Status.TIMEOUT:
         finish(record, Status.TIMEOUT, f"killed after the pair timeout of {timeout:g} s")
     else:
@@ -374,7 +402,7 @@ def _conclude(record: RecordDraft, reference: ReferenceSide, inter: Interleaver,
     try:
         after = inter.reference_blocks(pc.cfg.timing.baseline_blocks)
     except WorkerExit as exc:
-        finish(record, Status.CRASHED, f"reference side: {exc.detail}")
+        memory.reference_lost(record, reference.worker, f"reference side: {exc.detail}")
         return
     finally:
         inter.release()
@@ -463,6 +491,6 @@ def _correctness(results: list[m.FileCheck], outputs: m.Outputs, ready: m.Ready,
                                       **(first_bad.first_mismatch or {})},
         param_match=outputs.param_match, module_mode=outputs.module_mode,
         fp64_max_abs_err=next((r.fp64_max_abs_err for r in results if r.label == "trial0"), None),
-        fp64_reference_max_abs_err=derived.fp64_reference_max_abs_err,
+        fp64_reference_max_abs_err=derived.fp64_reference_max_abs_err, fp64=derived.fp64,
         reference_module_mode=ready.module_mode, seed=pc.seed.base,
     )

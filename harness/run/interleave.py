@@ -127,8 +127,8 @@ class Interleaver:
         """The candidate worker is closed: reference blocks alone from here, until `deadline`."""
         self.candidate, self.deadline = None, deadline
 
-    def set_mode(self, worker: Worker, mode: str, graph_replays: int = 1) -> None:
-        self._ask(worker, m.ModeRequest(mode, graph_replays), m.ModeSet)
+    def set_mode(self, worker: Worker, mode: str, graph_replays: int = 1, graph_calls: int = 0) -> None:
+        self._ask(worker, m.ModeRequest(mode, graph_replays, graph_calls), m.ModeSet)
 
     # ------------------------------------------------------------ blocks
 

@@ -41,9 +41,13 @@ class Mode:
     def fallback(self, error: str) -> "Mode":
         return self
 
+    def capped(self, graph_calls: int, why: str | None) -> "Mode":
+        """This mode within the memory plan's calls per captured graph (harness.run.memory)."""
+        return self
+
     def record(self, cfg: Config) -> dict[str, Any]:
         return {"mode": self.NAME, "l2_flush": bool(cfg.timing.flush_l2 and self.FLUSHED),
-                "graph_replays": None, "graph_error": self.error}
+                "graph_replays": None, "graph_error": self.error, "graph_calls": None, "graph_calls_capped": None}
 
 
 @dataclass(frozen=True)
@@ -66,30 +70,45 @@ class Graph(Mode):
     NAME: ClassVar[str] = "graph"
     FLUSHED: ClassVar[bool] = False
     sized: int | None = None
+    calls: int | None = None            # calls per captured graph: timing.graph_calls, or the memory plan's cap
+    capped_why: str | None = None
 
     def replays(self) -> int:
         return self.sized or 1
 
+    def graph_calls(self, cfg: Config) -> int:
+        return self.calls or cfg.timing.graph_calls
+
+    def spec(self, cfg: Config, variants: list[str]) -> TimingSpec:
+        return replace(super().spec(cfg, variants), graph_calls=self.graph_calls(cfg))
+
     def calls_per_sample(self, cfg: Config) -> int:
-        return cfg.timing.graph_calls * self.replays()
+        return self.graph_calls(cfg) * self.replays()
 
     def prepare(self, reference: Any, inter: Any, cfg: Config) -> Mode:
+        calls = self.graph_calls(cfg)
         if self.sized is None:
             from harness.run.interleave import GraphFallback
-            inter.set_mode(reference, self.NAME, 1)
-            inter.use_mode(cfg.timing.graph_calls, False)
+            inter.set_mode(reference, self.NAME, 1, calls)
+            inter.use_mode(calls, False)
             try:
-                sized = replace(self, sized=graph_replays(min(inter.reference_blocks(1)), cfg.timing.graph_calls))
+                sized = replace(self, sized=graph_replays(min(inter.reference_blocks(1)), calls))
             except GraphFallback as fell:               # the reference cannot be captured: cold for the problem
                 return self.fallback(f"reference: {fell.error}").prepare(reference, inter, cfg)
             return sized.prepare(reference, inter, cfg)
-        return super().prepare(reference, inter, cfg)
+        inter.set_mode(reference, self.NAME, self.replays(), calls)
+        inter.use_mode(self.calls_per_sample(cfg), self.PREPARED_APART)
+        return self
+
+    def capped(self, graph_calls: int, why: str | None) -> Mode:
+        return replace(self, calls=graph_calls, capped_why=why)
 
     def fallback(self, error: str) -> Mode:
         return Cold(error=error)
 
     def record(self, cfg: Config) -> dict[str, Any]:
-        return {**super().record(cfg), "graph_replays": self.replays()}
+        return {**super().record(cfg), "graph_replays": self.replays(), "graph_calls": self.graph_calls(cfg),
+                "graph_calls_capped": self.capped_why}
 
 
 MODES: dict[str, type[Mode]] = {"cold": Cold, "graph": Graph, "host": Host}

@@ -236,7 +236,7 @@ def _one_process(pairs: list[Pair], ctx: Context, slot: Slot, spares: SpareWorke
                 reference = ReferenceSide(pairs[0], pc, slot.device, problem_dir, spares, known)
             record = _base_record(pair, ctx, slot)
             if reference.error is not None:
-                deliver(pair, finish(record, reference.error_status, reference.error))
+                deliver(pair, reference.failed(record))
                 continue
             ctx.started(slot.name, pair, process)
             run_pair(pair, record, reference, pc, slot.device, problem_dir, spares, process=process)

@@ -46,6 +46,8 @@ class ReferenceJob:
     scratch: str                    # the problem's folder: reference_state.pt for candidate workers
     defenses: bool
     precision: str | None = None
+    gpu_memory_gb: float | None = None      # the pair's device memory budget in GiB (None: the card's; memplan)
+    cuda_contexts: int = 2          # processes holding a CUDA context on the device during a pair (memplan)
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class CandidateJob:
     precision: str | None = None
     hide: list[str] = field(default_factory=list)          # folders the sandbox makes unreadable (run keys)
     env: dict[str, str] = field(default_factory=dict)
+    memory_share_bytes: int | None = None   # its device memory cap (memplan.PairPlan.candidate; None: none)
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class LintJob:
     seed: int
     precision: str | None = None
     samples: int = 20               # timed calls for the problem's timer-floor check
+    gpu_memory_gb: float | None = None      # the device memory to lint within, in GiB (None: the card's)
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,7 @@ class ModeRequest:
     OP: ClassVar[str] = "mode"
     mode: str
     graph_replays: int = 1
+    graph_calls: int = 0        # graph mode: calls per captured graph, capped by the memory plan (0: the job's)
 
 
 @dataclass(frozen=True)
@@ -248,6 +253,7 @@ class Derived:
     work: Work | None                       # None with the defenses off, or when not asked to count
     fp64_reference_max_abs_err: float | None = None     # eager's own error against the float64 reference
     fp64_output_scale: float | None = None  # the largest |value| of the float64 reference's outputs
+    fp64: str | None = None                 # why there is no float64 reference ("skipped: needs X GiB, budget Y GiB")
 
 
 # ---------------------------------------------------------------- replies to jobs and other requests (worker -> parent)
@@ -288,6 +294,7 @@ class Ready:
     compile: dict[str, CompileNote]     # compile mode -> its note
     timer_floor_ms: float
     cold_probe_ms: float | None
+    memory: dict[str, Any] | None = None    # GPU: what it measured and keeps, and the budget (harness.shared.memplan)
 
 
 @dataclass(frozen=True)
@@ -298,6 +305,7 @@ class Error:
     stage: str = "problem"
     oom: bool = False
     traceback: str | None = None
+    harness_oom: str | None = None      # ran out of its memory share: the line naming the need and the budget
 
 
 @dataclass(frozen=True)
@@ -411,7 +419,7 @@ class LintReport:
     input_dependent: bool | None
     degenerate: bool
     reasons: list[str]
-    deterministic: bool
+    deterministic: bool | None          # None: skipped for memory (named in `skipped`)
     run_to_run_max_abs: float | None
     param_dependent: bool | None
     mean_abs: float | str               # NaN or Inf travel as strings ('nan': the output holds no finite value)
@@ -422,6 +430,7 @@ class LintReport:
     output_shapes: list[list[int]]
     eager_ms: float
     peak_memory_gb: float | None
+    skipped: list[str] = field(default_factory=list)   # checks skipped for the memory budget, named
 
 
 def pack_floats(values: list[float]) -> str:

@@ -1,8 +1,11 @@
 """The candidate side of one (problem, candidate) pair: a fresh process per pair.
 
 Order matters: the clocks are bound (import of harness.worker.timing) and every input set is drawn from the problem's
-get_inputs() before the candidate's code is imported. The expected outputs never enter this process: the outputs
-are written to files that the reference worker compares.
+get_inputs() before the candidate's code is imported; where the trials' inputs together are larger than
+memplan.KEEP_BYTES they are drawn one trial at a time instead, with torch as it was before candidate code ran
+(integrity.clean_torch, as every timed sample's are). The expected outputs never enter this process: the outputs
+are written to files that the reference worker compares. Its device memory is capped at the share the parent's plan
+left it (CandidateJob.memory_share_bytes, memplan): running out of it is the candidate's `oom`.
 """
 from __future__ import annotations
 
@@ -10,11 +13,12 @@ import os
 import time
 from typing import Any
 
+from harness.shared.memplan import KEEP_BYTES
 from harness.worker import integrity
-from harness.worker.common import (Conn, SkipCandidate, as_tensor_list, compiler_summary, describe, device_inputs,
-    init_inputs, is_oom, install_extension_hooks, load_module, problem_settings, setup_torch, tail_traceback,
-    warm_profiler)
-from harness.worker.sampler import inputs_changed, not_plain, same_tensor
+from harness.worker.common import (Conn, SkipCandidate, apply_memory_share, as_tensor_list, compiler_summary, describe,
+    device_inputs, init_inputs, is_oom, install_extension_hooks, load_module, problem_settings, setup_torch,
+    tail_traceback, tensor_bytes, warm_profiler)
+from harness.worker.sampler import differs, not_plain, snapshot
 
 
 class Failed(Exception):
@@ -34,6 +38,10 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     rawread.bind(cuda=device != "cpu")
     integrity.snapshot()
     try:
+        apply_memory_share(job.memory_share_bytes, device)
+    except Exception as exc:                           # noqa: BLE001 - no cap is no reason to fail the pair
+        print(f"kb-harness: device memory share not applied: {describe(exc)}", flush=True)
+    try:
         problem, settings, init, trial_inputs = _problem_side(job, device)
         model, log, param_match = _load_candidate(job, device, settings, init)
         report = _correctness(model, trial_inputs, job, device, settings)
@@ -51,8 +59,29 @@ def _problem_side(job, device):
     setup_torch(settings)
     seed = job.seed
     init = init_inputs(problem)
-    trial_inputs = [device_inputs(problem, seed + k, settings, device) for k in range(job.trials)]
+    first = device_inputs(problem, seed, settings, device)
+    if device != "cpu" and tensor_bytes(first) * job.trials > KEEP_BYTES:
+        del first
+        return problem, settings, init, _Lazy(problem, seed, settings, device, job.trials)
+    trial_inputs = [first] + [device_inputs(problem, seed + k, settings, device) for k in range(1, job.trials)]
     return problem, settings, init, trial_inputs
+
+
+class _Lazy:
+    """The trials' inputs drawn one at a time when asked for (under integrity.clean_torch), for inputs too large to
+    keep every trial's on the device."""
+
+    def __init__(self, problem, seed: int, settings, device: str, count: int):
+        self.problem, self.seed, self.settings, self.device, self.count = problem, seed, settings, device, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, k: int) -> list:
+        if not 0 <= k < self.count:
+            raise IndexError(k)
+        with integrity.clean_torch():
+            return device_inputs(self.problem, self.seed + k, self.settings, self.device)
 
 
 def _classify(exc: BaseException, log, stage: str) -> Failed:
@@ -134,19 +163,23 @@ def _sync(device: str) -> None:
 
 def _changed_after_return(outs: list, device: str, settle_s: float = 0.05) -> bool:
     """True when an output's values change after the call returned and the device went idle: work finished
-    later by a background thread or an unsynchronized stream."""
-    snapshot = [t.clone() for t in outs]
+    later by a background thread or an unsynchronized stream (against a copy of the outputs, or a checksum where
+    they are large: sampler.snapshot)."""
+    before = snapshot(outs)
     time.sleep(settle_s)
     _sync(device)
-    return not all(same_tensor(t, s) for t, s in zip(outs, snapshot))
+    return differs(outs, before)
 
 
 def _correctness(model, trial_inputs, job, device, settings) -> dict[str, Any]:
     import torch
     files, mutated, unsynchronized, lazy = [], False, False, False
     defenses = job.defenses
-    for k, pristine in enumerate(trial_inputs):
-        work = [x.clone() if isinstance(x, torch.Tensor) else x for x in pristine]
+    for k in range(len(trial_inputs)):
+        work = trial_inputs[k]                         # the call gets these; a copy (or checksum) is the pristine
+        if isinstance(trial_inputs, list):
+            trial_inputs[k] = None                     # ... and nothing else holds them once the trial is done
+        pristine = snapshot(work) if defenses else None
         torch.manual_seed(job.seed + k)
         out = _forward(model, work, f"forward (trial {k})")
         try:
@@ -160,7 +193,8 @@ def _correctness(model, trial_inputs, job, device, settings) -> dict[str, Any]:
             raise Failed("incorrect", f"trial {k}: {exc}") from None
         except BaseException as exc:                   # noqa: BLE001 - asynchronous CUDA errors surface here
             raise _classify(exc, _NoLog, f"forward (trial {k})") from None
-        mutated = mutated or (defenses and inputs_changed(work, pristine))
+        mutated = mutated or (defenses and differs(work, pristine))
+        del work, pristine, out, outs
         files.append({"label": f"trial{k}", "trial": k, "path": path})
     return {"files": files, "mutates_inputs": mutated, "unsynchronized_work": unsynchronized,
             "output_not_plain_tensor": lazy}

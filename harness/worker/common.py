@@ -294,6 +294,32 @@ def device_inputs(problem, seed: int, settings: Settings, device: str) -> list:
     return device_input_sets(problem, seed, settings, device, 1)[0]
 
 
+def device_input_set_at(problem, seed: int, settings: Settings, device: str, index: int) -> list:
+    """Set `index` of what device_input_sets(..., count > index) draws, drawing the sets before it and dropping
+    each (one set on the device at a time): the inputs of one captured call, drawn again."""
+    import torch
+    if device == "cpu":
+        torch.default_generator.manual_seed(seed)
+    else:
+        torch.manual_seed(seed)
+    one: list = []
+    for _ in range(index + 1):
+        one = []                                    # the previous set goes before the next is drawn
+        one = _draw_set(problem, settings, device)
+    return one
+
+
+def _draw_set(problem, settings: Settings, device: str) -> list:
+    import torch
+    with torch.device(device):
+        inputs = problem.get_inputs()
+    if not isinstance(inputs, (list, tuple)):
+        raise ProblemError(f"get_inputs() must return a list, got {type(inputs).__name__}")
+    dtype = getattr(torch, settings.dtype)
+    return [(x.to(device=device, dtype=dtype) if x.is_floating_point() else x.to(device))
+            if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
 def device_input_sets(problem, seed: int, settings: Settings, device: str, count: int) -> list[list]:
     """`count` input sets drawn one after another after one manual_seed(seed) (graph mode: one set per captured
     call; seeding once, not per set: seeding the CUDA generators costs ~0.5 ms a time)."""
@@ -302,13 +328,34 @@ def device_input_sets(problem, seed: int, settings: Settings, device: str, count
         torch.default_generator.manual_seed(seed)   # torch.manual_seed also queues a CUDA seeding, with a stack trace
     else:
         torch.manual_seed(seed)
-    dtype = getattr(torch, settings.dtype)
-    sets = []
-    for _ in range(count):
-        with torch.device(device):
-            inputs = problem.get_inputs()
-        if not isinstance(inputs, (list, tuple)):
-            raise ProblemError(f"get_inputs() must return a list, got {type(inputs).__name__}")
-        sets.append([(x.to(device=device, dtype=dtype) if x.is_floating_point() else x.to(device))
-                     if isinstance(x, torch.Tensor) else x for x in inputs])
-    return sets
+    return [_draw_set(problem, settings, device) for _ in range(count)]
+
+
+# ---------------------------------------------------------------- device memory
+
+def apply_memory_share(share: int | None, device: str) -> int | None:
+    """Cap this process's device memory at `share` bytes (torch.cuda.set_per_process_memory_fraction: an allocation
+    past it raises OutOfMemoryError here, whatever the card has free), before anything is allocated; returns the
+    card's memory (None on the CPU path, or when no share is given and nothing is capped)."""
+    if device == "cpu":
+        return None
+    import torch
+    from harness.shared.memplan import fraction
+    index = torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+    card = int(torch.cuda.get_device_properties(index).total_memory)
+    if share is not None:
+        torch.cuda.set_per_process_memory_fraction(fraction(share, card), index)
+    return card
+
+
+def tensor_bytes(items) -> int:
+    """Bytes of the tensors in `items` (a list, nested lists included)."""
+    import torch
+    total = 0
+    for x in items:
+        if isinstance(x, (list, tuple)):
+            total += tensor_bytes(x)
+        elif isinstance(x, torch.Tensor):
+            total += x.numel() * x.element_size()
+    return total

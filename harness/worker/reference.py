@@ -5,16 +5,29 @@ reference's parameters for candidate workers to copy, and then serves the parent
 and the baselines (harness.worker.sampler, the same path the candidate goes through, interleaved with it by the
 parent), and 'verify' requests: it loads the outputs a candidate worker wrote and compares them with the expected
 ones it kept.
+
+Device memory (harness.shared.memplan): it works within a share of the budget, capped by
+torch.cuda.set_per_process_memory_fraction (the budget less every CUDA context while it sets up; the parent's
+`budget` after `ready`). It keeps on the device only what is small: trial 0's inputs up to memplan.KEEP_BYTES (the
+others are drawn again from their seed when needed), the trials' expected outputs while all of them fit KEEP_BYTES
+(else on the host, compared on the device a slice at a time), the float64 reference likewise; a full check keeps a
+sample's seed, not its tensors, and recomputes the reference's output when the check comes. The float64 checks run
+where the plan says they fit, else the record says `fp64: skipped: needs X GiB, budget Y GiB`. Running out of
+memory all the same is `harness_oom` (a line in the log, then the worker exits): the parent does not blame the
+candidate for it.
 """
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any
 
+from harness.shared import memplan
+from harness.shared.memplan import KEEP_BYTES, gib
 from harness.worker.peer import PeerError, PeerReader, slot_values
-from harness.worker.common import (Conn, ProblemError, as_tensor_list, describe, device_inputs, init_inputs, is_oom,
-                     load_module, problem_settings, setup_torch, tail_traceback)
+from harness.worker.common import (Conn, ProblemError, apply_memory_share, as_tensor_list, describe, device_inputs,
+                     init_inputs, is_oom, load_module, problem_settings, setup_torch, tail_traceback, tensor_bytes)
 
 
 def run(conn: Conn, data: dict[str, Any]) -> None:
@@ -22,90 +35,231 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     from harness.shared import messages as m
     from harness.worker import integrity, rawread  # noqa: F401 - the same snapshot as the candidate's, so that
     from harness.shared import tensorfile  # noqa: F401
-    from harness.worker.sampler import Sampler  # the integrity check after each sample is the same work
-    job = m.parse(m.ReferenceJob, data)           # on both sides
+    from harness.worker.sampler import Sampler, peak_memory  # the integrity check after each sample is the same
+    job = m.parse(m.ReferenceJob, data)           # work on both sides
     device = job.device
     rawread.bind(cuda=device != "cpu")
     integrity.snapshot()
+    memory = _Memory(job, device)
+    stage = ["reference lint checks"]
     try:
-        problem, model, settings, inputs, expected, initial_state = _prepare(job, device)
+        problem, model, settings, trials, initial_state = _prepare(job, device, memory)
     except BaseException as exc:                       # noqa: BLE001 - a broken problem is a message, not a crash
-        conn.send("error", stage=getattr(exc, "stage", "problem"), error=describe(exc),
-                  oom=is_oom(exc), traceback=tail_traceback(exc))
+        stage_name = getattr(exc, "stage", "problem")
+        conn.send("error", stage=stage_name, error=describe(exc), oom=is_oom(exc), traceback=tail_traceback(exc),
+                  harness_oom=memory.oom_line(stage_name, exc) if is_oom(exc) else None)
         return
-    hints = _EvalModeHint(model, initial_state, inputs, settings)
+    hints = _EvalModeHint(model, initial_state, trials, settings, device)
     info: dict[str, Any] = {
         "dtype": settings.dtype, "dtype_source": settings.dtype_source, "atol": settings.atol, "rtol": settings.rtol,
         "allow_tf32": settings.allow_tf32,
-        "output_shapes": [list(t.shape) for t in expected[0]],
+        "output_shapes": [list(t.shape) for t in trials.expected[0]],
         "parameters": sum(p.numel() for p in model.parameters()),
         "module_mode": "train" if model.training else "eval",
-        "footprint_bytes": _footprint(model, inputs[0], expected[0]),
+        "footprint_bytes": trials.input_bytes + trials.output_bytes + _param_bytes(model),
     }
     from harness.worker.lint import degenerate_checks
-    info["lint"] = degenerate_checks(expected[0], expected[1] if len(expected) > 1 else None, inputs[0],
-                                     settings.atol, settings.rtol)
     try:
-        calls, info["compile"] = _variants(model, job.compile_modes, inputs[0], expected[0], settings)
+        first = trials.inputs(0)
+        info["lint"] = degenerate_checks(trials.expected[0], trials.expected[1] if len(trials.expected) > 1 else None,
+                                         first, settings.atol, settings.rtol, device=device)
+        del first
+        stage[0] = "torch.compile baselines"
+        calls, info["compile"] = _variants(model, job.compile_modes, trials, settings, device)
         info["timer_floor_ms"] = _timer_floor(device)
         spec = job.timing
         sampler = Sampler(calls, problem, settings, device, spec, job.defenses, trusted=True)
+        stage[0] = "reference timing"
+        memory.reset_peak()
         info["cold_probe_ms"] = _probe(sampler, job.probe_seeds)
+        if device != "cpu" and len(calls) > 1:        # the compiled baselines' samples count in the plan too
+            _probe(sampler, job.probe_seeds[:1], [v for v in calls if v != "eager"])
+        memory.sample_peak = memory.peak()
     except BaseException as exc:                       # noqa: BLE001
-        conn.send("error", stage="reference timing", error=describe(exc), oom=is_oom(exc),
-                  traceback=tail_traceback(exc))
+        conn.send("error", stage=stage[0], error=describe(exc), oom=is_oom(exc),
+                  traceback=tail_traceback(exc), harness_oom=memory.oom_line(stage[0], exc) if is_oom(exc) else None)
         return
     sampler.settle()
+    info["memory"] = memory.report(trials, model, peak_memory(device))
     conn.send("ready", **info)
     expected64 = None
-    full = _FullCheck(model, initial_state, settings, job.defenses)
+    full = _FullCheck(model, initial_state, settings, job.defenses, sampler, memory, device)
     peer = PeerReader() if device != "cpu" else None
     while True:
         message = conn.recv()
         op = message.get("op")
-        reply = sampler.handle(message)
-        if reply is not None:
-            conn.send(reply.pop("kind"), **reply)
-        elif op == m.DeriveRequest.OP:
-            req = m.parse(m.DeriveRequest, message)
-            derived, expected64 = _derive(model, initial_state, inputs[0], expected[0], job.defenses, device,
-                                          req.flops)
-            reply = m.wire(derived)
-            conn.send(reply.pop("kind"), **reply)
-        elif op == m.ReadRequest.OP and peer is not None:
-            reply = m.wire(_read_peer(peer, m.parse(m.ReadRequest, message), sampler, full))
-            conn.send(reply.pop("kind"), **reply)
-        elif op == "peer_close":
-            if peer is not None:
-                peer.close()
-            sampler.kept.clear()
-            conn.send("peer_closed")
-        elif op == "verify":
-            results = [_verify_file(item, expected, sampler, full, settings, device, verify)
-                       for item in message["files"]]
-            for result, item in zip(results, message["files"]):
-                if item["trial"] == 0 and result.get("outputs") is not None and expected64 is not None:
-                    result["fp64_max_abs_err"] = _max_abs(result["outputs"], expected64)
-                if not result["ok"] and result.get("outputs") is not None and item["trial"] >= 0:
-                    result["hint"] = hints.explain(int(item["trial"]), result["outputs"], verify)
-                result.pop("outputs", None)
-            conn.send("verified", results=results)
-        elif op == "health":
-            conn.send("health", ok=_healthy(device))
-        else:
+        try:
+            reply = sampler.handle(message)
+            if reply is not None:
+                conn.send(reply.pop("kind"), **reply)
+            elif op == m.DeriveRequest.OP:
+                req = m.parse(m.DeriveRequest, message)
+                sampler.last = None                        # its own last output: checked already, room for these
+                derived, expected64 = _derive(model, initial_state, trials, job.defenses, device, req.flops, memory)
+                reply = m.wire(derived)
+                conn.send(reply.pop("kind"), **reply)
+            elif op == "budget":
+                memory.apply(message)
+                conn.send("budget", share_bytes=memory.share, fp64=memory.fp64_note)
+            elif op == m.ReadRequest.OP and peer is not None:
+                reply = m.wire(_read_peer(peer, m.parse(m.ReadRequest, message), sampler, full))
+                conn.send(reply.pop("kind"), **reply)
+            elif op == "peer_close":
+                if peer is not None:
+                    peer.close()
+                sampler.kept.clear()
+                conn.send("peer_closed")
+            elif op == "verify":
+                sampler.last = None                        # its own last output: checked already, room for these
+                results = []
+                for item in message["files"]:              # one file at a time: one candidate output held
+                    result = _verify_file(item, trials, sampler, full, settings, device, verify)
+                    outs = result.pop("outputs", None)
+                    if outs is not None and item["trial"] == 0 and expected64 is not None:
+                        result["fp64_max_abs_err"] = verify.max_abs_diff64(outs, expected64, device=device)
+                    if outs is not None and not result["ok"] and item["trial"] >= 0:
+                        result["hint"] = hints.explain(int(item["trial"]), outs, verify)
+                    del outs
+                    results.append(result)
+                conn.send("verified", results=results)
+            elif op == "health":
+                conn.send("health", ok=_healthy(device))
+            else:
+                return
+        except BaseException as exc:                   # noqa: BLE001 - only running out of memory is handled here
+            if not is_oom(exc):
+                raise
+            # The parent reads this line in the log once the worker is gone: the pair is skipped, not blamed.
+            print(f"kb-harness: {memory.oom_line(op or 'a request', exc)}", file=sys.stderr, flush=True)
             return
 
 
-def _derive(model, initial_state, inputs: list, expected: list, defenses: bool, device: str, flops: bool):
+class _Memory:
+    """The reference's device memory: the budget (`gpu_memory_gb`, else the card's), its share of it and what it
+    measured for the parent's plan (memplan.Needs)."""
+
+    def __init__(self, job, device: str):
+        self.device, self.contexts = device, job.cuda_contexts
+        self.card = self.budget = self.share = None
+        try:
+            self.card = apply_memory_share(None, device)
+            self.budget = memplan.budget_bytes(job.gpu_memory_gb, self.card) if self.card else None
+            self.share = memplan.setup_share(self.budget, job.cuda_contexts) if self.budget else None
+            if self.share is not None:
+                apply_memory_share(self.share, device)
+        except Exception as exc:                       # noqa: BLE001 - a device that fails says so at its first use
+            print(f"kb-harness: no device memory plan: {describe(exc)}", file=sys.stderr, flush=True)
+            self.card = self.budget = self.share = None
+        self.eager_peak: int | None = None
+        self.sample_peak: int | None = None
+        self.fp64_note: str | None = None          # None: the float64 checks fit; else why they are skipped
+
+    def reset_peak(self) -> None:
+        if self.device != "cpu":
+            import torch
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+
+    def peak(self) -> int | None:
+        if self.device == "cpu":
+            return None
+        import torch
+        torch.cuda.synchronize()
+        return int(torch.cuda.max_memory_allocated())
+
+    def apply(self, message: dict[str, Any]) -> None:
+        """The parent's plan for the pairs (messages: op `budget`): the share to hold to and the float64 note."""
+        share = message.get("share_bytes")
+        if isinstance(share, int) and not isinstance(share, bool) and share > 0 and self.device != "cpu":
+            import torch
+            torch.cuda.empty_cache()
+            apply_memory_share(share, self.device)
+            self.share = share
+        note = message.get("fp64")
+        self.fp64_note = note if isinstance(note, str) else None
+
+    def report(self, trials, model, peaks: dict[str, Any]) -> dict[str, Any]:
+        """`ready`'s `memory`: the figures the parent plans the pairs with (memplan.Needs.from_report)."""
+        return {"card_bytes": self.card, "budget_bytes": self.budget, "setup_share_bytes": self.share,
+                "cuda_contexts": self.contexts,
+                "eager_peak_bytes": self.eager_peak, "sample_peak_bytes": self.sample_peak,
+                "kept_bytes": trials.kept_bytes(), "param_bytes": _param_bytes(model),
+                "input_bytes": trials.input_bytes, "output_bytes": trials.output_bytes, "trials": trials.count,
+                "setup_peak_bytes": peaks.get("peak_allocated_bytes"),
+                "expected_on_host": not trials.keep_outputs}
+
+    def oom_line(self, stage: str, exc: BaseException) -> str:
+        """One line for running out of memory here: what needed more than which share, of which budget."""
+        exc = exc.__cause__ if isinstance(exc, _StageError) and exc.__cause__ is not None else exc
+        if self.share is None:
+            return f"harness_oom: the reference ran out of memory in {stage}: {describe(exc)}"
+        return (f"harness_oom: the reference needs more than {gib(self.share)} (its share) for {stage}, budget "
+                f"{gib(self.budget)}")
+
+
+class _Trials:
+    """The correctness trials' expected outputs (and inputs). On the device while small: every trial's expected
+    outputs while all of them together are at most KEEP_BYTES, trial 0's inputs up to KEEP_BYTES; else the outputs
+    on the host and the inputs drawn again from their seed (device_inputs(problem, seed + k)) when a check needs
+    them. The CPU path keeps everything, as before."""
+
+    def __init__(self, problem, settings, device: str, seed: int, count: int, keep_all: bool | None = None):
+        self.problem, self.settings, self.device, self.seed, self.count = problem, settings, device, seed, count
+        self.keep_all = device == "cpu" if keep_all is None else keep_all       # tests: the GPU's choices on the CPU
+        self.expected: list[list] = []
+        self.kept_inputs: dict[int, list] = {}
+        self.input_bytes = self.output_bytes = 0
+        self.keep_outputs = True
+        self.keep_first_inputs = True
+
+    def inputs(self, k: int) -> list:
+        kept = self.kept_inputs.get(k)
+        return kept if kept is not None else device_inputs(self.problem, self.seed + k, self.settings, self.device)
+
+    def add(self, k: int, inputs: list, outs: list) -> None:
+        if k == 0:
+            self.input_bytes, self.output_bytes = tensor_bytes(inputs), tensor_bytes(outs)
+            self.keep_outputs = self.keep_all or self.output_bytes * self.count <= KEEP_BYTES
+            self.keep_first_inputs = self.keep_all or self.input_bytes <= KEEP_BYTES
+        if self.keep_outputs:
+            self.expected.append([t.clone() for t in outs])
+        else:
+            self.expected.append([t.to("cpu") for t in outs])
+        if self.keep_all or (k == 0 and self.keep_first_inputs):
+            self.kept_inputs[k] = inputs
+
+    def kept_bytes(self) -> int:
+        """What stays on the device between requests."""
+        if self.device == "cpu":
+            return 0
+        return (tensor_bytes(self.expected) if self.keep_outputs else 0) + tensor_bytes(list(self.kept_inputs.values()))
+
+
+def _param_bytes(model) -> int:
+    return int(sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers())))
+
+
+def _derive(model, initial_state, trials: "_Trials", defenses: bool, device: str, flops: bool, memory: "_Memory"):
     """What m.DeriveRequest asks for, and the float64 outputs the verifications compare against (None with the
-    defenses off). Runs while the candidate worker starts and runs its trials (after them for a large problem):
-    it leaves nothing in the allocator's cache, so the candidate finds the device's memory as `ready` left it."""
+    defenses off, or where they do not fit the plan: `fp64` says why). Runs while the candidate worker starts and
+    runs its trials (after them for a large problem): it leaves nothing in the allocator's cache, so the candidate
+    finds the device's memory as `ready` left it."""
     from harness.shared import messages as m
+    from harness.worker.verify import max_abs_diff64, max_magnitude
     if not defenses:
         return m.Derived(None), None
-    work = _work(model, inputs, expected) if flops else None
-    expected64 = _float64_reference(model, initial_state, inputs)
-    derived = m.Derived(work, _max_abs(expected, expected64), _max_magnitude(expected64))
+    work = None
+    if flops:
+        inputs = trials.inputs(0)
+        work = _work(model, inputs, trials.input_bytes + trials.output_bytes + _param_bytes(model))
+        del inputs
+    expected64, note = None, memory.fp64_note
+    if note is None:
+        expected64, note = _float64_reference(model, initial_state, lambda: trials.inputs(0),
+                                              host=not trials.keep_outputs)
+    exact = expected64 is not None
+    derived = m.Derived(work, max_abs_diff64(trials.expected[0], expected64, device=device) if exact else None,
+                        max_magnitude(expected64, device=device) if exact else None, fp64=note)
     if device != "cpu":
         import torch
         torch.cuda.synchronize()
@@ -113,7 +267,7 @@ def _derive(model, initial_state, inputs: list, expected: list, defenses: bool, 
     return derived, expected64
 
 
-def _variants(model, modes: list[str], inputs: list, expected: list, settings) -> tuple[dict, dict]:
+def _variants(model, modes: list[str], trials: "_Trials", settings, device: str) -> tuple[dict, dict]:
     """The calls the reference side times: eager, and torch.compile in each mode that compiles and computes the
     same outputs as eager on trial 0's inputs (a failure is noted, not fatal)."""
     import torch
@@ -125,7 +279,9 @@ def _variants(model, modes: list[str], inputs: list, expected: list, settings) -
         try:
             compiled = torch.compile(model, mode=mode)
             torch.manual_seed(0)
-            result = compare_outputs(as_tensor_list(compiled(*inputs)), expected, settings.atol, settings.rtol)
+            outs = as_tensor_list(compiled(*trials.inputs(0)))
+            result = compare_outputs(outs, trials.expected[0], settings.atol, settings.rtol, device=device)
+            del outs
             if not result["ok"]:
                 raise ValueError(f"its outputs differ from eager: {result['reason']}")
         except Exception as exc:                       # noqa: BLE001 - a baseline that fails is noted
@@ -136,12 +292,13 @@ def _variants(model, modes: list[str], inputs: list, expected: list, settings) -
     return calls, notes
 
 
-def _probe(sampler, seeds: list[int]) -> float | None:
-    """The eager call's median over a few cold samples: what timing mode `auto` decides on."""
+def _probe(sampler, seeds: list[int], variants: tuple | list = ("eager",)) -> float | None:
+    """The eager call's median over a few cold samples: what timing mode `auto` decides on (other `variants`: one
+    sample each per seed, for their peak memory)."""
     import statistics
     from harness.shared import messages as m
     saved, sampler.mode = sampler.mode, ("host" if sampler.device == "cpu" else "cold")
-    times = [sampler.sample(m.SampleRequest("eager", s)).ms for s in seeds]
+    times = [sampler.sample(m.SampleRequest(v, s)).ms for v in variants for s in seeds]
     sampler.last = None
     sampler.mode = saved
     sampler.meters.clear()
@@ -153,7 +310,7 @@ def _timer_floor(device: str) -> float:
     return timing.timer_floor(device)
 
 
-def _work(model, inputs, outputs):
+def _work(model, inputs, footprint: int) -> dict[str, Any]:
     """FLOPs of one forward (torch.utils.flop_counter) and the fewest bytes it must move: every input, parameter
     and buffer read once, every output written once."""
     from torch.utils.flop_counter import FlopCounterMode
@@ -165,56 +322,34 @@ def _work(model, inputs, outputs):
     except Exception:                                  # noqa: BLE001 - an op the counter does not know
         flops = None
     from harness.shared import messages as m
-    return m.Work(flops, _footprint(model, inputs, outputs))
+    return m.Work(flops, footprint)
 
 
-def _footprint(model, inputs, outputs) -> int:
-    """Bytes of one trial's inputs and outputs and of the model's parameters and buffers: what a forward moves at
-    least (`work.bytes`), and what the float64 reference doubles (the parent decides from it whether that may run
-    beside the candidate's trials)."""
-    import torch
-    tensors = ([x for x in inputs if isinstance(x, torch.Tensor)] + list(model.parameters()) + list(model.buffers())
-               + list(outputs))
-    return int(sum(t.numel() * t.element_size() for t in tensors))
-
-
-def _float64_reference(model, initial_state, inputs):
-    """The reference computed in float64 (trial 0), to show how far fp32 results, the reference's and the
-    candidate's, are from the exact function."""
+def _float64_reference(model, initial_state, draw, host: bool = False) -> tuple[list | None, str | None]:
+    """The reference computed in float64 on the inputs `draw()` returns, to show how far fp32 results, the
+    reference's and the candidate's, are from the exact function; (outputs, None), or (None, why not). The float32
+    inputs go before the float64 forward runs; `host`: the outputs are moved to the host (compared a slice at a
+    time on the device)."""
     import copy
     import torch
     try:
         model64 = copy.deepcopy(model)
         model64.load_state_dict(initial_state)
         model64 = model64.double()
-        x64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+        inputs = list(draw())
+        x64 = []
+        while inputs:                                  # each float32 input goes once its float64 copy exists
+            x = inputs.pop(0)
+            x64.append(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x)
+            del x
         torch.manual_seed(0)
         out = as_tensor_list(model64(*x64))
-        del model64
-        return out
-    except Exception:                                  # noqa: BLE001 - some ops have no float64 kernel
-        return None
-
-
-def _max_magnitude(outs) -> float | None:
-    """The largest |value| of the float64 outputs (the scale one fp32 rounding error is measured against)."""
-    try:
-        vals = [float(o.abs().max()) for o in outs or [] if o.numel() and o.is_floating_point()]
-        return max(vals) if vals else None
-    except Exception:                                  # noqa: BLE001
-        return None
-
-
-def _max_abs(outs, refs) -> float | None:
-    import torch
-    try:
-        if len(outs) != len(refs):
-            return None
-        vals = [float((o.to(r.device, torch.float64) - r).abs().max()) for o, r in zip(outs, refs)
-                if o.shape == r.shape and o.numel()]
-        return max(vals) if vals else None
-    except Exception:                                  # noqa: BLE001
-        return None
+        del model64, x64
+        return ([t.to("cpu") for t in out] if host else out), None
+    except Exception as exc:                           # noqa: BLE001 - some ops have no float64 kernel
+        if is_oom(exc):
+            return None, f"skipped: out of memory ({describe(exc)[:200]})"
+        return None, f"skipped: {describe(exc)[:200]}"
 
 
 class _StageError(Exception):
@@ -231,7 +366,7 @@ def _stage(name: str, fn, *args):
         raise _StageError(name, exc) from exc
 
 
-def _prepare(job, device: str):
+def _prepare(job, device: str, memory: "_Memory"):
     import torch
     from harness.worker import integrity
     problem = _stage("problem import", load_module, "kb_problem", job.problem_path)
@@ -245,24 +380,31 @@ def _prepare(job, device: str):
     torch.manual_seed(seed)
     args = _stage("get_init_inputs()", init_inputs, problem)
     model = _stage("Model(*get_init_inputs())", lambda: problem.Model(*args))
-    model = model.to(device=device, dtype=getattr(torch, settings.dtype))
+    model = _stage("moving Model to the device", lambda: model.to(device=device, dtype=getattr(torch, settings.dtype)))
     state = {k: v.detach().to("cpu").clone() for k, v in model.state_dict().items()}
     torch.save(state, os.path.join(job.scratch, "reference_state.pt"))
-    inputs = [_stage("get_inputs()", lambda k=k: device_inputs(problem, seed + k, settings, device))
-              for k in range(job.trials)]
-    expected = []
-    for k, x in enumerate(inputs):
+    trials = _Trials(problem, settings, device, seed, job.trials)
+    for k in range(job.trials):
+        if k == 0:
+            memory.reset_peak()                       # the eager peak: model, inputs, forward, output
+        x = _stage("get_inputs()", trials.inputs, k)
         torch.manual_seed(seed + k)
         out = _stage("reference forward", model, *x)
-        expected.append([t.clone() for t in _stage("reference output", as_tensor_list, out)])
-    return problem, model, settings, inputs, expected, state
+        outs = _stage("reference output", as_tensor_list, out)
+        if k == 0:
+            memory.eager_peak = memory.peak()
+        trials.add(k, x, outs)
+        del x, out, outs
+    return problem, model, settings, trials, state
 
 
-def _verify_file(item: dict[str, Any], expected, sampler, full: "_FullCheck", settings, device: str,
+def _verify_file(item: dict[str, Any], trials: "_Trials", sampler, full: "_FullCheck", settings, device: str,
                  verify) -> dict[str, Any]:
     """A trial's output file against its expected output; trial -1: a timed output the parent copied out of a CPU
-    candidate's memory (one 1-D tensor per output with `shapes` and `strides` beside it), against the output kept
-    at that sample's CheckRequest (keep_full), with the float64 figures of _FullCheck."""
+    candidate's memory (one 1-D tensor per output with `shapes` and `strides` beside it), against the reference's
+    output recomputed on that sample's inputs (kept at its CheckRequest: keep_full), with the float64 figures of
+    _FullCheck. A file larger than memplan.KEEP_BYTES is read to the host and compared on the device a slice at a
+    time."""
     from harness.shared.tensorfile import read_tensors
     label, path, k = item["label"], item["path"], int(item["trial"])
     kept = sampler.kept.pop(int(item.get("check_seed", -1)), None) if k < 0 else None
@@ -270,7 +412,8 @@ def _verify_file(item: dict[str, Any], expected, sampler, full: "_FullCheck", se
         _remove(path)
         return {"label": label, "ok": False, "reason": "no expected output for this call"}
     try:
-        outs = read_tensors(path, device)
+        large = os.path.getsize(path) > KEEP_BYTES
+        outs = read_tensors(path, "cpu" if large else device)
         if k < 0:
             outs = [t.as_strided(list(shape), list(strides)) for t, shape, strides in
                     zip(outs, item.get("shapes") or [], item.get("strides") or [])]
@@ -280,7 +423,7 @@ def _verify_file(item: dict[str, Any], expected, sampler, full: "_FullCheck", se
         _remove(path)
     if k < 0:
         return {"label": label, **full.compare(outs, kept)}
-    result = verify.compare_outputs(outs, expected[k], settings.atol, settings.rtol)
+    result = verify.compare_outputs(outs, trials.expected[k], settings.atol, settings.rtol, device=device)
     return {"label": label, **result, "outputs": outs}
 
 
@@ -302,26 +445,44 @@ def _read_peer(peer: PeerReader, req, sampler, full: "_FullCheck"):
 
 
 class _FullCheck:
-    """A whole timed output of the candidate against the reference's output on the same inputs (kept at that
-    sample's check), and both against float64 on those inputs, so that reduced precision used only while timed
-    shows as it does in the trials (`defenses.check_precision`)."""
+    """A whole timed output of the candidate against the reference's output on the same inputs (recomputed from the
+    seed and captured call kept at that sample's check), and both against float64 on those inputs, so that reduced
+    precision used only while timed shows as it does in the trials (`defenses.check_precision`). The float64
+    reference goes first (its outputs to the host where large), then the float32 one: one of them at a time on the
+    device beside the candidate's output, which stays in the candidate's memory."""
 
-    def __init__(self, model, initial_state, settings, defenses: bool):
+    def __init__(self, model, initial_state, settings, defenses: bool, sampler, memory: "_Memory", device: str):
         self.model, self.initial_state, self.settings, self.defenses = model, initial_state, settings, defenses
+        self.sampler, self.memory, self.device = sampler, memory, device
 
     def compare(self, outs: list, kept) -> dict[str, Any]:
         from harness.worker import verify
         if kept is None:
             return {"ok": False, "reason": "no expected output for this call"}
-        expected, inputs = kept
-        result = verify.compare_outputs(outs, expected, self.settings.atol, self.settings.rtol)
-        result = {k: v for k, v in result.items() if k in ("ok", "reason", "max_abs_err", "max_rel_err")}
+        seed, slot = kept
+        draw = lambda: self.sampler.inputs_for(seed, slot)          # noqa: E731
+        self.sampler.last = None           # its own last sample's output (checked at its CheckRequest): room for this
+        exact, note, large = None, None, False
         if self.defenses and self.settings.dtype == "float32":
-            exact = _float64_reference(self.model, self.initial_state, inputs)
-            if exact is not None:
-                result.update(fp64_max_abs_err=_max_abs(outs, exact),
-                              fp64_reference_max_abs_err=_max_abs(expected, exact),
-                              fp64_output_scale=_max_magnitude(exact))
+            note = self.memory.fp64_note
+            if note is None:
+                large = tensor_bytes(outs) > KEEP_BYTES
+                exact, note = _float64_reference(self.model, self.initial_state, draw, host=large)
+        inputs = draw()
+        expected = [t for t in as_tensor_list(self.model(*inputs))]
+        del inputs
+        result = verify.compare_outputs(outs, expected, self.settings.atol, self.settings.rtol, device=self.device)
+        result = {k: v for k, v in result.items() if k in ("ok", "reason", "max_abs_err", "max_rel_err")}
+        if exact is not None:
+            result.update(fp64_max_abs_err=verify.max_abs_diff64(outs, exact, device=self.device),
+                          fp64_reference_max_abs_err=verify.max_abs_diff64(expected, exact, device=self.device),
+                          fp64_output_scale=verify.max_magnitude(exact, device=self.device))
+        elif note is not None:
+            result["fp64"] = note
+        if exact is not None and large and self.device != "cpu":
+            import torch
+            del expected, exact
+            torch.cuda.empty_cache()       # the float64 forward's blocks go back: the reference holds what it timed
         return result
 
 
@@ -332,11 +493,12 @@ class _EvalModeHint:
     MESSAGE = ("it matches the reference in eval mode: the candidate assumes eval-mode BatchNorm/Dropout (running "
                "statistics), but modules run in their default training mode, as in KernelBench")
 
-    def __init__(self, model, initial_state, inputs, settings):
+    def __init__(self, model, initial_state, trials: "_Trials", settings, device: str):
         import torch.nn as nn
         kinds = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd, nn.modules.instancenorm._InstanceNorm)
         self.sensitive = any(isinstance(m, kinds) for m in model.modules())
-        self.model, self.initial_state, self.inputs, self.settings = model, initial_state, inputs, settings
+        self.model, self.initial_state, self.trials, self.settings = model, initial_state, trials, settings
+        self.device = device
         self.eval_model = None
 
     def explain(self, k: int, outs, verify) -> str | None:
@@ -349,11 +511,17 @@ class _EvalModeHint:
                 self.eval_model = copy.deepcopy(self.model)
                 self.eval_model.load_state_dict(self.initial_state)
                 self.eval_model.eval()
+            inputs = self.trials.inputs(k)
             torch.manual_seed(0)
-            expected = as_tensor_list(self.eval_model(*self.inputs[k]))
-            result = verify.compare_outputs(outs, expected, max(self.settings.atol, 1e-3), max(self.settings.rtol, 1e-3))
-        except Exception:                              # noqa: BLE001 - a hint is optional
-            return None
+            expected = as_tensor_list(self.eval_model(*inputs))
+            del inputs
+            result = verify.compare_outputs(outs, expected, max(self.settings.atol, 1e-3),
+                                            max(self.settings.rtol, 1e-3), device=self.device)
+        except Exception:                              # noqa: BLE001 - a hint is optional (and left out where it
+            return None                                # does not fit the memory plan)
+        finally:
+            if _param_bytes(self.model) > KEEP_BYTES:  # a large model's copy is not kept beside the plan's share
+                self.eval_model = None
         return self.MESSAGE if result["ok"] else None
 
 

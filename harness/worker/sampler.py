@@ -3,27 +3,37 @@ and serve the same requests with the same per-sample work, so an A/A candidate i
 reference by construction:
 
   sample(variant, seed): draw the inputs for `seed` on the device (the worker learns the seed only now; graph
-      mode: one input set per captured call) and keep a copy for the mutation check, both with torch as it was
-      before candidate code ran (harness.worker.integrity.clean_torch), time one call with the mode's
+      mode: one input set per captured call) and keep a copy (or checksum) for the mutation check, both with torch as
+      it was before candidate code ran (harness.worker.integrity.clean_torch), time one call with the mode's
       measurement object (harness.worker.timing), read a few positions of the output from memory the moment it returned
       (read again before the next sample: `changed_after_return`), and reply with where the output lies
       (rawread.export). The output is kept until the next sample.
   check(check_seed, slots, keep_full): reference only: its own output's values at the positions drawn from
-      `check_seed` (harness.shared.points), and with `keep_full` the whole output and its inputs kept for the full check
-      of the candidate's output on the same inputs. The candidate's output is never checked here: the parent
-      reads it (CPU, harness.run.peek) or the reference does (GPU, harness.worker.peer), after the reply, with the
-      candidate stopped, at positions the candidate never learns (README, Hardening: commit, then check).
+      `check_seed` (harness.shared.points), and with `keep_full` the sample's seed and captured call kept, so that
+      the full check of the candidate's output recomputes the reference's output on the same inputs (inputs_for).
+      The candidate's output is never checked here: the parent reads it (CPU, harness.run.peek) or the reference
+      does (GPU, harness.worker.peer), after the reply, with the candidate stopped, at positions the candidate never
+      learns (README, Hardening: commit, then check).
   profile(seed, variant): one call under the profiler (harness.worker.profiling), where the parent asks.
+  memory: the process's peak of device memory (torch's allocator) so far, for the record.
+
+Memory: a sample holds its inputs, its output and, for the mutation check, a copy of the inputs where they are
+small (memplan.PRISTINE_BYTES) or else a keyed checksum of them (`snapshot`, `differs`: the same verdict as the
+copy's, without a second copy of a large input on the device); once the call is checked only its output stays.
 
 Runs only inside worker processes.
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 from typing import Any, Callable
 
 from harness.shared import messages as m
+from harness.shared.memplan import CHUNK_BYTES, PRISTINE_BYTES
 from harness.worker import cudadriver, integrity, profiling, rawread
-from harness.worker.common import as_tensor_list, device_input_sets, device_inputs, pin_for_timing
+from harness.worker.common import (as_tensor_list, device_input_set_at, device_input_sets, device_inputs,
+                                   pin_for_timing)
 
 
 def same_tensor(a, b) -> bool:
@@ -41,6 +51,72 @@ def same_tensor(a, b) -> bool:
 
 def inputs_changed(work: list, pristine: list) -> bool:
     return not all(same_tensor(w, p) for w, p in zip(work, pristine))
+
+
+# ---------------------------------------------------------------- the mutation check's record of the inputs
+
+_MIX_A, _MIX_B = 0x9E3779B97F4A7C15 - (1 << 64), 0xBF58476D1CE4E5B9 - (1 << 64)    # as signed int64
+_BITS = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+class Digest:
+    """A keyed checksum of one tensor, standing in for its copy: equal for two tensors exactly when same_tensor says
+    they are the same, but for a collision (a weighted sum of their elements' bits mod 2**64 under weights drawn from
+    a key this process drew at random; a single changed element always shows). Computed a piece at a time."""
+
+    __slots__ = ("shape", "dtype", "value")
+
+    def __init__(self, t, key: int):
+        self.shape, self.dtype, self.value = tuple(t.shape), t.dtype, checksum(t, key)
+
+    def same(self, t, key: int) -> bool:
+        return tuple(t.shape) == self.shape and t.dtype == self.dtype and checksum(t, key) == self.value
+
+
+def checksum(t, key: int, chunk_bytes: int | None = None) -> int:
+    """sum(bits(t[i]) * w(i)) mod 2**64 over t's elements in row-major order, w(i) an odd mix of i and `key`. Bits of
+    a float are taken after +0.0 (so -0.0 counts as 0.0) and with every NaN as one NaN: as `same_tensor`, which
+    compares with == and takes NaNs at the same places as equal."""
+    import torch
+    from harness.worker.verify import flat_pieces
+    total = 0
+    for offset, part in flat_pieces(t, chunk_bytes or CHUNK_BYTES // 2, 8):
+        if part.is_complex():
+            part = torch.view_as_real(part).reshape(-1)
+        if part.is_floating_point():
+            part = torch.where(torch.isnan(part), torch.full_like(part, float("nan")), part + 0.0)
+            part = part.view(getattr(torch, _BITS[part.element_size()]))
+        elif part.dtype == torch.bool:
+            part = part.to(torch.uint8)
+        index = torch.arange(offset, offset + part.numel(), device=part.device, dtype=torch.int64)
+        weight = index * _MIX_A + key
+        weight = (weight ^ (weight >> 29)) * _MIX_B
+        weight = weight | 1
+        total = (total + int((part.to(torch.int64) * weight).sum())) % (1 << 64)
+    return total
+
+
+def snapshot(inputs: list) -> tuple[int, list] | None:
+    """What the mutation check compares the inputs with after the call: copies where the inputs are small, else
+    one Digest per tensor (non-tensors: None); `differs` compares."""
+    import torch
+    flat = _flat(inputs)
+    size = sum(x.numel() * x.element_size() for x in flat if isinstance(x, torch.Tensor))
+    if size <= PRISTINE_BYTES:
+        return 0, _clone_all(flat)
+    key = (int.from_bytes(os.urandom(8), "little") >> 2) | 1     # never 0: 0 means copies
+    return key, [Digest(x, key) if isinstance(x, torch.Tensor) else None for x in flat]
+
+
+def differs(used: list, snap: tuple[int, list] | None) -> bool:
+    """Whether the inputs a call saw (`used`) differ from their snapshot taken before it."""
+    if snap is None:
+        return False
+    key, kept = snap
+    flat = _flat(used)
+    if not key:
+        return inputs_changed(flat, kept)
+    return not all(d is None or d.same(x, key) for x, d in zip(flat, kept))
 
 
 def not_plain(out) -> bool:
@@ -63,8 +139,8 @@ class Sampler:
         self.flusher = timing.make_flusher(device, cudadriver.reset_persisting_l2) if spec.flush_l2 else None
         self.meters: dict[str, Any] = {}
         self.mode, self.graph_replays = spec.mode, spec.graph_replays
-        self.last: tuple[list, list | None, list, tuple[int, list[float]] | None] | None = None   # the last sample
-        self.kept: dict[int, tuple[list, list]] = {}     # reference: check seed -> (output, inputs), full checks
+        self.last: tuple[int, list, tuple[int, list[float]] | None] | None = None   # the last sample: seed, outputs
+        self.kept: dict[int, tuple[int, int]] = {}     # reference: check seed -> (sample seed, captured call)
         self.ready: tuple | None = None     # CPU path: (variant, seed, inputs, pristine, changed, flush ms) prepared
         self.fixed = None if defenses else device_inputs(problem, WARMUP_SEED, settings, device)
 
@@ -95,9 +171,14 @@ class Sampler:
                                                                  self.device)))
         if op == m.ModeRequest.OP:
             self.mode, self.graph_replays = str(message["mode"]), int(message.get("graph_replays", 1))
+            calls = message.get("graph_calls")
+            if isinstance(calls, int) and not isinstance(calls, bool) and calls > 0:
+                self.spec = dataclasses.replace(self.spec, graph_calls=calls)   # the parent's cap (memplan)
             self.meters.clear()
             self.last = None
             return {"kind": "mode", "mode": self.mode}
+        if op == "memory":
+            return {"kind": "memory", **peak_memory(self.device)}
         return None
 
     def _inputs(self, seed: int) -> list:
@@ -115,6 +196,16 @@ class Sampler:
                 return [self.fixed] * self.spec.graph_calls
             return device_input_sets(self.problem, seed, self.settings, self.device, self.spec.graph_calls)
         return self._inputs(seed)
+
+    def inputs_for(self, seed: int, slot: int = -1) -> list:
+        """The inputs the sample with `seed` gave its captured call `slot` (-1: the last; cold: its one set), drawn
+        again as _sample_inputs drew them: what the full check recomputes the reference's output on."""
+        if self.fixed is not None:
+            return self.fixed
+        if self.mode == "graph" and self.device != "cpu":
+            count = self.spec.graph_calls
+            return device_input_set_at(self.problem, seed, self.settings, self.device, slot % count)
+        return device_inputs(self.problem, seed, self.settings, self.device)
 
     def _meter(self, variant: str):
         meter = self.meters.get(variant)
@@ -139,10 +230,10 @@ class Sampler:
         self.ready = (req.variant, req.seed, inputs, pristine, changed, flush_ms)
         return m.Prepared(flush_ms)
 
-    def _draw(self, seed: int) -> tuple[list, list | None]:
+    def _draw(self, seed: int) -> tuple[list, tuple[int, list] | None]:
         with integrity.clean_torch():                      # nothing of the candidate's runs while inputs are made
             inputs = self._sample_inputs(seed)
-            return inputs, (_clone_all(inputs) if self.defenses else None)
+            return inputs, (snapshot(inputs) if self.defenses else None)
 
     def sample(self, req: m.SampleRequest) -> m.SampleResult:
         ready, self.ready = self.ready, None
@@ -164,9 +255,11 @@ class Sampler:
             return m.SampleResult(0.0, 0.0, 0.0, self.tampered(), f"graph capture failed: {exc}")
         slots = list(out) if getattr(meter, "mode", "") == "graph" else [out]
         at_return = self._at_return(slots[-1])
-        self.last = (used, pristine, slots, at_return)
+        self.last = (req.seed, slots, at_return)
         exported, error = self._export(slots)
-        mutated = pristine is not None and inputs_changed(_flat(used), _flat(pristine))
+        with integrity.clean_torch():                      # compared with torch as it was, as the copy was made
+            mutated = differs(used, pristine)
+        del inputs, used, pristine                         # only the output stays until the next sample
         return m.SampleResult(times.ms, times.host_ms, times.lag_ms, self.tampered(), flush_ms=times.flush_ms,
                               outputs=exported, output_error=error, not_plain=any(not_plain(o) for o in slots),
                               mutated=bool(mutated), changed_after_return=changed)
@@ -190,11 +283,11 @@ class Sampler:
             return None                                    # the trusted read reports what is wrong with it
 
     def _changed_after_return(self) -> bool:
-        if self.last is None or self.last[3] is None:
+        if self.last is None or self.last[2] is None:
             return False
-        seed, values = self.last[3]
+        seed, values = self.last[2]
         try:
-            return not rawread.same(rawread.read(as_tensor_list(self.last[2][-1]), seed, rawread.RETURN_POINTS),
+            return not rawread.same(rawread.read(as_tensor_list(self.last[1][-1]), seed, rawread.RETURN_POINTS),
                                     values)
         except (ValueError, rawread.RawReadError):
             return False
@@ -205,11 +298,12 @@ class Sampler:
         return self.timing.timers_tampered() + integrity.changed() + integrity.shadowed(self)
 
     def check(self, req: m.CheckRequest) -> m.CheckResult:
-        """Reference only: its own last output at the drawn positions (and kept whole with keep_full)."""
+        """Reference only: its own last output at the drawn positions (and, with keep_full, the sample's seed and
+        last captured call, to recompute that output for the full check)."""
         from harness.worker.peer import slot_values
         if self.last is None:
             return m.CheckResult("", [], "no sample to check")
-        used, _, slots, _ = self.last
+        seed, slots, _ = self.last
         try:
             values: list[float] = []
             for k in req.slots:
@@ -218,9 +312,17 @@ class Sampler:
         except (ValueError, IndexError) as exc:
             return m.CheckResult("", [], str(exc))
         if req.keep_full:
-            last_inputs = used[-1] if self.mode == "graph" and self.device != "cpu" else used
-            self.kept[req.check_seed] = ([t.clone() for t in as_tensor_list(slots[-1])], _clone_all(last_inputs))
+            self.kept[req.check_seed] = (seed, len(slots) - 1)
         return m.CheckResult(m.pack_floats(values), shapes)
+
+
+def peak_memory(device: str) -> dict[str, Any]:
+    """This process's peak of device memory so far (torch's allocator: allocated and reserved); {} on the CPU."""
+    if device == "cpu":
+        return {}
+    import torch
+    return {"peak_allocated_bytes": int(torch.cuda.max_memory_allocated()),
+            "peak_reserved_bytes": int(torch.cuda.max_memory_reserved())}
 
 
 def _clone_all(inputs: list) -> list:

@@ -1,12 +1,19 @@
 """Stage 4, verify: compare a candidate's outputs with the reference's, elementwise, with diagnostics.
 
-Runs in the reference worker, the process where candidate code never ran.
+Runs in the reference worker, the process where candidate code never ran. Every comparison works through the
+tensors in flat slices (pieces) of at most CHUNK_BYTES of working data, on the device asked for: a 16 GiB output
+costs a few slices' worth of temporaries, not five copies of itself, and an output kept on the host is compared
+on the device a slice at a time. Slicing changes no figure: the same elementwise arithmetic, maxima of maxima, sums
+of counts, and the first mismatch's index in the whole shape.
 """
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Iterator
 
 import torch
+
+from harness.shared.memplan import CHUNK_BYTES
 
 
 def _index(flat: int, shape: tuple[int, ...]) -> list[int]:
@@ -17,12 +24,55 @@ def _index(flat: int, shape: tuple[int, ...]) -> list[int]:
     return list(reversed(idx))
 
 
-def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> dict[str, Any]:
+# ---------------------------------------------------------------- flat pieces
+
+def pieces(shape: tuple[int, ...], limit: int, prefix: tuple = (), offset: int = 0) -> Iterator[tuple]:
+    """(flat offset, index prefix, (start, stop) or None) for pieces of a tensor of `shape`, in row-major order,
+    each at most `limit` elements (a single row of a 1-D tensor excepted: never), cut from the shape alone, so
+    that two tensors of one shape are cut alike whatever their strides. A piece is `piece(t, prefix, span)`."""
+    if not shape:
+        yield offset, prefix, None
+        return
+    rows, inner = shape[0], math.prod(shape[1:])
+    if rows == 0 or inner == 0:
+        return
+    if inner <= limit:
+        step = max(1, limit // inner)
+        count = -(-rows // step)
+        step = -(-rows // count)                       # even pieces: no sliver at the end
+        for start in range(0, rows, step):
+            yield offset + start * inner, prefix, (start, min(rows, start + step))
+    else:
+        for i in range(rows):
+            yield from pieces(shape[1:], limit, prefix + (i,), offset + i * inner)
+
+
+def piece(t: torch.Tensor, prefix: tuple, span: tuple[int, int] | None) -> torch.Tensor:
+    """One piece of `t` as a 1-D tensor (a view where the piece is contiguous, else a copy of the piece alone)."""
+    view = t[prefix] if prefix else t
+    if span is None:
+        return view.reshape(1)
+    return view[span[0]:span[1]].reshape(-1)
+
+
+def flat_pieces(t: torch.Tensor, chunk_bytes: int | None = None, element_bytes: int | None = None) \
+        -> Iterator[tuple[int, torch.Tensor]]:
+    """(flat offset, 1-D piece) over `t`, each piece at most chunk_bytes counted at element_bytes an element."""
+    limit = max(1, (chunk_bytes or CHUNK_BYTES) // (element_bytes or t.element_size()))
+    for offset, prefix, span in pieces(tuple(t.shape), limit):
+        yield offset, piece(t, prefix, span)
+
+
+# ---------------------------------------------------------------- comparisons
+
+def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, chunk_bytes: int | None = None,
+                   device: Any = None) -> dict[str, Any]:
     """{'ok', 'max_abs_err', 'max_rel_err', 'mismatches', 'first_mismatch', 'reason'} for one output tensor.
 
     Passing means: same shape, same dtype, NaN and Inf at the same positions, and |out-ref| <= atol + rtol*|ref|
     everywhere else. max_rel_err is taken over elements with |ref| > atol (elsewhere a relative error says
-    nothing).
+    nothing). Works in pieces of `chunk_bytes` (memplan.CHUNK_BYTES) of float32 (float64 for a float64 reference)
+    on `device` (default: the reference's device), with the same figures as over the whole.
     """
     if tuple(out.shape) != tuple(ref.shape):
         return _fail(f"shape {tuple(out.shape)} != expected {tuple(ref.shape)}")
@@ -32,30 +82,45 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
         return {"ok": True, "max_abs_err": 0.0, "max_rel_err": 0.0, "mismatches": 0, "first_mismatch": None,
                 "reason": None}
     work = torch.float64 if ref.dtype == torch.float64 else torch.float32
-    a = out.to(ref.device).reshape(-1).to(work)
-    b = ref.reshape(-1).to(work)
-    special = ~torch.isfinite(b) | ~torch.isfinite(a)
-    same_special = (torch.isnan(a) & torch.isnan(b)) | (torch.isinf(a) & torch.isinf(b) & (torch.sign(a) == torch.sign(b)))
-    bad_special = special & ~same_special
-    finite = ~special
-    err = torch.where(finite, (a - b).abs(), torch.zeros_like(a))
-    bad = bad_special | (err > atol + rtol * b.abs())
-    n_bad = int(bad.sum())
-    rel_mask = finite & (b.abs() > atol)
-    rel = torch.where(rel_mask, err / b.abs().clamp_min(1e-30), torch.zeros_like(a))
+    where = ref.device if device is None else torch.device(device)
+    limit = max(1, (chunk_bytes or CHUNK_BYTES) // (8 if work == torch.float64 else 4))
+    shape = tuple(ref.shape)
+    max_abs = max_rel = 0.0
+    n_bad = n_nan = 0
+    first = None
+    for offset, prefix, span in pieces(shape, limit):
+        a = piece(out, prefix, span).to(where).to(work)
+        b = piece(ref, prefix, span).to(where).to(work)
+        special = ~torch.isfinite(b) | ~torch.isfinite(a)
+        same_special = ((torch.isnan(a) & torch.isnan(b))
+                        | (torch.isinf(a) & torch.isinf(b) & (torch.sign(a) == torch.sign(b))))
+        bad_special = special & ~same_special
+        finite = ~special
+        err = torch.where(finite, (a - b).abs(), torch.zeros_like(a))
+        bad = bad_special | (err > atol + rtol * b.abs())
+        bad_here = int(bad.sum())
+        rel_mask = finite & (b.abs() > atol)
+        rel = torch.where(rel_mask, err / b.abs().clamp_min(1e-30), torch.zeros_like(a))
+        max_abs = max(max_abs, float(err.max()))
+        max_rel = max(max_rel, float(rel.max()))
+        if bad_here:
+            n_bad += bad_here
+            n_nan += int((bad_special & torch.isnan(a)).sum())
+            if first is None:
+                local = int(bad.nonzero()[0, 0])
+                first = (offset + local, float(a[local]), float(b[local]))
+        del a, b, special, same_special, bad_special, finite, err, bad, rel_mask, rel
     result = {
         "ok": n_bad == 0,
-        "max_abs_err": float(err.max()),
-        "max_rel_err": float(rel.max()),
+        "max_abs_err": max_abs,
+        "max_rel_err": max_rel,
         "mismatches": n_bad,
         "first_mismatch": None,
         "reason": None,
     }
     if n_bad:
-        flat = int(bad.nonzero()[0, 0])
-        got, want = float(a[flat]), float(b[flat])
-        result["first_mismatch"] = {"index": _index(flat, tuple(ref.shape)), "got": got, "expected": want}
-        n_nan = int((bad_special & torch.isnan(a)).sum())
+        flat, got, want = first
+        result["first_mismatch"] = {"index": _index(flat, shape), "got": got, "expected": want}
         what = f"{n_nan} NaN where the reference is finite, " if n_nan else ""
         result["reason"] = (f"{what}{n_bad} of {ref.numel()} elements out of tolerance; first at "
                             f"{result['first_mismatch']['index']}: got {got:.6g}, expected {want:.6g}")
@@ -67,11 +132,12 @@ def _fail(reason: str) -> dict[str, Any]:
             "reason": reason}
 
 
-def compare_outputs(outs: list[torch.Tensor], refs: list[torch.Tensor], atol: float, rtol: float) -> dict[str, Any]:
+def compare_outputs(outs: list[torch.Tensor], refs: list[torch.Tensor], atol: float, rtol: float,
+                    chunk_bytes: int | None = None, device: Any = None) -> dict[str, Any]:
     """Compare every output of one call; the result of the first failing output is the reason."""
     if len(outs) != len(refs):
         return _fail(f"{len(outs)} outputs, expected {len(refs)}")
-    results = [compare_tensor(o, r, atol, rtol) for o, r in zip(outs, refs)]
+    results = [compare_tensor(o, r, atol, rtol, chunk_bytes, device) for o, r in zip(outs, refs)]
     merged = {"ok": all(r["ok"] for r in results), "reason": None, "first_mismatch": None}
     for key in ("max_abs_err", "max_rel_err"):
         values = [r[key] for r in results if r[key] is not None]
@@ -83,3 +149,61 @@ def compare_outputs(outs: list[torch.Tensor], refs: list[torch.Tensor], atol: fl
             merged["first_mismatch"] = r["first_mismatch"] and {"output": i, **r["first_mismatch"]}
             break
     return merged
+
+
+# ---------------------------------------------------------------- float64 figures, in pieces
+
+def _nan_max(values: list[float]) -> float:
+    """max() as torch's over the whole: NaN when any piece's maximum is NaN."""
+    return math.nan if any(math.isnan(v) for v in values) else max(values)
+
+
+def max_abs_diff64(outs: list, refs: list, chunk_bytes: int | None = None, device: Any = None) -> float | None:
+    """max |out - ref| in float64 over every output of matching shape (None: none match, or a count differs),
+    on `device` (default: each reference's), a piece at a time."""
+    if len(outs) != len(refs):
+        return None
+    values = []
+    try:
+        for o, r in zip(outs, refs):
+            if o.shape != r.shape or not o.numel():
+                continue
+            where = r.device if device is None else torch.device(device)
+            limit = max(1, (chunk_bytes or CHUNK_BYTES) // 8)
+            for _, prefix, span in pieces(tuple(r.shape), limit):
+                a = piece(o, prefix, span).to(where, torch.float64)
+                b = piece(r, prefix, span).to(where, torch.float64)
+                values.append(float((a - b).abs().max()))
+    except torch.OutOfMemoryError:
+        raise
+    except Exception:                                  # noqa: BLE001 - a figure that cannot be had is None
+        return None
+    return _nan_max(values) if values else None
+
+
+def max_magnitude(outs: list, chunk_bytes: int | None = None, device: Any = None) -> float | None:
+    """The largest |value| over the floating outputs (None: there are none), a piece at a time."""
+    values = []
+    try:
+        for o in outs or []:
+            if not (o.numel() and o.is_floating_point()):
+                continue
+            where = o.device if device is None else torch.device(device)
+            for _, part in flat_pieces(o, chunk_bytes):
+                values.append(float(part.to(where).abs().max()))
+    except torch.OutOfMemoryError:
+        raise
+    except Exception:                                  # noqa: BLE001
+        return None
+    return _nan_max(values) if values else None
+
+
+def all_finite(outs: list, chunk_bytes: int | None = None, device: Any = None) -> bool:
+    """Whether every floating output holds no NaN or Inf, a piece at a time."""
+    for o in outs:
+        if o.is_floating_point():
+            where = o.device if device is None else torch.device(device)
+            for _, part in flat_pieces(o, chunk_bytes):
+                if not bool(torch.isfinite(part.to(where)).all()):
+                    return False
+    return True

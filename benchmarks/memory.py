@@ -1,0 +1,103 @@
+"""GPU memory per side of an A/A pair: runs `run_eval.py calibrate` (each problem's Model against itself) over a
+sample of problems on the GPU and prints, per problem, the eager call's peak, each worker's peak
+(torch.cuda.max_memory_allocated over the whole process, as the record's `worker.memory` reports it), the plan's
+shares, and the ratio of both peaks together to the target (2x the eager peak + 1.5 GiB; under 1.0 is within it).
+A problem the budget cannot hold prints its `harness_oom` line instead.
+
+    python benchmarks/memory.py                                   # 4 problems each of levels 1, 2, 3
+    python benchmarks/memory.py --per-level 10 --gpu-memory-gb 24 # emulate a 24 GB card
+    python benchmarks/memory.py --problem 'level1/018_*'          # one problem (a glob over level/name)
+    python benchmarks/memory.py -- --compile-modes default        # more run_eval.py flags after --
+
+The sample: the first --per-level problems of each level in problems/ (sorted by name) and level1/018_relu (the
+problem the budget was measured on first), or --problem GLOB. Each
+problem runs one process pair with a short timing cap (--max-pair-seconds 3, no torch.compile baselines, unless
+given after --). Nothing here is asserted (tests/test_gpu.py's test_memory_* assert the target on fixtures).
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+GIB = 1 << 30
+ISSUE = "level1/018_relu"       # 2.5 GiB in, 2.5 GiB out: its A/A pair ended `oom` on an 80 GB H100 before the budget
+
+
+def sample(problems_dir: Path, per_level: int, pattern: str | None) -> list[str]:
+    """`level/name` ids: the first `per_level` of each level, or those matching `pattern`."""
+    chosen = []
+    for level in sorted(p for p in problems_dir.iterdir() if p.is_dir()):
+        ids = sorted(f"{level.name}/{f.stem}" for f in level.glob("*.py") if not f.name.startswith("_"))
+        chosen += [i for i in ids if fnmatch.fnmatch(i, pattern)] if pattern else ids[:per_level]
+    if not pattern and (problems_dir / "level1" / f"{ISSUE.split('/')[1]}.py").is_file() and ISSUE not in chosen:
+        chosen.append(ISSUE)                       # the problem the budget was measured on first
+    return chosen
+
+
+def run(problem: str, args: argparse.Namespace, extra: list[str], out: Path) -> list[dict[str, Any]]:
+    level, name = problem.split("/", 1)
+    cmd = [sys.executable, str(REPO / "run_eval.py"), "calibrate", "--problems-dir", str(args.problems_dir),
+           "--level", level, "--problem", name, "--device", "cuda", "--processes", "1", "--json",
+           "--output-dir", str(out), "--max-pair-seconds", "3", "--compile-modes", "none"]
+    if args.gpu_memory_gb is not None:
+        cmd += ["--gpu-memory-gb", str(args.gpu_memory_gb)]
+    done = subprocess.run(cmd + extra, cwd=REPO, capture_output=True, text=True)
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if not records:
+        print(f"{problem}: no record (exit {done.returncode}): {done.stderr.strip().splitlines()[-1:]}",
+              file=sys.stderr)
+    return records
+
+
+def gib(n: Any) -> str:
+    return f"{n / GIB:.2f}" if isinstance(n, (int, float)) else "-"
+
+
+def row(record: dict[str, Any]) -> list[str]:
+    memory = (record.get("worker") or {}).get("memory") or {}
+    eager, ref, cand = (memory.get(k) for k in ("eager_peak_bytes", "reference_peak_bytes", "candidate_peak_bytes"))
+    ratio = "-"
+    if all(isinstance(x, int) for x in (eager, ref, cand)):
+        ratio = f"{(ref + cand) / (2 * eager + 1.5 * GIB):.2f}"
+    fp64 = memory.get("fp64") if str(memory.get("fp64") or "").startswith("skipped") else ""
+    note = record["error"] if record.get("status") != "ok" else f"fp64 {fp64}" if fp64 else ""
+    return [record["problem"], record.get("status") or "-", gib(eager), gib(ref), gib(cand),
+            gib(memory.get("reference_share_bytes")), gib(memory.get("candidate_share_bytes")), ratio,
+            (note or "")[:90]]
+
+
+def main(argv: list[str]) -> int:
+    own, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--problems-dir", type=Path, default=REPO / "problems")
+    p.add_argument("--per-level", type=int, default=4, help="problems per level (default 4)")
+    p.add_argument("--problem", help="a glob over level/name instead of the per-level sample")
+    p.add_argument("--gpu-memory-gb", type=float, help="the budget (default: the card's)")
+    args = p.parse_args(own)
+    header = ["problem", "status", "eager GiB", "ref peak", "cand peak", "ref share", "cand share",
+              "(ref+cand)/target", "note"]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kb-memory-") as tmp:
+        for problem in sample(args.problems_dir, args.per_level, args.problem):
+            for record in run(problem, args, extra, Path(tmp)):
+                rows.append(row(record))
+                print("  ".join(rows[-1]), file=sys.stderr, flush=True)      # as they come
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    measured = [float(r[7]) for r in rows if r[7] != "-"]
+    print(f"target: both peaks together <= 2 x eager peak + 1.5 GiB; {sum(1 for x in measured if x <= 1)} of "
+          f"{len(measured)} measured pairs within it")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

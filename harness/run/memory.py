@@ -1,0 +1,86 @@
+"""The parent's side of the GPU memory budget (harness.shared.memplan): a problem's pair plan from what its reference
+reported in `ready`, the records of pairs the harness could not fit (`harness_oom`: `skipped`, the candidate not
+blamed), and each side's peak for the record (`worker.memory`). evaluate.ReferenceSide and run_pair call these."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from harness.core import flags
+from harness.results.records import RecordDraft, Status, finish
+from harness.run import defenses
+from harness.run.workerproc import Worker, WorkerExit
+from harness.shared import memplan
+
+OOM_MARK = "kb-harness: harness_oom: "      # the line a reference worker leaves in its log when it runs out of memory
+
+
+def plan(reference: Any) -> memplan.PairPlan | None:
+    """The pairs' split of the device memory (memplan.plan_pair) from `ready`'s `memory`, for `reference` (an
+    evaluate.ReferenceSide whose mode is chosen); the reference is told its share (op `budget`), the candidate gets
+    the rest in its job. None on the CPU path, or where the report lacks a figure. A plan with `error` set: the
+    pairs cannot fit and are skipped (nothing is sent)."""
+    memory = reference.ready.memory if reference.ready is not None else None
+    needs = memplan.Needs.from_report(memory) if reference.device != "cpu" else None
+    budget = memory.get("budget_bytes") if isinstance(memory, dict) else None
+    if needs is None or not isinstance(budget, int) or isinstance(budget, bool):
+        return None
+    cfg = reference.pc.cfg
+    contexts = memory.get("cuda_contexts") if isinstance(memory.get("cuda_contexts"), int) else 2
+    found = memplan.plan_pair(budget, contexts, needs, cfg.timing.graph_calls if reference.mode.NAME == "graph" else 0,
+                              fp64=cfg.defenses)
+    if found.error:
+        return found
+    reference.worker.send({"op": "budget", "share_bytes": found.reference, "fp64": found.fp64})
+    reply = reference.worker.recv(time.monotonic() + cfg.reference_timeout)
+    if reply.get("kind") != "budget":
+        raise WorkerExit("protocol", None, f"reference answered {reply.get('kind')!r} to its budget")
+    return found
+
+
+def out_of_budget(worker: Worker) -> str | None:
+    """The `harness_oom: ...` line a reference worker that ran out of its memory share left in its log before it
+    exited (harness.worker.reference), or None."""
+    for line in reversed(worker.log_tail(4000).splitlines()):
+        if line.startswith(OOM_MARK):
+            return line[len("kb-harness: "):].strip()[:400]
+    return None
+
+
+def skipped(record: RecordDraft, line: str) -> RecordDraft:
+    """A pair the harness could not fit in the memory budget: `skipped`, flagged `harness_oom`, `line` the error."""
+    finish(record, Status.SKIPPED, line)
+    defenses.flag(record, flags.HARNESS_OOM, line)
+    return record
+
+
+def reference_lost(record: RecordDraft, worker: Worker, error: str) -> None:
+    """The reference worker is gone mid-pair: skipped with `harness_oom` where it ran out of its memory share, else
+    `crashed` with `error`."""
+    line = out_of_budget(worker)
+    if line is None:
+        finish(record, Status.CRASHED, error)
+    else:
+        skipped(record, line)
+
+
+def peak(worker: Worker, device: str) -> int | None:
+    """A worker's peak of device memory so far (op `memory`: torch.cuda.max_memory_allocated), or None."""
+    if device == "cpu" or not worker.alive():
+        return None
+    try:
+        worker.send({"op": "memory"})
+        reply = worker.recv(time.monotonic() + 30)
+    except WorkerExit:
+        return None
+    value = reply.get("peak_allocated_bytes") if reply.get("kind") == "memory" else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def record(reference: Any, candidate_peak: int | None, reference_peak: int | None) -> dict[str, Any] | None:
+    """`worker.memory`: each side's peak, the problem's eager peak, and the plan (budget, shares, fp64)."""
+    memory = reference.ready.memory if reference.ready is not None else None
+    if not isinstance(memory, dict) or reference.device == "cpu":
+        return None
+    return {"eager_peak_bytes": memory.get("eager_peak_bytes"), "reference_peak_bytes": reference_peak,
+            "candidate_peak_bytes": candidate_peak, **(reference.plan.record() if reference.plan else {})}

@@ -1,0 +1,414 @@
+"""The GPU memory budget, on the CPU where it runs there: chunked comparisons give the figures of whole ones, the
+mutation check's checksums agree with its copies, the budget planner's arithmetic (harness.shared.memplan), the
+graph_calls cap, the `gpu_memory_gb` plumbing, and a reference side that runs out of memory giving `skipped` +
+`harness_oom` rather than a candidate's `oom`. The GPU side of it is in test_gpu.py (test_memory_*)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import FIXTURES, json_records, run_cli, write_config
+from harness.core import flags
+from harness.core.config import load_config
+from harness.core.errors import InputError
+from harness.shared import memplan
+from harness.shared.memplan import GIB, MIB, Needs
+from harness.worker import sampler, verify
+from harness.worker.common import Settings, device_input_set_at, device_input_sets
+
+
+@pytest.fixture(autouse=True)
+def _no_grad():
+    with torch.no_grad():                               # as in the workers (common.setup_torch)
+        yield
+
+
+# ---------------------------------------------------------------- the unchunked compare, as it was: the oracle
+
+def whole_compare(out, ref, atol, rtol):
+    if tuple(out.shape) != tuple(ref.shape) or out.dtype != ref.dtype:
+        return verify.compare_tensor(out, ref, atol, rtol)
+    if out.numel() == 0:
+        return verify.compare_tensor(out, ref, atol, rtol)
+    work = torch.float64 if ref.dtype == torch.float64 else torch.float32
+    a = out.to(ref.device).reshape(-1).to(work)
+    b = ref.reshape(-1).to(work)
+    special = ~torch.isfinite(b) | ~torch.isfinite(a)
+    same_special = (torch.isnan(a) & torch.isnan(b)) | (torch.isinf(a) & torch.isinf(b) & (torch.sign(a) == torch.sign(b)))
+    bad_special = special & ~same_special
+    finite = ~special
+    err = torch.where(finite, (a - b).abs(), torch.zeros_like(a))
+    bad = bad_special | (err > atol + rtol * b.abs())
+    n_bad = int(bad.sum())
+    rel_mask = finite & (b.abs() > atol)
+    rel = torch.where(rel_mask, err / b.abs().clamp_min(1e-30), torch.zeros_like(a))
+    result = {"ok": n_bad == 0, "max_abs_err": float(err.max()), "max_rel_err": float(rel.max()),
+              "mismatches": n_bad, "first_mismatch": None, "reason": None}
+    if n_bad:
+        flat = int(bad.nonzero()[0, 0])
+        got, want = float(a[flat]), float(b[flat])
+        result["first_mismatch"] = {"index": verify._index(flat, tuple(ref.shape)), "got": got, "expected": want}
+        n_nan = int((bad_special & torch.isnan(a)).sum())
+        what = f"{n_nan} NaN where the reference is finite, " if n_nan else ""
+        result["reason"] = (f"{what}{n_bad} of {ref.numel()} elements out of tolerance; first at "
+                            f"{result['first_mismatch']['index']}: got {got:.6g}, expected {want:.6g}")
+    return result
+
+
+def _same(a: dict, b: dict) -> bool:
+    """Equal results, NaN equal to NaN (repr spells floats exactly)."""
+    return repr(a) == repr(b)
+
+
+def _cases():
+    g = torch.Generator().manual_seed(1)
+    ref = torch.randn(37, 29, generator=g)
+    late = ref.clone()
+    late[36, 28] += 1.0                                # the only mismatch, in the last chunk
+    late[30, 3] = float("nan")                          # a NaN where the reference is finite, in a late chunk
+    special_ref = ref.clone()
+    special_ref[5, 5], special_ref[20, 1], special_ref[33, 7] = float("inf"), float("nan"), float("-inf")
+    special_out = special_ref.clone()
+    special_out[33, 7] = float("inf")                   # -inf became +inf: a mismatch
+    special_out[34, 0] = float("inf")                   # an Inf where the reference is finite
+    big = ref * 3e38                                    # |a - b| overflows to inf
+    near = ref + 1e-6 * torch.randn(37, 29, generator=g)
+    t = torch.randn(29, 37, generator=g)
+    yield "late", late, ref
+    yield "special", special_out, special_ref
+    yield "overflow", -big, big
+    yield "within", near, ref
+    yield "equal", ref.clone(), ref
+    yield "transposed out", t.t(), t.t().contiguous() + 0.0
+    yield "transposed both", (t + 1e-3).t(), t.t()
+    yield "strided", ref[::2, 1::3] + 1e-2, ref[::2, 1::3].contiguous()
+    yield "expanded", torch.zeros(()).expand(37, 29), ref
+    yield "3-d", torch.randn(4, 3, 50, generator=g), torch.randn(4, 3, 50, generator=g)
+    yield "0-d", torch.tensor(1.0), torch.tensor(1.5)
+    yield "float64", ref.double() + 1e-9, ref.double()
+    yield "bf16", ref.bfloat16() + 0.5, ref.bfloat16()
+    yield "fp16", ref.half(), ref.half()
+    yield "int", torch.arange(100), torch.arange(100).flip(0)
+    yield "shape", ref[:3], ref
+    yield "dtype", ref.double(), ref
+    yield "empty", torch.empty(0, 3), torch.empty(0, 3)
+
+
+@pytest.mark.parametrize("chunk_bytes", [4, 64, 1000, 4096, None])
+def test_chunked_compare_gives_the_whole_compares_figures(chunk_bytes):
+    for name, out, ref in _cases():
+        chunked = verify.compare_tensor(out, ref, 1e-4, 1e-4, chunk_bytes=chunk_bytes)
+        assert _same(chunked, whole_compare(out, ref, 1e-4, 1e-4)), (name, chunked)
+
+
+def test_chunked_compare_of_several_outputs_names_the_first_failing_one():
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(64, 64, generator=g), torch.randn(10, generator=g)
+    bad = b.clone()
+    bad[9] += 1
+    for chunk in (16, 256, None):
+        whole = verify.compare_outputs([a, bad], [a, b], 1e-4, 1e-4)
+        assert verify.compare_outputs([a, bad], [a, b], 1e-4, 1e-4, chunk_bytes=chunk) == whole
+        assert whole["reason"].startswith("output 1: 1 of 10 elements") and whole["first_mismatch"]["index"] == [9]
+        assert whole["first_mismatch"]["output"] == 1
+
+
+def test_pieces_cover_every_element_once_in_order_within_the_limit():
+    for shape, limit in [((7, 5, 3), 4), ((2, 100), 30), ((1, 1000), 64), ((13,), 5), ((), 1), ((3, 0, 2), 4),
+                         ((5, 33), 33), ((5, 34), 33)]:
+        t = torch.arange(math.prod(shape)).reshape(shape) if shape else torch.tensor(0)
+        seen = []
+        for offset, prefix, span in verify.pieces(shape, limit):
+            part = verify.piece(t, prefix, span)
+            assert part.numel() <= max(limit, 1) and part.tolist() == list(range(offset, offset + part.numel()))
+            seen += part.tolist()
+        assert seen == list(range(t.numel())), shape
+
+
+def test_float64_figures_in_pieces_equal_the_whole():
+    g = torch.Generator().manual_seed(3)
+    out, exact = torch.randn(40, 30, generator=g), torch.randn(40, 30, generator=g).double()
+    whole = float((out.double() - exact).abs().max())
+    assert verify.max_abs_diff64([out], [exact], chunk_bytes=64) == whole
+    assert verify.max_magnitude([exact], chunk_bytes=64) == float(exact.abs().max())
+    nan = out.clone()
+    nan[39, 29] = float("nan")
+    assert math.isnan(verify.max_abs_diff64([nan], [exact], chunk_bytes=64))       # torch's max: NaN wins
+    assert verify.max_abs_diff64([out], [exact, exact]) is None
+    assert verify.all_finite([out], chunk_bytes=64) and not verify.all_finite([nan], chunk_bytes=64)
+
+
+# ---------------------------------------------------------------- the mutation check: checksums agree with copies
+
+def test_checksums_agree_with_copies():
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(50, 40, generator=g)
+    x[3, 3] = 0.0
+    x[4, 4] = float("nan")
+    key = 12345
+    d = sampler.Digest(x, key)
+    variants = {"same": x.clone(), "minus zero": x.clone(), "other nan": x.clone(), "one changed": x.clone(),
+                "swapped": x.clone(), "shape": x.reshape(40, 50).clone(), "dtype": x.double(),
+                "transposed copy": x.t().contiguous().t()}
+    variants["minus zero"][3, 3] = -0.0
+    variants["other nan"][4, 4] = -float("nan")
+    variants["one changed"][49, 39] = torch.nextafter(x[49, 39], torch.tensor(1e9))
+    variants["swapped"][0, 0], variants["swapped"][0, 1] = x[0, 1], x[0, 0]
+    for name, y in variants.items():
+        assert d.same(y, key) == sampler.same_tensor(y, x), name
+    for small in (16, 64, 4096):
+        assert sampler.checksum(x, key, small) == sampler.checksum(x, key)
+    ints = torch.arange(1000)
+    assert sampler.Digest(ints, 7).same(ints.clone(), 7) and not sampler.Digest(ints, 7).same(ints.flip(0), 7)
+    flags_ = torch.tensor([True, False, True])
+    assert not sampler.Digest(flags_, 7).same(torch.tensor([True, True, True]), 7)
+
+
+def test_snapshot_copies_small_inputs_and_checksums_large_ones(monkeypatch):
+    x, n = torch.randn(64, 64), 3
+    small = sampler.snapshot([x, n])
+    assert small[0] == 0 and torch.equal(small[1][0], x) and small[1][1] == 3
+    monkeypatch.setattr(sampler, "PRISTINE_BYTES", 1024)
+    large = sampler.snapshot([[x, n], [x.clone(), n]])                   # graph mode: a set per captured call
+    assert large[0] and all(isinstance(d, sampler.Digest) for d in large[1][::2])
+    assert not sampler.differs([[x, n], [x.clone(), n]], large)
+    y = x.clone()
+    y[63, 63] += 1
+    assert sampler.differs([[x, n], [y, n]], large)
+    assert sampler.differs([x * 2, n], small) and not sampler.differs([x.clone(), n], small)
+
+
+def test_one_captured_calls_inputs_drawn_again_are_those_of_the_set():
+    problem = type("P", (), {"get_inputs": staticmethod(lambda: [torch.randn(3, 4), 7, torch.randint(0, 9, (5,))])})
+    sets = device_input_sets(problem, 99, Settings(), "cpu", 4)
+    for k in range(4):
+        again = device_input_set_at(problem, 99, Settings(), "cpu", k)
+        assert all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(again, sets[k]))
+
+
+# ---------------------------------------------------------------- the planner's arithmetic
+
+RELU = Needs(eager_peak=5 * GIB, sample_peak=5 * GIB + 200 * MIB, kept=0, params=0, inputs=5 * GIB // 2,
+             outputs=5 * GIB // 2)
+
+
+def test_budget_is_the_flag_or_the_card():
+    assert memplan.budget_bytes(None, 80 * GIB) == 80 * GIB
+    assert memplan.budget_bytes(24, 80 * GIB) == 24 * GIB
+    assert memplan.budget_bytes(100, 80 * GIB) == 80 * GIB
+    assert memplan.setup_share(24 * GIB, 3) == 24 * GIB - 3 * memplan.CONTEXT_BYTES
+    assert memplan.fraction(20 * GIB, 80 * GIB) == 0.25 and memplan.fraction(90 * GIB, 80 * GIB) == 1.0
+
+
+def test_a_large_elementwise_problem_fits_an_80_gb_card_within_the_target():
+    plan = memplan.plan_pair(80 * GIB, 3, RELU)
+    assert plan.error is None and plan.fp64 is None                    # room for the float64 checks too
+    assert plan.reference + plan.candidate + 3 * memplan.CONTEXT_BYTES == 80 * GIB
+    assert plan.candidate >= plan.candidate_need
+    cold = memplan.plan_pair(80 * GIB, 3, RELU, fp64=False)
+    # without float64, what each side is planned to hold is within 2x the eager peak + 1.5 GiB together
+    assert memplan.reference_need(RELU) + memplan.candidate_need(RELU) <= 2 * RELU.eager_peak + 2 * GIB
+    assert cold.reference == memplan.reference_need(RELU)
+
+
+def test_float64_is_skipped_and_said_where_it_does_not_fit():
+    plan = memplan.plan_pair(14 * GIB, 2, RELU)
+    assert plan.error is None
+    assert plan.fp64.startswith("skipped: needs ") and ", budget " in plan.fp64 and "GiB" in plan.fp64
+    assert plan.reference == memplan.reference_need(RELU)
+
+
+def test_a_pair_that_cannot_fit_is_refused_with_the_need_and_the_budget():
+    plan = memplan.plan_pair(8 * GIB, 2, RELU)
+    assert plan.error.startswith("harness_oom: the pair needs ") and plan.error.endswith("budget 8.0 GiB")
+    eager = memplan.plan_pair(4 * GIB, 2, RELU)
+    assert eager.error == ("harness_oom: the problem's eager forward needs 5.0 GiB, budget 4.0 GiB (3.0 GiB beside "
+                           "2 CUDA contexts)")
+
+
+def test_graph_calls_are_capped_by_what_a_call_holds():
+    assert memplan.graph_calls_cap(20, 0, 0) == 20
+    assert memplan.graph_calls_cap(20, 10 * MIB, 10 * MIB) == 20              # 40 MiB a call: 25 fit 1 GiB
+    assert memplan.graph_calls_cap(20, 100 * MIB, 100 * MIB) == 2             # 400 MiB a call
+    assert memplan.graph_calls_cap(20, GIB, GIB) == 1                         # never fewer than one
+    mid = Needs(eager_peak=300 * MIB, sample_peak=400 * MIB, kept=0, params=0, inputs=100 * MIB, outputs=100 * MIB)
+    plan = memplan.plan_pair(80 * GIB, 3, mid, graph_calls=20)
+    assert plan.graph_calls == 2 and plan.graph_capped.startswith("2 of 20 calls captured")
+    assert memplan.plan_pair(80 * GIB, 3, mid, graph_calls=0).graph_calls == 0
+    tiny = Needs(eager_peak=MIB, sample_peak=2 * MIB, kept=MIB, params=0, inputs=MIB // 4, outputs=MIB // 4)
+    uncapped = memplan.plan_pair(80 * GIB, 3, tiny, graph_calls=20)
+    assert uncapped.graph_calls == 20 and uncapped.graph_capped is None
+    tight = memplan.plan_pair(3 * GIB + GIB // 2, 2, mid, graph_calls=20)   # what is left beside the cold needs
+    assert tight.error is None and tight.graph_calls == 1 and tight.graph_capped.startswith("1 of 20")
+    assert tight.reference + tight.candidate + 2 * memplan.CONTEXT_BYTES == tight.budget
+
+
+def test_needs_from_the_references_report():
+    report = {"eager_peak_bytes": 5, "sample_peak_bytes": 6, "kept_bytes": 0, "param_bytes": 1, "input_bytes": 2,
+              "output_bytes": 2, "trials": 3}
+    assert Needs.from_report(report) == Needs(5, 6, 0, 1, 2, 2, 3)
+    assert Needs.from_report({**report, "eager_peak_bytes": None}) is None
+    assert Needs.from_report(None) is None
+
+
+# ---------------------------------------------------------------- configuration and flags
+
+def test_gpu_memory_gb_in_the_config_and_on_the_command_line(tmp_path):
+    from harness import cli
+    assert load_config(None, {}).gpu_memory_gb is None
+    path = tmp_path / "c.yaml"
+    path.write_text("gpu_memory_gb: 24\n")
+    assert load_config(path, {}).gpu_memory_gb == 24.0
+    for bad in ("0", "-1", "lots", "true"):
+        path.write_text(f"gpu_memory_gb: {bad}\n")
+        with pytest.raises(InputError, match="gpu_memory_gb"):
+            load_config(path, {})
+    args = cli._run_parser().parse_args(["--gpu-memory-gb", "6"])
+    assert cli._overrides(args)["gpu_memory_gb"] == 6.0
+    assert load_config(None, cli._overrides(args)).gpu_memory_gb == 6.0
+    assert "--gpu-memory-gb" in cli.build_parser().format_help()
+    assert "--gpu-memory-gb" in cli.command_parser("lint").format_help()
+    shipped = (Path(__file__).resolve().parent.parent / "config.yaml").read_text()
+    assert "\ngpu_memory_gb: null" in shipped
+
+
+def test_harness_oom_is_a_warning_row_that_keeps_a_pair_off_the_ranking():
+    row = flags.get("harness_oom")
+    assert row is flags.HARNESS_OOM and not row.invalidates and not row.ranked and not row.retry
+    assert row.meaning == "the harness could not fit this problem in the memory budget; the candidate is not blamed"
+
+
+# ---------------------------------------------------------------- blame, end to end on the CPU path
+
+@pytest.fixture(scope="module")
+def memory_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("memory")
+    config = write_config(tmp, FIXTURES / "memory")
+    done = run_cli("--config", str(config), "--json", "--timeout", "60")
+    assert done.returncode == 0, done.stderr
+    return json_records(done.stdout)
+
+
+def test_a_reference_that_runs_out_of_memory_in_setup_is_not_the_candidates_oom(memory_run):
+    record = memory_run["aa_setup"]
+    assert record["status"] == "skipped" and record["flags"] == ["harness_oom"], record["error"]
+    assert record["error"].startswith("harness_oom: ") and "get_inputs()" in record["error"]
+    assert record["flag_details"]["harness_oom"] == record["error"]
+
+
+def test_a_reference_that_runs_out_of_memory_mid_pair_is_not_the_candidates_oom(memory_run):
+    record = memory_run["aa_midpair"]
+    assert record["status"] == "skipped" and "harness_oom" in record["flags"], (record["error"], record["worker"])
+    assert record["error"].startswith("harness_oom: the reference ran out of memory in "), record["error"]
+
+
+def test_a_candidate_that_runs_out_of_memory_stays_oom(memory_run):
+    record = memory_run["oom_candidate"]
+    assert record["status"] == "oom" and "harness_oom" not in record["flags"], record["error"]
+
+
+def test_an_aa_pair_on_a_problem_that_fits_is_ok(memory_run):
+    record = memory_run["aa_fits"]
+    assert record["status"] == "ok", record["error"]
+    assert record["correctness"]["fp64"] is None and record["correctness"]["fp64_reference_max_abs_err"] is not None
+
+
+def test_lint_skips_a_check_that_does_not_fit_and_says_which(tmp_path):
+    import json
+    done = run_cli("lint", "--problems-dir", str(FIXTURES / "memory_lint" / "problems"), "--device", "cpu",
+                   "--output-dir", str(tmp_path), "--json")
+    assert done.returncode == 0, done.stderr
+    results = {json.loads(l)["problem"].split("/")[1]: json.loads(l) for l in done.stdout.splitlines()}
+    checks = results["001_checks_oom"]
+    assert checks["verdict"] == "ok" and checks["deterministic"] is None and checks["param_dependent"] is None
+    assert [s.split(":")[0] for s in checks["skipped"]] == ["deterministic", "param_dependent"], checks["skipped"]
+    assert "out of memory in a second identical run" in checks["skipped"][0]
+    assert checks["input_dependent"] is True and checks["eager_ms"] > 0
+    eager = results["002_eager_oom"]
+    assert eager["verdict"] == "oom" and "forward" in eager["reasons"][0]
+
+
+# ---------------------------------------------------------------- the reference's GPU-side choices, on the CPU
+
+class _Problem:
+    """A problem module's stand-in: Linear -> ReLU on fresh randn inputs."""
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(24, 16)
+
+        def forward(self, x):
+            return torch.relu(self.linear(x))
+
+    @staticmethod
+    def get_inputs():
+        return [torch.randn(40, 24)]
+
+
+def _trials(monkeypatch, keep_bytes: int):
+    from harness.worker import reference
+    monkeypatch.setattr(reference, "KEEP_BYTES", keep_bytes)
+    torch.manual_seed(0)
+    model = _Problem.Model()
+    trials = reference._Trials(_Problem, Settings(), "cpu", 1000, 3, keep_all=False)
+    originals = []
+    for k in range(3):
+        x = trials.inputs(k)
+        originals.append([t.clone() for t in x])
+        torch.manual_seed(1000 + k)
+        trials.add(k, x, [model(*x)])
+    return reference, model, trials, originals
+
+
+def test_large_trials_keep_their_outputs_off_the_device_and_draw_their_inputs_again(monkeypatch):
+    reference, model, trials, originals = _trials(monkeypatch, keep_bytes=1024)      # everything is "large"
+    assert not trials.keep_outputs and not trials.keep_first_inputs and trials.kept_inputs == {}
+    for k in range(3):
+        again = trials.inputs(k)
+        assert torch.equal(again[0], originals[k][0])                    # the same draw: seed + k
+        assert torch.equal(trials.expected[k][0], model(*again))
+    small = _trials(monkeypatch, keep_bytes=1 << 20)[2]
+    assert small.keep_outputs and set(small.kept_inputs) == {0}          # trial 0's inputs stay, the rest are drawn
+
+
+def test_a_large_output_file_is_verified_from_the_host_with_the_same_figures(monkeypatch, tmp_path):
+    from harness.shared.tensorfile import write_tensors
+    reference, model, trials, _ = _trials(monkeypatch, keep_bytes=1024)
+    settings = Settings()
+    out = trials.expected[1][0].clone()
+    out[39, 15] += 1
+    results = []
+    for keep in (1024, 1 << 30):                         # read to the host (large) and to the device (small)
+        monkeypatch.setattr(reference, "KEEP_BYTES", keep)
+        path = write_tensors([out], str(tmp_path / f"trial1-{keep}.kbt"))
+        item = {"label": "trial1", "path": path, "trial": 1}
+        result = reference._verify_file(item, trials, None, None, settings, "cpu", verify)
+        result.pop("outputs")
+        results.append(result)
+    assert results[0] == results[1] and results[0]["first_mismatch"]["index"] == [39, 15]
+
+
+def test_a_full_check_recomputes_the_references_output_from_the_samples_seed(monkeypatch):
+    from harness.worker import reference
+    from harness.shared import messages as m
+    torch.manual_seed(0)
+    model = _Problem.Model()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    spec = m.TimingSpec("host", 0, False, 20)
+    s = sampler.Sampler({"eager": lambda x: model(*x)}, _Problem, Settings(), "cpu", spec, defenses=True,
+                        trusted=True)
+    memo = type("M", (), {"fp64_note": None})()
+    full = reference._FullCheck(model, state, Settings(), True, s, memo, "cpu")
+    s.sample(m.SampleRequest("eager", 4242))
+    s.check(m.CheckRequest(77, [0], keep_full=True))
+    assert s.kept[77] == (4242, 0)                       # a seed and a captured call, not tensors
+    honest = model(*sampler.device_inputs(_Problem, 4242, Settings(), "cpu"))
+    result = full.compare([honest.clone()], s.kept[77])
+    assert result["ok"] and result["fp64_max_abs_err"] is not None and "fp64" not in result
+    memo.fp64_note = "skipped: needs 9.0 GiB, budget 4.0 GiB"
+    wrong = full.compare([honest + 1], s.kept[77])
+    assert not wrong["ok"] and wrong["fp64"] == memo.fp64_note and "fp64_max_abs_err" not in wrong
