@@ -79,8 +79,8 @@ def checksum(t, key: int, chunk_bytes: int | None = None) -> int:
     compares with == and takes NaNs at the same places as equal."""
     import torch
     from harness.worker.verify import flat_pieces
-    total = 0
-    for offset, part in flat_pieces(t, chunk_bytes or CHUNK_BYTES // 2, 8):
+    total = torch.zeros((), dtype=torch.int64, device=t.device)      # summed where it lies: one sync, at the end
+    for offset, part in flat_pieces(t, chunk_bytes or 2 * CHUNK_BYTES, 8):
         if part.is_complex():
             part = torch.view_as_real(part).reshape(-1)
         if part.is_floating_point():
@@ -92,8 +92,8 @@ def checksum(t, key: int, chunk_bytes: int | None = None) -> int:
         weight = index * _MIX_A + key
         weight = (weight ^ (weight >> 29)) * _MIX_B
         weight = weight | 1
-        total = (total + int((part.to(torch.int64) * weight).sum())) % (1 << 64)
-    return total
+        total += (part.to(torch.int64) * weight).sum()                # int64 wraps: the sum mod 2**64
+    return int(total) % (1 << 64)
 
 
 def snapshot(inputs: list) -> tuple[int, list] | None:
