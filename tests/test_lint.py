@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 from conftest import FIXTURES, json_records, run_cli, write_config
 
 
@@ -45,3 +47,13 @@ def test_degenerate_problem_is_flagged_when_evaluated(tmp_path):
     assert record["status"] == "invalid" and "reduced_precision" in record["flags"], record["error"]
     assert "degenerate_problem" in record["flags"]        # ... and the record says why the tolerance meant nothing
     assert "all-zeros" in record["flag_details"]["degenerate_problem"]
+
+
+def test_lint_constant_check_on_scalar_outputs_uses_another_input_draw():
+    from harness.worker.lint import degenerate_checks
+    x = [torch.randn(4, 4)]
+    loss, loss_other = [torch.tensor(4.32)], [torch.tensor(5.10)]
+    checks = degenerate_checks(loss, loss_other, x, 1e-4, 1e-3)
+    assert not checks["constant_pass"] and not checks["degenerate"]
+    stable = degenerate_checks(loss, [torch.tensor(4.3201)], x, 1e-4, 1e-3)
+    assert stable["constant_pass"] and stable["degenerate"]     # a loss that barely moves with its inputs
