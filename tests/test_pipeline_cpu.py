@@ -10,8 +10,10 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import REPO, SAMPLES_PER_ROUND, json_records, run_cli, run_dirs, write_config
 
@@ -139,7 +141,8 @@ def test_report_rerenders_a_past_run(first_run):
 
 def test_second_run_compiles_nothing(first_run):
     tmp, config, first_records, _ = first_run
-    sos = sorted((tmp / "cache").rglob("*.so"))
+    cache = Path(yaml.safe_load(config.read_text())["cache_dir"])     # the session's shared cache (conftest)
+    sos = sorted(cache.rglob("*.so"))
     assert sos, "the first run built a shared object"
     mtimes = {p: p.stat().st_mtime_ns for p in sos}
     done = run_cli("--config", str(config), "--json", "--candidate", "correct_cpp")
@@ -204,7 +207,7 @@ def test_a_relative_cache_dir_builds_the_cpu_examples(tmp_path):
     temporary folder must be absolute there: with a relative one, g++ fell back to /tmp, which the build's sandbox
     does not let it write, and the README's CPU example read compile_error."""
     examples = REPO / "examples" / "cpu"
-    config = write_config(tmp_path, examples)
+    config = write_config(tmp_path, examples, cache_dir=tmp_path / "cache")
     config.write_text(config.read_text().replace(f"cache_dir: {tmp_path / 'cache'}", "cache_dir: cache"))
     done = run_cli("--config", str(config), "--json", "--problem", "*001_relu_scale", "--candidate", "cpp_loop",
                    cwd=tmp_path)

@@ -102,7 +102,7 @@ def _pidfiles(folder: Path, pattern: str = "kb-orphan-*.pid") -> dict[str, int]:
 def _start(tmp: Path, run_tag: str, *args: str, **config) -> tuple[subprocess.Popen, Path]:
     pids = tmp / "pids"
     pids.mkdir(exist_ok=True)
-    cfg = write_config(tmp, ORPHANS, **config)
+    cfg = write_config(tmp, ORPHANS, cache_dir=tmp / "cache", **config)    # builds must run: a cache of its own
     # KB_SANDBOX=off: the process tree must hold where no sandbox can be applied, and the escapees write their pid
     # files to $TMPDIR, which a confined worker cannot (test_sandbox covers setsid grandchildren under confinement)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "KB_RUN_TAG": run_tag, "TMPDIR": str(pids), "KB_SANDBOX": "off"}
