@@ -276,7 +276,12 @@ def test_untagged_escapee_of_a_worker_is_killed(tmp_path):
                      "problem_path": str(ORPHANS / "problems" / "level1" / "001_linear_relu.py"),
                      "device_kind": "cpu", "seed": 0})
         assert worker.recv(time.monotonic() + 60)["kind"] == "built"
-        escapee = int((tmp_path / "kb-escapee.pid").read_text())
+        pidfile = tmp_path / "kb-escapee.pid"      # the grandchild may write it and exec after the worker's reply
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (
+                pidfile.exists() and b"kb-escapee-marker" in _read(f"/proc/{pidfile.read_text() or 0}/cmdline")):
+            time.sleep(0.02)
+        escapee = int(pidfile.read_text())
         assert b"KB_WORKER_TAG" not in _read(f"/proc/{escapee}/environ") and _alive(escapee)
     finally:
         worker.close()
