@@ -95,3 +95,15 @@ def cuda_available() -> bool:
 def fixture_tree() -> Path:
     return FIXTURES / "tree"
 
+
+@pytest.fixture(scope="session")
+def tree_run(tmp_path_factory, fixture_tree):
+    """One real run of the CLI over the fixture tree (one candidate per failure mode; spare workers on, as on GPU
+    slots): (tmp, config, records by candidate, the CompletedProcess). Shared by the tests that read its records
+    (test_pipeline_cpu, test_exports, and test_dask's local side), which only read tmp/results' one run folder;
+    a test that runs again writes to an output folder of its own."""
+    tmp = tmp_path_factory.mktemp("tree-run")
+    config = write_config(tmp, fixture_tree, spare_workers="on")
+    done = run_cli("--config", str(config), "--json", "--timeout", "20")
+    assert done.returncode == 0, done.stderr
+    return tmp, config, json_records(done.stdout), done

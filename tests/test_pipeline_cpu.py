@@ -1,6 +1,7 @@
 """The whole pipeline on the CPU, for real: real C++ extension builds, real worker processes, real timing.
 
-One run over the fixture tree (one candidate per failure mode) is shared by the tests that read its records."""
+One run over the fixture tree (one candidate per failure mode: conftest's tree_run) is shared by the tests that read
+its records."""
 from __future__ import annotations
 
 import json
@@ -19,12 +20,8 @@ from conftest import REPO, SAMPLES_PER_ROUND, json_records, run_cli, run_dirs, w
 
 
 @pytest.fixture(scope="module")
-def first_run(tmp_path_factory, fixture_tree):
-    tmp = tmp_path_factory.mktemp("run")
-    config = write_config(tmp, fixture_tree, spare_workers="on")     # workers started ahead, as on GPUs
-    done = run_cli("--config", str(config), "--json", "--timeout", "20")
-    assert done.returncode == 0, done.stderr
-    return tmp, config, json_records(done.stdout), done
+def first_run(tree_run):
+    return tree_run
 
 
 def test_every_pair_has_exactly_one_record(first_run):
@@ -145,13 +142,15 @@ def test_second_run_compiles_nothing(first_run):
     sos = sorted(cache.rglob("*.so"))
     assert sos, "the first run built a shared object"
     mtimes = {p: p.stat().st_mtime_ns for p in sos}
-    done = run_cli("--config", str(config), "--json", "--candidate", "correct_cpp")
+    again = tmp / "again"                                              # the shared run's folder stays alone
+    done = run_cli("--config", str(config), "--json", "--candidate", "correct_cpp", "--output-dir", str(again))
     assert done.returncode == 0, done.stderr
     record = json_records(done.stdout)["correct_cpp"]
     assert record["status"] == "ok", (record["error"], record["flags"], record["timing"])
     assert record["build"]["cached"] is True
     assert {p: p.stat().st_mtime_ns for p in sos} == mtimes
-    meta = json.loads((run_dirs(tmp)[-1] / "run.json").read_text())
+    (run_dir,) = [p for p in again.iterdir() if p.is_dir()]
+    meta = json.loads((run_dir / "run.json").read_text())
     assert meta["builds_compiled"] == 0 and meta["builds_cached"] == 1
 
 
