@@ -22,14 +22,29 @@ SAMPLES_PER_ROUND = 4        # each side: a forward and a backward block of 2 sa
 SAMPLES_PER_SIDE = 6 * SAMPLES_PER_ROUND     # when the CI target stops it at min_rounds
 
 
+# One cache_dir for the whole test session (set by the session fixture below): a C++ candidate compiled by one test
+# (~10 s each on a 2-core box) is found built by the next. A build's key hashes its source and the toolchain, so a
+# test finds only the build its own candidate would have made; a test about the cache, the build worker or what
+# lies in cache_dir (keys, build logs) passes cache_dir= a folder of its own.
+SHARED_CACHE: Path | None = None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_cache(tmp_path_factory) -> Path:
+    global SHARED_CACHE
+    SHARED_CACHE = tmp_path_factory.mktemp("shared-cache")
+    return SHARED_CACHE
+
+
 def write_config(tmp: Path, tree: Path, timing: dict[str, object] | None = None, **extra) -> Path:
-    """A config for the CPU tests; `timing` overrides keys of TEST_TIMING, `extra` adds top-level keys."""
+    """A config for the CPU tests; `timing` overrides keys of TEST_TIMING, `extra` adds top-level keys. cache_dir
+    is the session's shared one unless `extra` gives one."""
     timing_lines = {line.split(":")[0].strip(): line for line in ["  warmup: 2", *TEST_TIMING]}
     timing_lines.update({k: f"  {k}: {v}" for k, v in (timing or {}).items()})
     top = {"problems_dir": tree / "problems", "solutions_dir": tree / "solutions", "output_dir": tmp / "results",
-           "cache_dir": tmp / "cache", "device": "cpu", "trials": 3, "timeout": 30, **extra}   # a key once: the
-    lines = [f"{k}: {v}" for k, v in top.items()] + ["timing:", *timing_lines.values()]        # config refuses two
-    path = tmp / "config.yaml"
+           "cache_dir": SHARED_CACHE or tmp / "cache", "device": "cpu", "trials": 3, "timeout": 30, **extra}
+    lines = [f"{k}: {v}" for k, v in top.items()] + ["timing:", *timing_lines.values()]   # each key once: the
+    path = tmp / "config.yaml"                                                              # config refuses two
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -79,3 +94,16 @@ def cuda_available() -> bool:
 @pytest.fixture(scope="session")
 def fixture_tree() -> Path:
     return FIXTURES / "tree"
+
+
+@pytest.fixture(scope="session")
+def tree_run(tmp_path_factory, fixture_tree):
+    """One real run of the CLI over the fixture tree (one candidate per failure mode; spare workers on, as on GPU
+    slots): (tmp, config, records by candidate, the CompletedProcess). Shared by the tests that read its records
+    (test_pipeline_cpu, test_exports, and test_dask's local side), which only read tmp/results' one run folder;
+    a test that runs again writes to an output folder of its own."""
+    tmp = tmp_path_factory.mktemp("tree-run")
+    config = write_config(tmp, fixture_tree, spare_workers="on")
+    done = run_cli("--config", str(config), "--json", "--timeout", "20")
+    assert done.returncode == 0, done.stderr
+    return tmp, config, json_records(done.stdout), done

@@ -1,7 +1,7 @@
 """README's "Scale-out on Dask" recipe for an external cluster, on this machine and from the command line: a
 `dask scheduler` and two `dask worker` processes started as the README says, then `run_eval.py --executor dask
---scheduler ADDRESS`. The statuses equal a local run's, a worker SIGKILLed mid-run costs no record, a worker without
-the harness gets one clear line, and nothing is left running.
+--scheduler ADDRESS`. The statuses are a local run's (LOCAL), a worker SIGKILLed mid-run costs no record, a worker
+without the harness gets one clear line, and nothing is left running.
 
 The scheduler runs where `import harness` fails (a stub `harness` package that raises ModuleNotFoundError comes
 first on its PYTHONPATH), as on a login node with dask but not the harness: tasks must never need it there.
@@ -243,15 +243,19 @@ def statuses(tmp: Path, stderr: str) -> dict[tuple[str, str], str]:
 # ---------------------------------------------------------------- the tests
 
 
+# What a local run of cpu_tree gives, pair by pair (test_dask compares the two executors on runs of its own; a local
+# run here cost a third of this module's time)
+LOCAL = {("level1/001_relu_scale", "level1/001_relu_scale/aa_same_ops"): "ok",
+         ("level1/001_relu_scale", "level1/001_relu_scale/incorrect"): "incorrect",
+         ("level1/001_relu_scale", "level1/001_relu_scale/raises"): "runtime_error",
+         ("level1/002_row_softmax", "level1/002_row_softmax/aa_same_ops"): "ok",
+         ("level1/003_linear_bias", "level1/003_linear_bias/aa_same_ops"): "ok"}
+
+
 def test_readme_cluster_gives_the_local_statuses_and_survives_a_killed_worker(tmp_path, cluster):
-    t0 = time.monotonic()
     config = config_for(tmp_path)
     common = ["--config", str(config), "--device", "cpu", "--timeout", "30"]
-    local = subprocess.run([sys.executable, "run_eval.py", *common], cwd=REPO, capture_output=True, text=True,
-                           timeout=300, env=cluster.env())
-    assert local.returncode == 0, local.stderr
-    want = statuses(tmp_path, local.stderr)
-    assert set(want.values()) == {"ok", "incorrect", "runtime_error"} and len(want) == 5, want
+    want = LOCAL
     t1 = time.monotonic()
 
     cores = sorted(os.sched_getaffinity(0))
@@ -266,7 +270,7 @@ def test_readme_cluster_gives_the_local_statuses_and_survives_a_killed_worker(tm
         out, err = run.communicate(timeout=300)
     t2 = time.monotonic()
     left = cluster.stop()
-    print(f"local run {t1 - t0:.1f} s, cluster run {t2 - t1:.1f} s, worker killed: {victim}")
+    print(f"cluster run {t2 - t1:.1f} s, worker killed: {victim}")
     assert run.returncode == 0, err
     assert victim is not None, f"no task was seen running on a worker\n{err}"
     assert "deserializ" not in err and MISSING not in err, err

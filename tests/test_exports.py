@@ -18,16 +18,13 @@ from harness.results.store import RunStore
 TREE = FIXTURES / "tree"
 
 
-# ---------------------------------------------------------------- a real small run: CSV and JSON lines
+# ---------------------------------------------------------------- a real run (conftest's tree_run): CSV and JSON lines
 
 @pytest.fixture(scope="module")
-def real_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("exports")
-    config = write_config(tmp, TREE)
-    done = run_cli("--config", str(config), "--json", "--candidate", "correct_cpp", "--timeout", "60")
-    assert done.returncode == 0, done.stderr
+def real_run(tree_run):
+    tmp, _, records, _ = tree_run
     (run_dir,) = [p for p in (tmp / "results").iterdir() if p.is_dir()]
-    return run_dir, json_records(done.stdout)
+    return run_dir, records
 
 
 def test_report_csv_has_a_header_and_one_row_per_record(real_run):

@@ -228,20 +228,37 @@ def _pair(tmp_path: Path, suffix: str = ".py"):
                 "level1/001_relu_scale")
 
 
-def _build(pair, root: Path):
+def _toolchain():
     import torch
-    from harness.run.build import Toolchain, build_one
-    toolchain = Toolchain("cpu", torch.__version__, None, None, sys.version.split()[0])
-    return build_one(pair, root, toolchain, 120, 0)
+    from harness.run.build import Toolchain
+    return Toolchain("cpu", torch.__version__, None, None, sys.version.split()[0])
+
+
+def _build(pair, root: Path):
+    from harness.run.build import build_one
+    return build_one(pair, root, _toolchain(), 120, 0)
+
+
+@pytest.fixture(scope="module")
+def built_once(tmp_path_factory) -> Path:
+    """The candidate built once by a real build worker: its cache root (<tmp>/cache/builds)."""
+    tmp = tmp_path_factory.mktemp("built")
+    pair, root = _pair(tmp), tmp / "cache" / "builds"
+    first = _build(pair, root)
+    assert first.status == "built" and not first.cached and first.warning is None
+    return root
 
 
 @pytest.fixture()
-def cached(tmp_path):
-    """A candidate built once into tmp/cache/builds: (pair, cache root, its entry)."""
+def cached(tmp_path, built_once):
+    """A candidate built once into tmp/cache/builds (a copy of built_once's entry, which holds no path of its
+    candidate's): (pair, cache root, its entry)."""
     pair, root = _pair(tmp_path), tmp_path / "cache" / "builds"
-    first = _build(pair, root)
-    assert first.status == "built" and not first.cached and first.warning is None
-    return pair, root, Path(first.build_dir)
+    shutil.copytree(built_once, root, symlinks=True)
+    (entry,) = root.iterdir()
+    from harness.run.build import build_key
+    assert entry.name == build_key(pair.candidate.source, _toolchain())
+    return pair, root, entry
 
 
 def test_a_sound_entry_is_used(cached):

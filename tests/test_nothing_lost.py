@@ -46,8 +46,9 @@ def keys_of(records: list[dict]) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("cache")
+def cache(shared_cache) -> Path:
+    """The session's build cache (conftest): the examples' C++ candidates are built once per test run."""
+    return shared_cache
 
 
 @pytest.fixture(scope="module")

@@ -102,7 +102,7 @@ def _pidfiles(folder: Path, pattern: str = "kb-orphan-*.pid") -> dict[str, int]:
 def _start(tmp: Path, run_tag: str, *args: str, **config) -> tuple[subprocess.Popen, Path]:
     pids = tmp / "pids"
     pids.mkdir(exist_ok=True)
-    cfg = write_config(tmp, ORPHANS, **config)
+    cfg = write_config(tmp, ORPHANS, cache_dir=tmp / "cache", **config)    # builds must run: a cache of its own
     # KB_SANDBOX=off: the process tree must hold where no sandbox can be applied, and the escapees write their pid
     # files to $TMPDIR, which a confined worker cannot (test_sandbox covers setsid grandchildren under confinement)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "KB_RUN_TAG": run_tag, "TMPDIR": str(pids), "KB_SANDBOX": "off"}
@@ -276,7 +276,12 @@ def test_untagged_escapee_of_a_worker_is_killed(tmp_path):
                      "problem_path": str(ORPHANS / "problems" / "level1" / "001_linear_relu.py"),
                      "device_kind": "cpu", "seed": 0})
         assert worker.recv(time.monotonic() + 60)["kind"] == "built"
-        escapee = int((tmp_path / "kb-escapee.pid").read_text())
+        pidfile = tmp_path / "kb-escapee.pid"      # the grandchild may write it and exec after the worker's reply
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (
+                pidfile.exists() and b"kb-escapee-marker" in _read(f"/proc/{pidfile.read_text() or 0}/cmdline")):
+            time.sleep(0.02)
+        escapee = int(pidfile.read_text())
         assert b"KB_WORKER_TAG" not in _read(f"/proc/{escapee}/environ") and _alive(escapee)
     finally:
         worker.close()

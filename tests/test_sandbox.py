@@ -84,7 +84,7 @@ def sandbox_run(tmp_path_factory):
     shutil.copytree(FIXTURES / "sandbox", tree)
     listener = Listener()
     (tree / "port.txt").write_text(str(listener.port))
-    config = write_config(tmp, tree)
+    config = write_config(tmp, tree, cache_dir=tmp / "cache")     # the build worker must run, keys looked at
     try:
         done = subprocess.run([sys.executable, str(REPO / "run_eval.py"), "--config", str(config), "--json",
                                "--timeout", "60"], cwd=REPO, capture_output=True, text=True, timeout=600,

@@ -24,7 +24,7 @@ PAIR = ("level1/001_tiny_relu", "level1/001_tiny_relu/same_as_reference")
 @pytest.fixture(scope="module")
 def signed_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("signed")
-    done = run_cli("--config", str(write_config(tmp, FIXTURES / "gpu_small")), "--json")
+    done = run_cli("--config", str(write_config(tmp, FIXTURES / "gpu_small", cache_dir=tmp / "cache")), "--json")
     assert done.returncode == 0, done.stderr
     (run_dir,) = [p for p in (tmp / "results").iterdir() if p.is_dir()]
     return tmp, run_dir

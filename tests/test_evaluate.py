@@ -1,0 +1,69 @@
+"""harness.run.evaluate: the reference side's protocol, against a scripted worker."""
+from __future__ import annotations
+
+import pytest
+
+from harness.core.config import load_config
+
+
+class _ScriptedReference:
+    """A reference worker that records what it was sent and answers from a script."""
+
+    def __init__(self, replies: list[dict]):
+        self.sent, self.replies = [], list(replies)
+
+    def resume(self) -> None:
+        pass
+
+    def send(self, message: dict) -> None:
+        self.sent.append(message)
+
+    def recv(self, deadline: float) -> dict:
+        return self.replies.pop(0)
+
+
+def _reference_side(worker, known: dict):
+    from types import SimpleNamespace
+    from harness.run.evaluate import ReferenceSide
+    from harness.shared import messages as m
+    side = ReferenceSide.__new__(ReferenceSide)      # the protocol alone: no process behind it
+    side.worker, side.known, side.ready, side.derive = worker, known, None, "not asked"
+    side.derived = m.Derived(None)
+    side.pc = SimpleNamespace(cfg=load_config(None, {}))
+    return side
+
+
+def test_later_process_pairs_reuse_the_flop_count_and_still_report_it():
+    """Counting a forward's FLOPs imports torch._dynamo (seconds): the first reference process of a problem counts
+    them, the later ones (timing.processes) are asked not to and their pairs report the first count. Each asks
+    once, and its reply is read before anything else is asked of it."""
+    import dataclasses
+    from harness.run.workerproc import WorkerExit
+    from harness.shared import messages as m
+    known: dict = {}
+    first = _ScriptedReference([{"kind": "derived", "work": {"flops": 10, "bytes": 20},
+                                 "fp64_reference_max_abs_err": 1e-7, "fp64_output_scale": 2.0}])
+    side = _reference_side(first, known)
+    side.ask_derived()
+    side.ask_derived()
+    assert first.sent == [{"op": "derive", "flops": True}]
+    side.read_derived()
+    side.read_derived()
+    assert side.derived.work == m.Work(10, 20) and side.derived.fp64_reference_max_abs_err == 1e-7
+    later = _ScriptedReference([{"kind": "derived", "work": None, "fp64_reference_max_abs_err": 2e-7}])
+    side = _reference_side(later, known)
+    side.ask_derived()
+    side.read_derived()
+    assert later.sent == [{"op": "derive", "flops": False}]
+    assert side.derived.work == m.Work(10, 20) and side.derived.fp64_reference_max_abs_err == 2e-7
+    assert not side.beside_trials()                 # no `ready` yet: nothing known of its size
+    ready = m.Ready("float32", "default", 1e-4, 1e-4, False, [[2]], 0, "train", 64 << 20,
+                    m.ProblemChecks(False, False, False, False, True, False, []), {}, 0.001, None)
+    side.ready = ready
+    assert side.beside_trials()                     # small: worked out while the candidate runs its trials
+    side.ready = dataclasses.replace(ready, footprint_bytes=4 << 30)
+    assert not side.beside_trials()                 # its float64 copy could run the candidate out of memory
+    wrong = _reference_side(_ScriptedReference([{"kind": "sample", "ms": 1.0}]), {})
+    wrong.ask_derived()
+    with pytest.raises(WorkerExit, match="derive"):
+        wrong.read_derived()

@@ -1,0 +1,310 @@
+"""harness.run.interleave: the parent's side of paired timing, against scripted workers (no processes).
+
+The Interleaver alternates the reference's variants and the candidate in mirrored blocks (E C .. K on seeds X, then
+K .. C E on seeds Y), one side at a time with the other (and the spares) stopped, and collects every sample and
+output check. These tests drive it with fake workers that answer from a script and record what they were asked."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from harness.core.seeds import SeedStream
+from harness.run.interleave import (CANDIDATE, EAGER, FULL_CHECKS, CandidateFailed, GraphFallback, Interleaver,
+                                    fastest, ratios)
+from harness.run.paired import StopRule
+from harness.run.trusted import Checked
+from harness.run.workerproc import WorkerExit
+
+COMPILED = "compile:default"
+COLD_MS = 50.0                  # what the fake's first sample after it was resumed takes (cold host caches)
+
+
+class World:
+    """What every fake process saw, in order: ("sample", worker, variant, seed, who else was running)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+        self.members: list = []
+
+    def running(self) -> set[str]:
+        return {w.name for w in self.members if not w.paused}
+
+
+class FakeWorker:
+    """A worker process that answers each request at once. `ms(variant, seed)` is the sample time it reports; its
+    first sample after each resume takes COLD_MS instead (as a real process whose caches the other one evicted)."""
+
+    def __init__(self, world: World, name: str, ms, **sample_fields):
+        self.world, self.name, self.ms, self.fields = world, name, ms, sample_fields
+        self.paused, self.cold, self.reply, self.sleep = False, False, None, 0.0
+        self.requests: list[dict] = []
+        world.members.append(self)
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            self.cold = True
+        self.paused = False
+
+    def send(self, message: dict) -> None:
+        assert not self.paused, f"{self.name} was sent {message} while stopped"
+        self.requests.append(message)
+        op = message["op"]
+        if op == "sample":
+            self.world.events.append(("sample", self.name, message["variant"], message["seed"],
+                                      self.world.running() - {self.name}))
+            ms = COLD_MS if self.cold else self.ms(message["variant"], message["seed"])
+            self.cold = False
+            self.reply = {"kind": "sample", "ms": ms, "host_ms": ms, "lag_ms": 0.0, "tampered": [],
+                          "outputs": [[{"dtype": "torch.float32", "shape": [4], "strides": [1], "address": 64}]],
+                          **self.fields}
+        elif op == "prepare":
+            self.reply = {"kind": "prepared", "flush_ms": 3.0}
+        elif op == "profile":
+            self.reply = {"kind": "profile", "profile": {          # the side and the seed, in a Profile's fields
+                "kernels": 1, "custom_kernels": [self.name], "custom_share": 0.0, "other_kernels": [str(message["seed"])]}}
+        else:
+            raise AssertionError(f"unexpected request {message}")
+
+    def recv(self, deadline: float) -> dict:
+        if self.sleep:
+            time.sleep(self.sleep)
+        return self.reply
+
+
+class FakeSpares:
+    def __init__(self, world: World) -> None:
+        self.name, self.paused = "spares", False
+        world.members.append(self)
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
+
+class FakeReader:
+    """trusted.Reader's part: records every output read (side, sample seed, check seed, whole or not)."""
+
+    def __init__(self, error: str | None = None) -> None:
+        self.reads: list[tuple[str, int, bool]] = []
+        self.kept: list[tuple[int, bool]] = []
+        self.error = error
+
+    def read(self, worker, candidate: bool, result, check_seed: int, full: bool) -> Checked:
+        self.reads.append((worker.name, check_seed, full))
+        assert candidate == (worker.name == CANDIDATE)
+        return Checked([1.0], [[4]], self.error if candidate else None)
+
+    def keep(self, check_seed: int, full: bool) -> None:
+        self.kept.append((check_seed, full))
+
+
+def setup(reference_ms=2.0, candidate_ms=1.0, variants=(EAGER,), block=2, warmup=1, profiles=0, **candidate_fields):
+    world = World()
+    reference = FakeWorker(world, "reference",
+                           reference_ms if callable(reference_ms) else lambda variant, seed: reference_ms)
+    candidate = FakeWorker(world, CANDIDATE, candidate_ms if callable(candidate_ms) else lambda v, s: candidate_ms,
+                           **candidate_fields)
+    spares = FakeSpares(world)
+    interleaver = Interleaver(reference, list(variants), block, SeedStream(b"samples"), SeedStream(b"checks"),
+                              time.monotonic() + 60, warmup=warmup, profiles=profiles, spares=spares)
+    interleaver.reader = FakeReader()
+    return world, interleaver, reference, candidate, spares
+
+
+RULE = StopRule(min_rounds=6, max_rounds=40, target_rel_ci=0.05, max_seconds=60)
+
+
+def samples_of(world: World) -> list[tuple[str, str, int]]:
+    return [(worker, variant, seed) for kind, worker, variant, seed, _ in world.events if kind == "sample"]
+
+
+def test_rounds_mirror_the_order_and_every_variant_gets_the_candidates_inputs():
+    world, il, _, candidate, _ = setup(variants=(EAGER, COMPILED), block=2, warmup=1)
+    out = il.rounds(candidate, RULE)
+    assert len(out.rounds) == 6 and not out.noisy           # steady 2x: the CI is met at min_rounds
+    seen = samples_of(world)
+    per_block = 3                                           # warmup + block
+    assert len(seen) == 6 * 2 * 3 * per_block
+    all_seeds = []
+    for r in range(6):
+        rnd = seen[r * 18:(r + 1) * 18]
+        blocks = [rnd[i:i + per_block] for i in range(0, 18, per_block)]
+        order = [(b[0][0], b[0][1]) for b in blocks]
+        assert order == [("reference", EAGER), ("reference", COMPILED), (CANDIDATE, CANDIDATE),
+                         (CANDIDATE, CANDIDATE), ("reference", COMPILED), ("reference", EAGER)]
+        forward, backward = [[s for _, _, s in b] for b in blocks[:3]], [[s for _, _, s in b] for b in blocks[3:]]
+        assert forward[0] == forward[1] == forward[2] and backward[0] == backward[1] == backward[2]
+        all_seeds += forward[0] + backward[0]
+    assert len(set(all_seeds)) == len(all_seeds)            # fresh inputs in every block of every round
+    assert out.rounds[0] == {EAGER: [2.0] * 4, COMPILED: [2.0] * 4, CANDIDATE: [1.0] * 4}
+    assert ratios(out, EAGER) == [2.0] * 6 and fastest(out, [EAGER, COMPILED]) in (EAGER, COMPILED)
+
+
+def test_only_the_side_being_timed_runs():
+    world, il, reference, candidate, spares = setup(variants=(EAGER, COMPILED))
+    il.rounds(candidate, RULE)
+    assert world.events
+    for _, worker, _, _, others in world.events:
+        assert others == set(), f"{others} ran while {worker} was timed"
+    il.release()
+    assert not reference.paused and not candidate.paused and not spares.paused
+
+
+def test_warmup_samples_are_checked_but_never_counted():
+    """Each block's first sample after a switch is cold (COLD_MS here): it runs and its output is checked like the
+    others, but no sample time of it reaches the rounds."""
+    world, il, _, candidate, _ = setup(block=2, warmup=1)
+    out = il.rounds(candidate, RULE)
+    assert COLD_MS not in out.samples(EAGER) + out.samples(CANDIDATE)
+    assert len(out.samples(CANDIDATE)) == len(out.host_ms[CANDIDATE]) == 6 * 2 * 2
+    reads = il.reader.reads
+    assert len([r for r in reads if r[0] == CANDIDATE]) == 6 * 2 * 3        # warm-up included
+    without = setup(block=2, warmup=0)
+    cold = without[1].rounds(without[3], RULE)
+    assert COLD_MS in cold.samples(CANDIDATE)                 # what the warm-up keeps out
+
+
+def test_both_sides_are_checked_at_the_same_drawn_positions():
+    """A sample seed's outputs (eager and candidate, on the same inputs) are read with one check seed; each sample
+    gets its own; compiled variants are not read; FULL_CHECKS forward-half samples are compared whole on both
+    sides, and the reference keeps its output for them."""
+    world, il, _, candidate, _ = setup(variants=(EAGER, COMPILED), block=2, warmup=0)
+    il.rounds(candidate, RULE)
+    reads = il.reader.reads
+    assert {side for side, _, _ in reads} == {"reference", CANDIDATE}
+    sample_seeds = [(w, v, s) for w, v, s in samples_of(world) if v != COMPILED]
+    assert len(reads) == len(sample_seeds)                    # one read per eager and candidate sample
+    by_seed: dict[int, dict[str, tuple[int, bool]]] = {}
+    for (worker, _, seed), (side, check_seed, full) in zip(sample_seeds, reads):
+        assert worker == side
+        by_seed.setdefault(seed, {})[side] = (check_seed, full)
+    assert all(sides["reference"] == sides[CANDIDATE] for sides in by_seed.values())
+    check_seeds = [sides[CANDIDATE][0] for sides in by_seed.values()]
+    assert len(set(check_seeds)) == len(check_seeds)
+    full = [seed for seed, sides in by_seed.items() if sides[CANDIDATE][1]]
+    assert len(full) == FULL_CHECKS
+    forward = {s for i, (w, v, s) in enumerate(samples_of(world)) if (i // 6) % 2 == 0}
+    assert set(full) <= forward
+    assert sorted(c for c, f in il.reader.kept if f) == sorted(by_seed[s]["reference"][0] for s in full)
+
+
+def test_the_stop_rule_ends_the_rounds():
+    """Steady ratios stop at min_rounds; ratios too spread for the target go on to max_rounds and read noisy; the
+    time cap ends the pair after the round in progress."""
+    spread = setup(reference_ms=lambda variant, seed: 1.0 + seed % 7, candidate_ms=1.0, block=1, warmup=0)
+    out = spread[1].rounds(spread[3], StopRule(6, 9, 0.01, 60))
+    assert len(out.rounds) == 9 and out.noisy
+    capped = setup()
+    out = capped[1].rounds(capped[3], StopRule(6, 40, 0.05, 0.0))
+    assert len(out.rounds) == 1 and out.noisy
+
+
+def test_what_the_candidate_reports_is_kept():
+    world, il, _, candidate, _ = setup(tampered=["time.perf_counter"], mutated=True, not_plain=True,
+                                       changed_after_return=True)
+    il.reader.error = "value at [2] differs"
+    out = il.rounds(candidate, RULE)
+    assert out.tampered == {"time.perf_counter"}
+    assert out.mutated and out.not_plain and out.changed_after_return
+    assert out.output_errors[0] == "timed call (candidate): value at [2] differs"
+    assert len(out.output_errors) == 6 * 2 * 3
+
+
+def test_a_failed_graph_capture_names_the_side():
+    world, il, _, candidate, _ = setup(error="graph capture failed: operation not permitted when stream is capturing")
+    with pytest.raises(GraphFallback) as caught:
+        il.rounds(candidate, RULE)
+    assert caught.value.side == CANDIDATE and "graph capture failed" in caught.value.error
+
+
+@pytest.mark.parametrize("reply, kind, words", [
+    ({"kind": "sample", "ms": 0.0, "host_ms": 0.0, "lag_ms": 0.0, "tampered": []}, WorkerExit, "sample of 0.0 ms"),
+    ({"kind": "sample", "ms": -1.0, "host_ms": 0.0, "lag_ms": 0.0, "tampered": []}, WorkerExit, "sample of -1.0 ms"),
+    ({"kind": "sample", "ms": "fast", "host_ms": 0.0, "lag_ms": 0.0, "tampered": []}, WorkerExit, "malformed"),
+    ({"kind": "sample", "ms": 1.0}, WorkerExit, "malformed 'sample' reply"),
+    ({"kind": "failed", "status": "runtime_error", "error": "RuntimeError: boom"}, CandidateFailed, "boom"),
+    ({"kind": "failed", "error": "RuntimeError: boom"}, WorkerExit, "malformed"),      # a failure names its status
+])
+def test_a_candidate_that_answers_wrong_ends_the_timing(reply, kind, words):
+    """The candidate's process is untrusted: a sample of no time, a reply of the wrong shape is a protocol fault
+    (WorkerExit), and its code raising mid-timing is CandidateFailed; never a crash of the parent."""
+    world, il, _, candidate, _ = setup()
+    original = candidate.send
+
+    def send(message):
+        original(message)
+        candidate.reply = dict(reply)
+    candidate.send = send
+    with pytest.raises(kind, match=words) as caught:
+        il.rounds(candidate, RULE)
+    if kind is WorkerExit:
+        assert caught.value.kind == "protocol"
+    else:
+        assert caught.value.reply.error == "RuntimeError: boom"
+
+
+def test_profiled_halves_profile_both_sides_after_their_blocks():
+    world, il, reference, candidate, _ = setup(variants=(EAGER, COMPILED), profiles=3)
+    out = il.rounds(candidate, RULE)
+    assert len(out.profiles) == len(out.reference_profiles) == 3
+    assert {p.custom_kernels[0] for p in out.profiles} == {CANDIDATE}
+    assert {p.custom_kernels[0] for p in out.reference_profiles} == {"reference"}
+    for worker in (reference, candidate):
+        ops = [m["op"] for m in worker.requests]
+        for i, op in enumerate(ops):
+            if op == "profile":
+                assert ops[i - 1] == "sample"                   # after a block, never inside one
+    assert all(m["variant"] == EAGER for m in reference.requests if m["op"] == "profile")   # compiled: never
+    profiled_seeds = [p.other_kernels[0] for p in out.profiles]
+    assert sorted(profiled_seeds) == sorted(p.other_kernels[0] for p in out.reference_profiles)   # the same inputs
+    none = setup(profiles=0)
+    assert none[1].rounds(none[3], RULE).profiles == []
+
+
+def test_cpu_path_prepares_each_sample_outside_the_bracket():
+    """prepare: a PrepareRequest (flush, inputs) for the same variant and seed before every sample request, and the
+    flush it took is not counted as the sample's (it was outside the parent's bracket)."""
+    world, il, reference, candidate, _ = setup(flush_ms=5.0)
+    il.prepare = True
+    out = il.rounds(candidate, RULE)
+    for worker in (reference, candidate):
+        requests = worker.requests
+        samples = [i for i, m in enumerate(requests) if m["op"] == "sample"]
+        assert samples and all(requests[i - 1] == {**requests[i], "op": "prepare"} for i in samples)
+    assert set(out.flush_ms[CANDIDATE]) == {0.0}
+    plain = setup(flush_ms=5.0)
+    assert set(plain[1].rounds(plain[3], RULE).flush_ms[CANDIDATE]) == {5.0}
+    assert not [m for m in plain[3].requests if m["op"] == "prepare"]
+
+
+def test_the_parents_clock_sees_time_a_worker_does_not_report():
+    """unexplained_ms: the parent's bracket around a sample request minus the time the worker reported; a candidate
+    that reports 1 ms for a request that takes 20 ms shows the rest."""
+    world, il, _, candidate, _ = setup(block=1, warmup=1)
+    candidate.sleep = 0.02
+    out = il.rounds(candidate, RULE)
+    assert min(out.unexplained_ms[CANDIDATE]) >= 18.0
+    assert len(out.unexplained_ms[CANDIDATE]) == len(out.samples(CANDIDATE))
+
+
+def test_reference_blocks_time_the_reference_alone():
+    world, il, reference, _, _ = setup(reference_ms=lambda variant, seed: 3.0, block=3, warmup=1)
+    medians = il.reference_blocks(4)
+    assert medians == [3.0] * 4                              # the cold warm-up sample is not in a median
+    assert {worker for _, worker, _, _, _ in world.events} == {"reference"}
+    assert len(world.events) == 4 * 4
+
+
+def test_fastest_is_the_variant_with_the_smallest_median():
+    world, il, _, candidate, _ = setup(reference_ms=lambda variant, seed: 2.0 if variant == EAGER else 1.5,
+                                       variants=(EAGER, COMPILED))
+    out = il.rounds(candidate, RULE)
+    assert fastest(out, [EAGER, COMPILED]) == COMPILED
+    assert ratios(out, COMPILED) == [1.5] * len(out.rounds)
+    assert fastest(out, []) is None

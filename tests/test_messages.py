@@ -1,0 +1,31 @@
+"""harness.shared.messages: what travels between the parent and its workers."""
+from __future__ import annotations
+
+import pytest
+
+
+def test_check_values_travel_packed_with_nan_and_inf():
+    import math
+    from harness.shared import messages as m
+    values = [1.5, -0.0, float("inf"), float("-inf"), float("nan"), 1e-300]
+    back = m.unpack_floats(m.pack_floats(values))
+    assert back[:4] == values[:4] and math.isnan(back[4]) and back[5] == 1e-300
+    for bad in ("not base64!", "AAAA"):                   # garbage, and bytes that are not whole float64s
+        with pytest.raises(m.ProtocolError):
+            m.unpack_floats(bad)
+
+
+def test_jobs_travel_as_typed_messages():
+    """A worker's job is a dataclass on both ends: the nested TimingSpec included; a wrong field is a ProtocolError."""
+    import json
+    from harness.shared import messages as m
+    spec = m.TimingSpec("cold", 3, True, 20, ["candidate"])
+    job = m.CandidateJob("p.py", "c.py", "cuda:0", 7, 2, spec, "/tmp/s", "/tmp/state.pt", True, None,
+                         hide=["/k"], env={"A": "1"})
+    data = json.loads(json.dumps(m.wire(job)))
+    assert "kind" not in data and "op" not in data
+    assert m.parse(m.CandidateJob, data) == job
+    ref = m.ReferenceJob("p.py", "cpu", 7, 2, spec, ["default"], [1, 2], "/tmp/p", False, "bf16")
+    assert m.parse(m.ReferenceJob, json.loads(json.dumps(m.wire(ref)))) == ref
+    with pytest.raises(m.ProtocolError, match="seed"):
+        m.parse(m.ReferenceJob, {**m.wire(ref), "seed": "7"})

@@ -1,0 +1,64 @@
+"""harness.run.schedule: which pairs are measured again, what a slot's workers get."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import REPO
+from harness.core.config import load_config
+
+
+@pytest.mark.parametrize("flags, reason", [
+    (["interference"], "interference"),
+    (["no_custom_kernel", "interference", "timing_inconsistent"], "interference"),   # a burst of load raises both
+    (["timing_inconsistent"], "timing_inconsistent"),
+    (["interference", "tampered_timer"], None),            # a verdict load cannot produce: no second try
+    (["noisy"], None),
+])
+def test_which_invalid_pairs_are_measured_again(flags, reason):
+    from harness.results.records import RecordDraft
+    from harness.run.schedule import _load_sensitive
+    assert _load_sensitive(RecordDraft.from_json({"status": "invalid", "flags": flags})) == reason
+    assert _load_sensitive(RecordDraft.from_json({"status": "ok", "flags": flags})) is None
+
+
+def test_pair_workers_warm_the_profiler_only_where_calls_are_profiled(tmp_path):
+    """torch.profiler's first CUDA trace costs seconds: the reference and candidate workers of a GPU slot start it
+    before the rounds when the defenses (which profile calls) are on; nowhere else."""
+    from harness.run.schedule import Slot, pair_worker_env
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("trials: 1\n")
+    gpu, cpu = Slot("cuda:0", 0), Slot("cpu", None)
+    assert pair_worker_env(load_config(cfg, {}), gpu).get("KB_WARM_PROFILER") == "1"
+    assert "KB_WARM_PROFILER" not in pair_worker_env(load_config(cfg, {"defenses": False}), gpu)
+    assert "KB_WARM_PROFILER" not in pair_worker_env(load_config(cfg, {}), cpu)
+
+
+def test_both_sides_are_timed_on_the_same_cores():
+    """Every worker of a GPU slot gets the slot's timing cores (the first cpu_threads of its share), and once a side is
+    about to be timed every one of its threads, those started earlier included, is held to them: the two sides'
+    timed threads cannot land on two different cores of a shared machine."""
+    import os
+    import subprocess
+    import sys
+    from harness.run.schedule import Slot
+    slot = Slot("cuda:0", 0, cpus=(4, 5, 6, 7))
+    assert slot.env(1)["KB_TIMING_CPUS"] == "4" and slot.env(2)["KB_TIMING_CPUS"] == "4,5"
+    assert slot.env(1)["KB_CPUS"] == "4,5,6,7"
+    assert Slot("cpu", None, cpus=(0, 1)).env(1)["KB_TIMING_CPUS"] == ""      # the CPU path: not held (caches)
+    core = min(os.sched_getaffinity(0))
+    script = (
+        "import os, threading\n"
+        "from harness.worker.common import pin_for_timing\n"
+        "started, stop = threading.Event(), threading.Event()\n"
+        "t = threading.Thread(target=lambda: (started.set(), stop.wait())); t.start(); started.wait()\n"
+        "print(sorted(os.sched_getaffinity(t.native_id)) == sorted(os.sched_getaffinity(0)))\n"
+        "print(pin_for_timing())\n"
+        "print(sorted(os.sched_getaffinity(t.native_id)), sorted(os.sched_getaffinity(0)))\n"
+        "stop.set()\n")
+    env = {**os.environ, "KB_TIMING_CPUS": str(core), "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["True", f"[{core}]", f"[{core}] [{core}]"]
+    env.pop("KB_TIMING_CPUS")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split("\n")[1] == "None"            # nothing to hold to: left as it was
