@@ -48,6 +48,7 @@ def test_terms_come_from_the_cache_by_machine_key_else_the_default(tmp_path):
     own = terms.for_pair("level1/a", "cold")
     assert own.scope == "problem" and own.source == "calibrate run-1" and own.rel_sd > 0
     assert terms.for_pair("level1/new", "graph").scope == "mode"                # no problem entry: the mode's
+    assert terms.for_pair("level1/new", "cold").rel_sd >= between.DEFAULT_REL_SD["cold"]   # 3 readings: not below
     assert terms.for_pair("level1/a", "graph").scope == "mode"                  # calibrated in another mode
     fresh = between.load(tmp_path, "a machine never calibrated")
     assert fresh.for_pair("level1/a", "cold") == between.Term(between.DEFAULT_REL_SD["cold"], "default", "default")

@@ -31,6 +31,9 @@ Z95 = 1.96
 # Before this machine is calibrated: what the H100/H200 A/A passes showed between process pairs (0.3-0.6% for
 # GPU-bound calls, 1-3% for launch-bound ones; the CPU path's runs read sd 2.7% run to run): docs/measurements.md.
 DEFAULT_REL_SD = {"cold": 0.006, "graph": 0.015, "host": 0.02}
+# A mode calibrated from fewer process pairs than this never reads below its default: three readings that all held
+# 1.0 (the H200's one-problem calibrate in the GPU tests) say 0%, which no default run should trust.
+MIN_READINGS = 30
 
 
 @dataclass(frozen=True)
@@ -78,17 +81,20 @@ class Terms:
     calibrated: dict[str, Any] | None           # the cache entry for `key`
 
     def for_pair(self, problem: str, mode: str) -> Term:
+        default = DEFAULT_REL_SD.get(mode, max(DEFAULT_REL_SD.values()))
         entry = self.calibrated
         if entry:
             source = f"calibrate {entry.get('run_id')}"
             by_problem = (entry.get("problems") or {}).get(problem) or {}
             by_mode = (entry.get("modes") or {}).get(mode) or {}
             own, pooled = by_problem.get("rel_sd"), by_mode.get("rel_sd")
+            if isinstance(pooled, (int, float)) and (by_mode.get("readings") or 0) < MIN_READINGS:
+                pooled = max(float(pooled), default)        # too few process pairs to go below the default
             if isinstance(own, (int, float)) and by_problem.get("mode") == mode:
-                return Term(max(float(own), float(pooled or 0.0)), source, "problem")
+                return Term(max(float(own), float(pooled if pooled is not None else default)), source, "problem")
             if isinstance(pooled, (int, float)):
                 return Term(float(pooled), source, "mode")
-        return Term(DEFAULT_REL_SD.get(mode, max(DEFAULT_REL_SD.values())), "default", "default")
+        return Term(default, "default", "default")
 
 
 def load(cache_dir: str | Path, key: str) -> Terms:
