@@ -57,7 +57,7 @@ def test_terms_come_from_the_cache_by_machine_key_else_the_default(tmp_path):
 
 
 def test_calibrate_keeps_the_term_and_a_default_run_widens_by_it(tmp_path):
-    config = write_config(tmp_path, TREE)
+    config = write_config(tmp_path, TREE, cache_dir=tmp_path / "cache")    # its own: the term is per cache
     first = run_cli("calibrate", "--config", str(config), "--problem", "001_linear_relu", "--processes", "2")
     assert first.returncode == 0, first.stderr[-2000:]
     assert "between-process term for cpu |" in first.stderr, first.stderr[-1000:]
