@@ -81,7 +81,7 @@ class Correctness(JsonObject):
     fp64_reference_max_abs_err: float | None
     reference_module_mode: str | None
     seed: int | None
-    fp64: str | None = None             # why there is no float64 reference (the memory budget); None when it ran
+    fp64: str | None | Absent = ABSENT  # why there is no float64 reference (the memory budget); null when it ran
     timed_outputs_checked: int = 0
     timed_outputs_full_checked: int = 0
 
