@@ -19,7 +19,7 @@ class FakeInterleaver:
     def __init__(self, block_ms: float | None):
         self.block_ms, self.told, self.calls_per_sample, self.prepare = block_ms, [], None, None
 
-    def set_mode(self, worker, mode, replays=1):
+    def set_mode(self, worker, mode, replays=1, graph_calls=0):
         self.told.append((mode, replays))
 
     def use_mode(self, calls_per_sample, prepared_apart):
@@ -48,7 +48,11 @@ def test_graph_sizes_its_replays_once_then_a_sample_is_calls_times_replays():
     again = FakeInterleaver(block_ms=None)              # sized already: no sizing block, no capture asked
     assert mode.prepare("ref", again, cfg(graph_calls=20)) == mode and again.told == [("graph", mode.sized)]
     record = mode.record(cfg(graph_calls=20))
-    assert record == {"mode": "graph", "l2_flush": False, "graph_replays": mode.sized, "graph_error": None}
+    assert record == {"mode": "graph", "l2_flush": False, "graph_replays": mode.sized, "graph_error": None,
+                      "graph_calls": 20, "graph_calls_capped": None}
+    capped = mode.capped(5, "each call holds 2 GiB")
+    assert capped.calls_per_sample(cfg(graph_calls=20)) == 5 * mode.sized
+    assert capped.record(cfg(graph_calls=20))["graph_calls_capped"] == "each call holds 2 GiB"
 
 
 def test_a_reference_that_cannot_be_captured_goes_cold_for_the_problem_and_says_why():

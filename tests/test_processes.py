@@ -293,12 +293,14 @@ def test_untagged_escapee_of_a_worker_is_killed(tmp_path):
 
 # ---------------------------------------------------------------- memory
 
-def test_run_out_of_memory_is_an_oom_record(tmp_path):
+def test_a_reference_out_of_memory_is_the_harness_limit_not_the_candidates_oom(tmp_path):
+    """The reference's own forward does not fit the memory cap: no candidate ran, so the pair is `skipped` with
+    harness_oom (issue 29: the candidate is never blamed for the harness's memory), naming what it tried."""
     proc, _ = _start(tmp_path, _tag(), "--json", "--problem", "*003*", worker_memory_gb=1)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-3000:]
     record = json_records(out)["plain"]
-    assert record["status"] == "oom", record["error"]
+    assert record["status"] == "skipped" and "harness_oom" in record["flags"], record["error"]
     assert "reference forward" in record["error"] and "allocate" in record["error"]
     assert "SIGKILL" not in record["error"]
 
