@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from harness.results.store import write_json_atomic
 from harness.run.paired import Estimate
 
 FILE = "between_process.json"
@@ -117,9 +117,7 @@ def save(cache_dir: str | Path, key: str, entry: dict[str, Any]) -> Path:
         entries = {}
     entries[key] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(entries, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_json_atomic(path, entries)
     return path
 
 
