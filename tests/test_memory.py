@@ -412,3 +412,30 @@ def test_a_full_check_recomputes_the_references_output_from_the_samples_seed(mon
     memo.fp64_note = "skipped: needs 9.0 GiB, budget 4.0 GiB"
     wrong = full.compare([honest + 1], s.kept[77])
     assert not wrong["ok"] and wrong["fp64"] == memo.fp64_note and "fp64_max_abs_err" not in wrong
+
+
+def test_a_samples_inputs_are_the_only_input_set_alive_when_drawn():
+    """The first sample of a variant runs that variant's warm-up calls on inputs of their own: drawn before the
+    sample's inputs, not beside them (a problem with 1 GiB of inputs peaked at 2 GiB a sample: issue 29's H100
+    figures). At every draw of get_inputs() no earlier input set may still be alive."""
+    import weakref
+    from harness.shared import messages as m
+    alive: list = []
+    most = []
+
+    class Counting(_Problem):
+        @staticmethod
+        def get_inputs():
+            most.append(sum(1 for ref in alive if ref() is not None))
+            x = torch.randn(40, 24)
+            alive.append(weakref.ref(x))
+            return [x]
+
+    torch.manual_seed(0)
+    model = Counting.Model()
+    spec = m.TimingSpec("host", 3, False, 20)              # three warm-up calls before the first sample
+    s = sampler.Sampler({"eager": lambda x: model(*x)}, Counting, Settings(), "cpu", spec, defenses=True,
+                        trusted=True)
+    for seed in (11, 12, 13):
+        s.sample(m.SampleRequest("eager", seed))
+    assert len(most) == 6 and max(most) == 0, most

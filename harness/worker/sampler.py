@@ -240,12 +240,13 @@ class Sampler:
         flushed_ms = None
         if ready is not None and ready[:2] == (req.variant, req.seed):
             _, _, inputs, pristine, changed, flushed_ms = ready
+            meter = self._meter(req.variant)
         else:
             changed = self._changed_after_return()
             self.last = None
+            meter = self._meter(req.variant)        # its warm-up calls draw inputs of their own: not beside these
             inputs, pristine = self._draw(req.seed)
         call = self.calls[req.variant]
-        meter = self._meter(req.variant)
         try:
             if flushed_ms is not None:
                 times, out, used = meter.measure(call, inputs, flushed_ms)
