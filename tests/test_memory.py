@@ -167,6 +167,25 @@ def test_checksums_agree_with_copies():
     assert not sampler.Digest(flags_, 7).same(torch.tensor([True, True, True]), 7)
 
 
+def test_checksums_are_the_same_however_a_tensor_is_cut_across_weight_periods(monkeypatch):
+    """Pieces that straddle the weights' period (checksum's W repeats every PERIOD elements, each period under its
+    own multiplier) give the sum of the whole; an element changed, or two swapped, in any period shows."""
+    monkeypatch.setattr(sampler, "PERIOD", 37)
+    sampler._weights_cache.clear()
+    x = torch.randn(23, 19, generator=torch.Generator().manual_seed(9))
+    whole = sampler.checksum(x, 99, 1 << 20)
+    assert all(sampler.checksum(x, 99, size) == whole for size in (8, 24, 40, 296, 1000))
+    for i in (0, 36, 37, 300, 436):
+        y = x.clone().reshape(-1)
+        y[i] += 1
+        assert sampler.checksum(y.reshape(23, 19), 99, 40) != whole, i
+    y = x.clone().reshape(-1)
+    y[36], y[37] = x.reshape(-1)[37], x.reshape(-1)[36]            # a swap across a period boundary
+    assert sampler.checksum(y.reshape(23, 19), 99) != whole
+    assert sampler.checksum(x, 98) != whole                        # another key, other weights
+    sampler._weights_cache.clear()
+
+
 def test_snapshot_copies_small_inputs_and_checksums_large_ones(monkeypatch):
     x, n = torch.randn(64, 64), 3
     small = sampler.snapshot([x, n])

@@ -55,14 +55,15 @@ def inputs_changed(work: list, pristine: list) -> bool:
 
 # ---------------------------------------------------------------- the mutation check's record of the inputs
 
-_MIX_A, _MIX_B = 0x9E3779B97F4A7C15 - (1 << 64), 0xBF58476D1CE4E5B9 - (1 << 64)    # as signed int64
+_MIX_A, _MIX_B = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9
 _BITS = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
+PERIOD = 1 << 22                 # the weights repeat every PERIOD elements, each period under a multiplier of its own
 
 
 class Digest:
     """A keyed checksum of one tensor, standing in for its copy: equal for two tensors exactly when same_tensor says
-    they are the same, but for a collision (a weighted sum of their elements' bits mod 2**64 under weights drawn from
-    a key this process drew at random; a single changed element always shows). Computed a piece at a time."""
+    they are the same, but for a collision (a weighted sum of their elements' bits mod 2**64 under odd weights drawn
+    from a key this process drew at random; a single changed element always shows). Computed a piece at a time."""
 
     __slots__ = ("shape", "dtype", "value")
 
@@ -73,26 +74,66 @@ class Digest:
         return tuple(t.shape) == self.shape and t.dtype == self.dtype and checksum(t, key) == self.value
 
 
+def _mix(x: int) -> int:
+    """A 64-bit mix (splitmix64's finaliser), as a Python int in [0, 2**64)."""
+    x &= (1 << 64) - 1
+    x = ((x ^ (x >> 30)) * _MIX_A) & ((1 << 64) - 1)
+    x = ((x ^ (x >> 27)) * _MIX_B) & ((1 << 64) - 1)
+    return x ^ (x >> 31)
+
+
+def _signed(x: int) -> int:
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+_weights_cache: dict = {}
+
+
+def _weights(key: int, device):
+    """PERIOD odd int64 weights drawn from `key` on `device`, drawn once per key and device (32 MiB)."""
+    import torch
+    found = _weights_cache.get((key, str(device)))
+    if found is None:
+        g = torch.Generator(device=device)
+        g.manual_seed(_mix(key) >> 1)
+        found = torch.randint(-(1 << 62), 1 << 62, (PERIOD,), generator=g, device=device, dtype=torch.int64) * 2 + 1
+        _weights_cache.clear()                         # one key per process at a time
+        _weights_cache[(key, str(device))] = found
+    return found
+
+
+def _nan_stand_in(key: int) -> float:
+    """The value every NaN counts as (so that all NaNs are one, as same_tensor takes them): drawn from the key, so a
+    tensor that holds it where the other held a NaN collides only by a guess at this process's key."""
+    return -(1.0 + (_mix(key ^ 0x5EED) % 1021) / 1024.0) * 2.0 ** -9
+
+
 def checksum(t, key: int, chunk_bytes: int | None = None) -> int:
-    """sum(bits(t[i]) * w(i)) mod 2**64 over t's elements in row-major order, w(i) an odd mix of i and `key`. Bits of
-    a float are taken after +0.0 (so -0.0 counts as 0.0) and with every NaN as one NaN: as `same_tensor`, which
-    compares with == and takes NaNs at the same places as equal."""
+    """sum(bits(t[i]) * w(i)) mod 2**64 over t's elements in row-major order, w(i) = W[i mod PERIOD] * R(i div PERIOD)
+    with W and R odd and drawn from `key`: the same for any cutting into pieces. Bits of a float are taken after
+    +0.0 (so -0.0 counts as 0.0) and with every NaN as one value: as `same_tensor`, which compares with == and takes
+    NaNs at the same places as equal. About four passes over the data (each element's bits multiplied into int64
+    and summed where it lies, one sync at the end)."""
     import torch
     from harness.worker.verify import flat_pieces
-    total = torch.zeros((), dtype=torch.int64, device=t.device)      # summed where it lies: one sync, at the end
+    weights = _weights(key, t.device)
+    total = torch.zeros((), dtype=torch.int64, device=t.device)
     for offset, part in flat_pieces(t, chunk_bytes or 2 * CHUNK_BYTES, 8):
         if part.is_complex():
             part = torch.view_as_real(part).reshape(-1)
         if part.is_floating_point():
-            part = torch.where(torch.isnan(part), torch.full_like(part, float("nan")), part + 0.0)
-            part = part.view(getattr(torch, _BITS[part.element_size()]))
+            part = torch.nan_to_num(part, nan=_nan_stand_in(key), posinf=float("inf"), neginf=float("-inf"))
+            part = part.add_(0.0).view(getattr(torch, _BITS[part.element_size()]))
         elif part.dtype == torch.bool:
-            part = part.to(torch.uint8)
-        index = torch.arange(offset, offset + part.numel(), device=part.device, dtype=torch.int64)
-        weight = index * _MIX_A + key
-        weight = (weight ^ (weight >> 29)) * _MIX_B
-        weight = weight | 1
-        total += (part.to(torch.int64) * weight).sum()                # int64 wraps: the sum mod 2**64
+            part = part.view(torch.uint8)
+        done = 0
+        while done < part.numel():
+            at = offset + done
+            block, start = divmod(at, PERIOD)
+            span = min(part.numel() - done, PERIOD - start)
+            piece = (part[done:done + span] * weights[start:start + span]).sum()        # int64: wraps mod 2**64
+            total += piece * _signed(_mix(block ^ key) | 1)
+            done += span
     return int(total) % (1 << 64)
 
 
