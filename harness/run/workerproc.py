@@ -29,7 +29,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ENV_WHITELIST = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
                  "CC", "CXX", "NVCC", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
                  "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONHOME",
-                 "KB_SANDBOX")      # harness.worker.sandbox's mode (auto, off, require), read by the worker it confines
+                 "KB_SANDBOX",      # harness.worker.sandbox's mode (auto, off, require), read by the worker it confines
+                 "KB_TRACE")        # 1: workers log the stages of their jobs (harness.worker.common.trace)
 
 
 # The same heap behaviour in every worker, whatever its history. glibc's mmap threshold is otherwise dynamic: it

@@ -27,6 +27,7 @@ def main(argv: list[str]) -> None:
     if role == "reference":
         common.warm_profiler()          # a spare pays it while it waits; the candidate role after its confinement
     job = conn.recv()
+    common.trace(f"{role} job")
     os.environ.update({str(k): str(v) for k, v in (job.pop("env", None) or {}).items()})
     os.environ.setdefault("KB_DEVICE", job.get("device", "cpu"))
     try:

@@ -17,7 +17,7 @@ from harness.shared.memplan import KEEP_BYTES
 from harness.worker import integrity
 from harness.worker.common import (Conn, SkipCandidate, apply_memory_share, as_tensor_list, compiler_summary, describe,
     device_inputs, init_inputs, is_oom, install_extension_hooks, load_module, problem_settings, setup_torch,
-    tail_traceback, tensor_bytes, warm_profiler)
+    tail_traceback, tensor_bytes, trace, warm_profiler)
 from harness.worker.sampler import differs, not_plain, snapshot
 
 
@@ -35,6 +35,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     job = m.parse(m.CandidateJob, data)                    # candidate code exists
     device = job.device
     warm_profiler()                 # confined already, so CUPTI's threads are too; before candidate code exists
+    trace("candidate profiler warm")
     rawread.bind(cuda=device != "cpu")
     integrity.snapshot()
     try:
@@ -43,8 +44,11 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         print(f"kb-harness: device memory share not applied: {describe(exc)}", flush=True)
     try:
         problem, settings, init, trial_inputs = _problem_side(job, device)
+        trace("candidate inputs drawn")
         model, log, param_match = _load_candidate(job, device, settings, init)
+        trace("candidate loaded")
         report = _correctness(model, trial_inputs, job, device, settings)
+        trace("candidate trials")
         conn.send("outputs", param_match=param_match, extensions=log.calls,
                   module_mode="train" if model.training else "eval", **report)
         _serve(conn, model, problem, settings, job, device)
@@ -211,6 +215,7 @@ def _serve(conn, model, problem, settings, job, device) -> None:
 
     sampler = Sampler({"candidate": call}, problem, settings, device, job.timing, job.defenses)
     sampler.settle()
+    trace("candidate settled")
     while True:
         message = conn.recv()
         try:

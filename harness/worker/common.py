@@ -266,6 +266,14 @@ def _short_paths(line: str) -> str:
     return re.sub(r"(/[^\s:]+/)+([^/\s:]+\.(cpp|cu|cuh|h|hpp|o|so))", r"\2", line)
 
 
+def trace(stage: str) -> None:
+    """With KB_TRACE=1 (benchmarks/trace_pair.py): one log line per stage of a worker's job, with the wall clock, so
+    that the stages of both workers of a pair line up. Nothing otherwise."""
+    if os.environ.get("KB_TRACE") == "1":
+        import time
+        print(f"kb-harness: trace {time.time():.4f} {stage}", file=sys.stderr, flush=True)
+
+
 def warm_profiler() -> None:
     """A process's first CUDA trace costs more than the later ones (CUPTI starting; through torch.profiler it also
     imported torch._inductor: 3.5-5.9 s on the H200, see profiling.cuda_trace). Both roles pay it before their timed

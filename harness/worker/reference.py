@@ -27,7 +27,8 @@ from harness.shared import memplan
 from harness.shared.memplan import KEEP_BYTES, gib
 from harness.worker.peer import PeerError, PeerReader, slot_values
 from harness.worker.common import (Conn, ProblemError, apply_memory_share, as_tensor_list, describe, device_inputs,
-                     init_inputs, is_oom, load_module, problem_settings, setup_torch, tail_traceback, tensor_bytes)
+                     init_inputs, is_oom, load_module, problem_settings, setup_torch, tail_traceback, tensor_bytes,
+                     trace)
 
 
 def run(conn: Conn, data: dict[str, Any]) -> None:
@@ -49,6 +50,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         conn.send("error", stage=stage_name, error=describe(exc), oom=is_oom(exc), traceback=tail_traceback(exc),
                   harness_oom=memory.oom_line(stage_name, exc) if is_oom(exc) else None)
         return
+    trace("reference model and expected outputs")
     hints = _EvalModeHint(model, initial_state, trials, settings, device)
     info: dict[str, Any] = {
         "dtype": settings.dtype, "dtype_source": settings.dtype_source, "atol": settings.atol, "rtol": settings.rtol,
@@ -64,8 +66,10 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         info["lint"] = degenerate_checks(trials.expected[0], trials.expected[1] if len(trials.expected) > 1 else None,
                                          first, settings.atol, settings.rtol, device=device)
         del first
+        trace("reference lint checks")
         stage[0] = "torch.compile baselines"
         calls, info["compile"] = _variants(model, job.compile_modes, trials, settings, device)
+        trace("reference compile baselines")
         info["timer_floor_ms"] = _timer_floor(device)
         spec = job.timing
         sampler = Sampler(calls, problem, settings, device, spec, job.defenses, trusted=True)
@@ -75,6 +79,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         if device != "cpu" and len(calls) > 1:        # the compiled baselines' samples count in the plan too
             _probe(sampler, job.probe_seeds[:1], [v for v in calls if v != "eager"])
         memory.sample_peak = memory.peak()
+        trace("reference probe")
     except BaseException as exc:                       # noqa: BLE001
         conn.send("error", stage=stage[0], error=describe(exc), oom=is_oom(exc),
                   traceback=tail_traceback(exc), harness_oom=memory.oom_line(stage[0], exc) if is_oom(exc) else None)
@@ -82,6 +87,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     sampler.settle()
     info["memory"] = memory.report(trials, model, peak_memory(device))
     conn.send("ready", **info)
+    trace("reference ready")
     expected64 = None
     full = _FullCheck(model, initial_state, settings, job.defenses, sampler, memory, device)
     peer = PeerReader() if device != "cpu" else None
@@ -98,6 +104,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
                 derived, expected64 = _derive(model, initial_state, trials, job.defenses, device, req.flops, memory)
                 reply = m.wire(derived)
                 conn.send(reply.pop("kind"), **reply)
+                trace("reference derived")
             elif op == "budget":
                 memory.apply(message)
                 conn.send("budget", share_bytes=memory.share, fp64=memory.fp64_note)
@@ -122,6 +129,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
                     del outs
                     results.append(result)
                 conn.send("verified", results=results)
+                trace("reference verified")
             elif op == "health":
                 conn.send("health", ok=_healthy(device))
             else:
@@ -253,6 +261,7 @@ def _derive(model, initial_state, trials: "_Trials", defenses: bool, device: str
         inputs = trials.inputs(0)
         work = _work(model, inputs, trials.input_bytes + trials.output_bytes + _param_bytes(model))
         del inputs
+        trace("reference flops")
     expected64, note = None, memory.fp64_note
     if note is None:
         expected64, note = _float64_reference(model, initial_state, lambda: trials.inputs(0),

@@ -1,0 +1,62 @@
+"""Where a worker's time goes inside a pair's parts: the stages that workers log with KB_TRACE=1
+(harness.worker.common.trace), read back from a run's logs (`<run>/logs/*.log`) and averaged per role.
+
+    KB_TRACE=1 python run_eval.py ... --output-dir results       # a run whose workers log their stages
+    python benchmarks/trace_pair.py results/RUN_ID [RUN_ID ...]  # per role: the mean seconds from each stage to the next
+
+A candidate's stages: job (its job arrived; the process was started and imported torch before that), profiler warm,
+inputs drawn, loaded (the candidate imported and its ModelNew built and moved), trials (the correctness trials and
+their output files), settled (ready for timed samples). A reference's: job, model and expected outputs, lint
+checks, compile baselines, probe, ready; later, per pair, flops and derived (what DeriveRequest asked) and
+verified. Nothing here is asserted; it prints figures.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+LINE = re.compile(r"^kb-harness: trace (\d+\.\d+) (\w+) (.+)$")
+
+
+def stages(log: Path) -> list[tuple[float, str, str]]:
+    """(wall time, role, stage) of each trace line in one worker log."""
+    found = []
+    for line in log.read_text(errors="replace").splitlines():
+        hit = LINE.match(line.strip())
+        if hit:
+            found.append((float(hit.group(1)), hit.group(2), hit.group(3)))
+    return found
+
+
+def steps(runs: list[Path]) -> dict[tuple[str, str], list[float]]:
+    """(role, 'stage a -> stage b') -> the seconds between consecutive stages, over every log of `runs`."""
+    out: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for run in runs:
+        for log in sorted((run / "logs").glob("*.log")):
+            found = stages(log)
+            for (t0, role, a), (t1, _, b) in zip(found, found[1:]):
+                out[(role, f"{a.removeprefix(role + ' ')} -> {b.removeprefix(role + ' ')}")].append(t1 - t0)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders (results/RUN_ID)")
+    args = parser.parse_args(argv)
+    found = steps(args.runs)
+    if not found:
+        print("no trace lines: run with KB_TRACE=1", file=sys.stderr)
+        return 1
+    print(f"{'role':10} {'from -> to':58} {'n':>4} {'mean s':>8} {'median s':>9} {'max s':>7}")
+    for (role, step), values in sorted(found.items()):
+        print(f"{role:10} {step[:58]:58} {len(values):4} {statistics.mean(values):8.3f} "
+              f"{statistics.median(values):9.3f} {max(values):7.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
