@@ -26,6 +26,7 @@
 #              `python run_eval.py import-kernelbench CHECKOUT --problems-dir .kb/problems`, and carry `.kb`, and
 #              einops as a wheel in `.kbwhl`); `--json` lines are printed as each problem finishes
 #   tests:     the GPU-marked tests alone
+#   multi:     a machine of 2+ GPUs: the GPU tests on GPU 0 beside `suite` (KB_TRACE=1) on the other GPUs
 #   cluster:   README's external-cluster recipe on this machine (issue 33): `dask scheduler` where the harness cannot
 #              be imported (only dask, as on a login node), one `dask worker --nthreads 1 --resources GPU=1` per GPU
 #              (CUDA_VISIBLE_DEVICES=g, in the checkout, the harness installed with pip install -e . or else on
@@ -45,7 +46,7 @@
 #              again, made within the machine's 30 s idle release
 # Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out. The device returns at most 8
 # files: end a device command with `cd $OUT && tar czf /tmp/all.tgz . && rm -rf $OUT/* && mv /tmp/all.tgz $OUT/`.
-#   usage: bash scripts/gpu_check.sh [first|root|smoke|validate|calibrate|suite|twice|twice-bg|follow|spread|placement|overhead|kblint|tests|cluster]
+#   usage: bash scripts/gpu_check.sh [first|root|smoke|validate|calibrate|suite|twice|twice-bg|follow|spread|placement|overhead|kblint|tests|multi|cluster]
 #
 # What things cost on one H200 (2026-11-24): the GPU tests 6-7 min (15 of 16 finished in 410 s; after the profiler
 # change below, 17 in 343 s; 17 and 1 skipped in 309 s on 2026-11-25), so `first` needs TESTS_TIMEOUT=450; `root` ~8 min (the
@@ -411,5 +412,17 @@ PY
     ;;
 tests)
     timeout 560 python -m pytest -q -m gpu tests/ 2>&1 | tail -n 40
+    ;;
+multi)
+    # A machine of 2+ GPUs: the GPU tests on GPU 0 beside `suite` on the others (KB_TRACE=1: the workers' stages in
+    # the run's logs, for benchmarks/trace_pair.py); the tests' summary printed after the suite's table.
+    rest=$(seq -s, 1 "$last")
+    export TEST_RUNS_OUT="$out/runs"
+    (CUDA_VISIBLE_DEVICES=0 timeout -s INT "${TESTS_TIMEOUT:-540}" python -m pytest -q -rf --tb=short -m gpu tests/ \
+        ${K:+-k "$K"} > "$out/gpu_tests.txt" 2>&1) &
+    KB_TRACE=1 GPUS=${GPUS:-$rest} bash "$0" suite
+    wait
+    echo "== GPU tests (GPU 0)"
+    tail -n 40 "$out/gpu_tests.txt"
     ;;
 esac
