@@ -110,7 +110,9 @@ def pair_worker_env(cfg: Config, slot: Slot) -> dict[str, str]:
     """The environment of a slot's reference and candidate workers. On a GPU slot with the defenses on (the profiled
     calls), they start CUDA tracing once before the rounds (KB_WARM_PROFILER, harness.worker.common.warm_profiler):
     the reference before its job arrives (a spare pays it while it waits), the candidate once confined, so the
-    first profiled call does not stall a round. A spare does nothing more before its job: it is stopped while a
+    first profiled call does not stall a round; the reference also imports what its FLOP count needs then
+    (common.warm_flop_counter: torch._dynamo, ~2-3 s that a pair's derive step waited for). A spare does nothing
+    more before its job: it is stopped while a
     side is timed, and what it has not finished by then delays the next reference's `ready`."""
     env = worker_env(slot.env(cfg.cpu_threads))
     if slot.gpu is not None and cfg.defenses:

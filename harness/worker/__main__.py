@@ -26,6 +26,7 @@ def main(argv: list[str]) -> None:
     import torch  # noqa: F401 - before the job arrives: a spare worker pays for this while it waits
     if role == "reference":
         common.warm_profiler()          # a spare pays it while it waits; the candidate role after its confinement
+        common.warm_flop_counter()      # its first count imports torch._dynamo: before the job, not in a pair
     job = conn.recv()
     common.trace(f"{role} job")
     os.environ.update({str(k): str(v) for k, v in (job.pop("env", None) or {}).items()})
