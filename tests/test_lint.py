@@ -66,3 +66,25 @@ def test_lint_constant_check_on_scalar_outputs_uses_another_input_draw():
     assert not checks["constant_pass"] and not checks["degenerate"]
     stable = degenerate_checks(loss, [torch.tensor(4.3201)], x, 1e-4, 1e-3)
     assert stable["constant_pass"] and stable["degenerate"]     # a loss that barely moves with its inputs
+
+
+def test_degenerate_checks_sample_first_but_decide_on_every_position():
+    """The checks look at a sample of positions first (harness.worker.lint.SAMPLE) and compare the whole only where
+    the sample passed: an output that is constant but for one position off the sample is not `constant_pass`, and
+    a truly constant one still is."""
+    import torch
+    from harness.worker import lint
+    n = 4 * lint.SAMPLE
+    almost = torch.full((n,), 3.0)
+    at = lint._positions((n,), "cpu")[0]
+    off = next(i for i in range(n) if not bool((at == i).any()))          # a position the sample never looks at
+    almost[off] = 100.0
+    inputs = [torch.randn(n)]
+    checks = lint.degenerate_checks([almost], [almost.clone()], inputs, 1e-5, 1e-5)
+    assert not checks["constant_pass"] and not checks["zeros_pass"], checks
+    constant = torch.full((n,), 3.0)
+    checks = lint.degenerate_checks([constant], [constant.clone()], inputs, 1e-5, 1e-5)
+    assert checks["constant_pass"] and checks["degenerate"] and checks["input_dependent"] is False, checks
+    varied = torch.randn(n)
+    checks = lint.degenerate_checks([varied], [torch.randn(n)], inputs, 1e-5, 1e-5)
+    assert not checks["degenerate"] and checks["input_dependent"], checks
