@@ -456,6 +456,7 @@ class LintReport:
     eager_ms: float
     peak_memory_gb: float | None
     skipped: list[str] = field(default_factory=list)   # checks skipped for the memory budget, named
+    sizes: list[dict[str, Any]] = field(default_factory=list)  # SIZES: per size its verdict, reasons, eager ms
 
 
 def pack_floats(values: list[float]) -> str:
