@@ -193,7 +193,8 @@ def table(results: list[dict[str, Any]]):
                   _yes(r.get("zeros_pass")), _yes(r.get("constant_pass")), _yes(r.get("identity_pass")),
                   _yes(r.get("input_dependent")), _yes(r.get("param_dependent")), _yes(r.get("deterministic")),
                   _yes(r.get("nan_or_inf")), fmt(r.get("eager_ms"), ".3f"), fmt(r.get("peak_memory_gb"), ".2f"),
-                  _sizes_text(r.get("sizes")), "; ".join((r.get("reasons") or []) + [f"skipped {s}" for s in r.get("skipped") or []]))
+                  _sizes_text(r.get("sizes")),
+                  "; ".join((r.get("reasons") or []) + [f"skipped {s}" for s in r.get("skipped") or []]))
     return t
 
 

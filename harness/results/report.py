@@ -338,8 +338,9 @@ def _sizes_markdown(records: list[Record]) -> list[str]:
              "| --- | --- | --- | --- | ---: | ---: | ---: |"]
     for r, size in rows:
         trials = f"{size.trials_passed}/{size.trials}" if size.trials is not None else "-"
-        lines.append(f"| {r.problem} | {r.candidate} | {size.name}{' (main)' if size.main else ''} | "
-                     f"{str(size.shape or '').replace('|', '/')} | {trials} | {fmt_speedup(size.speedup, size.speedup_ci)} | "
+        shape = str(size.shape or "").replace("|", "/")
+        lines.append(f"| {r.problem} | {r.candidate} | {size.name}{' (main)' if size.main else ''} | {shape} | "
+                     f"{trials} | {fmt_speedup(size.speedup, size.speedup_ci)} | "
                      f"{fmt_speedup(r.sizes_geomean) if size.main else ''} |")
     return lines + [""]
 
