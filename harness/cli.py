@@ -176,6 +176,9 @@ def add_run_arguments(p: argparse.ArgumentParser, without: dict[str, str] | None
     add("--compile-modes", metavar="LIST",
         help="torch.compile baselines, e.g. default,max-autotune-no-cudagraphs, or none (default: "
              f"{compile_modes_default}{'' if 'none' in compile_modes_default else '; none on the CPU path, config cpu_timing'})")
+    add("--time-sizes", choices=("main", "all"),
+        help="problems that declare several input sizes (SIZES): time the main size only (default) or every size; "
+             "correctness runs on every size either way")
     add("--cpu-threads", type=int, help="intra-op threads on both sides (default: 1)")
     add("--gpu-memory-gb", type=float, metavar="N",
         help="plan each pair within N GiB of GPU memory, both workers together: a pair that cannot fit is skipped "
@@ -199,7 +202,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     overrides = {k: getattr(args, k) for k in keys}
     timing = {"samples": args.samples, "mode": args.timing_mode, "target_rel_ci": args.target_rel_ci,
               "min_rounds": args.min_rounds, "max_pair_seconds": args.max_pair_seconds,
-              "compile_modes": args.compile_modes, "processes": args.processes}
+              "compile_modes": args.compile_modes, "processes": args.processes,
+              "sizes": getattr(args, "time_sizes", None)}
     timing = {k: v for k, v in timing.items() if v is not None}
     if timing:
         overrides["timing"] = timing

@@ -69,6 +69,19 @@ class Side:
 
 
 @dataclass(frozen=True)
+class SizeChange:
+    """One declared input size of a pair (or `geomean`, the geometric mean over the timed sizes) in both runs: its
+    speedups, the change and the verdict by their CIs (as a pair's; shown, never gating the exit code)."""
+    size: str
+    a: float | None
+    a_ci: tuple[float, float] | None
+    b: float | None
+    b_ci: tuple[float, float] | None
+    change: float | None
+    verdict: str
+
+
+@dataclass(frozen=True)
 class Row:
     problem: str
     solution: str
@@ -77,6 +90,7 @@ class Row:
     b: Side | None
     change: float | None                  # B's speedup / A's speedup - 1, when both have one
     floor: float = 0.0                    # the least |change| FASTER / SLOWER needed (floor_for)
+    sizes: tuple[SizeChange, ...] = ()    # problems with several sizes, correct in both runs: per size
 
     @property
     def candidate(self) -> str:
@@ -88,7 +102,41 @@ class Row:
             if out[key] is not None:
                 out[key]["ci"] = list(out[key]["ci"]) if out[key]["ci"] is not None else None
                 out[key]["flags"] = list(out[key]["flags"])
+        if not self.sizes:
+            del out["sizes"]
         return out
+
+
+def size_changes(a: Record, b: Record, floor: float) -> tuple[SizeChange, ...]:
+    """Each size both records timed, and their geometric means, compared as pairs are (by_ci, then the floor)."""
+    if not (a.ok and b.ok and a.sizes and b.sizes):
+        return ()
+    theirs = {s.name: s for s in b.sizes if s is not None}
+    out = []
+    for mine in (s for s in a.sizes if s is not None):
+        other = theirs.get(mine.name)
+        if other is not None:
+            out.append(_size_change(str(mine.name), number(mine.speedup), _ci(mine.speedup_ci),
+                                    number(other.speedup), _ci(other.speedup_ci), floor))
+    if a.sizes_geomean is not None or b.sizes_geomean is not None:
+        out.append(_size_change("geomean", a.sizes_geomean, None, b.sizes_geomean, None, floor))
+    return tuple(out)
+
+
+def _ci(value: Any) -> tuple[float, float] | None:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        return None
+    lo, hi = number(value[0]), number(value[1])
+    return (lo, hi) if lo is not None and hi is not None and lo <= hi else None
+
+
+def _size_change(name: str, a: float | None, a_ci: tuple[float, float] | None, b: float | None,
+                 b_ci: tuple[float, float] | None, floor: float) -> SizeChange:
+    change = b / a - 1 if a and b else None
+    verdict = by_ci(a_ci, b_ci) if a_ci and b_ci else SAME
+    if change is not None and abs(change) <= floor:
+        verdict = SAME
+    return SizeChange(name, a, a_ci, b, b_ci, change, verdict)
 
 
 def record_ci(record: Record, tolerance: float) -> tuple[tuple[float, float] | None, str | None]:
@@ -180,7 +228,8 @@ def compare_pair(a: RecordLike | None, b: RecordLike | None,
         verdict = BROKEN
     else:
         verdict = FAILING
-    return Row(key.problem, key.solution, verdict, sa, sb, change, floor)
+    sizes = size_changes(a, b, floor) if a is not None and b is not None else ()
+    return Row(key.problem, key.solution, verdict, sa, sb, change, floor, sizes)
 
 
 def _index(records: Iterable[RecordLike], run: str) -> dict[tuple[str, str], Record]:
@@ -325,6 +374,27 @@ def table(rows: list[Row], title: str, width: int | None = None):
     return t
 
 
+def sizes_table(rows: list[Row], title: str):
+    """A row per declared size (and the geometric mean) of each pair with sizes in both runs."""
+    from rich.table import Table
+    from rich.text import Text
+    t = Table(title=title, title_justify="left")
+    for name in ("problem", "candidate", "size", "A speedup [CI]", "B speedup [CI]", "change", "verdict"):
+        t.add_column(name, justify="right" if "speedup" in name or name == "change" else "left", overflow="fold")
+    for r in rows:
+        for s in r.sizes:
+            t.add_row(Text(show_name(r.problem)), Text(show_name(r.candidate)), Text(show_name(s.size)),
+                      _fmt_size(s.a, s.a_ci), _fmt_size(s.b, s.b_ci), fmt_change(s.change),
+                      Text(s.verdict, style=_STYLE.get(s.verdict, "")))
+    return t
+
+
+def _fmt_size(value: float | None, ci: tuple[float, float] | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+
 # ---------------------------------------------------------------- the command
 
 def resolve_run(spec: str, output_dir: Path) -> Path:
@@ -457,6 +527,8 @@ def main(args: argparse.Namespace) -> int:
     else:
         console = wide_console()
         console.print(table(rows, f"compare A = {name_a}  B = {name_b}", width=console.width))
+        if any(r.sizes for r in rows):
+            console.print(sizes_table(rows, "input sizes (shown; the verdict above is the main size's)"))
         for line in (*notes, summary_line(rows)):
             console.print(line, highlight=False)
     return exit_code(rows)

@@ -184,7 +184,7 @@ def table(results: list[dict[str, Any]]):
     from rich.table import Table
     t = Table(title="problem lint", title_justify="left")
     for name in ("problem", "verdict", "mean|out|", "std", "zeros pass", "const pass", "identity pass",
-                 "input dep", "param dep", "bitwise determ.", "NaN/Inf", "eager ms", "peak GB", "why"):
+                 "input dep", "param dep", "bitwise determ.", "NaN/Inf", "eager ms", "peak GB", "sizes", "why"):
         t.add_column(name, overflow="fold")
     for r in results:
         colour = {"ok": "green", "degenerate": "red"}.get(r["verdict"], "yellow")
@@ -193,5 +193,17 @@ def table(results: list[dict[str, Any]]):
                   _yes(r.get("zeros_pass")), _yes(r.get("constant_pass")), _yes(r.get("identity_pass")),
                   _yes(r.get("input_dependent")), _yes(r.get("param_dependent")), _yes(r.get("deterministic")),
                   _yes(r.get("nan_or_inf")), fmt(r.get("eager_ms"), ".3f"), fmt(r.get("peak_memory_gb"), ".2f"),
+                  _sizes_text(r.get("sizes")),
                   "; ".join((r.get("reasons") or []) + [f"skipped {s}" for s in r.get("skipped") or []]))
     return t
+
+
+def _sizes_text(sizes: Any) -> str:
+    """Each declared size's verdict and eager time ("-" for a problem with one size)."""
+    if not isinstance(sizes, list) or not sizes:
+        return "-"
+    def one(s: dict[str, Any]) -> str:
+        ms = s.get("eager_ms")
+        timed = f" {ms:.3f} ms" if isinstance(ms, (int, float)) else ""
+        return f"{s.get('name')}{'*' if s.get('main') else ''}: {s.get('verdict')}{timed}"
+    return ", ".join(one(s) for s in sizes if isinstance(s, dict))

@@ -44,6 +44,8 @@ class TimingConfig:
     processes: int = 1                  # process pairs per pair, each measured whole; the speedups combined (pyperf)
     between_process: str = "auto"      # processes 1: widen the CI by the machine's between-process term (calibrate's,
                                         # else a default; harness.run.between) | off
+    sizes: str = "main"                 # problems with several sizes (SIZES): main = time the main size only,
+                                        # all = time every size too (correctness runs on every size either way)
 
     def rounds_floor(self) -> int:
         """min_rounds, raised so that a deprecated `samples` still means at least that many samples per side."""
@@ -427,6 +429,7 @@ def _check_ranges(cfg: Config, source: str) -> None:
         (cfg.timing.consistency_tolerance > 0, "'timing.consistency_tolerance' must be positive"),
         (1 <= cfg.timing.processes <= 30, "'timing.processes' must be between 1 and 30"),
         (cfg.timing.between_process in ("auto", "off"), "'timing.between_process' must be auto or off"),
+        (cfg.timing.sizes in ("main", "all"), "'timing.sizes' must be main or all"),
     ]
     for ok, message in checks:
         if not ok:

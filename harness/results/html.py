@@ -24,8 +24,8 @@ from harness.core import flags as flag_table
 from harness.results.records import RecordLike
 from harness.core.untrusted import write_text
 from harness.results.report import tally
-from harness.results.standings import (BestPoint, Pair, Run, best_history, best_per_problem, compile_modes, interval,
-                               is_calibrate_run, pairs_of, standings, verdict)
+from harness.results.standings import (BestPoint, Pair, Run, SizeRow, best_history, best_per_problem, compile_modes,
+                                       interval, is_calibrate_run, pairs_of, standings, verdict)
 
 __all__ = ["write_run_page", "write_site", "Pair", "pairs_of", "best_per_problem", "standings"]
 
@@ -256,10 +256,42 @@ def pairs_table(pairs: list[Pair], site: bool = False, table_id: str = "pairs") 
         Column("vs torch.compile [95% CI]",
                lambda p: speedup_cell(p.vs_compile, p.vs_compile_ci, p.correct, p.compile_run),
                num=True, optional=True),
+        Column("geomean over sizes", lambda p: speedup_cell(p.sizes_geomean, None, False), num=True, optional=True),
         Column("flags", flags_cell, optional=True),
         Column("error", lambda p: error_cell(p.error), optional=True, cls="err"),
     ]
     return _table(columns, sorted(pairs, key=lambda p: (p.problem, p.control, p.candidate)), table_id)
+
+
+def sizes_section(pairs: list[Pair], site: bool = False) -> str:
+    """The pairs of problems that declare several input sizes, a row per size: what it sets and its inputs' shapes,
+    its correctness trials, its speedup where it was timed (timing.sizes), and the pair's geometric mean over its
+    timed sizes on the main size's row."""
+    rows = [(p, size) for p in sorted(pairs, key=lambda p: (p.problem, p.control, p.candidate)) for size in p.sizes]
+    if not rows:
+        return ""
+    columns: list[Column[tuple[Pair, SizeRow]]] = [
+        Column("problem", lambda x: name_cell(x[0].problem)),
+        Column("candidate", lambda x: candidate_cell(x[0])),
+        *([Column("run", lambda x: run_cell(x[0]))] if site else []),
+        Column("size", lambda x: Cell(_e(x[1].name) + (' <span class="note">(main)</span>' if x[1].main else ""))),
+        Column("shape", lambda x: Cell(_breakable(x[1].shape)), cls="err"),
+        Column("trials passed", _size_trials, num=True),
+        Column("vs eager [95% CI]", lambda x: speedup_cell(x[1].speedup, x[1].speedup_ci, x[0].correct), num=True),
+        Column("geomean over sizes", lambda x: speedup_cell(x[0].sizes_geomean, None, False) if x[1].main
+               else Cell(), num=True, optional=True),
+        Column("note", lambda x: error_cell(x[1].error), optional=True, cls="err"),
+    ]
+    text = ("Correctness runs at every size; a candidate wrong at any of them is incorrect. Speedups are shown for "
+            "the sizes that were timed (timing.sizes: main, or all).")
+    return _section("Input sizes", _note(text) + _table(columns, rows, "sizes"))
+
+
+def _size_trials(x: tuple[Pair, SizeRow]) -> Cell:
+    size = x[1]
+    if size.trials is None or size.trials_passed is None:
+        return Cell()
+    return Cell(f"{size.trials_passed}/{size.trials}", "" if size.correct else "slower")
 
 
 def controls_section(pairs: list[Pair], site: bool = False) -> str:
@@ -402,6 +434,7 @@ RUN_PAGE: list[Section] = [
     lambda v: controls_section(v.pairs),
     lambda v: plots_section(v.ranked),
     lambda v: _section("All pairs", pairs_table(v.pairs)),
+    lambda v: sizes_section(v.pairs),
 ]
 SITE_PAGE: list[Section] = [
     lambda v: site_header(v.runs, v.pairs),
@@ -410,6 +443,7 @@ SITE_PAGE: list[Section] = [
     lambda v: controls_section(v.pairs, site=True),
     lambda v: plots_section(v.ranked),
     lambda v: _section("All pairs (each pair at its newest reading)", pairs_table(v.pairs, site=True)),
+    lambda v: sizes_section(v.pairs, site=True),
     lambda v: _section("Runs (newest first)", runs_table(v.output_dir, v.runs)),
 ]
 

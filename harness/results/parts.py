@@ -240,3 +240,23 @@ class Retried(JsonObject):
     """Why an `invalid` pair was measured a second time, and the first try's detail of that flag."""
     reason: str
     first_try: str | None
+
+
+@dataclass
+class SizeResult(JsonObject):
+    """One of the problem's declared input sizes (docs/AUTHORING.md, Sizes): its correctness trials and, where it
+    was timed (timing.sizes), its speedup. Written only for problems that declare several sizes."""
+    name: str
+    main: bool
+    sets: dict[str, Any]            # the module-level constants it sets ({} for the main size)
+    inputs: list[Any]               # per input: its shape, or null where it is not a tensor
+    shape: str                      # one line: what it sets and its inputs' shapes
+    trials: int
+    trials_passed: int
+    correct: bool
+    max_abs_err: float | None
+    timed: bool = False
+    speedup: float | None = None
+    speedup_ci: list[float] | None = None
+    rounds: int | None = None
+    error: str | None = None        # why it was not timed, where it was to be (graph capture, the pair's end)

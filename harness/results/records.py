@@ -18,7 +18,7 @@ from harness.core.flags import INVALIDATING, ranks
 from harness.core.numbers import is_number, number
 from harness.results.jsonobj import ABSENT, Absent, JsonObject
 from harness.results.parts import (Build, Correctness, Gpu, Kernels, Performance, Precision, Retried, Sandbox, Seed,
-                                   SideStats, Timing, WorkerRun)
+                                   SideStats, SizeResult, Timing, WorkerRun)
 
 
 class Status(str, enum.Enum):
@@ -92,6 +92,8 @@ class RecordDraft(JsonObject):
     kernels: Kernels | Absent = ABSENT
     performance: Performance | Absent = ABSENT
     retried: Retried | Absent = ABSENT
+    sizes: list[SizeResult] | Absent = ABSENT          # problems that declare several sizes: one entry per size
+    sizes_geomean: float | None | Absent = ABSENT      # the geometric mean of the timed sizes' speedups
 
     def __setattr__(self, name: str, value: Any) -> None:
         late = self.__dict__.setdefault("_late", [])    # the keys written only once set, in the order they were
@@ -198,6 +200,8 @@ class Record:
     kernels: Kernels | None = None
     performance: Performance | None = None
     flag_details: dict[str, str | None] | None = None     # flag name -> its sentence, as read (values unchecked)
+    sizes: tuple[SizeResult, ...] | None = None            # problems with several sizes: per size (SizeResult)
+    sizes_geomean: float | None = None
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> "Record":
@@ -218,6 +222,7 @@ class Record:
             speedup_vs_compile=line.number("speedup_vs_compile"),
             speedup_vs_compile_ci=line.interval("speedup_vs_compile_ci"),
             started_at=line.text("started_at", optional=True), finished_at=line.text("finished_at", optional=True),
+            sizes=line.sizes(), sizes_geomean=line.number("sizes_geomean"),
             **{name: line.part(name) for name in OBJECT_FIELDS})
 
     @classmethod
@@ -323,6 +328,15 @@ class _Line:
 
     def number(self, name: str) -> float | None:
         return self._finite(self.obj.get(name), name)
+
+    def sizes(self) -> tuple[SizeResult, ...] | None:
+        """`sizes`: a list of objects (each read back as a SizeResult), or None where the record has none."""
+        value = self.obj.get("sizes")
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            raise RecordError(self.where, "'sizes' is not a list of objects")
+        return tuple(SizeResult.from_json(v) for v in value)
 
     def interval(self, name: str) -> tuple[float, float] | None:
         value = self.obj.get(name)

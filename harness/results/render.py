@@ -56,6 +56,9 @@ def render(records: list[dict[str, Any]], store, json_mode: bool, console) -> No
     if console is None:
         return
     console.print(report.table(records, f"run {store.run_id}", width=console.width))
+    sizes = report.sizes_table(records, "input sizes (problems that declare several)")
+    if sizes is not None:
+        console.print(sizes)
     for line in report.summary_lines(agg):
         console.print(line, highlight=False)
     console.print(f"results: {store.results_path}   leaderboard: {store.dir / 'leaderboard.md'}   page: {page}",

@@ -160,6 +160,31 @@ def table(records: Records, title: str, width: int | None = None):
     return t
 
 
+def sizes_table(records: Records, title: str):
+    """The pairs of problems that declare several input sizes, a row per size (its shape, trials passed, speedup
+    where timed) and the pair's geometric mean over its timed sizes; None when no record has sizes."""
+    from rich.table import Table
+    rows = [(r, size) for r in sorted(as_records(records), key=lambda r: r.key) for size in r.sizes or ()
+            if size is not None]
+    if not rows:
+        return None
+    t = Table(title=title, title_justify="left")
+    for name, justify in (("problem", "left"), ("candidate", "left"), ("size", "left"), ("shape", "left"),
+                          ("trials", "right"), ("speedup [95% CI]", "right"), ("geomean over sizes", "right")):
+        t.add_column(name, justify=justify, overflow="fold")
+    for r, size in rows:
+        trials = f"{size.trials_passed}/{size.trials}" if size.trials is not None else "-"
+        note = f" ({size.error})" if size.error and size.speedup is None else ""
+        t.add_row(_text(r.problem), _text(r.candidate), _text(f"{size.name}{' (main)' if size.main else ''}"),
+                  _text(str(size.shape or "")), trials, fmt_speedup(size.speedup, size.speedup_ci) + _short(note),
+                  fmt_speedup(r.sizes_geomean) if size.main else "")
+    return t
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return show_name(abbreviate(text, limit))
+
+
 def _text(value: str):
     """A table cell of text read from a record: control characters (an ANSI escape in an error message, a
     newline in a name) shown escaped, never sent to the terminal."""
@@ -299,7 +324,25 @@ def leaderboard(records: Records, run_id: str) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     agg = aggregate(records)
     lines += ["", *[f"- {line}" for line in summary_lines(agg)], ""]
+    lines += _sizes_markdown([best[pid] for pid in problems if pid in best])
     return "\n".join(lines)
+
+
+def _sizes_markdown(records: list[Record]) -> list[str]:
+    """The leaderboard's best candidates at each declared input size (problems with several sizes)."""
+    rows = [(r, size) for r in records for size in r.sizes or () if size is not None]
+    if not rows:
+        return []
+    lines = ["## Input sizes of the best candidates", "",
+             "| problem | candidate | size | shape | trials | speedup [95% CI] | geomean over sizes |",
+             "| --- | --- | --- | --- | ---: | ---: | ---: |"]
+    for r, size in rows:
+        trials = f"{size.trials_passed}/{size.trials}" if size.trials is not None else "-"
+        shape = str(size.shape or "").replace("|", "/")
+        lines.append(f"| {r.problem} | {r.candidate} | {size.name}{' (main)' if size.main else ''} | {shape} | "
+                     f"{trials} | {fmt_speedup(size.speedup, size.speedup_ci)} | "
+                     f"{fmt_speedup(r.sizes_geomean) if size.main else ''} |")
+    return lines + [""]
 
 
 CSV_COLUMNS = ("problem", "solution", "status", "correct", "speedup", "speedup_ci_lo", "speedup_ci_hi",

@@ -54,6 +54,28 @@ def verdict(value: float | None, ci: Any) -> str | None:
 
 
 @dataclass(frozen=True)
+class SizeRow:
+    """One of a pair's declared input sizes (the record's `sizes`), as the pages show it."""
+    name: str
+    main: bool
+    shape: str
+    trials_passed: int | None
+    trials: int | None
+    correct: bool
+    speedup: float | None
+    speedup_ci: Any
+    error: str
+
+    @classmethod
+    def from_part(cls, part: Any) -> "SizeRow":
+        def whole(value: Any) -> int | None:
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+        return cls(name=str(part.name), main=part.main is True, shape=str(part.shape or ""),
+                   trials_passed=whole(part.trials_passed), trials=whole(part.trials), correct=part.correct is True,
+                   speedup=number(part.speedup), speedup_ci=part.speedup_ci, error=str(part.error or ""))
+
+
+@dataclass(frozen=True)
 class Pair:
     """One record, flattened to what the pages show; a missing or malformed field becomes None / empty.
     `compile_run` / `perf_run` name the run vs-torch.compile / the roofline figures come from when that is not
@@ -76,6 +98,8 @@ class Pair:
     control: bool = False
     compile_run: str | None = None
     perf_run: str | None = None
+    sizes: tuple[SizeRow, ...] = ()         # problems that declare several sizes: one row per size
+    sizes_geomean: float | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -118,7 +142,9 @@ class Pair:
                    floor_ms=number(perf.floor_ms) if perf else None,
                    candidate_ms=number(r.median_ms("candidate")), flags=r.flags,
                    error=" ".join((r.error or "").split()), gpu=_gpu_name(r.gpu.name if r.gpu else None),
-                   run_id=r.run_id or "", control=is_control_name(r.candidate))
+                   run_id=r.run_id or "", control=is_control_name(r.candidate),
+                   sizes=tuple(SizeRow.from_part(p) for p in r.sizes or () if p is not None),
+                   sizes_geomean=r.sizes_geomean)
 
     @classmethod
     def from_malformed(cls, r: dict[str, Any]) -> "Pair":

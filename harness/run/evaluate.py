@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.run import defenses, memory, modes, paired
+from harness.run import defenses, memory, modes, paired, sizes
 from harness.core import flags
 from harness.core.flags import Flag
 from harness.run.build import build_env
@@ -317,6 +317,9 @@ def _drive(worker: Worker, record: RecordDraft, reference: ReferenceSide, inter:
     t0 = time.monotonic()
     outputs = _trials_reply(worker, record, inter.deadline)
     phases["trials"] = time.monotonic() - t0
+    missing = sizes.missing_outputs(outputs, reference.ready, pc.cfg.trials)
+    if missing:
+        raise WorkerExit("protocol", None, missing)
     t0 = time.monotonic()
     reference.ask_derived()                     # asked already when it could run beside the trials
     reference.read_derived()
@@ -326,12 +329,14 @@ def _drive(worker: Worker, record: RecordDraft, reference: ReferenceSide, inter:
     phases["checks"] = time.monotonic() - t0
     ready = reference.ready
     record.correctness = _correctness(results, outputs, ready, reference.derived, pc)
+    if sizes.several(ready):
+        record.sizes = sizes.results(results, ready)
     record.precision = Precision(pc.cfg.precision, ready.dtype, ready.dtype_source)
     evidence = defenses.Evidence(record, ready, reference.derived, pc.cfg.timing, reference.device, outputs)
     defenses.run(defenses.AFTER_TRIALS[:1], evidence, pc.cfg.defenses)      # the trials' own flags
     failing = [r for r in results if not r.ok]
     if failing:
-        _trials_failed(record, failing[0])
+        _trials_failed(record, failing[0], ready)
         return None
     earlier = list(record.flags)
     defenses.run(defenses.AFTER_TRIALS[1:], evidence, pc.cfg.defenses)
@@ -346,6 +351,8 @@ def _drive(worker: Worker, record: RecordDraft, reference: ReferenceSide, inter:
         collected = inter.rounds(worker, rule)
     except GraphFallback as fell:
         collected = _cold_again(worker, reference, inter, rule, fell, pc.cfg)
+    if pc.cfg.timing.sizes == "all" and sizes.several(ready):
+        collected.sizes = sizes.time_others(worker, reference.worker, inter, ready, rule, collected)
     phases["timing"] = time.monotonic() - t0
     phases["timing_profile"] = collected.profile_seconds      # parts of "timing"
     phases["timing_switch"] = collected.switch_seconds
@@ -367,11 +374,11 @@ def _trials_reply(worker: Worker, record: RecordDraft, deadline: float) -> m.Out
     return reply
 
 
-def _trials_failed(record: RecordDraft, first: m.FileCheck) -> None:
-    """The verdict on trials that did not all pass: `incorrect`, or `invalid` when the values checked were not the
-    final ones."""
+def _trials_failed(record: RecordDraft, first: m.FileCheck, ready: m.Ready) -> None:
+    """The verdict on trials that did not all pass: `incorrect` (naming the size where the problem has several),
+    or `invalid` when the values checked were not the final ones."""
     hint = f"{first.hint}; " if first.hint else ""
-    reason = f"{str(first.label).replace('trial', 'trial ')}: {hint}{first.reason}"
+    reason = f"{sizes.wrong_at(first.label, ready)}{sizes.trial_label_text(first.label)}: {hint}{first.reason}"
     unsynchronized = flags.UNSYNCHRONIZED_WORK
     if unsynchronized.name in record.flags:
         finish(record, Status.INVALID, f"{unsynchronized}: {unsynchronized.meaning}; {reason}")
@@ -477,6 +484,7 @@ def _timing_record(record: RecordDraft, reference: ReferenceSide, out: Collected
         between_process=term.record() if term is not None else None,
         speedup_ci_rounds=rounds.ci() if term is not None else None,
     )
+    sizes.add_timing(record, out.sizes, term, pc.cfg.timing.sizes == "all")
 
 
 def _correctness(results: list[m.FileCheck], outputs: m.Outputs, ready: m.Ready, derived: m.Derived,

@@ -62,6 +62,7 @@ class Collected:
     graph_error: str | None = None          # graph capture failed on a side: these rounds are cold
     switch_seconds: float = 0.0             # the parent's clock in stopping one side and resuming the other
     profile_seconds: float = 0.0            # the parent's clock in profiled calls (both sides)
+    sizes: list = field(default_factory=list)   # timing.sizes all: the other sizes' rounds (harness.run.sizes)
 
     def samples(self, variant: str) -> list[float]:
         return [s for r in self.rounds for s in r.get(variant, [])]
@@ -126,6 +127,10 @@ class Interleaver:
     def candidate_gone(self, deadline: float) -> None:
         """The candidate worker is closed: reference blocks alone from here, until `deadline`."""
         self.candidate, self.deadline = None, deadline
+
+    def set_size(self, worker: Worker, size: str) -> None:
+        """The worker draws its samples at the problem's size `size` from now on (harness.run.sizes)."""
+        self._ask(worker, m.SizeRequest(size), m.SizeSet)
 
     def set_mode(self, worker: Worker, mode: str, graph_replays: int = 1, graph_calls: int = 0) -> None:
         self._ask(worker, m.ModeRequest(mode, graph_replays, graph_calls), m.ModeSet)

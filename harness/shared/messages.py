@@ -172,6 +172,14 @@ class ProfileRequest:
 
 
 @dataclass(frozen=True)
+class SizeRequest:
+    """Both sides: draw every later sample's inputs at the problem's declared size `size` (harness.worker.sizes;
+    the main size's name: back to it). The parent sends it to both workers between whole rounds (timing.sizes all)."""
+    OP: ClassVar[str] = "size"
+    size: str
+
+
+@dataclass(frozen=True)
 class DeriveRequest:
     """Reference only, once per reference process: the figures the checks need that do not depend on the
     candidate (the forward's FLOPs and bytes, the float64 reference of trial 0). The parent asks right after
@@ -198,6 +206,12 @@ class SampleResult:
     not_plain: bool = False     # the output is a tensor subclass or lazy object
     mutated: bool = False       # the call changed its inputs (as the worker saw it)
     changed_after_return: bool = False     # the previous sample's output changed after its call returned
+
+
+@dataclass(frozen=True)
+class SizeSet:
+    KIND: ClassVar[str] = "size_set"
+    size: str
 
 
 @dataclass(frozen=True)
@@ -278,6 +292,16 @@ class CompileNote:
 
 
 @dataclass(frozen=True)
+class SizeInfo:
+    """One of the problem's input sizes (harness.worker.sizes), as the reference drew it for trial 0."""
+    name: str
+    main: bool
+    overrides: dict[str, Any]           # the module-level constants it sets ({} for the main size)
+    input_shapes: list[Any]             # per input: its shape, or None where it is not a tensor
+    input_bytes: int
+
+
+@dataclass(frozen=True)
 class Ready:
     """The reference worker has its problem, expected outputs and baselines (the reply to ReferenceJob)."""
     KIND: ClassVar[str] = "ready"
@@ -295,6 +319,7 @@ class Ready:
     timer_floor_ms: float
     cold_probe_ms: float | None
     memory: dict[str, Any] | None = None    # GPU: what it measured and keeps, and the budget (harness.shared.memplan)
+    sizes: list[SizeInfo] = field(default_factory=list)     # the problem's sizes, as declared (one: the main size)
 
 
 @dataclass(frozen=True)
@@ -431,6 +456,7 @@ class LintReport:
     eager_ms: float
     peak_memory_gb: float | None
     skipped: list[str] = field(default_factory=list)   # checks skipped for the memory budget, named
+    sizes: list[dict[str, Any]] = field(default_factory=list)  # SIZES: per size its verdict, reasons, eager ms
 
 
 def pack_floats(values: list[float]) -> str:

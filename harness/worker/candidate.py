@@ -43,49 +43,65 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     except Exception as exc:                           # noqa: BLE001 - no cap is no reason to fail the pair
         print(f"kb-harness: device memory share not applied: {describe(exc)}", flush=True)
     try:
-        problem, settings, init, trial_inputs = _problem_side(job, device)
+        problem, settings, init, trial_inputs, declared = _problem_side(job, device)
         trace("candidate inputs drawn")
+        plan = _plan(declared, job.trials)
         model, log, param_match = _load_candidate(job, device, settings, init)
         trace("candidate loaded")
-        report = _correctness(model, trial_inputs, job, device, settings)
+        report = _correctness(model, trial_inputs, plan, job, device)
         trace("candidate trials")
         conn.send("outputs", param_match=param_match, extensions=log.calls,
                   module_mode="train" if model.training else "eval", **report)
-        _serve(conn, model, problem, settings, job, device)
+        _serve(conn, model, problem, settings, job, device, declared)
     except Failed as f:
         conn.send("failed", status=f.status, error=f.error, detail=f.detail)
 
 
 def _problem_side(job, device):
+    """The problem, its settings, init inputs, every trial's inputs (harness.worker.sizes: `trials` per declared
+    size) and its declared sizes, all before candidate code exists."""
+    from harness.worker import sizes
     problem = load_module("kb_problem", job.problem_path)
     integrity.watch_module(problem)
     settings = problem_settings(problem, job.precision)
     setup_torch(settings)
     seed = job.seed
     init = init_inputs(problem)
-    first = device_inputs(problem, seed, settings, device)
-    if device != "cpu" and tensor_bytes(first) * job.trials > KEEP_BYTES:
+    declared = sizes.declared(problem)
+    plan = _plan(declared, job.trials)
+    lazy = _Lazy(problem, seed, settings, device, plan)
+    first = lazy.draw(0)
+    if device != "cpu" and tensor_bytes(first) * len(plan) > KEEP_BYTES:
         del first
-        return problem, settings, init, _Lazy(problem, seed, settings, device, job.trials)
-    trial_inputs = [first] + [device_inputs(problem, seed + k, settings, device) for k in range(1, job.trials)]
-    return problem, settings, init, trial_inputs
+        return problem, settings, init, lazy, declared
+    return problem, settings, init, [first] + [lazy.draw(j) for j in range(1, len(plan))], declared
+
+
+def _plan(declared: list, trials: int) -> list:
+    from harness.worker import sizes
+    return sizes.plan(declared, trials)
 
 
 class _Lazy:
     """The trials' inputs drawn one at a time when asked for (under integrity.clean_torch), for inputs too large to
     keep every trial's on the device."""
 
-    def __init__(self, problem, seed: int, settings, device: str, count: int):
-        self.problem, self.seed, self.settings, self.device, self.count = problem, seed, settings, device, count
+    def __init__(self, problem, seed: int, settings, device: str, plan: list):
+        self.problem, self.seed, self.settings, self.device, self.plan = problem, seed, settings, device, plan
 
     def __len__(self) -> int:
-        return self.count
+        return len(self.plan)
 
-    def __getitem__(self, k: int) -> list:
-        if not 0 <= k < self.count:
-            raise IndexError(k)
+    def draw(self, j: int) -> list:
+        trial = self.plan[j]
+        return device_inputs(self.problem, self.seed + trial.k, self.settings, self.device,
+                             None if trial.size.main else trial.size)
+
+    def __getitem__(self, j: int) -> list:
+        if not 0 <= j < len(self.plan):
+            raise IndexError(j)
         with integrity.clean_torch():
-            return device_inputs(self.problem, self.seed + k, self.settings, self.device)
+            return self.draw(j)
 
 
 def _classify(exc: BaseException, log, stage: str) -> Failed:
@@ -175,36 +191,40 @@ def _changed_after_return(outs: list, device: str, settle_s: float = 0.05) -> bo
     return differs(outs, before)
 
 
-def _correctness(model, trial_inputs, job, device, settings) -> dict[str, Any]:
+def _correctness(model, trial_inputs, plan, job, device) -> dict[str, Any]:
+    """Every trial of the plan (harness.worker.sizes), its outputs written to a file labelled with the trial and,
+    away from the main size, its size (`trial0@small`)."""
     import torch
     files, mutated, unsynchronized, lazy = [], False, False, False
     defenses = job.defenses
-    for k in range(len(trial_inputs)):
-        work = trial_inputs[k]                         # the call gets these; a copy (or checksum) is the pristine
+    for trial in plan:
+        j, label = trial.index, trial.label
+        name = f"trial {trial.k}" + ("" if trial.size.main else f" at size {trial.size.name!r}")
+        work = trial_inputs[j]                         # the call gets these; a copy (or checksum) is the pristine
         if isinstance(trial_inputs, list):
-            trial_inputs[k] = None                     # ... and nothing else holds them once the trial is done
+            trial_inputs[j] = None                     # ... and nothing else holds them once the trial is done
         pristine = snapshot(work) if defenses else None
-        torch.manual_seed(job.seed + k)
-        out = _forward(model, work, f"forward (trial {k})")
+        torch.manual_seed(job.seed + trial.k)
+        out = _forward(model, work, f"forward ({name})")
         try:
             _sync(device)
             lazy = lazy or not_plain(out)
             outs = as_tensor_list(out)
-            path = _save(outs, job.scratch, f"trial{k}")        # the values as the call left them
+            path = _save(outs, job.scratch, label)              # the values as the call left them
             if defenses:
                 unsynchronized = unsynchronized or _changed_after_return(outs, device)
         except ValueError as exc:                      # not tensors, or a dtype no file can carry
-            raise Failed("incorrect", f"trial {k}: {exc}") from None
+            raise Failed("incorrect", f"{name}: {exc}") from None
         except BaseException as exc:                   # noqa: BLE001 - asynchronous CUDA errors surface here
-            raise _classify(exc, _NoLog, f"forward (trial {k})") from None
+            raise _classify(exc, _NoLog, f"forward ({name})") from None
         mutated = mutated or (defenses and differs(work, pristine))
         del work, pristine, out, outs
-        files.append({"label": f"trial{k}", "trial": k, "path": path})
+        files.append({"label": label, "trial": j, "path": path})
     return {"files": files, "mutates_inputs": mutated, "unsynchronized_work": unsynchronized,
             "output_not_plain_tensor": lazy}
 
 
-def _serve(conn, model, problem, settings, job, device) -> None:
+def _serve(conn, model, problem, settings, job, device, sizes: list) -> None:
     """Timed samples on the parent's request (harness.worker.sampler, the path the reference goes through too),
     and profiled calls where the parent asks for them, until told to exit. A sample's seed arrives with the
     request for it; its output is checked by the parent or the reference, never here."""
@@ -213,7 +233,7 @@ def _serve(conn, model, problem, settings, job, device) -> None:
     def call(x: list):
         return model(*x)
 
-    sampler = Sampler({"candidate": call}, problem, settings, device, job.timing, job.defenses)
+    sampler = Sampler({"candidate": call}, problem, settings, device, job.timing, job.defenses, sizes=sizes)
     sampler.settle()
     trace("candidate settled")
     while True:

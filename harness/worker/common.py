@@ -314,14 +314,15 @@ def worker_device() -> str:
 
 # ---------------------------------------------------------------- timed inputs
 
-def device_inputs(problem, seed: int, settings: Settings, device: str) -> list:
+def device_inputs(problem, seed: int, settings: Settings, device: str, size=None) -> list:
     """The problem's get_inputs() after manual_seed(seed), with tensors created directly on the device (the same
     distributions as on the CPU, drawn fast enough for every trial and every timed sample); the reference and
-    candidate workers draw the same ones for the same seed."""
-    return device_input_sets(problem, seed, settings, device, 1)[0]
+    candidate workers draw the same ones for the same seed. `size`: one of the problem's declared sizes
+    (harness.worker.sizes; None: the main size)."""
+    return device_input_sets(problem, seed, settings, device, 1, size)[0]
 
 
-def device_input_set_at(problem, seed: int, settings: Settings, device: str, index: int) -> list:
+def device_input_set_at(problem, seed: int, settings: Settings, device: str, index: int, size=None) -> list:
     """Set `index` of what device_input_sets(..., count > index) draws, drawing the sets before it and dropping
     each (one set on the device at a time): the inputs of one captured call, drawn again."""
     import torch
@@ -332,13 +333,14 @@ def device_input_set_at(problem, seed: int, settings: Settings, device: str, ind
     one: list = []
     for _ in range(index + 1):
         one = []                                    # the previous set goes before the next is drawn
-        one = _draw_set(problem, settings, device)
+        one = _draw_set(problem, settings, device, size)
     return one
 
 
-def _draw_set(problem, settings: Settings, device: str) -> list:
+def _draw_set(problem, settings: Settings, device: str, size=None) -> list:
     import torch
-    with torch.device(device):
+    from harness.worker.sizes import applied
+    with torch.device(device), applied(problem, size):
         inputs = problem.get_inputs()
     if not isinstance(inputs, (list, tuple)):
         raise ProblemError(f"get_inputs() must return a list, got {type(inputs).__name__}")
@@ -347,7 +349,7 @@ def _draw_set(problem, settings: Settings, device: str) -> list:
             if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
-def device_input_sets(problem, seed: int, settings: Settings, device: str, count: int) -> list[list]:
+def device_input_sets(problem, seed: int, settings: Settings, device: str, count: int, size=None) -> list[list]:
     """`count` input sets drawn one after another after one manual_seed(seed) (graph mode: one set per captured
     call; seeding once, not per set: seeding the CUDA generators costs ~0.5 ms a time)."""
     import torch
@@ -355,7 +357,7 @@ def device_input_sets(problem, seed: int, settings: Settings, device: str, count
         torch.default_generator.manual_seed(seed)   # torch.manual_seed also queues a CUDA seeding, with a stack trace
     else:
         torch.manual_seed(seed)
-    return [_draw_set(problem, settings, device) for _ in range(count)]
+    return [_draw_set(problem, settings, device, size) for _ in range(count)]
 
 
 # ---------------------------------------------------------------- device memory

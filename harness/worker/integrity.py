@@ -21,7 +21,7 @@ from typing import Any
 WATCHED = ("harness.worker.timing", "harness.shared.stats", "harness.shared.points", "harness.shared.channel",
            "harness.shared.messages",
            "harness.worker.common", "harness.worker.sampler", "harness.shared.tensorfile", "harness.worker.rawread",
-           "harness.worker.cudadriver", "harness.worker.integrity")
+           "harness.worker.cudadriver", "harness.worker.integrity", "harness.shared.sizes", "harness.worker.sizes")
 
 _entries: dict[str, tuple[Any, str, Any, Any]] = {}     # label -> (owner, attribute, value, value's __code__)
 _MISSING = object()

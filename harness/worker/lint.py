@@ -204,9 +204,10 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
 
 
 def _lint(job, stage: list[str]) -> dict[str, Any]:
-    import torch
-    from harness.worker import timing
-    device, seed = job.device, job.seed
+    """The problem's lint at its main size and, where it declares several (SIZES), at each of them: a size whose
+    checks fail makes the problem degenerate, named in its reasons."""
+    from harness.worker import sizes
+    device = job.device
     try:
         card = apply_memory_share(None, device)
         if card:                                       # the budget less this process's context
@@ -216,6 +217,37 @@ def _lint(job, stage: list[str]) -> dict[str, Any]:
     problem = load_module("kb_problem", job.problem_path)
     settings = problem_settings(problem, job.precision)
     setup_torch(settings)
+    stage[0] = "SIZES"
+    declared = sizes.declared(problem)
+    if len(declared) == 1:
+        return _lint_size(problem, settings, job, stage, None)
+    sizes.check_init(problem, declared, init_inputs(problem))
+    report = _lint_size(problem, settings, job, stage, None)
+    per = []
+    for size in declared:           # the main size's checks are the report's own; each other size's are its own
+        one = report if size.main else _lint_size(problem, settings, job, stage, size)
+        per.append(_size_summary(size, one))
+    report["sizes"] = per
+    report["reasons"] += [f"size {s['name']!r}: {'; '.join(s['reasons'])}" for s in per if s["reasons"] and
+                          not s["main"]]
+    report["degenerate"] = bool(report["reasons"])
+    return report
+
+
+def _size_summary(size, report: dict[str, Any]) -> dict[str, Any]:
+    """One size's lint, in brief (LintReport.sizes)."""
+    return {"name": size.name, "main": size.main, "sets": dict(size.overrides),
+            "verdict": "degenerate" if report["degenerate"] else "ok", "reasons": list(report["reasons"]),
+            "output_shapes": report["output_shapes"], "eager_ms": report["eager_ms"],
+            "peak_memory_gb": report["peak_memory_gb"], "skipped": list(report["skipped"])}
+
+
+def _lint_size(problem, settings, job, stage: list[str], size) -> dict[str, Any]:
+    """The checks at one of the problem's sizes (harness.worker.sizes; None: the main one)."""
+    import torch
+    from harness.worker import timing
+    device, seed = job.device, job.seed
+    where_size = "" if size is None else f" at size {size.name!r}"
     dtype = getattr(torch, settings.dtype)
     skipped: list[str] = []
     on_host = [False]
@@ -233,8 +265,8 @@ def _lint(job, stage: list[str]) -> dict[str, Any]:
         return [o.clone() for o in raw]
 
     def forward(model, s_in, what):
-        stage[0] = f"get_inputs() ({what})"
-        x = device_inputs(problem, s_in, settings, device)
+        stage[0] = f"get_inputs() ({what}){where_size}"
+        x = device_inputs(problem, s_in, settings, device, size)
         stage[0] = f"forward ({what})"
         torch.manual_seed(s_in)
         return x, keep(as_tensor_list(model(*x)))
@@ -252,12 +284,12 @@ def _lint(job, stage: list[str]) -> dict[str, Any]:
             return None
 
     model = build(seed)
-    stage[0] = "get_inputs()"
-    inputs = device_inputs(problem, seed, settings, device)
+    stage[0] = f"get_inputs(){where_size}"
+    inputs = device_inputs(problem, seed, settings, device, size)
     if device != "cpu":                                # the problem's own footprint: model, inputs, one forward
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    stage[0] = "forward"
+    stage[0] = f"forward{where_size}"
     torch.manual_seed(seed)
     raw = as_tensor_list(model(*inputs))
     peak = torch.cuda.max_memory_allocated() if device != "cpu" else None
@@ -272,7 +304,7 @@ def _lint(job, stage: list[str]) -> dict[str, Any]:
     other = optional("input_dependent", "the forward on other inputs",
                      lambda: forward(model, seed + 1, "other inputs")[1])
     stage[0] = "checks"
-    first = inputs if inputs is not None else device_inputs(problem, seed, settings, device)
+    first = inputs if inputs is not None else device_inputs(problem, seed, settings, device, size)
     checks = degenerate_checks(outs, other, first, atol, rtol, device=where)
     del other, first
     again = optional("deterministic", "a second identical run",
@@ -300,7 +332,7 @@ def _lint(job, stage: list[str]) -> dict[str, Any]:
         checks["reasons"].append("two identical runs disagree beyond the tolerance")
     checks["degenerate"] = bool(checks["reasons"])
     stage[0] = "timing"
-    timed = inputs if inputs is not None else device_inputs(problem, seed, settings, device)
+    timed = inputs if inputs is not None else device_inputs(problem, seed, settings, device, size)
     stats = optional("eager_ms", "the timed calls", lambda: timing.time_calls(
         lambda i: timed, lambda x: model(*x), device, 3, job.samples, device != "cpu"))
     return {**checks, **scale(outs), "dtype": settings.dtype, "atol": atol, "rtol": rtol,

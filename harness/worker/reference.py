@@ -59,12 +59,13 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         "parameters": sum(p.numel() for p in model.parameters()),
         "module_mode": "train" if model.training else "eval",
         "footprint_bytes": trials.input_bytes + trials.output_bytes + _param_bytes(model),
+        "sizes": trials.size_infos,
     }
     from harness.worker.lint import degenerate_checks
     try:
         first = trials.inputs(0)
-        info["lint"] = degenerate_checks(trials.expected[0], trials.expected[1] if len(trials.expected) > 1 else None,
-                                         first, settings.atol, settings.rtol, device=device)
+        info["lint"] = degenerate_checks(trials.expected[0], trials.other_main(), first, settings.atol,
+                                         settings.rtol, device=device)
         del first
         trace("reference lint checks")
         stage[0] = "torch.compile baselines"
@@ -72,7 +73,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         trace("reference compile baselines")
         info["timer_floor_ms"] = _timer_floor(device)
         spec = job.timing
-        sampler = Sampler(calls, problem, settings, device, spec, job.defenses, trusted=True)
+        sampler = Sampler(calls, problem, settings, device, spec, job.defenses, trusted=True, sizes=trials.sizes)
         stage[0] = "reference timing"
         memory.reset_peak()
         info["cold_probe_ms"] = _probe(sampler, job.probe_seeds)
@@ -211,18 +212,34 @@ class _Trials:
     on the host and the inputs drawn again from their seed (device_inputs(problem, seed + k)) when a check needs
     them. The CPU path keeps everything, as before."""
 
-    def __init__(self, problem, settings, device: str, seed: int, count: int, keep_all: bool | None = None):
-        self.problem, self.settings, self.device, self.seed, self.count = problem, settings, device, seed, count
+    def __init__(self, problem, settings, device: str, seed: int, count: int, keep_all: bool | None = None,
+                 plan: list | None = None):
+        from harness.worker import sizes
+        self.plan = plan or sizes.plan([sizes.MAIN_ONLY], count)     # trial index -> (size, k): harness.worker.sizes
+        self.problem, self.settings, self.device, self.seed = problem, settings, device, seed
+        self.count = len(self.plan)
         self.keep_all = device == "cpu" if keep_all is None else keep_all       # tests: the GPU's choices on the CPU
         self.expected: list[list] = []
         self.kept_inputs: dict[int, list] = {}
         self.input_bytes = self.output_bytes = 0
         self.keep_outputs = True
         self.keep_first_inputs = True
+        self.sizes: list = [sizes.MAIN_ONLY]
+        self.infos: dict[str, dict[str, Any]] = {}     # size name -> its messages.SizeInfo (note_size)
+        self.size_infos: list[dict[str, Any]] = []     # in declaration order
 
     def inputs(self, k: int) -> list:
         kept = self.kept_inputs.get(k)
-        return kept if kept is not None else device_inputs(self.problem, self.seed + k, self.settings, self.device)
+        if kept is not None:
+            return kept
+        trial = self.plan[k]
+        return device_inputs(self.problem, self.seed + trial.k, self.settings, self.device,
+                             None if trial.size.main else trial.size)
+
+    def other_main(self) -> list | None:
+        """The expected outputs of a second trial at the main size (the lint checks' other inputs), or None."""
+        second = next((t for t in self.plan[1:] if t.size.main), None)
+        return self.expected[second.index] if second is not None else None
 
     def add(self, k: int, inputs: list, outs: list) -> None:
         if k == 0:
@@ -235,6 +252,19 @@ class _Trials:
             self.expected.append([t.to("cpu") for t in outs])
         if self.keep_all or (k == 0 and self.keep_first_inputs):
             self.kept_inputs[k] = inputs
+
+    def note_size(self, size, inputs: list) -> None:
+        """A size's trial-0 inputs: its `ready` entry (messages.SizeInfo). The main size's inputs are the largest
+        (ProblemError otherwise): the device memory plan is made for them."""
+        from harness.worker import sizes
+        info = {"name": size.name, "main": size.main, "overrides": {k: list(v) if isinstance(v, tuple) else v
+                                                                    for k, v in size.overrides.items()},
+                "input_shapes": sizes.shapes(inputs), "input_bytes": tensor_bytes(inputs)}
+        main = next((i for i in self.infos.values() if i["main"]), None)
+        if main is not None and info["input_bytes"] > main["input_bytes"]:
+            raise ProblemError(f"size {size.name!r} has larger inputs ({info['input_bytes']} bytes) than the main "
+                               f"size ({main['input_bytes']}): the main size must be the largest")
+        self.infos[size.name] = info
 
     def kept_bytes(self) -> int:
         """What stays on the device between requests."""
@@ -377,7 +407,7 @@ def _stage(name: str, fn, *args):
 
 def _prepare(job, device: str, memory: "_Memory"):
     import torch
-    from harness.worker import integrity
+    from harness.worker import integrity, sizes
     problem = _stage("problem import", load_module, "kb_problem", job.problem_path)
     for name in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(problem, name):
@@ -386,24 +416,33 @@ def _prepare(job, device: str, memory: "_Memory"):
     settings = _stage("problem settings", problem_settings, problem, job.precision)
     setup_torch(settings)
     seed = job.seed
+    declared = _stage("SIZES", sizes.declared, problem)
+    if len(declared) > 1:                              # before the seeding: the model is built as without SIZES
+        _stage("SIZES", sizes.check_init, problem, declared, _stage("get_init_inputs()", init_inputs, problem))
     torch.manual_seed(seed)
     args = _stage("get_init_inputs()", init_inputs, problem)
     model = _stage("Model(*get_init_inputs())", lambda: problem.Model(*args))
     model = _stage("moving Model to the device", lambda: model.to(device=device, dtype=getattr(torch, settings.dtype)))
     state = {k: v.detach().to("cpu").clone() for k, v in model.state_dict().items()}
     torch.save(state, os.path.join(job.scratch, "reference_state.pt"))
-    trials = _Trials(problem, settings, device, seed, job.trials)
-    for k in range(job.trials):
+    trials = _Trials(problem, settings, device, seed, job.trials, plan=sizes.plan(declared, job.trials))
+    trials.sizes = declared
+    for trial in trials.plan:
+        k = trial.index
         if k == 0:
             memory.reset_peak()                       # the eager peak: model, inputs, forward, output
-        x = _stage("get_inputs()", trials.inputs, k)
-        torch.manual_seed(seed + k)
-        out = _stage("reference forward", model, *x)
+        where = "" if trial.size.main else f" at size {trial.size.name!r}"
+        x = _stage(f"get_inputs(){where}", trials.inputs, k)
+        if trial.k == 0:
+            _stage("SIZES", trials.note_size, trial.size, x)
+        torch.manual_seed(seed + trial.k)
+        out = _stage(f"reference forward{where}", model, *x)
         outs = _stage("reference output", as_tensor_list, out)
         if k == 0:
             memory.eager_peak = memory.peak()
         trials.add(k, x, outs)
         del x, out, outs
+    trials.size_infos = [trials.infos[s.name] for s in declared]
     return problem, model, settings, trials, state
 
 

@@ -172,9 +172,11 @@ WARMUP_SEED = 7_777_777          # warm-up calls are not checked; their inputs n
 
 class Sampler:
     def __init__(self, calls: dict[str, Callable[[list], Any]], problem, settings, device: str,
-                 spec: m.TimingSpec, defenses: bool, trusted: bool = False):
+                 spec: m.TimingSpec, defenses: bool, trusted: bool = False, sizes: list | None = None):
         from harness.worker import timing
         self.calls, self.problem, self.settings, self.device = calls, problem, settings, device
+        self.sizes = sizes or []            # the problem's declared sizes (harness.worker.sizes), read before
+        self.size = None                    # candidate code ran; the one samples are drawn at (None: the main one)
         self.spec, self.defenses, self.trusted = spec, defenses, trusted     # trusted: the reference
         self.timing = timing
         self.flusher = timing.make_flusher(device, cudadriver.reset_persisting_l2) if spec.flush_l2 else None
@@ -184,6 +186,18 @@ class Sampler:
         self.kept: dict[int, tuple[int, int]] = {}     # reference: check seed -> (sample seed, captured call)
         self.ready: tuple | None = None     # CPU path: (variant, seed, inputs, pristine, changed, flush ms) prepared
         self.fixed = None if defenses else device_inputs(problem, WARMUP_SEED, settings, device)
+
+    def set_size(self, req: m.SizeRequest) -> m.SizeSet:
+        """Samples from now on drawn at `req.size`: every meter starts again (warm-up, graph capture at the new
+        shapes), as after a mode change."""
+        from harness.worker.sizes import by_name
+        size = by_name(self.sizes, req.size)
+        self.size = None if size.main else size
+        self.meters.clear()
+        self.last = None
+        if self.fixed is not None:
+            self.fixed = device_inputs(self.problem, WARMUP_SEED, self.settings, self.device, self.size)
+        return m.SizeSet(size.name)
 
     def settle(self) -> None:
         """Called by both sides right before the parent starts timing: the device idle, the allocator's cache
@@ -218,12 +232,16 @@ class Sampler:
             self.meters.clear()
             self.last = None
             return {"kind": "mode", "mode": self.mode}
+        if op == m.SizeRequest.OP:
+            return m.wire(self.set_size(m.parse(m.SizeRequest, message)))
         if op == "memory":
             return {"kind": "memory", **peak_memory(self.device)}
         return None
 
     def _inputs(self, seed: int) -> list:
-        return self.fixed if self.fixed is not None else device_inputs(self.problem, seed, self.settings, self.device)
+        if self.fixed is not None:
+            return self.fixed
+        return device_inputs(self.problem, seed, self.settings, self.device, self.size)
 
     def _clean_inputs(self, seed: int) -> list:
         with integrity.clean_torch():
@@ -235,7 +253,8 @@ class Sampler:
         if self.mode == "graph" and self.device != "cpu":
             if self.fixed is not None:
                 return [self.fixed] * self.spec.graph_calls
-            return device_input_sets(self.problem, seed, self.settings, self.device, self.spec.graph_calls)
+            return device_input_sets(self.problem, seed, self.settings, self.device, self.spec.graph_calls,
+                                     self.size)
         return self._inputs(seed)
 
     def inputs_for(self, seed: int, slot: int = -1) -> list:
@@ -245,8 +264,8 @@ class Sampler:
             return self.fixed
         if self.mode == "graph" and self.device != "cpu":
             count = self.spec.graph_calls
-            return device_input_set_at(self.problem, seed, self.settings, self.device, slot % count)
-        return device_inputs(self.problem, seed, self.settings, self.device)
+            return device_input_set_at(self.problem, seed, self.settings, self.device, slot % count, self.size)
+        return device_inputs(self.problem, seed, self.settings, self.device, self.size)
 
     def _meter(self, variant: str):
         meter = self.meters.get(variant)
