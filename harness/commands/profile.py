@@ -105,7 +105,7 @@ def main(args: argparse.Namespace) -> int:
     from harness.run import meta
     import torch                                    # here: --help and usage errors stay quick
     gpu_list = meta.gpus()
-    found = check_machine(cfg, gpu_list, torch.version.cuda is not None and torch.cuda.is_available())
+    found = check_machine(cfg, gpu_list, torch.version.cuda is not None)   # as a run decides: no CUDA in the parent
     pairs = select(cfg)
     return _profile(cfg, pairs, found, gpu_list, args)
 

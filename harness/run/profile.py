@@ -96,11 +96,15 @@ def profile_pair(pair: Pair, run: ProfileRun) -> RecordDraft:
             reference.failed(record)
         else:
             _pair(pair, run, record, reference, candidate_launch, problem_dir)
-    finally:
+    except BaseException:                               # Ctrl-C, a harness fault: no report is waited for
         for launch in (candidate_launch, reference_launch):
             if launch.worker is not None:
-                launch.worker.resume()
-                launch.worker.close(wait_s=NCU_WAIT_S)
+                launch.worker.kill()
+                launch.worker.close(wait_s=1)
+        raise
+    for launch in (candidate_launch, reference_launch):
+        if launch.worker is not None:
+            launch.worker.close(wait_s=NCU_WAIT_S)      # ncu writes the report once its worker has ended
     for side, launch in (("reference", reference_launch), ("candidate", candidate_launch)):
         if launch.worker is not None:
             sides[side] = read_side(run, launch.report, launch.worker.log_tail(20000))
