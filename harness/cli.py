@@ -26,9 +26,10 @@ COMMANDS = {
     "export-kernelbench": "write KernelBench's runs/<run_name>/ and results/timing/ files for a run",
     "new": "write a candidate skeleton for a problem",
     "ci": "evaluate what a branch changed (the CI workflow's check)",
+    "profile": "one call of each selected candidate and its reference under Nsight Compute (ncu), a table per pair",
 }
 _MODULES = {"compare": "compare", "lint": "lint", "import-kernelbench": "kbimport", "export-kernelbench": "kbexport",
-            "new": "scaffold"}     # modules with add_arguments(p) and main(args); the others are below
+            "new": "scaffold", "profile": "profile"}     # modules with add_arguments(p) and main(args); the others are below
 
 Arguments = Callable[[argparse.ArgumentParser], Any]
 Body = Callable[[argparse.Namespace, list[str]], int]

@@ -46,7 +46,10 @@
 #              again, made within the machine's 30 s idle release
 # Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out. The device returns at most 8
 # files: end a device command with `cd $OUT && tar czf /tmp/all.tgz . && rm -rf $OUT/* && mv /tmp/all.tgz $OUT/`.
-#   usage: bash scripts/gpu_check.sh [first|root|smoke|validate|calibrate|suite|twice|twice-bg|follow|spread|placement|overhead|kblint|tests|multi|cluster]
+#   profile:   issue 32 part 3: tests/test_profile.py's GPU test, then `run_eval.py profile` on three pairs (a CUDA
+#              level1 candidate, a Triton one, a level2 GEMM epilogue; PROFILE_SELS="SEL SEL ..." for others), their
+#              tables in $out/profile.txt, the reports and records under $out/profile/
+#   usage: bash scripts/gpu_check.sh [first|root|smoke|validate|calibrate|suite|twice|twice-bg|follow|spread|placement|overhead|kblint|tests|multi|cluster|profile]
 #
 # What things cost on one H200 (2026-11-24): the GPU tests 6-7 min (15 of 16 finished in 410 s; after the profiler
 # change below, 17 in 343 s; 17 and 1 skipped in 309 s on 2026-11-25), so `first` needs TESTS_TIMEOUT=450; `root` ~8 min (the
@@ -424,5 +427,17 @@ multi)
     wait
     echo "== GPU tests (GPU 0)"
     tail -n 40 "$out/gpu_tests.txt"
+    ;;
+profile)
+    echo "== the profile GPU test"
+    which ncu && ncu --version | tail -n 1
+    timeout 300 python -m pytest -q -rf --tb=short -m gpu tests/test_profile.py 2>&1 | tail -n 20
+    echo "== run_eval.py profile on three pairs"
+    for sel in ${PROFILE_SELS:-level1/019_gelu/cuda_gelu_float4 level1/026_sigmoid/triton_sigmoid_stream \
+               level2/014_gemm_min_constant_subtract/triton_min_sub_epilogue}; do
+        timeout 280 python run_eval.py profile "$sel" --output-dir "$out/profile" >> "$out/profile.txt" 2>&1
+        echo "$sel: rc $?"
+    done
+    cat "$out/profile.txt"
     ;;
 esac

@@ -42,6 +42,7 @@ class Sandbox(JsonObject):
     hidden: list[str] = field(default_factory=list)
     error: str | None = None
     unconfined_threads: int | None = None
+    relaxed: list[str] | Absent = ABSENT    # under Nsight Compute (run_eval.py profile): what ncu's library needs
 
 
 @dataclass
@@ -260,3 +261,43 @@ class SizeResult(JsonObject):
     speedup_ci: list[float] | None = None
     rounds: int | None = None
     error: str | None = None        # why it was not timed, where it was to be (graph capture, the pair's end)
+
+
+@dataclass
+class KernelRow(JsonObject):
+    """One kernel of a profiled call, as Nsight Compute measured it (harness.run.ncu): its duration, DRAM and SM
+    throughput as % of peak, achieved occupancy (% of the SM's warps) and registers per thread. A figure ncu did not
+    report is None."""
+    name: str
+    duration_us: float | None
+    dram_pct: float | None
+    sm_pct: float | None
+    occupancy_pct: float | None
+    registers: int | None
+
+
+@dataclass
+class ProfileSide(JsonObject):
+    """One side's profiled call (`run_eval.py profile`): its kernels, where ncu's report is, and why there are no
+    rows when there are none."""
+    report: str | None              # the .ncu-rep file, or None when ncu wrote none
+    kernels: list[KernelRow]
+    error: str | None = None
+
+    @property
+    def duration_us(self) -> float | None:
+        """The call's kernels' durations summed (None when ncu gave none)."""
+        values = [k.duration_us for k in self.kernels if k.duration_us is not None]
+        return sum(values) if values else None
+
+
+@dataclass
+class Profile(JsonObject):
+    """`run_eval.py profile`'s part of a record: one call of each side under Nsight Compute after `warmup` calls,
+    the ncu command line the workers ran under (without the report path and the worker's own) and each side's
+    kernels."""
+    ncu: list[str]
+    ncu_version: str | None
+    warmup: int
+    reference: ProfileSide | None
+    candidate: ProfileSide | None

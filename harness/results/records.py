@@ -17,8 +17,8 @@ from harness.core.errors import InputError
 from harness.core.flags import INVALIDATING, ranks
 from harness.core.numbers import is_number, number
 from harness.results.jsonobj import ABSENT, Absent, JsonObject
-from harness.results.parts import (Build, Correctness, Gpu, Kernels, Performance, Precision, Retried, Sandbox, Seed,
-                                   SideStats, SizeResult, Timing, WorkerRun)
+from harness.results.parts import (Build, Correctness, Gpu, Kernels, Performance, Precision, Profile, Retried, Sandbox,
+                                   Seed, SideStats, SizeResult, Timing, WorkerRun)
 
 
 class Status(str, enum.Enum):
@@ -51,7 +51,7 @@ REQUIRED_FIELDS = ("schema_version", "problem", "solution", "status", "correct",
 OBJECT_FIELDS: dict[str, type[JsonObject] | None] = {
     "seed": Seed, "gpu": Gpu, "build": Build, "precision": Precision, "sandbox": Sandbox, "retried": Retried,
     "correctness": Correctness, "timing": Timing, "worker": WorkerRun, "kernels": Kernels,
-    "performance": Performance, "flag_details": None}
+    "performance": Performance, "profile": Profile, "flag_details": None}
 
 
 # ---------------------------------------------------------------- write side
@@ -94,6 +94,7 @@ class RecordDraft(JsonObject):
     retried: Retried | Absent = ABSENT
     sizes: list[SizeResult] | Absent = ABSENT          # problems that declare several sizes: one entry per size
     sizes_geomean: float | None | Absent = ABSENT      # the geometric mean of the timed sizes' speedups
+    profile: Profile | Absent = ABSENT                # run_eval.py profile's records only (its own folder)
 
     def __setattr__(self, name: str, value: Any) -> None:
         late = self.__dict__.setdefault("_late", [])    # the keys written only once set, in the order they were
@@ -199,6 +200,7 @@ class Record:
     worker: WorkerRun | None = None
     kernels: Kernels | None = None
     performance: Performance | None = None
+    profile: Profile | None = None
     flag_details: dict[str, str | None] | None = None     # flag name -> its sentence, as read (values unchecked)
     sizes: tuple[SizeResult, ...] | None = None            # problems with several sizes: per size (SizeResult)
     sizes_geomean: float | None = None

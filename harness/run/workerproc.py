@@ -83,6 +83,11 @@ def worker_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def worker_argv(role: str, cmd_fd: int, res_fd: int) -> list[str]:
+    """A worker's command line: `python -m harness.worker ROLE CMD_FD RES_FD` (the two pipe ends it inherits)."""
+    return [sys.executable, "-m", "harness.worker", role, str(cmd_fd), str(res_fd)]
+
+
 class _Spawner:
     """Every worker is started from one thread that lives as long as the process: PR_SET_PDEATHSIG fires when the
     *thread* that forked a process ends, so a worker started from a build-pool or slot thread would be killed when
@@ -295,13 +300,17 @@ class Worker:
     """One worker process. Every process it starts belongs to it (harness.shared.containment): pause() and resume() stop
     and continue all of them, kill() and close() end all of them."""
 
-    def __init__(self, role: str, env: dict[str, str], log_path: Path):
+    def __init__(self, role: str, env: dict[str, str], log_path: Path, wrapper: list[str] | None = None):
+        """`wrapper`: a launcher's command line the worker's own goes after (ncu, for `run_eval.py profile`); the
+        launcher is then the process started here, the worker its child (containment.WRAPPED_VAR)."""
         containment.setup_parent()
         self.role = role
         self.tag = containment.new_tag()
         env = {**env, containment.TAG_VAR: self.tag, containment.PARENT_VAR: str(os.getpid())}
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
+        if wrapper:                         # the worker finds its pipes by these if the launcher kept them back
+            env[containment.WRAPPED_VAR] = f"{os.fstat(cmd_r).st_ino}:{os.fstat(res_w).st_ino}"
         out_r, out_w = os.pipe()
         self.log_path = log_path
         self.started = time.monotonic()
@@ -317,7 +326,7 @@ class Worker:
             raise
         try:
             self.proc = _spawner.popen(
-                [sys.executable, "-m", "harness.worker", role, str(cmd_r), str(res_w)],
+                [*(wrapper or []), *worker_argv(role, cmd_r, res_w)],
                 pass_fds=(cmd_r, res_w), stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
                 env=env, cwd=str(REPO_ROOT), start_new_session=True)
         except BaseException:
@@ -432,10 +441,11 @@ class Worker:
         if self.proc.returncode is not None:
             containment.registry.discard(self.proc.pid)
 
-    def close(self) -> int | None:
-        """Tell the worker to stop, give it a moment, then make sure every process of it is gone."""
+    def close(self, wait_s: float = 10.0) -> int | None:
+        """Tell the worker to stop, give it `wait_s` (a launcher such as ncu writes its report after the worker
+        ends), then make sure every process of it is gone."""
         self.send({"op": "exit"})
-        code = self.wait(10.0)
+        code = self.wait(wait_s)
         self.kill()
         for fd in (self.cmd_w, self.reader.fd):
             try:

@@ -37,6 +37,9 @@ from pathlib import Path
 
 TAG_VAR = "KB_WORKER_TAG"
 PARENT_VAR = "KB_PARENT_PID"
+WRAPPED_VAR = "KB_PARENT_WRAPPED"   # set: a launcher (ncu, for `run_eval.py profile`) stands between the two; its
+                                    # value: the inodes of the worker's two pipes ("CMD:RES", harness.worker)
+WRAPPER_DEPTH = 3                   # how many ancestors up the parent may be found then
 RUN_TAG_VAR = "KB_RUN_TAG"
 
 PR_SET_PDEATHSIG = 1
@@ -365,12 +368,12 @@ def setup_worker() -> None:
     us), and keep every descendant in our tree (subreaper). Falls back to a polling thread without prctl."""
     expected = int(os.environ.get(PARENT_VAR, "0") or 0)
     armed = prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if expected and os.getppid() != expected:
+    if expected and expected not in ancestors(WRAPPER_DEPTH if os.environ.get(WRAPPED_VAR) else 1):
         os._exit(3)                                     # the parent died before the prctl
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     if armed:
         return
-    parent = expected or os.getppid()
+    parent = os.getppid() if os.environ.get(WRAPPED_VAR) else expected or os.getppid()
 
     def watch() -> None:
         while True:
@@ -379,6 +382,20 @@ def setup_worker() -> None:
                 os._exit(3)
 
     threading.Thread(target=watch, name="kb-parent-watch", daemon=True).start()
+
+
+def ancestors(depth: int) -> list[int]:
+    """This process's parent, its parent's parent, ... (`depth` of them at most; fewer where /proc does not say).
+    Under a launcher (WRAPPED_VAR: ncu starts the worker) the harness is the parent's parent, and PDEATHSIG fires
+    when the launcher ends."""
+    found, pid = [], os.getppid()
+    while pid > 0:
+        found.append(pid)
+        if len(found) >= depth:
+            break
+        st = stat(pid)
+        pid = st[1] if st else 0
+    return found
 
 
 def apply_memory_cap() -> int:

@@ -180,6 +180,17 @@ class SizeRequest:
 
 
 @dataclass(frozen=True)
+class NcuRequest:
+    """`run_eval.py profile`: `warmup` calls of `variant` on inputs drawn with `seed` (builds, JIT, autotuning), then
+    one more on the same inputs between cudaProfilerStart and cudaProfilerStop, so that Nsight Compute (the worker
+    runs under `ncu --profile-from-start off`) profiles that call's kernels and no others."""
+    OP: ClassVar[str] = "ncu_call"
+    seed: int
+    variant: str
+    warmup: int = 3
+
+
+@dataclass(frozen=True)
 class DeriveRequest:
     """Reference only, once per reference process: the figures the checks need that do not depend on the
     candidate (the forward's FLOPs and bytes, the float64 reference of trial 0). The parent asks right after
@@ -251,6 +262,14 @@ class Profile:
 class ProfileResult:
     KIND: ClassVar[str] = "profile"
     profile: Profile | None             # None on the CPU
+
+
+@dataclass(frozen=True)
+class NcuCalled:
+    """The reply to NcuRequest: the warm-up calls ran and the one profiled call returned (device synchronized)."""
+    KIND: ClassVar[str] = "ncu_called"
+    warmup: int
+    ms: float                           # host time of the profiled call, profiler overhead included (not a timing)
 
 
 @dataclass(frozen=True)

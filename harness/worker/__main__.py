@@ -21,7 +21,8 @@ def main(argv: list[str]) -> None:
     # Host allocation failures (MemoryError, torch's "DefaultCPUAllocator: can't allocate memory") are `oom` too;
     # the roles bind common.is_oom when they are imported below.
     common.is_oom = containment.is_memory_error
-    role, cmd_fd, res_fd = argv[0], int(argv[1]), int(argv[2])
+    role = argv[0]
+    cmd_fd, res_fd = channel_fd(int(argv[1]), os.O_RDONLY, 0), channel_fd(int(argv[2]), os.O_WRONLY, 1)
     conn = Conn(cmd_fd, res_fd)
     import torch  # noqa: F401 - before the job arrives: a spare worker pays for this while it waits
     if role == "reference":
@@ -62,6 +63,36 @@ def main(argv: list[str]) -> None:
             except Exception:                          # noqa: BLE001
                 pass
         os._exit(0)
+
+
+def channel_fd(fd: int, flags: int, which: int) -> int:
+    """The pipe end the parent passed as `fd` (`which`: 0 the command pipe, 1 the result pipe). Under a launcher
+    (containment.WRAPPED_VAR, which carries the two pipes' inodes: ncu, for `run_eval.py profile`) that did not hand
+    its inherited descriptors on, or put something else at that number, the same pipe is opened again through the
+    launcher's /proc/<pid>/fd/<fd> (the nearest ancestor below the harness holding that pipe there)."""
+    wrapped = os.environ.get(containment.WRAPPED_VAR, "")
+    if not wrapped:
+        return fd
+    try:
+        inode = int(wrapped.split(":")[which])
+    except (IndexError, ValueError):
+        return fd
+    if _inode(f"/proc/self/fd/{fd}") == inode:
+        return fd
+    harness = int(os.environ.get(containment.PARENT_VAR, "0") or 0)
+    for pid in containment.ancestors(containment.WRAPPER_DEPTH):
+        if pid == harness:
+            break
+        if _inode(f"/proc/{pid}/fd/{fd}") == inode:
+            return os.open(f"/proc/{pid}/fd/{fd}", flags | os.O_CLOEXEC)
+    return fd                                           # not found: the first read or write says so
+
+
+def _inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
 
 
 def _report_with_first_message(conn: Conn, report: dict) -> None:

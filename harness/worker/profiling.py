@@ -35,6 +35,30 @@ def profile_call(call: Callable[[list], Any], inputs: list, device: str):
                    sorted(set(kernels) - set(custom))[:20])
 
 
+def ncu_call(call: Callable[[list], Any], inputs: list, warmup: int, device: str):
+    """`warmup` calls, then one call between cudaProfilerStart and cudaProfilerStop (messages.NcuRequest): under
+    `ncu --profile-from-start off` only that call's kernels are profiled. Outside ncu the two are no-ops. The
+    warm-up runs first so that builds, Triton's JIT and cuDNN's autotuning are not what gets profiled."""
+    import time
+    import torch
+    from harness.shared.messages import NcuCalled
+    for _ in range(max(0, warmup)):
+        call(inputs)
+    if device != "cpu":
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    if device != "cpu":
+        torch.cuda.profiler.start()
+    try:
+        call(inputs)
+        if device != "cpu":
+            torch.cuda.synchronize()
+    finally:
+        if device != "cpu":
+            torch.cuda.profiler.stop()
+    return NcuCalled(max(0, warmup), (time.perf_counter() - started) * 1e3)
+
+
 def cuda_trace():
     """A trace of CUDA activity only, through the autograd profiler that torch.profiler.profile wraps. Not through
     torch.profiler.profile itself: its start asks `hasattr(torch, "_inductor")`, which imports torch._inductor,

@@ -15,6 +15,7 @@ reference by construction:
       does (GPU, harness.worker.peer), after the reply, with the candidate stopped, at positions the candidate never
       learns (README, Hardening: commit, then check).
   profile(seed, variant): one call under the profiler (harness.worker.profiling), where the parent asks.
+  ncu_call(seed, variant, warmup): `run_eval.py profile`'s one call bracketed for Nsight Compute (profiling.ncu_call).
   memory: the process's peak of device memory (torch's allocator) so far, for the record.
 
 Memory: a sample holds its inputs, its output and, for the mutation check, a copy of the inputs where they are
@@ -224,6 +225,10 @@ class Sampler:
             req = m.parse(m.ProfileRequest, message)
             return m.wire(m.ProfileResult(profiling.profile_call(self.calls[req.variant], self._clean_inputs(req.seed),
                                                                  self.device)))
+        if op == m.NcuRequest.OP:
+            req = m.parse(m.NcuRequest, message)
+            return m.wire(profiling.ncu_call(self.calls[req.variant], self._clean_inputs(req.seed), req.warmup,
+                                             self.device))
         if op == m.ModeRequest.OP:
             self.mode, self.graph_replays = str(message["mode"]), int(message.get("graph_replays", 1))
             calls = message.get("graph_calls")

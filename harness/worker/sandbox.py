@@ -29,6 +29,14 @@ been dropped (memory pressure, drop_caches), which would silently lose the rule:
 descriptor of it open, which keeps the dentry. Only the worker's own entry is covered: a child process of a
 candidate that initializes CUDA itself cannot name its threads.
 
+Under Nsight Compute (`run_eval.py profile`: the parent sets KB_NCU to the port range ncu talks to its target
+process on, and KB_NCU_TMP to the pair's ncu folder, which is also the TMPDIR that ncu and its injected library
+start with) the same confinement is applied with what ncu's library needs inside the worker and nothing else
+(`relaxed` in the report says what): TCP bind and connect on that port range only (Landlock ABI >= 4), or, below
+ABI 4, no network namespace (ncu reaches its target over loopback); abstract unix sockets not scoped; KB_NCU_TMP
+and ncu's lock file (/tmp/nsight-compute-lock, where it exists) writable. Threads the injected library started
+before the job arrived stay unconfined (counted in `unconfined_threads`).
+
 KB_SANDBOX selects the mode: `auto` (default: whatever the kernel allows), `off` (nothing is applied, for
 debugging), `require` (a worker that cannot confine its filesystem writes refuses the job).
 """
@@ -84,6 +92,22 @@ DEVICE_NAMES = ("null", "zero", "full", "random", "urandom", "tty", "dri", "kfd"
 DEVICE_PREFIXES = ("nvidia",)           # nvidiactl, nvidia0.., nvidia-uvm, nvidia-uvm-tools, nvidia-caps/
 
 
+NCU_VAR = "KB_NCU"                      # "<base port>:<count>": the worker runs under ncu (run_eval.py profile)
+NCU_TMP_VAR = "KB_NCU_TMP"
+NCU_LOCK_FILES = ("/tmp/nsight-compute-lock",)   # ncu serializes concurrent profilers on it
+_RULE_NET_PORT = 2
+
+
+def ncu_ports() -> range | None:
+    """The TCP ports ncu and its injected library use (KB_NCU), or None when the worker is not under ncu."""
+    raw = os.environ.get(NCU_VAR) or ""
+    try:
+        base, count = (int(part) for part in raw.split(":", 1))
+    except ValueError:
+        return None
+    return range(base, base + count) if 0 < base and 0 < count and base + count <= 65536 else None
+
+
 class SandboxError(RuntimeError):
     """The sandbox was required (KB_SANDBOX=require) and cannot be applied, or KB_SANDBOX is not a mode."""
 
@@ -91,6 +115,11 @@ class SandboxError(RuntimeError):
 class _RulesetAttr(ctypes.Structure):
     _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
                 ("scoped", ctypes.c_uint64)]
+
+
+class _NetPortAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
 
 
 class _PathBeneathAttr(ctypes.Structure):
@@ -267,9 +296,12 @@ def confine_worker(role: str, job: dict[str, Any]) -> dict[str, Any]:
         writable.append(tmp)
         if tmp_parent != job.get("scratch"):    # a pair's scratch is removed by the parent
             _remove_at_exit.append(tmp)
+    ports = ncu_ports()
+    if ports is not None and os.environ.get(NCU_TMP_VAR):
+        writable.append(os.environ[NCU_TMP_VAR])
     for path in writable:
         os.makedirs(path, exist_ok=True)
-    _applied = confine(writable, require=current == "require", hide=hide)
+    _applied = confine(writable, require=current == "require", hide=hide, ncu=ports)
     _applied["mode"] = current
     return _applied
 
@@ -282,10 +314,11 @@ def cleanup() -> None:
 
 
 def confine(writable: list[str], require: bool = False, max_abi: int | None = None,
-            hide: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+            hide: list[str] | tuple[str, ...] = (), ncu: range | None = None) -> dict[str, Any]:
     """Confine this process (and all it starts from now on) to writing beneath `writable`, the device files above
     and its own /proc/<pid>; no TCP; the folders in `hide` (the run keys) seen empty. `max_abi` pretends the kernel
-    has at most that Landlock ABI (tests)."""
+    has at most that Landlock ABI (tests). `ncu`: the worker runs under Nsight Compute, which talks to it on these
+    TCP ports (the module's docstring: what is relaxed, said in the report's `relaxed`)."""
     report: dict[str, Any] = {"mode": "require" if require else "auto", "landlock_abi": None, "filesystem": False,
                               "network": False, "network_via": None, "no_new_privs": False, "scoped": [],
                               "writable": [os.path.realpath(p) for p in writable], "hidden": [], "error": None,
@@ -306,7 +339,10 @@ def confine(writable: list[str], require: bool = False, max_abi: int | None = No
                                                   ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) == 1
         else:
             errors.append(f"PR_SET_NO_NEW_PRIVS: {os.strerror(ctypes.get_errno())}")
-    network_ns = (abi is None or abi < 4) and sys.platform.startswith("linux")
+    relaxed = _ncu_relaxed(ncu, abi, writable) if ncu is not None else []
+    if relaxed:
+        report["relaxed"] = relaxed
+    network_ns = (abi is None or abi < 4) and sys.platform.startswith("linux") and ncu is None
     hide = [os.path.realpath(p) for p in hide if os.path.isdir(p)] if sys.platform.startswith("linux") else []
     if network_ns or hide:
         try:                                    # before Landlock: the uid map is written through /proc/self
@@ -318,8 +354,9 @@ def confine(writable: list[str], require: bool = False, max_abi: int | None = No
             errors.append(f"no {'network' if network_ns else 'mount'} namespace: {exc.strerror or exc}")
     if abi is not None:
         try:
-            _landlock(abi, writable)
-            report.update(filesystem=True, scoped=_scoped(abi))
+            _landlock(abi, writable, ncu)
+            report.update(filesystem=True, scoped=[k for k in _scoped(abi)
+                                                   if ncu is None or k != "abstract_unix_socket"])
             if abi >= 4:
                 report.update(network=True, network_via="landlock (TCP)")
         except OSError as exc:
@@ -328,6 +365,19 @@ def confine(writable: list[str], require: bool = False, max_abi: int | None = No
             errors.append(f"Landlock failed: {exc.strerror or exc}")
     report["error"] = "; ".join(errors) or None
     return report
+
+
+def _ncu_relaxed(ports: range, abi: int | None, writable: list[str]) -> list[str]:
+    """What confinement leaves open for Nsight Compute (the report's `relaxed`)."""
+    said = [f"ncu: TCP bind/connect on ports {ports.start}-{ports.stop - 1}" if abi is not None and abi >= 4 else
+            "ncu: no network namespace (ncu reaches its target over loopback)"]
+    if abi is not None and abi >= 6:
+        said.append("ncu: abstract unix sockets not scoped")
+    tmp = os.environ.get(NCU_TMP_VAR)
+    if tmp and tmp in writable:
+        said.append(f"ncu: writable {os.path.realpath(tmp)}")
+    said += [f"ncu: writable {path}" for path in NCU_LOCK_FILES if os.path.isfile(path)]
+    return said
 
 
 def _threads() -> int:
@@ -400,10 +450,12 @@ def _device_paths() -> list[str]:
     return [f"/dev/{n}" for n in names if n in DEVICE_NAMES or n.startswith(DEVICE_PREFIXES)]
 
 
-def _landlock(abi: int, writable: list[str]) -> None:
-    create, _, restrict = _numbers()
-    attr = _RulesetAttr(handled_fs(abi), (NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0,
-                        (SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0)
+def _landlock(abi: int, writable: list[str], ncu: range | None = None) -> None:
+    create, add, restrict = _numbers()
+    scope = (SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0
+    if ncu is not None:
+        scope &= ~SCOPE_ABSTRACT_UNIX_SOCKET
+    attr = _RulesetAttr(handled_fs(abi), (NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0, scope)
     size = 8 if abi < 4 else 16 if abi < 6 else 24   # the struct as this ABI knows it
     ruleset = _syscall(create, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     try:
@@ -412,6 +464,14 @@ def _landlock(abi: int, writable: list[str]) -> None:
                 raise OSError(2, f"cannot add a rule for {path}")
         for path in _device_paths():
             _add_rule(ruleset, path, _device_rights(abi), abi)
+        if ncu is not None:
+            for path in NCU_LOCK_FILES:
+                if os.path.isfile(path):
+                    _add_rule(ruleset, path, _device_rights(abi), abi)
+            for port in ncu if abi >= 4 else ():
+                rule = _NetPortAttr(NET_BIND_TCP | NET_CONNECT_TCP, port)
+                _syscall(add, ctypes.c_int(ruleset), ctypes.c_int(_RULE_NET_PORT), ctypes.byref(rule),
+                         ctypes.c_uint32(0))
         own = f"/proc/{os.getpid()}"
         if _add_rule(ruleset, own, _device_rights(abi), abi):      # write and truncate: open(..., "w")
             try:
