@@ -26,6 +26,7 @@
 #              `python run_eval.py import-kernelbench CHECKOUT --problems-dir .kb/problems`, and carry `.kb`, and
 #              einops as a wheel in `.kbwhl`); `--json` lines are printed as each problem finishes
 #   tests:     the GPU-marked tests alone
+#   quad:      a 4-GPU machine: GPU tests | profile + sizes | suite on GPUs 2-3 (see the phase)
 #   multi:     a machine of 2+ GPUs: the GPU tests on GPU 0 beside `suite` (KB_TRACE=1) on the other GPUs
 #   cluster:   README's external-cluster recipe on this machine (issue 33): `dask scheduler` where the harness cannot
 #              be imported (only dask, as on a login node), one `dask worker --nthreads 1 --resources GPU=1` per GPU
@@ -156,7 +157,7 @@ suite)
     /usr/bin/time -f "wall %e s" timeout -s INT "${SUITE_TIMEOUT:-560}" python run_eval.py --gpus "$gpus" \
         --executor "$executor" --jobs "${JOBS:-16}" --output-dir "$out/$tag" --compile-modes "${COMPILE:-default}" \
         --processes "${PROCS:-1}" --solutions-dir "${SOLUTIONS_DIR:-solutions}" "${level_args[@]}" "${resume_args[@]}" \
-        --json > "$out/$tag.jsonl" 2> "$out/$tag.txt"
+        ${PAIR_SECONDS:+--max-pair-seconds "$PAIR_SECONDS"} --json > "$out/$tag.jsonl" 2> "$out/$tag.txt"
     tail -n 4 "$out/$tag.txt"
     python - "$out/$tag.jsonl" <<'PY'
 import json, sys
@@ -427,6 +428,37 @@ multi)
     wait
     echo "== GPU tests (GPU 0)"
     tail -n 40 "$out/gpu_tests.txt"
+    ;;
+quad)
+    # One command on a 4-GPU machine: the GPU tests on GPU 0; `run_eval.py profile` on three pairs, then SIZES_PROBLEMS
+    # timed at every declared size (--time-sizes all), on GPU 1; `suite` (SOLUTIONS_DIR, COMPILE, KB_TRACE=1, and
+    # --max-pair-seconds PAIR_SECONDS) on GPUs 2-3. Summaries printed at the end.
+    export TEST_RUNS_OUT="$out/runs"
+    (CUDA_VISIBLE_DEVICES=0 timeout -s INT "${TESTS_TIMEOUT:-540}" python -m pytest -q -rf --tb=short -m gpu tests/ \
+        ${K:+-k "$K"} > "$out/gpu_tests.txt" 2>&1) &
+    (export CUDA_VISIBLE_DEVICES=1
+     for sel in ${PROFILE_SELS:-level1/019_gelu/cuda_gelu_float4 level1/026_sigmoid/triton_sigmoid_stream \
+                level2/014_gemm_min_constant_subtract/triton_min_sub_epilogue}; do
+         timeout 150 python run_eval.py profile "$sel" --output-dir "$out/profile" >> "$out/profile.txt" 2>&1
+         echo "$sel: rc $?" >> "$out/profile.txt"
+     done
+     set -f
+     for p in ${SIZES_PROBLEMS:-*019_gelu *030_layernorm *041_softmax}; do
+         timeout 120 python run_eval.py --gpus 0 --level level1 --problem "$p" --time-sizes all --compile-modes none \
+             --max-pair-seconds 8 --output-dir "$out/sizes" --json >> "$out/sizes.jsonl" 2>> "$out/sizes.txt"
+     done) &
+    KB_TRACE=1 GPUS=${GPUS:-2,3} bash "$0" suite
+    wait
+    echo "== profile (GPU 1)"; grep -v "━" "$out/profile.txt" | tail -n 60
+    echo "== sizes (GPU 1)"; python - "$out/sizes.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        r = json.loads(line)
+        print(r["problem"], r["solution"].rsplit("/", 1)[-1], r["status"], r.get("speedup"), r.get("sizes_geomean"),
+              [(s["name"], s["correct"], s.get("speedup")) for s in (r.get("sizes") or [])], r.get("error"))
+PY
+    echo "== GPU tests (GPU 0)"; tail -n 30 "$out/gpu_tests.txt"
     ;;
 profile)
     echo "== the profile GPU test"
