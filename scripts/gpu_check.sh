@@ -26,6 +26,7 @@
 #              `python run_eval.py import-kernelbench CHECKOUT --problems-dir .kb/problems`, and carry `.kb`, and
 #              einops as a wheel in `.kbwhl`); `--json` lines are printed as each problem finishes
 #   tests:     the GPU-marked tests alone
+#   recheck:   one GPU: profile on three pairs, one sized problem, then the GPU tests (K)
 #   quad:      a 4-GPU machine: GPU tests | profile + sizes | suite on GPUs 2-3 (see the phase)
 #   multi:     a machine of 2+ GPUs: the GPU tests on GPU 0 beside `suite` (KB_TRACE=1) on the other GPUs
 #   cluster:   README's external-cluster recipe on this machine (issue 33): `dask scheduler` where the harness cannot
@@ -428,6 +429,33 @@ multi)
     wait
     echo "== GPU tests (GPU 0)"
     tail -n 40 "$out/gpu_tests.txt"
+    ;;
+recheck)
+    # One GPU, nothing beside it: `run_eval.py profile` on three pairs, one sized problem at every size, then the
+    # GPU tests K selects (default: all), each within its own time limit.
+    for sel in ${PROFILE_SELS:-level1/019_gelu/cuda_gelu_float4 level1/026_sigmoid/triton_sigmoid_stream \
+               level2/014_gemm_min_constant_subtract/triton_min_sub_epilogue}; do
+        timeout 100 python run_eval.py profile "$sel" --output-dir "$out/profile" >> "$out/profile.txt" 2>&1
+        echo "$sel: rc $?" >> "$out/profile.txt"
+    done
+    grep -v "━" "$out/profile.txt" | tail -n 45
+    tail -n 3 "$out"/profile/*/logs/*.log 2>/dev/null | tail -n 12
+    set -f
+    for p in ${SIZES_PROBLEMS:-*019_gelu}; do
+        timeout 100 python run_eval.py --level level1 --problem "$p" --time-sizes all --compile-modes none \
+            --max-pair-seconds 6 --output-dir "$out/sizes" --json >> "$out/sizes.jsonl" 2>> "$out/sizes.txt"
+    done
+    set +f
+    python - "$out/sizes.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        r = json.loads(line)
+        print(r["problem"], r["status"], r.get("flags"), [(s["name"], s["correct"], s.get("speedup")) for s in r.get("sizes") or []])
+PY
+    export TEST_RUNS_OUT="$out/runs"
+    timeout -s INT "${TESTS_TIMEOUT:-330}" python -m pytest -q -rf --tb=short -m gpu tests/ ${K:+-k "$K"} 2>&1 \
+        | tee "$out/gpu_tests.txt" | tail -n 25
     ;;
 quad)
     # One command on a 4-GPU machine: the GPU tests on GPU 0; `run_eval.py profile` on three pairs, then SIZES_PROBLEMS

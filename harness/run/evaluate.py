@@ -229,7 +229,12 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
                         Reader(reference.worker, device, str(pair_dir), deadline))
     try:
         reference.mode = reference.mode.prepare(reference.worker, inter, cfg)
-        before = inter.reference_blocks(cfg.timing.baseline_blocks)
+        try:
+            before = inter.reference_blocks(cfg.timing.baseline_blocks)
+        except GraphFallback as fell:       # its capture for this pair failed: cold for the rest of the problem
+            inter.release()
+            reference.mode = reference.mode.fallback(f"{fell.side}: {fell.error}").prepare(reference.worker, inter, cfg)
+            before = inter.reference_blocks(cfg.timing.baseline_blocks)
     except WorkerExit as exc:
         memory.reference_lost(record, reference.worker, f"reference side: {exc.detail}; last output: "
                                                         f"{last_line(reference.worker.log_tail())}")

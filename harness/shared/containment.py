@@ -39,7 +39,7 @@ TAG_VAR = "KB_WORKER_TAG"
 PARENT_VAR = "KB_PARENT_PID"
 WRAPPED_VAR = "KB_PARENT_WRAPPED"   # set: a launcher (ncu, for `run_eval.py profile`) stands between the two; its
                                     # value: the inodes of the worker's two pipes ("CMD:RES", harness.worker)
-WRAPPER_DEPTH = 3                   # how many ancestors up the parent may be found then
+WRAPPER_DEPTH = 16                  # how many ancestors up the parent may be found then
 RUN_TAG_VAR = "KB_RUN_TAG"
 
 PR_SET_PDEATHSIG = 1
@@ -368,8 +368,11 @@ def setup_worker() -> None:
     us), and keep every descendant in our tree (subreaper). Falls back to a polling thread without prctl."""
     expected = int(os.environ.get(PARENT_VAR, "0") or 0)
     armed = prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if expected and expected not in ancestors(WRAPPER_DEPTH if os.environ.get(WRAPPED_VAR) else 1):
-        os._exit(3)                                     # the parent died before the prctl
+    chain = ancestors(WRAPPER_DEPTH if os.environ.get(WRAPPED_VAR) else 1)
+    if expected and expected not in chain:              # the parent died before the prctl
+        print(f"kb-harness: the harness (pid {expected}) is not among this worker's ancestors {chain}: exiting",
+              file=sys.stderr, flush=True)
+        os._exit(3)
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     if armed:
         return

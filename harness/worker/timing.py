@@ -213,6 +213,19 @@ class GraphCaptureError(Exception):
     """The call cannot be captured in a CUDA graph (a host sync, a CPU tensor, dynamic shapes...)."""
 
 
+_warm_up_streams: dict = {}
+
+
+def _warm_up_stream(device: torch.device) -> torch.cuda.Stream:
+    """The one side stream a process warms its captured calls up on: a fresh stream per capture made cuBLAS keep a
+    workspace of its own for each (32 MiB on Hopper), so a reference that captured once per pair grew by that much
+    a pair until it outgrew its planned share (graph capture `OutOfMemoryError` on the H200, 2026-11-26)."""
+    stream = _warm_up_streams.get(device)
+    if stream is None:
+        stream = _warm_up_streams[device] = torch.cuda.Stream(device)
+    return stream
+
+
 class GraphCuda(ColdCuda):
     mode = "graph"
 
@@ -241,7 +254,7 @@ class GraphCuda(ColdCuda):
         reference's output for its own inputs, and fails."""
         try:
             self.static_inputs = [[_clone(x) if isinstance(x, torch.Tensor) else x for x in one] for one in inputs]
-            side = torch.cuda.Stream(self.device)
+            side = _warm_up_stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
                 for _ in range(3):
