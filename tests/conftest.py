@@ -38,11 +38,14 @@ def shared_cache(tmp_path_factory) -> Path:
 
 def write_config(tmp: Path, tree: Path, timing: dict[str, object] | None = None, **extra) -> Path:
     """A config for the CPU tests; `timing` overrides keys of TEST_TIMING, `extra` adds top-level keys. cache_dir
-    is the session's shared one unless `extra` gives one."""
+    is the session's shared one unless `extra` gives one. Spare workers are on, as on GPU slots: the next pair's
+    workers import torch while this pair runs (a quarter of a run's time on two cores); a run on the CPU path's
+    default (off) is test_nothing_lost's, over examples/cpu."""
     timing_lines = {line.split(":")[0].strip(): line for line in ["  warmup: 2", *TEST_TIMING]}
     timing_lines.update({k: f"  {k}: {v}" for k, v in (timing or {}).items()})
     top = {"problems_dir": tree / "problems", "solutions_dir": tree / "solutions", "output_dir": tmp / "results",
-           "cache_dir": SHARED_CACHE or tmp / "cache", "device": "cpu", "trials": 3, "timeout": 30, **extra}
+           "cache_dir": SHARED_CACHE or tmp / "cache", "device": "cpu", "trials": 3, "timeout": 30,
+           "spare_workers": "on", **extra}
     lines = [f"{k}: {v}" for k, v in top.items()] + ["timing:", *timing_lines.values()]   # each key once: the
     path = tmp / "config.yaml"                                                              # config refuses two
     path.write_text("\n".join(lines) + "\n")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from conftest import FIXTURES, run_cli, run_dirs, write_config
 from harness.run import between
 from harness.run.paired import Estimate
@@ -57,6 +59,9 @@ def test_terms_come_from_the_cache_by_machine_key_else_the_default(tmp_path):
 
 
 def test_calibrate_keeps_the_term_and_a_default_run_widens_by_it(tmp_path):
+    """calibrate --processes 2 records each process pair's estimate and keeps the term; a default run then widens
+    its CI by it; a calibrated machine's calibrate runs one pair. (The --processes 2 record's checks were
+    test_pipeline_cpu's, on a calibrate of its own over the same problem.)"""
     config = write_config(tmp_path, TREE, cache_dir=tmp_path / "cache")    # its own: the term is per cache
     first = run_cli("calibrate", "--config", str(config), "--problem", "001_linear_relu", "--processes", "2")
     assert first.returncode == 0, first.stderr[-2000:]
@@ -64,6 +69,17 @@ def test_calibrate_keeps_the_term_and_a_default_run_widens_by_it(tmp_path):
     cache = json.loads((tmp_path / "cache" / between.FILE).read_text())
     (key, entry), = cache.items()
     assert entry["problems"]["level1/001_linear_relu"]["readings"] == 2 and "host" in entry["modes"]
+    # --processes 2: the pair measured whole twice (a fresh reference and candidate worker each time); the record
+    # keeps both estimates and the geometric mean of them, with a CI over the two
+    (run_dir,) = run_dirs(tmp_path)
+    (record,) = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert record["status"] == "ok", record["error"]
+    each = record["timing"]["processes"]
+    assert len(each) == 2 and all(p["speedup"] > 0 for p in each)
+    assert record["speedup"] == pytest.approx(math.sqrt(each[0]["speedup"] * each[1]["speedup"]))
+    assert record["speedup_ci"][0] < record["speedup"] < record["speedup_ci"][1]
+    assert record["timing"]["rounds"] == sum(p["rounds"] for p in each)
+    assert each[0]["speedup"] != each[1]["speedup"]         # separate measurements, not one copied
 
     run = run_cli("--config", str(config), "--problem", "001_linear_relu", "--candidate", "correct_cpp", "--json")
     assert run.returncode == 0, run.stderr[-2000:]

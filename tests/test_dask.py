@@ -106,10 +106,11 @@ def _dask(*args: str) -> list[str]:
     return [str(Path(sys.executable).parent / "dask"), *args]
 
 
-@pytest.mark.parametrize("allowed_failures", [3, 0])
-def test_killed_worker_loses_no_record(tmp_path, allowed_failures):
-    """SIGKILL a dask worker while it evaluates a problem: with retries the problem runs again elsewhere (ok);
-    with none (allowed-failures 0) its pairs are `crashed` with the dask message. Never a missing record."""
+def test_killed_worker_loses_no_record(tmp_path):
+    """SIGKILL a dask worker while it evaluates a problem: with no retries (allowed-failures 0) its pairs are
+    `crashed` with the dask message. Never a missing record. With retries (dask's default, 3) the problem runs again
+    in another process: test_dask_cluster's README cluster run kills a busy worker the same way and checks that."""
+    allowed_failures = 0
     from distributed import Client
 
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1",
@@ -167,15 +168,11 @@ def test_killed_worker_loses_no_record(tmp_path, allowed_failures):
         for record in records:
             if record["problem"] not in held:
                 assert record["status"] == "ok", record
-        if allowed_failures:
-            assert all(r["status"] == "ok" for r in records), records
-            assert all(tasks[p]["pid"] != victim[1] for p in held)    # they ran again, in another process
-        else:
-            crashed = {r["problem"] for r in records if r["status"] == "crashed"}
-            assert crashed and crashed <= held
-            for record in records:
-                if record["status"] == "crashed":
-                    assert "KilledWorker" in record["error"] and "error" in tasks[record["problem"]], record
+        crashed = {r["problem"] for r in records if r["status"] == "crashed"}
+        assert crashed and crashed <= held
+        for record in records:
+            if record["status"] == "crashed":
+                assert "KilledWorker" in record["error"] and "error" in tasks[record["problem"]], record
     finally:
         for proc in reversed(procs):
             proc.terminate()

@@ -11,6 +11,7 @@ resolves `import harness` to the same files.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -276,22 +277,31 @@ def test_readme_cluster_gives_the_local_statuses_and_survives_a_killed_worker(tm
     assert "deserializ" not in err and MISSING not in err, err
     got = statuses(tmp_path, err)
     assert got == want, (got, want, err)
+    # dask's default retries: every problem the killed worker held (running, or queued on it) ran again, in another
+    # process (this was test_dask's test_killed_worker_loses_no_record[3])
+    rid = run_id(err)
+    held = {r["problem"] for r in results(tmp_path, rid) if any(k.endswith(r["problem"].replace("/", "__"))
+                                                                for k in victim[2])}
+    tasks = json.loads((tmp_path / "results" / rid / "run.json").read_text())["dask"]["tasks"]
+    assert held and all(tasks[p]["pid"] != victim[1] for p in held), (victim, tasks)
     assert not left, f"left running after the cluster stopped: {left}"
     log = (tmp_path / "cluster.log").read_text()
     assert "No module named 'harness'" not in log, log[-3000:]     # the scheduler never tried to import it
 
 
-def kill_a_busy_worker(client, run: subprocess.Popen) -> tuple[str, int] | None:
+def kill_a_busy_worker(client, run: subprocess.Popen) -> tuple[str, int, list[str]] | None:
     """SIGKILL the dask worker process of the first task seen running, 2 s into it (its reference and candidate
-    workers are up). The worker's nanny restarts it; the scheduler runs the task again."""
+    workers are up): (worker, its pid, the keys it held). The worker's nanny restarts it; the scheduler runs the
+    task again."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and run.poll() is None:
         busy = sorted(w for w, keys in client.processing().items() if any(str(k).startswith("kb-") for k in keys))
         if busy:
             time.sleep(2.0)
             pid = client.run(os.getpid, workers=[busy[0]])[busy[0]]
+            held = [str(k) for k in client.processing([busy[0]]).get(busy[0], [])]
             os.kill(pid, signal.SIGKILL)
-            return busy[0], pid
+            return busy[0], pid, held
         time.sleep(0.2)
     return None
 

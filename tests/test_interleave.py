@@ -197,7 +197,7 @@ def test_both_sides_are_checked_at_the_same_drawn_positions():
 def test_the_stop_rule_ends_the_rounds():
     """Steady ratios stop at min_rounds; ratios too spread for the target go on to max_rounds and read noisy; the
     time cap ends the pair after the round in progress."""
-    spread = setup(reference_ms=lambda variant, seed: 1.0 + seed % 7, candidate_ms=1.0, block=1, warmup=0)
+    spread = setup(reference_ms=lambda variant, seed: 1.0 + seed % 7, candidate_ms=1.0, block=1, warmup=1)
     out = spread[1].rounds(spread[3], StopRule(6, 9, 0.01, 60))
     assert len(out.rounds) == 9 and out.noisy
     capped = setup()

@@ -225,24 +225,6 @@ def test_resume_after_a_killed_run(tmp_path, fixture_tree):
     assert len(resumed) == 11 - len(before)
 
 
-def test_processes_measure_each_pair_in_fresh_process_pairs(tmp_path, fixture_tree):
-    """--processes 2: each pair measured whole twice (a fresh reference and candidate worker each time); the record
-    keeps both estimates and the geometric mean of them, with a CI over the two."""
-    import math
-    config = write_config(tmp_path, fixture_tree)
-    done = run_cli("calibrate", "--config", str(config), "--problem", "*001_linear_relu", "--processes", "2")
-    assert done.returncode == 0, done.stderr
-    (run_dir,) = run_dirs(tmp_path)
-    (record,) = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
-    assert record["status"] == "ok", record["error"]
-    each = record["timing"]["processes"]
-    assert len(each) == 2 and all(p["speedup"] > 0 for p in each)
-    assert record["speedup"] == pytest.approx(math.sqrt(each[0]["speedup"] * each[1]["speedup"]))
-    assert record["speedup_ci"][0] < record["speedup"] < record["speedup_ci"][1]
-    assert record["timing"]["rounds"] == sum(p["rounds"] for p in each)
-    assert each[0]["speedup"] != each[1]["speedup"]         # separate measurements, not one copied
-
-
 def test_a_relative_cache_dir_builds_the_cpu_examples(tmp_path):
     """config.yaml's cache_dir is relative (.cache). The compiler runs in the extension's own folder, so the build's
     temporary folder must be absolute there: with a relative one, g++ fell back to /tmp, which the build's sandbox
