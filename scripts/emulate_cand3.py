@@ -193,10 +193,24 @@ class SVgg:
         return v[:, :, :2 * PH, :2 * PW].reshape(N, C, PH, 2, PW, 2).amax((3, 5))
 
 
+class SUnet:
+    bn_batch_scale_shift = SBnAvgPool.bn_batch_scale_shift
+    bn_relu_ = SVgg.bn_relu_
+
+    @staticmethod
+    def bn_relu_full_maxpool2(x, scale, shift, full):
+        assert x.is_contiguous() and full.is_contiguous() and x.dim() == 4
+        N, C, H, W = x.shape
+        assert H % 2 == 0 and W % 2 == 0 and full.shape[1] >= C
+        v = torch.clamp_min(x * scale.view(1, -1, 1, 1) + shift.view(1, -1, 1, 1), 0.0)
+        full[:, :C] = v
+        return v.reshape(N, C, H // 2, 2, W // 2, 2).amax((3, 5))
+
+
 STANDINS = {
     "kb_l1_023_elu": SElu, "kb_l1_025_tanh": STanh,
     "kb_l2_040_": SMish, "kb_l2_039_": SPoolMeanTanh, "kb_l2_032_": SSoftmaxPool, "kb_l2_033_": SMinSoftmax,
-    "kb_l2_038_": SBnAvgPool, "kb_l3_013_": SDense, "kb_l3_002_": SLenet, "kb_l3_016_": SBiasSigmoid, "kb_l3_003_": SVgg,
+    "kb_l2_038_": SBnAvgPool, "kb_l3_013_": SDense, "kb_l3_002_": SLenet, "kb_l3_016_": SBiasSigmoid, "kb_l3_003_": SVgg, "kb_l3_011_": SUnet,
 }
 
 
@@ -404,6 +418,13 @@ def _(p, c):
     return all([check(p, c, [3, [64, 128, 256], 1000, 64], rn(4, 3, 64, 64), "problem dims, batch 4", steps=2),
                 check(p, c, [2, [5, 6], 7, 18], rn(3, 2, 18, 18), "small, odd pooled sizes (18->9->4)", steps=2),
                 check(p, c, [2, [5, 6], 7, 18], rn(3, 2, 18, 18), "eval mode", eval_mode=True)])
+
+
+@case("level3", "011_unet_stage", "cuda_fused_bn_relu_skip_into_cat.py")
+def _(p, c):
+    return all([check(p, c, [32, 64, 32], rn(2, 32, 64, 64), "problem channels, 2x64x64", steps=2),
+                check(p, c, [3, 4, 5], rn(3, 3, 10, 14), "small even", steps=2),
+                check(p, c, [3, 4, 5], rn(2, 3, 10, 14), "eval mode", eval_mode=True)])
 
 
 def main():
