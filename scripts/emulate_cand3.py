@@ -1,4 +1,4 @@
-"""CPU check of the cand3 candidates in solutions-pending/ against their reference Models (no GPU).
+"""CPU check of the cand3 candidates (now in solutions/) against their reference Models (no GPU).
 
     python scripts/emulate_cand3.py [--full] [name-substring ...]
 
@@ -32,7 +32,7 @@ import torch.nn.functional as F
 import torch.utils.cpp_extension as cpp_ext
 
 ROOT = Path(__file__).resolve().parent.parent
-PENDING = ROOT / "solutions-pending"
+PENDING = ROOT / "solutions"               # written into solutions-pending/, moved once ok on the GPU
 torch.set_num_threads(max(1, os.cpu_count() or 1))
 
 
