@@ -271,7 +271,17 @@ def trace(stage: str) -> None:
     that the stages of both workers of a pair line up. Nothing otherwise."""
     if os.environ.get("KB_TRACE") == "1":
         import time
-        print(f"kb-harness: trace {time.time():.4f} {stage}", file=sys.stderr, flush=True)
+        print(f"kb-harness: trace {time.time():.4f} {stage}{_device_memory()}", file=sys.stderr, flush=True)
+
+
+def _device_memory() -> str:
+    """' (allocated X MiB, peak Y MiB)' of torch's allocator where CUDA is in use in this process, else ''."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return ""
+    mib = 1 << 20
+    return (f" (allocated {torch.cuda.memory_allocated() // mib} MiB, "
+            f"peak {torch.cuda.max_memory_allocated() // mib} MiB)")
 
 
 def warm_flop_counter() -> None:

@@ -109,6 +109,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
             elif op == "budget":
                 memory.apply(message)
                 conn.send("budget", share_bytes=memory.share, fp64=memory.fp64_note)
+                trace("reference budget")
             elif op == m.ReadRequest.OP and peer is not None:
                 reply = m.wire(_read_peer(peer, m.parse(m.ReadRequest, message), sampler, full))
                 conn.send(reply.pop("kind"), **reply)
