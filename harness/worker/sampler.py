@@ -63,8 +63,9 @@ PERIOD = 1 << 22                 # the weights repeat every PERIOD elements, eac
 
 class Digest:
     """A keyed checksum of one tensor, standing in for its copy: equal for two tensors exactly when same_tensor says
-    they are the same, but for a collision (a weighted sum of their elements' bits mod 2**64 under odd weights drawn
-    from a key this process drew at random; a single changed element always shows). Computed a piece at a time."""
+    they are the same, but for a collision (a weighted sum of their elements' bits mod 2**64 under odd weights this
+    process drew at random, times odd multipliers drawn from a key; a single changed element always shows).
+    Computed a piece at a time."""
 
     __slots__ = ("shape", "dtype", "value")
 
@@ -88,18 +89,19 @@ def _signed(x: int) -> int:
 
 
 _weights_cache: dict = {}
+_WEIGHTS_SEED = int.from_bytes(os.urandom(8), "little") >> 1     # this process's, drawn once
 
 
-def _weights(key: int, device):
-    """PERIOD odd int64 weights drawn from `key` on `device`, drawn once per key and device (32 MiB)."""
+def _weights(device):
+    """PERIOD odd int64 weights (32 MiB), drawn once per process and device from this process's own seed; what
+    differs between snapshots is the key, in each period's multiplier (checksum)."""
     import torch
-    found = _weights_cache.get((key, str(device)))
+    found = _weights_cache.get((str(device), PERIOD))
     if found is None:
         g = torch.Generator(device=device)
-        g.manual_seed(_mix(key) >> 1)
+        g.manual_seed(_WEIGHTS_SEED)
         found = torch.randint(-(1 << 62), 1 << 62, (PERIOD,), generator=g, device=device, dtype=torch.int64) * 2 + 1
-        _weights_cache.clear()                         # one key per process at a time
-        _weights_cache[(key, str(device))] = found
+        _weights_cache[(str(device), PERIOD)] = found
     return found
 
 
@@ -111,13 +113,13 @@ def _nan_stand_in(key: int) -> float:
 
 def checksum(t, key: int, chunk_bytes: int | None = None) -> int:
     """sum(bits(t[i]) * w(i)) mod 2**64 over t's elements in row-major order, w(i) = W[i mod PERIOD] * R(i div PERIOD)
-    with W and R odd and drawn from `key`: the same for any cutting into pieces. Bits of a float are taken after
+    with W odd and drawn once per process, R odd and drawn from `key`: the same for any cutting into pieces. Bits of a float are taken after
     +0.0 (so -0.0 counts as 0.0) and with every NaN as one value: as `same_tensor`, which compares with == and takes
     NaNs at the same places as equal. About four passes over the data (each element's bits multiplied into int64
     and summed where it lies, one sync at the end)."""
     import torch
     from harness.worker.verify import flat_pieces
-    weights = _weights(key, t.device)
+    weights = _weights(t.device)
     total = torch.zeros((), dtype=torch.int64, device=t.device)
     for offset, part in flat_pieces(t, chunk_bytes or 2 * CHUNK_BYTES, 8):
         if part.is_complex():
