@@ -243,14 +243,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
     phases["baseline_before"] = time.monotonic() - started
     t_start = time.monotonic()
     worker = spares.take("candidate", pc.log_dir / f"{slug(pair.candidate.id)}.log")
-    build = pc.builds[pair.candidate.id]
-    env = {**build_env(Path(build.build_dir), pc.toolchain), "TRITON_CACHE_DIR": str(pair_dir / "triton")}
-    worker.send(wire(CandidateJob(
-        str(pair.problem.path.resolve()), build.candidate_path, device, pc.seed.base, cfg.trials,
-        reference.mode.spec(cfg, [CANDIDATE]), str(pair_dir),
-        str(reference.state_path),
-        cfg.defenses, cfg.precision, hide=[str(RunKey.keys_dir(cfg.cache_dir))], env=env,
-        memory_share_bytes=reference.plan.candidate if reference.plan else None)))
+    worker.send(wire(candidate_job(pair, pc, reference, device, pair_dir)))
     phases["start"] = time.monotonic() - t_start
     collected = None
     try:
@@ -260,7 +253,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
     except WorkerExit as exc:
         _worker_ended(record, exc, reference, worker, cfg.timeout)
     except CandidateFailed as failed:
-        _candidate_failed(record, failed.reply)
+        candidate_failed(record, failed.reply)
     except Exception as exc:                           # noqa: BLE001 - one pair's fault must not end the run
         record.error_detail = traceback.format_exc()[-4000:]
         finish(record, Status.CRASHED, f"harness fault while evaluating this pair: {type(exc).__name__}: {exc}")
@@ -292,6 +285,19 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
         record.worker.device_usable_after = reference.healthy()
 
 
+def candidate_job(pair: Pair, pc: PairContext, reference: ReferenceSide, device: str, pair_dir: Path) -> CandidateJob:
+    """The candidate worker's job for `pair` (its build's extension folder, its own Triton cache in `pair_dir`, the
+    reference's mode, state and memory plan); `run_eval.py profile` sends the same one."""
+    cfg = pc.cfg
+    build = pc.builds[pair.candidate.id]
+    env = {**build_env(Path(build.build_dir), pc.toolchain), "TRITON_CACHE_DIR": str(pair_dir / "triton")}
+    return CandidateJob(
+        str(pair.problem.path.resolve()), build.candidate_path, device, pc.seed.base, cfg.trials,
+        reference.mode.spec(cfg, [CANDIDATE]), str(pair_dir), str(reference.state_path),
+        cfg.defenses, cfg.precision, hide=[str(RunKey.keys_dir(cfg.cache_dir))], env=env,
+        memory_share_bytes=reference.plan.candidate if reference.plan else None)
+
+
 def _worker_ended(record: RecordDraft, exc: WorkerExit, reference: ReferenceSide, worker: Worker,
                   timeout: float) -> None:
     """The verdict when a worker ended without the reply the parent waited for."""
@@ -304,7 +310,7 @@ def _worker_ended(record: RecordDraft, exc: WorkerExit, reference: ReferenceSide
         finish(record, status_of(exc), f"{exc.detail}; last output: {last_line(worker.log_tail())}")
 
 
-def _candidate_failed(record: RecordDraft, reply: m.Failed) -> None:
+def candidate_failed(record: RecordDraft, reply: m.Failed) -> None:
     """The verdict the candidate worker reported for itself (its code raised, did not build or load)."""
     try:
         status = Status(reply.status)
@@ -320,7 +326,7 @@ def _drive(worker: Worker, record: RecordDraft, reference: ReferenceSide, inter:
     """Correctness trials, then the timed rounds. Returns what the rounds collected, or None when the record was
     finished here (an incorrect or invalid result; a failure raises CandidateFailed or WorkerExit)."""
     t0 = time.monotonic()
-    outputs = _trials_reply(worker, record, inter.deadline)
+    outputs = trials_reply(worker, record, inter.deadline)
     phases["trials"] = time.monotonic() - t0
     missing = sizes.missing_outputs(outputs, reference.ready, pc.cfg.trials)
     if missing:
@@ -364,7 +370,7 @@ def _drive(worker: Worker, record: RecordDraft, reference: ReferenceSide, inter:
     return collected
 
 
-def _trials_reply(worker: Worker, record: RecordDraft, deadline: float) -> m.Outputs:
+def trials_reply(worker: Worker, record: RecordDraft, deadline: float) -> m.Outputs:
     """The candidate's first reply (its sandbox's report goes on the record): its trials' outputs; CandidateFailed
     for a failure it reports, WorkerExit for anything else."""
     try:

@@ -22,13 +22,13 @@ from typing import Any
 
 from harness.core.config import Config
 from harness.core.discover import Pair
-from harness.results.parts import Gpu, Precision, Profile, ProfileSide, Sandbox
-from harness.results.records import RecordDraft, Status, finish, new_record
-from harness.results.signing import RunKey
+from harness.results.parts import Gpu, Precision, Profile, ProfileSide
+from harness.results.records import RecordDraft, Status, finish
 from harness.run import ncu
-from harness.run.build import BuildResult, build_env
-from harness.run.evaluate import PairContext, ReferenceSide, last_line, slug
-from harness.run.interleave import CANDIDATE, EAGER
+from harness.run.schedule import decided_without_running, pair_record
+from harness.run.evaluate import (PairContext, ReferenceSide, candidate_failed, candidate_job, last_line, slug,
+                                  trials_reply)
+from harness.run.interleave import CANDIDATE, EAGER, CandidateFailed
 from harness.run.workerproc import Worker, WorkerExit, status_of
 from harness.shared import messages as m
 
@@ -79,12 +79,12 @@ def record_path(run: ProfileRun, pair: Pair) -> Path:
 
 def profile_pair(pair: Pair, run: ProfileRun) -> RecordDraft:
     """The pair's record, with its `profile` part (each side's kernels, or why there are none)."""
-    record = new_record(pair.problem_id, pair.candidate.id, run.device.split(":")[0], run.run_id)
+    record = pair_record(pair, run.run_id, run.device, run.pc.builds)
     record.gpu = run.gpu
     reports = report_paths(run, pair)
     sides: dict[str, ProfileSide | None] = {"reference": None, "candidate": None}
     record.profile = Profile(["ncu", *ncu.options()], run.ncu.version, run.warmup, None, None)
-    if _static_verdict(pair, run.pc.builds.get(pair.candidate.id), record):
+    if decided_without_running(pair, run.pc.builds, record) is not None:
         return record
     problem_dir = run.scratch / slug(pair.problem_id)
     problem_dir.mkdir(parents=True, exist_ok=True)
@@ -113,27 +113,6 @@ def profile_pair(pair: Pair, run: ProfileRun) -> RecordDraft:
     return record
 
 
-def _static_verdict(pair: Pair, build: BuildResult | None, record: RecordDraft) -> bool:
-    """A pair decided before any worker starts (its problem or candidate unusable, its build failed): finished
-    here, True."""
-    if pair.problem is None:
-        finish(record, Status.LOAD_ERROR, f"no problem file for {pair.problem_id}")
-    elif pair.problem.error:
-        finish(record, Status.LOAD_ERROR, pair.problem.error)
-    elif pair.candidate.error:
-        finish(record, Status.LOAD_ERROR, pair.candidate.error)
-    elif build is None:
-        finish(record, Status.CRASHED, "the candidate was not built")
-    elif build.status != "built":
-        status = Status(build.status) if build.status in {s.value for s in Status} else Status.CRASHED
-        finish(record, status, build.error or f"build: {build.status}")
-        record.build = build.record()
-    else:
-        record.build = build.record()
-        return False
-    return True
-
-
 def _pair(pair: Pair, run: ProfileRun, record: RecordDraft, reference: ReferenceSide, launch: _UnderNcu,
           problem_dir: Path) -> None:
     """Steps 1 and 2 of the module's docstring, into `record` (its status and error)."""
@@ -146,20 +125,19 @@ def _pair(pair: Pair, run: ProfileRun, record: RecordDraft, reference: Reference
     worker = _start_candidate(pair, run, reference, launch, problem_dir)
     deadline = time.monotonic() + cfg.timeout
     try:
-        outputs = _first_reply(worker, record, deadline)
-        if outputs is None:
-            return
+        outputs = trials_reply(worker, record, deadline)
         failing = [r for r in reference.verify(outputs.files) if not r.ok]
         ready = reference.ready
         record.precision = Precision(cfg.precision, ready.dtype, ready.dtype_source)
         reply = _one_call(worker, CANDIDATE, pair, run, deadline)
         if isinstance(reply, m.Failed):
-            finish(record, _status(reply.status), reply.error)
-            record.error_detail = reply.detail
+            candidate_failed(record, reply)
         elif failing:
             finish(record, Status.INCORRECT, f"{failing[0].label}: {failing[0].reason}")
         else:
             finish(record, Status.OK)
+    except CandidateFailed as failed:
+        candidate_failed(record, failed.reply)
     except WorkerExit as exc:
         if status_of(exc) is Status.TIMEOUT:
             finish(record, Status.TIMEOUT, f"killed after the pair timeout of {cfg.timeout:g} s")
@@ -172,33 +150,11 @@ def _pair(pair: Pair, run: ProfileRun, record: RecordDraft, reference: Reference
 def _start_candidate(pair: Pair, run: ProfileRun, reference: ReferenceSide, launch: _UnderNcu,
                      problem_dir: Path) -> Worker:
     """The candidate worker, under ncu, with the job run_pair sends (harness.run.evaluate)."""
-    cfg = run.pc.cfg
     pair_dir = problem_dir / slug(pair.candidate.id.rsplit("/", 1)[-1])
     pair_dir.mkdir(parents=True, exist_ok=True)
     worker = launch.take("candidate", run.pc.log_dir / f"{slug(pair.candidate.id)}.log")
-    build = run.pc.builds[pair.candidate.id]
-    env = {**build_env(Path(build.build_dir), run.pc.toolchain), "TRITON_CACHE_DIR": str(pair_dir / "triton")}
-    worker.send(m.wire(m.CandidateJob(
-        str(pair.problem.path.resolve()), build.candidate_path, run.device, run.pc.seed.base, cfg.trials,
-        reference.mode.spec(cfg, [CANDIDATE]), str(pair_dir), str(reference.state_path), cfg.defenses,
-        cfg.precision, hide=[str(RunKey.keys_dir(cfg.cache_dir))], env=env,
-        memory_share_bytes=reference.plan.candidate if reference.plan else None)))
+    worker.send(m.wire(candidate_job(pair, run.pc, reference, run.device, pair_dir)))
     return worker
-
-
-def _first_reply(worker: Worker, record: RecordDraft, deadline: float) -> m.Outputs | None:
-    """The candidate's trials (its sandbox's report onto the record), or None once `record` is finished with the
-    failure it reported."""
-    reply = m.parse_reply(worker.recv(deadline), m.Outputs, m.Failed, m.HarnessError)
-    record.sandbox = Sandbox.from_json(reply.sandbox)
-    if isinstance(reply, m.Failed):
-        finish(record, _status(reply.status), reply.error)
-        record.error_detail = reply.detail
-        return None
-    if isinstance(reply, m.HarnessError):
-        finish(record, Status.CRASHED, f"candidate worker: {reply.error}")
-        return None
-    return reply
 
 
 def _one_call(worker: Worker, variant: str, pair: Pair, run: ProfileRun, deadline: float) -> Any:
@@ -207,13 +163,6 @@ def _one_call(worker: Worker, variant: str, pair: Pair, run: ProfileRun, deadlin
     seed = run.pc.seed.stream("profile", *pair.key).take(1)[0]
     worker.send(m.wire(m.NcuRequest(seed, variant, run.warmup)))
     return m.parse_reply(worker.recv(deadline), m.NcuCalled, m.Failed)
-
-
-def _status(value: str) -> Status:
-    try:
-        return Status(value)
-    except ValueError:
-        return Status.CRASHED
 
 
 def read_side(run: ProfileRun, report: Path, log: str) -> ProfileSide:

@@ -159,15 +159,19 @@ BUILD_STATUSES = {"compile_error": Status.COMPILE_ERROR, "skipped": Status.SKIPP
 
 
 def _decided_without_running(pair: Pair, ctx: Context, slot: Slot) -> RecordDraft | None:
-    """A record for pairs that cannot run: missing/broken problem, unloadable candidate, failed build."""
-    record = _base_record(pair, ctx, slot)
+    return decided_without_running(pair, ctx.builds, _base_record(pair, ctx, slot))
+
+
+def decided_without_running(pair: Pair, builds: dict[str, BuildResult], record: RecordDraft) -> RecordDraft | None:
+    """`record` finished for a pair that cannot run (missing or broken problem, unloadable candidate, failed build),
+    or None when it can: here and in `run_eval.py profile`."""
     if pair.problem is None:
         return finish(record, Status.LOAD_ERROR, f"no problem file for this candidate ({pair.problem_id}.py)")
     if pair.problem.error:
         return finish(record, Status.LOAD_ERROR, f"problem: {pair.problem.error}")
     if pair.candidate.error:
         return finish(record, Status.LOAD_ERROR, pair.candidate.error)
-    build = ctx.builds.get(pair.candidate.id)
+    build = builds.get(pair.candidate.id)
     if build is None:
         return finish(record, Status.CRASHED, "no build result (harness fault)")
     if build.status == "built":
