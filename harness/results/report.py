@@ -2,10 +2,10 @@
 `Record`s, or the records' JSON objects (typed here with Record.of)."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from harness.shared.stats import geomean
 from harness.core import flags
 from harness.core.numbers import number
 from harness.results.records import Record, RecordLike, as_records
@@ -66,7 +66,7 @@ def tally(outcomes: Iterable[Outcome]) -> dict[str, Any]:
         "correct": correct,
         "correctness_rate": correct / total if total else 0.0,
         "ranked": len(ranked),
-        "geomean_speedup": math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None,
+        "geomean_speedup": geomean(speedups),
         "fast_p": {str(p): (sum(1 for s in speedups if s > p) / total if total else 0.0) for p in FAST_P},
         "by_status": dict(sorted(by_status.items())),
     }

@@ -10,7 +10,6 @@ rounds that ended the pair stay the main size's. Without SIZES (one size) nothin
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from harness.results.parts import SizeResult
@@ -22,6 +21,7 @@ from harness.run.interleave import EAGER, Collected, GraphFallback, Interleaver,
 from harness.run.workerproc import Worker
 from harness.shared import messages as m
 from harness.shared import sizes as shared
+from harness.shared.stats import geomean
 
 
 def declared(ready: m.Ready | None) -> list[m.SizeInfo]:
@@ -159,9 +159,3 @@ def add_timing(record: RecordDraft, timed: list[SizeTiming], term: Term | None, 
             entry.error = "not timed: the pair ended first"
     record.sizes_geomean = geomean([e.speedup for e in record.sizes if e.main or timed_all])
 
-
-def geomean(values: list[float | None]) -> float | None:
-    """The geometric mean of positive speedups; None when there are none or one is missing."""
-    if not values or any(v is None or not v > 0 for v in values):
-        return None
-    return math.exp(sum(math.log(v) for v in values) / len(values))

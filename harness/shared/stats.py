@@ -2,6 +2,7 @@
 harness.worker.timing (the workers' clocks, which import torch) re-exports these."""
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -33,3 +34,10 @@ def graph_replays(call_ms: float | None, graph_calls: int) -> int:
     if not isinstance(call_ms, (int, float)) or not call_ms > 0:
         return 1
     return max(1, min(GRAPH_MAX_REPLAYS, round(GRAPH_SAMPLE_MS / (graph_calls * call_ms))))
+
+
+def geomean(values: list[float | None]) -> float | None:
+    """The geometric mean of positive values; None when there are none or one is missing or not positive."""
+    if not values or any(v is None or not v > 0 for v in values):
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
