@@ -433,15 +433,33 @@ multi)
 recheck)
     # One GPU, nothing beside it: `run_eval.py profile` on three pairs, one sized problem at every size, then the
     # GPU tests K selects (default: all), each within its own time limit.
-    for sel in ${PROFILE_SELS:-level1/019_gelu/cuda_gelu_float4 level1/026_sigmoid/triton_sigmoid_stream \
+    for sel in ${PROFILE_SELS-level1/019_gelu/cuda_gelu_float4 level1/026_sigmoid/triton_sigmoid_stream \
                level2/014_gemm_min_constant_subtract/triton_min_sub_epilogue}; do
-        timeout 100 python run_eval.py profile "$sel" --output-dir "$out/profile" >> "$out/profile.txt" 2>&1
+        timeout "${PROFILE_TIMEOUT:-100}" python run_eval.py profile "$sel" --output-dir "$out/profile" \
+            >> "$out/profile.txt" 2>&1
         echo "$sel: rc $?" >> "$out/profile.txt"
     done
     grep -v "━" "$out/profile.txt" | tail -n 45
     tail -n 3 "$out"/profile/*/logs/*.log 2>/dev/null | tail -n 12
+    if [ -n "${MEMTRACE:-}" ]; then     # the memory fixtures under budgets of 6 and 8 GiB, each stage's memory logged
+        for pb in "*rowsum*:6" "*relu_1gib*:8"; do
+            KB_TRACE=1 timeout 200 python run_eval.py --problems-dir tests/fixtures/gpu_memory/problems \
+                --solutions-dir tests/fixtures/gpu_memory/solutions --timing-mode cold --compile-modes none \
+                --gpu-memory-gb "${pb#*:}" --problem "${pb%%:*}" --output-dir "$out/mem" --json \
+                >> "$out/mem.jsonl" 2>> "$out/mem.txt"
+        done
+        python - "$out/mem.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        r = json.loads(line)
+        print(r["problem"], r["solution"], r["status"], r.get("flags"), (r.get("error") or "")[:300])
+        print("   memory", (r.get("worker") or {}).get("memory"))
+PY
+        grep -h "kb-harness" "$out"/mem/*/logs/*.log 2>/dev/null | tail -n 80
+    fi
     set -f
-    for p in ${SIZES_PROBLEMS:-*019_gelu}; do
+    for p in ${SIZES_PROBLEMS-*019_gelu}; do
         timeout 100 python run_eval.py --level level1 --problem "$p" --time-sizes all --compile-modes none \
             --max-pair-seconds 6 --output-dir "$out/sizes" --json >> "$out/sizes.jsonl" 2>> "$out/sizes.txt"
     done
@@ -454,8 +472,8 @@ for line in open(sys.argv[1]):
         print(r["problem"], r["status"], r.get("flags"), [(s["name"], s["correct"], s.get("speedup")) for s in r.get("sizes") or []])
 PY
     export TEST_RUNS_OUT="$out/runs"
-    timeout -s INT "${TESTS_TIMEOUT:-330}" python -m pytest -q -rf --tb=short -m gpu tests/ ${K:+-k "$K"} 2>&1 \
-        | tee "$out/gpu_tests.txt" | tail -n 25
+    timeout -s INT "${TESTS_TIMEOUT:-330}" python -m pytest -q -rf --tb=short -m gpu tests/ ${K:+-k "$K"} \
+        ${PYTEST_ARGS:-} 2>&1 | tee "$out/gpu_tests.txt" | tail -n 25
     ;;
 quad)
     # One command on a 4-GPU machine: the GPU tests on GPU 0; `run_eval.py profile` on three pairs, then SIZES_PROBLEMS

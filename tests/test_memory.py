@@ -4,6 +4,7 @@ graph_calls cap, the `gpu_memory_gb` plumbing, and a reference side that runs ou
 `harness_oom` rather than a candidate's `oom`. The GPU side of it is in test_gpu.py (test_memory_*)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -269,8 +270,18 @@ def test_needs_from_the_references_report():
     report = {"eager_peak_bytes": 5, "sample_peak_bytes": 6, "kept_bytes": 0, "param_bytes": 1, "input_bytes": 2,
               "output_bytes": 2, "trials": 3}
     assert Needs.from_report(report) == Needs(5, 6, 0, 1, 2, 2, 3)
+    assert Needs.from_report({**report, "stranded_bytes": 7}) == Needs(5, 6, 0, 1, 2, 2, 3, stranded=7)
     assert Needs.from_report({**report, "eager_peak_bytes": None}) is None
     assert Needs.from_report(None) is None
+
+
+def test_the_references_share_holds_what_its_allocator_cannot_give_back():
+    """Memory reserved beyond what is allocated after the reference emptied its cache (a live tensor inside a large
+    freed segment) is part of what the reference holds: its share grows by it, and so does its float64 share."""
+    plain = memplan.plan_pair(80 * GIB, 2, RELU, fp64=False)
+    stranded = memplan.plan_pair(80 * GIB, 2, dataclasses.replace(RELU, stranded=GIB), fp64=False)
+    assert stranded.reference == plain.reference + GIB
+    assert memplan.fp64_need(dataclasses.replace(RELU, stranded=GIB)) == memplan.fp64_need(RELU) + GIB
 
 
 # ---------------------------------------------------------------- configuration and flags

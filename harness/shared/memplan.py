@@ -8,9 +8,9 @@ reference (its CUDA context, for the profiler's warm-up); each holds a CUDA cont
 (CONTEXT_BYTES). The reference is alone while it sets up (its share then: the budget less every context); at
 `ready` it has measured the eager call's peak and its own timing path's, and the parent splits the budget:
 
-  reference  what it keeps between requests, plus the larger of its timed sample's peak and one eager call beside
-             a check's work (a check compares in CHUNK_BYTES slices), plus the float64 reference when that fits,
-             plus graph mode's captured calls;
+  reference  what it keeps between requests (and what its allocator cannot give back: `stranded`), plus the
+             larger of its timed sample's peak and one eager call beside a check's work (a check compares in
+             CHUNK_BYTES slices), plus the float64 reference when that fits, plus graph mode's captured calls;
   candidate  the rest, which must hold at least what the same timing path needs (an A/A pair: the reference's
              own sample peak) and its correctness trials (an eager call, plus the trials' inputs where they are
              small enough to keep);
@@ -90,6 +90,7 @@ class Needs:
     inputs: int                 # one call's inputs
     outputs: int                # one call's outputs
     trials: int = 5             # correctness trials (the candidate keeps their inputs where they are small)
+    stranded: int = 0           # reserved beyond allocated after the reference emptied its allocator's cache
 
     @staticmethod
     def from_report(memory: dict) -> "Needs | None":
@@ -98,8 +99,9 @@ class Needs:
         values = [memory.get(k) for k in keys] if isinstance(memory, dict) else [None]
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
             return None
-        trials = memory.get("trials")
-        return Needs(*values, trials=trials if isinstance(trials, int) and trials > 0 else 5)
+        trials, stranded = memory.get("trials"), memory.get("stranded_bytes")
+        return Needs(*values, trials=trials if isinstance(trials, int) and trials > 0 else 5,
+                     stranded=stranded if isinstance(stranded, int) and stranded > 0 else 0)
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,7 @@ def reference_need(needs: Needs, graph_calls: int = 0) -> int:
     graph mode's captured calls. An eval-mode hint that does not fit is left out, not planned for."""
     check = needs.eager_peak + 6 * CHUNK_BYTES
     graph = needs.eager_peak + graph_extra(needs, graph_calls)
-    return needs.kept + max(_sample_need(needs), check, graph) + HEADROOM_BYTES
+    return needs.kept + needs.stranded + max(_sample_need(needs), check, graph) + HEADROOM_BYTES
 
 
 def fp64_need(needs: Needs) -> int:
@@ -141,7 +143,7 @@ def fp64_need(needs: Needs) -> int:
     worst all of them) or the float64 forward (twice an eager call less the float32 parameters)."""
     convert = 2 * needs.params + 3 * needs.inputs
     forward = 2 * needs.eager_peak
-    return needs.kept + needs.params + max(convert, forward) + HEADROOM_BYTES
+    return needs.kept + needs.stranded + needs.params + max(convert, forward) + HEADROOM_BYTES
 
 
 def candidate_need(needs: Needs, graph_calls: int = 0) -> int:

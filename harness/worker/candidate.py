@@ -43,6 +43,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     except Exception as exc:                           # noqa: BLE001 - no cap is no reason to fail the pair
         print(f"kb-harness: device memory share not applied: {describe(exc)}", flush=True)
     try:
+        flusher = sampler.device_buffers(device, job.timing, job.defenses)
         problem, settings, init, trial_inputs, declared = _problem_side(job, device)
         trace("candidate inputs drawn")
         plan = _plan(declared, job.trials)
@@ -52,7 +53,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         trace("candidate trials")
         conn.send("outputs", param_match=param_match, extensions=log.calls,
                   module_mode="train" if model.training else "eval", **report)
-        _serve(conn, model, problem, settings, job, device, declared)
+        _serve(conn, model, problem, settings, job, device, declared, flusher)
     except Failed as f:
         conn.send("failed", status=f.status, error=f.error, detail=f.detail)
 
@@ -208,9 +209,11 @@ def _correctness(model, trial_inputs, plan, job, device) -> dict[str, Any]:
         out = _forward(model, work, f"forward ({name})")
         try:
             _sync(device)
+            trace(f"candidate {label} called")
             lazy = lazy or not_plain(out)
             outs = as_tensor_list(out)
             path = _save(outs, job.scratch, label)              # the values as the call left them
+            trace(f"candidate {label} saved")
             if defenses:
                 unsynchronized = unsynchronized or _changed_after_return(outs, device)
         except ValueError as exc:                      # not tensors, or a dtype no file can carry
@@ -224,16 +227,17 @@ def _correctness(model, trial_inputs, plan, job, device) -> dict[str, Any]:
             "output_not_plain_tensor": lazy}
 
 
-def _serve(conn, model, problem, settings, job, device, sizes: list) -> None:
+def _serve(conn, model, problem, settings, job, device, sizes: list, flusher) -> None:
     """Timed samples on the parent's request (harness.worker.sampler, the path the reference goes through too),
     and profiled calls where the parent asks for them, until told to exit. A sample's seed arrives with the
     request for it; its output is checked by the parent or the reference, never here."""
-    from harness.shared import messages as m
     from harness.worker.sampler import Sampler
+
     def call(x: list):
         return model(*x)
 
-    sampler = Sampler({"candidate": call}, problem, settings, device, job.timing, job.defenses, sizes=sizes)
+    sampler = Sampler({"candidate": call}, problem, settings, device, job.timing, job.defenses, sizes=sizes,
+                      flusher=flusher)
     sampler.settle()
     trace("candidate settled")
     while True:

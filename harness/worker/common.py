@@ -275,13 +275,14 @@ def trace(stage: str) -> None:
 
 
 def _device_memory() -> str:
-    """' (allocated X MiB, peak Y MiB)' of torch's allocator where CUDA is in use in this process, else ''."""
+    """' (allocated X MiB, peak Y MiB, reserved Z MiB)' of torch's allocator where CUDA is in use in this process,
+    else ''."""
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
         return ""
     mib = 1 << 20
     return (f" (allocated {torch.cuda.memory_allocated() // mib} MiB, "
-            f"peak {torch.cuda.max_memory_allocated() // mib} MiB)")
+            f"peak {torch.cuda.max_memory_allocated() // mib} MiB, reserved {torch.cuda.memory_reserved() // mib} MiB)")
 
 
 def warm_flop_counter() -> None:

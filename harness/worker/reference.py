@@ -36,14 +36,15 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     from harness.shared import messages as m
     from harness.worker import integrity, rawread  # noqa: F401 - the same snapshot as the candidate's, so that
     from harness.shared import tensorfile  # noqa: F401
-    from harness.worker.sampler import Sampler, peak_memory  # the integrity check after each sample is the same
-    job = m.parse(m.ReferenceJob, data)           # work on both sides
+    from harness.worker.sampler import Sampler, device_buffers, peak_memory  # the integrity check after each
+    job = m.parse(m.ReferenceJob, data)           # sample is the same work on both sides
     device = job.device
     rawread.bind(cuda=device != "cpu")
     integrity.snapshot()
     memory = _Memory(job, device)
     stage = ["reference lint checks"]
     try:
+        flusher = device_buffers(device, job.timing, job.defenses)
         problem, model, settings, trials, initial_state = _prepare(job, device, memory)
     except BaseException as exc:                       # noqa: BLE001 - a broken problem is a message, not a crash
         stage_name = getattr(exc, "stage", "problem")
@@ -73,7 +74,8 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         trace("reference compile baselines")
         info["timer_floor_ms"] = _timer_floor(device)
         spec = job.timing
-        sampler = Sampler(calls, problem, settings, device, spec, job.defenses, trusted=True, sizes=trials.sizes)
+        sampler = Sampler(calls, problem, settings, device, spec, job.defenses, trusted=True, sizes=trials.sizes,
+                          flusher=flusher)
         stage[0] = "reference timing"
         memory.reset_peak()
         info["cold_probe_ms"] = _probe(sampler, job.probe_seeds)
@@ -119,6 +121,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
                 sampler.kept.clear()
                 conn.send("peer_closed")
             elif op == "verify":
+                trace("reference verifying")
                 sampler.last = None                        # its own last output: checked already, room for these
                 results = []
                 for item in message["files"]:              # one file at a time: one candidate output held
@@ -141,7 +144,15 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
                 raise
             # The parent reads this line in the log once the worker is gone: the pair is skipped, not blamed.
             print(f"kb-harness: {memory.oom_line(op or 'a request', exc)}", file=sys.stderr, flush=True)
+            print(f"kb-harness: where: {_oom_where(exc)}", file=sys.stderr, flush=True)
             return
+
+
+def _oom_where(exc: BaseException) -> str:
+    """For the log (KB_TRACE readers): what the allocator was asked for, and the last harness frames it came from."""
+    import traceback
+    frames = [f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno} {f.name}" for f in traceback.extract_tb(exc.__traceback__)]
+    return f"{describe(exc)} | {' < '.join(reversed(frames[-5:]))}"
 
 
 class _Memory:
@@ -196,7 +207,15 @@ class _Memory:
                 "kept_bytes": trials.kept_bytes(), "param_bytes": _param_bytes(model),
                 "input_bytes": trials.input_bytes, "output_bytes": trials.output_bytes, "trials": trials.count,
                 "setup_peak_bytes": peaks.get("peak_allocated_bytes"),
-                "expected_on_host": not trials.keep_outputs}
+                "expected_on_host": not trials.keep_outputs, "stranded_bytes": self.stranded()}
+
+    def stranded(self) -> int | None:
+        """What torch's allocator holds reserved beyond what is allocated, right after its cache was emptied
+        (Sampler.settle): free pieces of segments that a live tensor keeps reserved. The share must hold them too."""
+        if self.device == "cpu":
+            return None
+        import torch
+        return max(0, int(torch.cuda.memory_reserved()) - int(torch.cuda.memory_allocated()))
 
     def oom_line(self, stage: str, exc: BaseException) -> str:
         """One line for running out of memory here: what needed more than which share, of which budget."""

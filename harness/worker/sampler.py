@@ -173,16 +173,36 @@ def not_plain(out) -> bool:
 WARMUP_SEED = 7_777_777          # warm-up calls are not checked; their inputs need not be secret
 
 
+def device_buffers(device: str, spec: m.TimingSpec, defenses: bool):
+    """A worker's long-lived timing buffers, made first thing, before the problem's inputs and outputs: the cold
+    samples' flusher (its L2-sized buffer; returned, None where `spec` does not flush) and the checksum's weights.
+    Made after them, they were carved out of a freed input's cached segment, which then stayed reserved around them:
+    a reference with 1 GiB of inputs held ~1 GiB more than it had allocated and outgrew its planned share at its first
+    paired sample (`harness_oom`, H200, 2026-11-26)."""
+    from harness.worker import timing
+    flusher = timing.make_flusher(device, cudadriver.reset_persisting_l2) if spec.flush_l2 else None
+    if defenses and device != "cpu":
+        import torch
+        _weights(torch.empty(0, device=device).device)
+    return flusher
+
+
+_OWN = object()      # Sampler(flusher=_OWN): it makes its own
+
+
 class Sampler:
     def __init__(self, calls: dict[str, Callable[[list], Any]], problem, settings, device: str,
-                 spec: m.TimingSpec, defenses: bool, trusted: bool = False, sizes: list | None = None):
+                 spec: m.TimingSpec, defenses: bool, trusted: bool = False, sizes: list | None = None,
+                 flusher: Any = _OWN):
         from harness.worker import timing
         self.calls, self.problem, self.settings, self.device = calls, problem, settings, device
         self.sizes = sizes or []            # the problem's declared sizes (harness.worker.sizes), read before
         self.size = None                    # candidate code ran; the one samples are drawn at (None: the main one)
         self.spec, self.defenses, self.trusted = spec, defenses, trusted     # trusted: the reference
         self.timing = timing
-        self.flusher = timing.make_flusher(device, cudadriver.reset_persisting_l2) if spec.flush_l2 else None
+        if flusher is _OWN:                 # (device_buffers made first is what the workers pass)
+            flusher = timing.make_flusher(device, cudadriver.reset_persisting_l2) if spec.flush_l2 else None
+        self.flusher = flusher
         self.meters: dict[str, Any] = {}
         self.mode, self.graph_replays = spec.mode, spec.graph_replays
         self.last: tuple[int, list, tuple[int, list[float]] | None] | None = None   # the last sample: seed, outputs
