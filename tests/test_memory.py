@@ -416,7 +416,7 @@ def test_a_large_output_file_is_verified_from_the_host_with_the_same_figures(mon
         monkeypatch.setattr(reference, "KEEP_BYTES", keep)
         path = write_tensors([out], str(tmp_path / f"trial1-{keep}.kbt"))
         item = {"label": "trial1", "path": path, "trial": 1}
-        result = reference._verify_file(item, trials, None, None, settings, "cpu", verify)
+        result = reference._verify_file(item, trials, None, None, settings, "cpu", verify, None)
         result.pop("outputs")
         results.append(result)
     assert results[0] == results[1] and results[0]["first_mismatch"]["index"] == [39, 15]

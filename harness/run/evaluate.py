@@ -182,6 +182,26 @@ class ReferenceSide:
         self.worker.send({"op": "verify", "files": [dataclasses.asdict(f) for f in files]})
         return self._reply(m.Verified, "verify", self.pc.cfg.reference_timeout).results
 
+    def verify_in_place(self, candidate: Worker, trial: m.TrialOut) -> m.FileCheck:
+        """One trial's outputs compared where they lie in the candidate's memory, the candidate stopped meanwhile;
+        what DeriveRequest works out comes first (trial 0's float64 error needs it)."""
+        self.ask_derived()
+        candidate.pause()
+        try:
+            found = self.verify([m.TrialFile(trial.label, "", trial.trial, trial.outputs)])
+        finally:
+            candidate.resume()
+        return found[0] if found else m.FileCheck(False, trial.label, "the reference sent no check")
+
+    def checks(self, files: list[m.TrialFile], in_place: dict[tuple[str, int], m.FileCheck]) -> list[m.FileCheck]:
+        """Every trial's check in trial order: those compared in place as the candidate handed them over, the rest
+        read from their files now."""
+        on_file = [f for f in files if f.path]
+        read = iter(self.verify(on_file) if on_file else [])
+        never = "its outputs were never handed over"
+        return [next(read, m.FileCheck(False, f.label, "the reference sent no check")) if f.path
+                else in_place.get((f.label, f.trial), m.FileCheck(False, f.label, never)) for f in files]
+
     def healthy(self) -> bool:
         if self.error is not None or not self.worker.alive():
             return False
@@ -326,7 +346,7 @@ def _drive(worker: Worker, record: RecordDraft, reference: ReferenceSide, inter:
     """Correctness trials, then the timed rounds. Returns what the rounds collected, or None when the record was
     finished here (an incorrect or invalid result; a failure raises CandidateFailed or WorkerExit)."""
     t0 = time.monotonic()
-    outputs = trials_reply(worker, record, inter.deadline)
+    outputs, in_place = trials(worker, record, reference, pc.cfg.trials, inter.deadline)
     phases["trials"] = time.monotonic() - t0
     missing = sizes.missing_outputs(outputs, reference.ready, pc.cfg.trials)
     if missing:
@@ -336,7 +356,7 @@ def _drive(worker: Worker, record: RecordDraft, reference: ReferenceSide, inter:
     reference.read_derived()
     phases["derive_wait"] = time.monotonic() - t0
     t0 = time.monotonic()
-    results = reference.verify(outputs.files)
+    results = reference.checks(outputs.files, in_place)
     phases["checks"] = time.monotonic() - t0
     ready = reference.ready
     record.correctness = _correctness(results, outputs, ready, reference.derived, pc)
@@ -370,14 +390,34 @@ def _drive(worker: Worker, record: RecordDraft, reference: ReferenceSide, inter:
     return collected
 
 
-def trials_reply(worker: Worker, record: RecordDraft, deadline: float) -> m.Outputs:
-    """The candidate's first reply (its sandbox's report goes on the record): its trials' outputs; CandidateFailed
-    for a failure it reports, WorkerExit for anything else."""
+def trials(worker: Worker, record: RecordDraft, reference: ReferenceSide, count: int,
+           deadline: float) -> tuple[m.Outputs, dict[tuple[str, int], m.FileCheck]]:
+    """The candidate's correctness trials: its Outputs, and the checks of the trials it handed over where they lie
+    (GPU: messages.TrialOut, compared by the reference while the candidate is stopped, before its next trial).
+    CandidateFailed for a failure it reports, WorkerExit for anything else (a trial it was not asked for too)."""
+    wanted = set(enumerate(sizes.expected_labels(reference.ready, count)))
+    in_place: dict[tuple[str, int], m.FileCheck] = {}
+    while True:
+        reply = trials_reply(worker, record, deadline)
+        if not isinstance(reply, m.TrialOut):
+            return reply, in_place
+        if (reply.trial, reply.label) not in wanted:
+            raise WorkerExit("protocol", None, f"worker handed over trial {reply.label!r} ({reply.trial}), "
+                                               f"not one asked for")
+        in_place[(reply.label, reply.trial)] = reference.verify_in_place(worker, reply)
+        worker.send({"op": "next"})
+
+
+def trials_reply(worker: Worker, record: RecordDraft, deadline: float) -> m.Outputs | m.TrialOut:
+    """The candidate's next reply while it runs its trials (the first carries its sandbox's report, for the record):
+    a trial's outputs where they lie, or all its trials' outputs; CandidateFailed for a failure it reports,
+    WorkerExit for anything else."""
     try:
-        reply = m.parse_reply(worker.recv(deadline), m.Outputs, m.Failed, m.HarnessError)
+        reply = m.parse_reply(worker.recv(deadline), m.TrialOut, m.Outputs, m.Failed, m.HarnessError)
     except m.ProtocolError as exc:
         raise WorkerExit("protocol", None, f"worker sent {exc}") from None
-    record.sandbox = Sandbox.from_json(reply.sandbox)
+    if reply.sandbox is not None or record.sandbox is None:
+        record.sandbox = Sandbox.from_json(reply.sandbox)
     if isinstance(reply, m.Failed):
         raise CandidateFailed(reply)
     if isinstance(reply, m.HarnessError):

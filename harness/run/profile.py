@@ -27,7 +27,7 @@ from harness.results.records import RecordDraft, Status, finish
 from harness.run import ncu
 from harness.run.schedule import decided_without_running, pair_record
 from harness.run.evaluate import (PairContext, ReferenceSide, candidate_failed, candidate_job, last_line, slug,
-                                  trials_reply)
+                                  trials)
 from harness.run.interleave import CANDIDATE, EAGER, CandidateFailed
 from harness.run.workerproc import Worker, WorkerExit, status_of
 from harness.shared import messages as m
@@ -125,8 +125,8 @@ def _pair(pair: Pair, run: ProfileRun, record: RecordDraft, reference: Reference
     worker = _start_candidate(pair, run, reference, launch, problem_dir)
     deadline = time.monotonic() + cfg.timeout
     try:
-        outputs = trials_reply(worker, record, deadline)
-        failing = [r for r in reference.verify(outputs.files) if not r.ok]
+        outputs, in_place = trials(worker, record, reference, cfg.trials, deadline)
+        failing = [r for r in reference.checks(outputs.files, in_place) if not r.ok]
         ready = reference.ready
         record.precision = Precision(cfg.precision, ready.dtype, ready.dtype_source)
         reply = _one_call(worker, CANDIDATE, pair, run, deadline)

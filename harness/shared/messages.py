@@ -361,10 +361,25 @@ class HarnessError(Error):
 
 @dataclass(frozen=True)
 class TrialFile:
-    """One correctness trial's output file, written by the candidate worker for the reference to check."""
+    """One correctness trial's outputs for the reference to check: a file the candidate worker wrote (`path`), or
+    on the GPU where they lie in the candidate's memory (`outputs`: rawread.export's Exported dicts, `path` "";
+    the candidate handed them over as a TrialOut and they were compared then, the candidate stopped)."""
     label: str
     path: str
     trial: int
+    outputs: list[dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class TrialOut:
+    """GPU: one correctness trial's outputs left where they lie in the candidate's memory, for the reference to
+    compare through CUDA IPC while the candidate is stopped; the candidate waits for `{"op": "next"}` before its
+    next trial (its Outputs then lists this trial with path "")."""
+    KIND: ClassVar[str] = "trial"
+    label: str
+    trial: int
+    outputs: list[dict[str, Any]]
+    sandbox: dict[str, Any] | None = None       # when it is the candidate's first message
 
 
 @dataclass(frozen=True)

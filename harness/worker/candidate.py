@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from harness.shared.memplan import KEEP_BYTES
-from harness.worker import integrity
+from harness.worker import integrity, rawread
 from harness.worker.common import (Conn, SkipCandidate, apply_memory_share, as_tensor_list, compiler_summary, describe,
     device_inputs, init_inputs, is_oom, install_extension_hooks, load_module, problem_settings, setup_torch,
     tail_traceback, tensor_bytes, trace, warm_profiler)
@@ -49,7 +49,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         plan = _plan(declared, job.trials)
         model, log, param_match = _load_candidate(job, device, settings, init)
         trace("candidate loaded")
-        report = _correctness(model, trial_inputs, plan, job, device)
+        report = _correctness(model, trial_inputs, plan, job, device, conn)
         trace("candidate trials")
         conn.send("outputs", param_match=param_match, extensions=log.calls,
                   module_mode="train" if model.training else "eval", **report)
@@ -192,9 +192,36 @@ def _changed_after_return(outs: list, device: str, settle_s: float = 0.05) -> bo
     return differs(outs, before)
 
 
-def _correctness(model, trial_inputs, plan, job, device) -> dict[str, Any]:
-    """Every trial of the plan (harness.worker.sizes), its outputs written to a file labelled with the trial and,
-    away from the main size, its size (`trial0@small`)."""
+def _exported(outs: list) -> list[dict[str, Any]] | None:
+    """Where a trial's outputs lie, for the reference to map (rawread.export), or None where they cannot be."""
+    try:
+        return rawread.export(outs)
+    except rawread.RawReadError:
+        return None
+
+
+def _in_place(conn: Conn, label: str, j: int, outs: list, exported: list, device: str, defenses: bool) -> bool:
+    """Hand trial `j`'s outputs over where they lie (messages.TrialOut) and wait while the reference compares them,
+    this process stopped; then, as _changed_after_return, whether they changed after the call returned (the wait
+    counts towards the settle time). Anything but `next` from the parent ends the worker."""
+    before = snapshot(outs) if defenses else None
+    t0 = time.monotonic()
+    conn.send("trial", label=label, trial=j, outputs=exported)
+    if conn.recv().get("op") != "next":
+        raise SystemExit(0)
+    trace(f"candidate {label} checked")
+    if not defenses:
+        return False
+    time.sleep(max(0.0, 0.05 - (time.monotonic() - t0)))
+    _sync(device)
+    return differs(outs, before)
+
+
+def _correctness(model, trial_inputs, plan, job, device, conn) -> dict[str, Any]:
+    """Every trial of the plan (harness.worker.sizes), labelled with the trial and, away from the main size, its
+    size (`trial0@small`). On the GPU each trial's outputs are handed over where they lie and compared by the
+    reference before the next trial runs (_in_place); where they cannot be (the CPU path, or an output that is not
+    in exportable device memory), they are written to a file for the reference to read."""
     import torch
     files, mutated, unsynchronized, lazy = [], False, False, False
     defenses = job.defenses
@@ -212,14 +239,17 @@ def _correctness(model, trial_inputs, plan, job, device) -> dict[str, Any]:
             trace(f"candidate {label} called")
             lazy = lazy or not_plain(out)
             outs = as_tensor_list(out)
-            path = _save(outs, job.scratch, label)              # the values as the call left them
-            trace(f"candidate {label} saved")
-            if defenses:
+            exported = _exported(outs) if device != "cpu" else None
+            path = "" if exported is not None else _save(outs, job.scratch, label)   # the values as the call
+            trace(f"candidate {label} saved")                                       # left them
+            if defenses and exported is None:
                 unsynchronized = unsynchronized or _changed_after_return(outs, device)
         except ValueError as exc:                      # not tensors, or a dtype no file can carry
             raise Failed("incorrect", f"{name}: {exc}") from None
         except BaseException as exc:                   # noqa: BLE001 - asynchronous CUDA errors surface here
             raise _classify(exc, _NoLog, f"forward ({name})") from None
+        if exported is not None:
+            unsynchronized = _in_place(conn, label, j, outs, exported, device, defenses) or unsynchronized
         mutated = mutated or (defenses and differs(work, pristine))
         del work, pristine, out, outs
         files.append({"label": label, "trial": j, "path": path})

@@ -125,7 +125,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
                 sampler.last = None                        # its own last output: checked already, room for these
                 results = []
                 for item in message["files"]:              # one file at a time: one candidate output held
-                    result = _verify_file(item, trials, sampler, full, settings, device, verify)
+                    result = _verify_file(item, trials, sampler, full, settings, device, verify, peer)
                     outs = result.pop("outputs", None)
                     if outs is not None and item["trial"] == 0 and expected64 is not None:
                         result["fp64_max_abs_err"] = verify.max_abs_diff64(outs, expected64, device=device)
@@ -467,14 +467,26 @@ def _prepare(job, device: str, memory: "_Memory"):
 
 
 def _verify_file(item: dict[str, Any], trials: "_Trials", sampler, full: "_FullCheck", settings, device: str,
-                 verify) -> dict[str, Any]:
-    """A trial's output file against its expected output; trial -1: a timed output the parent copied out of a CPU
-    candidate's memory (one 1-D tensor per output with `shapes` and `strides` beside it), against the reference's
-    output recomputed on that sample's inputs (kept at its CheckRequest: keep_full), with the float64 figures of
-    _FullCheck. A file larger than memplan.KEEP_BYTES is read to the host and compared on the device a slice at a
-    time."""
+                 verify, peer: PeerReader | None) -> dict[str, Any]:
+    """A trial's outputs against its expected output: where they lie in the GPU candidate's memory (`outputs`,
+    mapped through `peer`, the candidate stopped: messages.TrialOut), else from its file. Trial -1: a timed output
+    the parent copied out of a CPU candidate's memory (one 1-D tensor per output with `shapes` and `strides` beside
+    it), against the reference's output recomputed on that sample's inputs (kept at its CheckRequest: keep_full),
+    with the float64 figures of _FullCheck. A file larger than memplan.KEEP_BYTES is read to the host and compared
+    on the device a slice at a time."""
     from harness.shared.tensorfile import read_tensors
     label, path, k = item["label"], item["path"], int(item["trial"])
+    if item.get("outputs") is not None and k >= 0:
+        try:
+            if k >= len(trials.expected):
+                raise PeerError(f"there is no trial {k}")
+            if peer is None:
+                raise PeerError("outputs in a candidate's memory, on the CPU path")
+            outs = [peer.tensor(e) for e in item["outputs"]]
+        except (PeerError, RuntimeError, ValueError, TypeError, KeyError) as exc:
+            return {"label": label, "ok": False, "reason": f"its memory could not be read: {describe(exc)}"}
+        result = verify.compare_outputs(outs, trials.expected[k], settings.atol, settings.rtol, device=device)
+        return {"label": label, **result, "outputs": outs}
     kept = sampler.kept.pop(int(item.get("check_seed", -1)), None) if k < 0 else None
     if k < 0 and kept is None:
         _remove(path)

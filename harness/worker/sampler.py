@@ -206,6 +206,7 @@ class Sampler:
         self.meters: dict[str, Any] = {}
         self.mode, self.graph_replays = spec.mode, spec.graph_replays
         self.last: tuple[int, list, tuple[int, list[float]] | None] | None = None   # the last sample: seed, outputs
+        self.changed_earlier = False        # an output read before a profiled call had changed after its return
         self.kept: dict[int, tuple[int, int]] = {}     # reference: check seed -> (sample seed, captured call)
         self.ready: tuple | None = None     # CPU path: (variant, seed, inputs, pristine, changed, flush ms) prepared
         self.fixed = None if defenses else device_inputs(problem, WARMUP_SEED, settings, device)
@@ -217,7 +218,7 @@ class Sampler:
         size = by_name(self.sizes, req.size)
         self.size = None if size.main else size
         self.meters.clear()
-        self.last = None
+        self.changed_earlier = self._drop_last()
         if self.fixed is not None:
             self.fixed = device_inputs(self.problem, WARMUP_SEED, self.settings, self.device, self.size)
         return m.SizeSet(size.name)
@@ -245,10 +246,12 @@ class Sampler:
             return m.wire(self.check(m.parse(m.CheckRequest, message)))
         if op == m.ProfileRequest.OP:
             req = m.parse(m.ProfileRequest, message)
+            self.changed_earlier = self._drop_last()       # checked already: room for the profiled call's
             return m.wire(m.ProfileResult(profiling.profile_call(self.calls[req.variant], self._clean_inputs(req.seed),
                                                                  self.device)))
         if op == m.NcuRequest.OP:
             req = m.parse(m.NcuRequest, message)
+            self.changed_earlier = self._drop_last()
             return m.wire(profiling.ncu_call(self.calls[req.variant], self._clean_inputs(req.seed), req.warmup,
                                              self.device))
         if op == m.ModeRequest.OP:
@@ -257,7 +260,7 @@ class Sampler:
             if isinstance(calls, int) and not isinstance(calls, bool) and calls > 0:
                 self.spec = dataclasses.replace(self.spec, graph_calls=calls)   # the parent's cap (memplan)
             self.meters.clear()
-            self.last = None
+            self.changed_earlier = self._drop_last()
             return {"kind": "mode", "mode": self.mode}
         if op == m.SizeRequest.OP:
             return m.wire(self.set_size(m.parse(m.SizeRequest, message)))
@@ -309,8 +312,8 @@ class Sampler:
         """CPU path: the caches flushed first, then the inputs drawn (a thread of the candidate's that found the
         drawn inputs would otherwise have the whole flush to work on them unseen); the call waits for the
         SampleRequest, so that the parent's clock around that request holds the call and little else."""
-        changed = self._changed_after_return()
-        self.last, self.ready = None, None
+        changed = self._drop_last()
+        self.ready = None
         meter = self._meter(req.variant)
         flush_ms = meter.flush()
         inputs, pristine = self._draw(req.seed)
@@ -329,8 +332,7 @@ class Sampler:
             _, _, inputs, pristine, changed, flushed_ms = ready
             meter = self._meter(req.variant)
         else:
-            changed = self._changed_after_return()
-            self.last = None
+            changed = self._drop_last()
             meter = self._meter(req.variant)        # its warm-up calls draw inputs of their own: not beside these
             inputs, pristine = self._draw(req.seed)
         call = self.calls[req.variant]
@@ -369,6 +371,14 @@ class Sampler:
             return seed, rawread.read(as_tensor_list(out), seed, rawread.RETURN_POINTS)
         except (ValueError, rawread.RawReadError):
             return None                                    # the trusted read reports what is wrong with it
+
+    def _drop_last(self) -> bool:
+        """Whether the last sample's output changed after its call returned (or one before it, read when a profiled
+        call came between), then that output let go. A profiled call drops it first: its inputs and output beside
+        the last sample's would have made each side's peak an eager call plus one output more than a sample's."""
+        changed = self._changed_after_return() or self.changed_earlier
+        self.last, self.changed_earlier = None, False
+        return changed
 
     def _changed_after_return(self) -> bool:
         if self.last is None or self.last[2] is None:
