@@ -215,9 +215,6 @@ def _within_target(memory: dict) -> None:
         assert memory[side] is not None and memory[side] <= target, (side, memory)
 
 
-@pytest.mark.xfail(strict=False, reason="issue 29, open: on an H200 (2026-11-26) the plan fits both budgets now (a "
-                   "sample no longer draws its inputs beside the warm-up's), but the reference outgrows its planned "
-                   "share in a pair's samples (1.5 GiB of 6, 2.5 GiB of 8): `skipped`, harness_oom")
 def test_memory_aa_pair_with_1_gib_inputs_fits_a_6_gib_budget(tmp_path):
     """An A/A pair on a problem with 1 GiB of inputs under --gpu-memory-gb 6: ok, the plan's shares within the
     budget, each side's peak within 2x the eager peak + 1.5 GiB."""
@@ -230,9 +227,6 @@ def test_memory_aa_pair_with_1_gib_inputs_fits_a_6_gib_budget(tmp_path):
     _within_target(memory)
 
 
-@pytest.mark.xfail(strict=False, reason="issue 29, open: on an H200 (2026-11-26) the plan fits both budgets now (a "
-                   "sample no longer draws its inputs beside the warm-up's), but the reference outgrows its planned "
-                   "share in a pair's samples (1.5 GiB of 6, 2.5 GiB of 8): `skipped`, harness_oom")
 def test_memory_peaks_per_side_within_twice_the_eager_peak(tmp_path):
     """1 GiB in, 1 GiB out under --gpu-memory-gb 8: ok, each side's peak within 2x the eager peak + 1.5 GiB; a
     candidate that holds 8 GiB of its own is its own `oom` where the reference fits."""
