@@ -82,15 +82,18 @@ def test_exploits_on_the_gpu(tmp_path):
                 "tamper_timer": "invalid", "bf16_precision": "incorrect", "subclass_output": "invalid",
                 "eval_mode_bn": "incorrect", "control_plain": "ok", "control_train_bn": "ok",
                 "patch_reference": "ok", "reduced_mantissa": "invalid", "forge_sample_times": "invalid",
-                "patch_sampler": "invalid", "compute_on_read": "invalid", "read_points_only": "invalid",
+                "patch_sampler": "invalid", "compute_on_read": "incorrect", "read_points_only": "incorrect",
                 "thread_when_timed": "invalid", "precompute_at_inputs": "invalid", "precompute_in_torch": "ok",
                 "fill_checked_points": "invalid", "precision_when_timed": "invalid", "skip_captured_calls": "ok"}
+    # compute_on_read and read_points_only forge torch's reads of an output whose memory never holds the answer:
+    # on the CPU path their trial files (written through torch) pass and the timed reads of raw memory catch them
+    # (`invalid`); on the GPU the reference reads each trial's output where it lies, so trial 0 fails (`incorrect`).
     # not scale_reports: on the GPU a report scaled by 0.75 stays inside the parent's clock allowance (25% of the
     # reported time, `consistency_tolerance`); README, Hardening, says so
     got = {name: records[name]["status"] for name in expected}
     # compute_on_read keys its pending outputs by data pointer: where the allocator hands a stale pointer to
     # another tensor, the cheat's own code raises (seen on the H200): a crash is as much a failure for it
-    if got["compute_on_read"] == "runtime_error":
+    if got["compute_on_read"] == "runtime_error":       # (now that trial 0 fails first, not expected any more)
         expected["compute_on_read"] = "runtime_error"
     assert got == expected, {n: (records[n]["status"], records[n]["error"]) for n in expected if got[n] != expected[n]}
     for name in ("control_plain", "control_train_bn", "patch_reference"):
