@@ -95,6 +95,11 @@ def test_exploits_on_the_gpu(tmp_path):
     # another tensor, the cheat's own code raises (seen on the H200): a crash is as much a failure for it
     if got["compute_on_read"] == "runtime_error":       # (now that trial 0 fails first, not expected any more)
         expected["compute_on_read"] = "runtime_error"
+    # skip_captured_calls cheats only inside a CUDA graph: `ok` where `auto` chose cold timing for this problem,
+    # caught where it chose graph (its cold probe sits near the line: both seen on one H200 on 2026-11-26)
+    if (records["skip_captured_calls"].get("timing") or {}).get("mode") == "graph":
+        expected["skip_captured_calls"] = "invalid"
+        assert "output_changed_under_timing" in records["skip_captured_calls"]["flags"]
     assert got == expected, {n: (records[n]["status"], records[n]["error"]) for n in expected if got[n] != expected[n]}
     for name in ("control_plain", "control_train_bn", "patch_reference"):
         assert set(records[name]["flags"]) <= {"no_custom_kernel"}
