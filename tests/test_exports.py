@@ -33,7 +33,8 @@ def test_report_csv_has_a_header_and_one_row_per_record(real_run):
     assert done.returncode == 0, done.stderr
     rows = list(csv.reader(io.StringIO(done.stdout)))
     assert rows[0] == ["problem", "solution", "status", "correct", "speedup", "speedup_ci_lo", "speedup_ci_hi",
-                       "speedup_vs_compile", "candidate_median_ms", "reference_median_ms", "flags", "error"]
+                       "speedup_vs_compile", "candidate_median_ms", "reference_median_ms", "flags", "error",
+                       "sizes_geomean", "sizes"]
     by_solution = {row["solution"]: row for row in csv.DictReader(io.StringIO(done.stdout))}
     assert len(by_solution) == len(rows) - 1 == len(printed)
     row = by_solution["level1/001_linear_relu/correct_cpp"]
@@ -46,6 +47,7 @@ def test_report_csv_has_a_header_and_one_row_per_record(real_run):
     assert float(row["reference_median_ms"]) == pytest.approx(record["timing"]["reference"]["median_ms"])
     assert row["speedup_vs_compile"] == ""                  # no compile baselines in the tests
     assert row["flags"] == ";".join(record["flags"]) and row["error"] == ""
+    assert row["sizes"] == row["sizes_geomean"] == ""      # one size
     broken = [r for s, r in by_solution.items() if s.startswith("level1/002_broken_problem/")]
     assert all(r["status"] == "load_error" and r["correct"] == "false" and r["error"] for r in broken)
 

@@ -3,6 +3,8 @@ geometric mean, and KernelBench's format kept (its loader still loads the files,
 from __future__ import annotations
 
 import ast
+import csv
+import io
 import json
 import math
 import types
@@ -156,6 +158,15 @@ def test_the_records_read_back_and_the_reports_show_the_sizes(sizes_run):
     compared = run_cli("compare", run.name, run.name, "--output-dir", str(tmp / "results"))
     assert compared.returncode == 0, compared.stderr
     assert "geomean" in compared.stdout and "medium" in compared.stdout
+    exported = run_cli("report", run.name, "--output-dir", str(tmp / "results"), "--csv")
+    assert exported.returncode == 0, exported.stderr
+    rows = {row["solution"].rsplit("/", 1)[-1]: row for row in csv.DictReader(io.StringIO(exported.stdout))}
+    general, wrong = records["general"], rows["main_only"]
+    if general["status"] == "ok":
+        assert rows["general"]["sizes"] == ";".join(f"{s['name']}={s['speedup']:.6g}" for s in general["sizes"])
+        assert float(rows["general"]["sizes_geomean"]) == pytest.approx(general["sizes_geomean"])
+    assert wrong["sizes"].split(";") == ["small=incorrect", "medium=incorrect", "large=ok"]
+    assert wrong["sizes_geomean"] == ""
 
 
 def test_lint_checks_every_size(tmp_path):

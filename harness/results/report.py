@@ -346,7 +346,8 @@ def _sizes_markdown(records: list[Record]) -> list[str]:
 
 
 CSV_COLUMNS = ("problem", "solution", "status", "correct", "speedup", "speedup_ci_lo", "speedup_ci_hi",
-               "speedup_vs_compile", "candidate_median_ms", "reference_median_ms", "flags", "error")
+               "speedup_vs_compile", "candidate_median_ms", "reference_median_ms", "flags", "error",
+               "sizes_geomean", "sizes")
 
 
 def _csv_number(value: Any) -> Any:
@@ -362,8 +363,19 @@ def csv_rows(records: Records) -> list[list[Any]]:
         rows.append([r.problem, r.solution, r.status.value, "true" if r.correct else "false",
                      _csv_number(r.speedup), _csv_number(lo), _csv_number(hi), _csv_number(r.speedup_vs_compile),
                      _csv_number(r.median_ms("candidate")), _csv_number(r.median_ms("reference")),
-                     ";".join(r.flags), " ".join((r.error or "").split())])
+                     ";".join(r.flags), " ".join((r.error or "").split()), _csv_number(r.sizes_geomean),
+                     _csv_sizes(r.sizes)])
     return rows
+
+
+def _csv_sizes(sizes) -> str:
+    """Per declared size, `name=speedup` where it was timed, `name=incorrect` where its trials failed, `name=ok`
+    else, joined by `;` (empty for a problem with one size)."""
+    def one(size) -> str:
+        if not size.correct:
+            return f"{size.name}=incorrect"
+        return f"{size.name}={size.speedup:.6g}" if number(size.speedup) is not None else f"{size.name}=ok"
+    return ";".join(one(size) for size in sizes or ())
 
 
 def write_csv(records: Records, stream) -> None:
