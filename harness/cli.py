@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from harness.results import report
 from harness.results.render import config_output_dir as _config_output_dir, render, wide_console, write_site
-from harness.core.config import EXECUTORS, PRECISIONS, Config, load_config
+from harness.core.config import EXECUTORS, PRECISIONS, TIMING_MODES, Config, load_config
 from harness.core.errors import (HarnessError, OneLineParser, UsageError, interrupted_message, silence_stdout,
                                  stdout_pipe_closed)
 
@@ -161,7 +161,7 @@ def add_run_arguments(p: argparse.ArgumentParser, without: dict[str, str] | None
                                     "pairs are timed in rounds until the speedup's CI reaches --target-rel-ci")
     add("--seed", type=int, help="base seed, for reproducible weights and correctness trials (default: drawn from "
                                  "os.urandom per run); timed samples' inputs stay secret either way")
-    add("--timing-mode", choices=("auto", "cold", "graph"),
+    add("--timing-mode", choices=TIMING_MODES,
         help="cold: one call per sample, L2 flushed; graph: CUDA-graph replay; auto (default): graph when the "
              "reference's call takes under timing.graph_below_ms")
     add("--target-rel-ci", type=float, metavar="X",

@@ -69,3 +69,12 @@ def test_host_mode_prepares_apart_and_cold_flushes_per_config():
     assert inter.prepare is True and inter.calls_per_sample == 1
     assert modes.Cold().record(cfg(flush_l2=False))["l2_flush"] is False
     assert modes.Host().spec(cfg(), ["eager"]).mode == "host"
+
+
+def test_every_mode_a_user_may_ask_for_has_its_parent_side_object():
+    """The one list of selectable modes (config, the CLI's choices) and the parent-side table agree: a mode added to
+    harness.run.modes.MODES and to TIMING_MODES is selectable everywhere."""
+    from harness.core.config import TIMING_MODES
+    from harness.run.modes import MODES
+    assert set(TIMING_MODES) - {"auto"} <= set(MODES)
+    assert all(MODES[name].NAME == name for name in MODES)

@@ -15,7 +15,7 @@ from harness.core.untrusted import ReadError, read_bytes, show_path, show_text, 
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-TIMING_MODES = ("auto", "cold", "graph")
+TIMING_MODES = ("auto", "cold", "graph")     # what a user may ask for: each but auto a row of run.modes.MODES
 PRECISIONS = ("fp32", "fp16", "bf16")
 # Where a run's pairs are measured: executor name -> the module under harness/run/executors that implements it
 # (its `make(cfg)` returns a harness.run.executors.Executor). Adding an executor is a module there and a row here.
@@ -415,7 +415,7 @@ def _check_ranges(cfg: Config, source: str) -> None:
         (cfg.timing.warmup >= 0, "'timing.warmup' must be 0 or more"),
         (cfg.seed is None or 0 <= cfg.seed < 2**31, "'seed' must be between 0 and 2**31 - 1"),
         (cfg.cpu_threads >= 1, "'cpu_threads' must be at least 1"),
-        (cfg.timing.mode in TIMING_MODES, "'timing.mode' must be auto, cold or graph"),
+        (cfg.timing.mode in TIMING_MODES, f"'timing.mode' must be one of {', '.join(TIMING_MODES)}"),
         (cfg.timing.graph_below_ms >= 0, "'timing.graph_below_ms' must be 0 or more"),
         (cfg.timing.graph_calls >= 1, "'timing.graph_calls' must be at least 1"),
         (cfg.timing.block_samples >= 1, "'timing.block_samples' must be at least 1"),
