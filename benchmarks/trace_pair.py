@@ -5,10 +5,11 @@
     python benchmarks/trace_pair.py results/RUN_ID [RUN_ID ...]  # per role: the mean seconds from each stage to the next
 
 A candidate's stages: job (its job arrived; the process was started and imported torch before that), profiler warm,
-inputs drawn, loaded (the candidate imported and its ModelNew built and moved), trials (the correctness trials and
-their output files), settled (ready for timed samples). A reference's: job, model and expected outputs, lint
-checks, compile baselines, probe, ready; later, per pair, flops and derived (what DeriveRequest asked) and
-verified. Nothing here is asserted; it prints figures.
+inputs drawn, loaded (the candidate imported and its ModelNew built and moved), per trial `<label> called` (the call
+returned, device idle), `<label> out` (its outputs exported, or written to a file) and on the GPU `<label> checked`
+(the reference compared them in place), then trials, settled (ready for timed samples). A reference's: job, model
+and expected outputs, lint checks, compile baselines, probe, ready; later, per pair, flops and derived (what
+DeriveRequest asked), verifying and verified. Nothing here is asserted; it prints figures.
 """
 from __future__ import annotations
 

@@ -241,7 +241,7 @@ def _correctness(model, trial_inputs, plan, job, device, conn) -> dict[str, Any]
             outs = as_tensor_list(out)
             exported = _exported(outs) if device != "cpu" else None
             path = "" if exported is not None else _save(outs, job.scratch, label)   # the values as the call
-            trace(f"candidate {label} saved")                                       # left them
+            trace(f"candidate {label} out")                                         # left them
             if defenses and exported is None:
                 unsynchronized = unsynchronized or _changed_after_return(outs, device)
         except ValueError as exc:                      # not tensors, or a dtype no file can carry
