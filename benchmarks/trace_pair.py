@@ -4,7 +4,9 @@
     KB_TRACE=1 python run_eval.py ... --output-dir results       # a run whose workers log their stages
     python benchmarks/trace_pair.py results/RUN_ID [RUN_ID ...]  # per role: the mean seconds from each stage to the next
 
-A candidate's stages: job (its job arrived; the process was started and imported torch before that), profiler warm,
+Every worker first logs `imported` (torch imported; a reference then `warm`: profiler and FLOP counter started, both
+before its job), so `... -> job` is how long a spare waited for its job (near 0: the pair waited for the spare).
+A candidate's stages: job (its job arrived), profiler warm,
 inputs drawn, loaded (the candidate imported and its ModelNew built and moved), per trial `<label> called` (the call
 returned, device idle), `<label> out` (its outputs exported, or written to a file) and on the GPU `<label> checked`
 (the reference compared them in place), then trials, settled (ready for timed samples). A reference's: job, model

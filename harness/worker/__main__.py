@@ -25,9 +25,11 @@ def main(argv: list[str]) -> None:
     cmd_fd, res_fd = channel_fd(int(argv[1]), os.O_RDONLY, 0), channel_fd(int(argv[2]), os.O_WRONLY, 1)
     conn = Conn(cmd_fd, res_fd)
     import torch  # noqa: F401 - before the job arrives: a spare worker pays for this while it waits
+    common.trace(f"{role} imported")
     if role == "reference":
         common.warm_profiler()          # a spare pays it while it waits; the candidate role after its confinement
         common.warm_flop_counter()      # its first count imports torch._dynamo: before the job, not in a pair
+        common.trace(f"{role} warm")
     job = conn.recv()
     common.trace(f"{role} job")
     os.environ.update({str(k): str(v) for k, v in (job.pop("env", None) or {}).items()})
