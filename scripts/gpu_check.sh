@@ -26,7 +26,9 @@
 #              `python run_eval.py import-kernelbench CHECKOUT --problems-dir .kb/problems`, and carry `.kb`, and
 #              einops as a wheel in `.kbwhl`); `--json` lines are printed as each problem finishes
 #   tests:     the GPU-marked tests alone
-#   recheck:   one GPU: profile on three pairs, one sized problem, then the GPU tests (K)
+#   recheck:   one GPU: profile on three pairs (PROFILE_SELS, "" for none; PROFILE_TIMEOUT s each, builds included),
+#              one sized problem (SIZES_PROBLEMS, "" for none), with MEMTRACE=1 the memory fixtures under 6 and 8 GiB
+#              (KB_TRACE stage lines, the records' worker.memory), then the GPU tests K selects (PYTEST_ARGS added)
 #   quad:      a 4-GPU machine: GPU tests | profile + sizes | suite on GPUs 2-3 (see the phase)
 #   multi:     a machine of 2+ GPUs: the GPU tests on GPU 0 beside `suite` (KB_TRACE=1) on the other GPUs
 #   cluster:   README's external-cluster recipe on this machine (issue 33): `dask scheduler` where the harness cannot
@@ -53,7 +55,7 @@
 #              tables in $out/profile.txt, the reports and records under $out/profile/
 #   usage: bash scripts/gpu_check.sh [first|root|smoke|validate|calibrate|suite|twice|twice-bg|follow|spread|placement|overhead|kblint|tests|multi|cluster|profile]
 #
-# What things cost on one H200 (2026-11-24): the GPU tests 6-7 min (15 of 16 finished in 410 s; after the profiler
+# What things cost on one H200 (2026-11-24): the GPU tests 6-7 min (23 and 2 skipped in 460 s on 2026-11-26) (15 of 16 finished in 410 s; after the profiler
 # change below, 17 in 343 s; 17 and 1 skipped in 309 s on 2026-11-25), so `first` needs TESTS_TIMEOUT=450; `root` ~8 min (the
 # exploit fixture alone 235 s there: the CPU path flushes 512 MiB before every sample on that host's large L3); lint of the
 # 250 KernelBench problems ~8 min with --per-gpu 6; the suite with torch.compile baselines ~25 s a pair after ~4 min of builds on a fresh machine; an A/A
