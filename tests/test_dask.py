@@ -85,7 +85,7 @@ def test_dask_gives_the_local_verdicts(tmp_path, fixture_tree, tree_run):
     local_tmp, _, _, local = tree_run
     config = write_config(tmp_path, fixture_tree)
     t0 = time.monotonic()
-    dask = run_cli("--config", str(config), "--timeout", "20", "--candidate", SUBSET, "--executor", "dask")
+    dask = run_cli("--config", str(config), "--timeout", "10", "--candidate", SUBSET, "--executor", "dask")
     print(f"dask run {time.monotonic() - t0:.1f} s")
     assert dask.returncode == 0, dask.stderr
     by_executor = {}

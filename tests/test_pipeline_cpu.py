@@ -44,7 +44,7 @@ def test_every_pair_has_exactly_one_record(first_run):
     ("raises", "runtime_error", "invalid configuration argument"),
     ("segfault", "crashed", "SIGSEGV"),
     ("exit_fake_record", "crashed", "exited with code 0 before reporting"),
-    ("hang", "timeout", "timeout of 20 s"),
+    ("hang", "timeout", "timeout of 10 s"),
     ("nan_output", "incorrect", "NaN"),
     ("wrong_shape", "incorrect", "shape (64, 79) != expected (64, 80)"),
     ("cuda_only", "skipped", "CUDA sources"),
