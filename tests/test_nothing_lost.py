@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TEST_TIMING, cuda_available, run_cli
+from conftest import REPO, TEST_TIMING, _keep, cuda_available, run_cli
 
 EXAMPLES = REPO / "examples" / "cpu"
 
@@ -53,14 +53,34 @@ def cache(shared_cache) -> Path:
 
 @pytest.fixture(scope="module")
 def example_run(tmp_path_factory, cache):
-    """One run of examples/cpu; tests that resume or damage it work on copies of its folder."""
+    """One run of examples/cpu; tests that resume or damage it work on copies of its folder. As soon as its first
+    record is in, its results.jsonl and run.json are deleted: the store writes both again from its own copy
+    (test_results_deleted_during_a_real_run_are_written_again reads that; it was a run of its own over the first
+    problem). Returns (run folder, records printed, the CompletedProcess, whether the files were deleted)."""
     tmp = tmp_path_factory.mktemp("examples")
     # jobs 6: all six builds at once; the three C++ extensions share the two cores instead of the third waiting for
     # one (the build stage 36 s instead of 48 s on a 2-core machine); the timed pairs come after the builds either way
-    done = run_cli("--config", str(example_config(tmp, cache, jobs=6)), "--json")
+    args = ("--config", str(example_config(tmp, cache, jobs=6)), "--json")
+    out, err = tmp / "stdout.txt", tmp / "stderr.txt"             # files, not pipes: nothing waits on a full pipe
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), *args], cwd=REPO, stdout=stdout,
+                                stderr=stderr, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + 900
+        deleted = False
+        while time.monotonic() < deadline and proc.poll() is None:
+            found = list((tmp / "results").glob("*/results.jsonl"))
+            if found and found[0].read_text().strip():
+                found[0].unlink()
+                (found[0].parent / "run.json").unlink()
+                deleted = True
+                break
+            time.sleep(0.1)
+        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out.read_text(), err.read_text())
+    _keep(args, done)
     assert done.returncode == 0, done.stderr
     (run_dir,) = [p for p in (tmp / "results").iterdir() if p.is_dir()]
-    return run_dir, json_records(done.stdout), done
+    return run_dir, json_records(done.stdout), done, deleted
 
 
 def copy_run(run_dir: Path, tmp: Path) -> Path:
@@ -99,7 +119,7 @@ def test_requirements_bring_numpy_and_keep_torch_floor():
 # --- 6. a tree that runs on the CPU ---------------------------------------------------------------------------
 
 def test_examples_tree_runs_on_the_cpu_and_every_pair_is_ok(example_run):
-    run_dir, records, done = example_run
+    run_dir, records, done, _ = example_run
     assert len(records) == 6 and {r["status"] for r in records.values()} == {"ok"}, \
         {k: r["error"] for k, r in records.items()}
     assert sorted(records)[0] == "level1/001_relu_scale/aa_same_ops"
@@ -300,26 +320,13 @@ def test_a_file_deleted_the_moment_after_a_write_is_still_noticed(tmp_path, monk
     assert len(lines_of(store.results_path)) == 3
 
 
-def test_results_deleted_during_a_real_run_are_written_again(tmp_path, cache):
-    config = example_config(tmp_path, cache)
-    args = [sys.executable, str(REPO / "run_eval.py"), "--config", str(config), "--problem", "*001*"]
-    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 600
-    deleted = False
-    while time.monotonic() < deadline and proc.poll() is None:
-        found = list((tmp_path / "results").glob("*/results.jsonl"))
-        if found and found[0].read_text().strip():
-            found[0].unlink()
-            (found[0].parent / "run.json").unlink()
-            deleted = True
-            break
-        time.sleep(0.05)
-    out, err = proc.communicate(timeout=600)
-    assert deleted and proc.returncode == 0, err
-    (run_dir,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
-    assert len(set(keys_of(lines_of(run_dir / "results.jsonl")))) == 2
+def test_results_deleted_during_a_real_run_are_written_again(example_run):
+    run_dir, _, done, deleted = example_run             # both files deleted once the run's first record was in
+    assert deleted, done.stderr
+    assert len(set(keys_of(lines_of(run_dir / "results.jsonl")))) == 6
     assert json.loads((run_dir / "run.json").read_text())["finished_at"]
-    assert "results.jsonl: was deleted during the run" in err and "run.json: was deleted during the run" in err
+    assert "results.jsonl: was deleted during the run" in done.stderr
+    assert "run.json: was deleted during the run" in done.stderr
 
 
 def test_report_skips_a_garbage_line_with_a_warning(example_run, tmp_path):
