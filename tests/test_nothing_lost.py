@@ -170,11 +170,16 @@ def test_run_json_records_the_selection(example_run):
                                  "candidate": "*", "problem_file": None, "solution_file": None}
 
 
-def test_resume_uses_the_recorded_config_and_selection(example_run, tmp_path, cache):
+def test_resume_uses_the_recorded_config_and_selection_and_cuts_a_torn_last_line(example_run, tmp_path, cache):
+    """A copy of the run killed while writing its fifth line: four whole lines and half of the fifth. --resume with
+    another config (other trees, trials 4, another candidate glob) evaluates what the run recorded: the torn line is
+    cut and its pair runs again, with the sixth, with the recorded trials. (Two tests, one resume: the torn line's
+    was a resume of its own.)"""
     run_dir = copy_run(example_run[0], tmp_path)
     results = run_dir / "results.jsonl"
-    kept = results.read_text().splitlines(keepends=True)[:4]
-    results.write_text("".join(kept))
+    lines = results.read_text().splitlines(keepends=True)
+    torn, sixth = json.loads(lines[4]), json.loads(lines[5])
+    results.write_text("".join(lines[:4]) + lines[4][: len(lines[4]) // 2])           # killed mid-write
     today = tmp_path / "today"
     today.mkdir()
     other = example_config(today, cache, candidate="nothing*")
@@ -183,11 +188,14 @@ def test_resume_uses_the_recorded_config_and_selection(example_run, tmp_path, ca
     done = run_cli("--config", str(other), "--output-dir", str(run_dir.parent), "--resume", run_dir.name, "--json",
                    "--jobs", "1", "--timeout", "50")
     assert done.returncode == 0, done.stderr
+    assert "results.jsonl:5: torn last line" in done.stderr
     new = json_records(done.stdout)
-    assert len(new) == 2 and all(r["correctness"]["trials"] == 3 for r in new.values())
+    assert list(new) == [torn["solution"], sixth["solution"]]                          # the torn pair runs again
+    assert all(r["correctness"]["trials"] == 3 for r in new.values())
     assert all(r["problem"].startswith("level1/00") and r["status"] == "ok" for r in new.values())
-    after = lines_of(results)
+    after = lines_of(results)                                                          # every line parses
     assert len(after) == 6 and len(set(keys_of(after))) == 6
+    assert keys_of(after)[4:] == [(torn["problem"], torn["solution"]), (sixth["problem"], sixth["solution"])]
 
 
 @pytest.mark.parametrize("flags, words", [
@@ -215,23 +223,6 @@ def test_resume_accepts_the_recorded_values_and_runtime_flags(example_run, tmp_p
     assert done.returncode == 0, done.stderr
     assert (run_dir / "results.jsonl").read_bytes() == before               # nothing left to run, nothing touched
     assert len(json.loads((run_dir / "run.json").read_text())["resumed_at"]) == 1
-
-
-# --- 3. a torn last line --------------------------------------------------------------------------------------
-
-def test_resume_cuts_a_torn_last_line_and_runs_its_pair_again(example_run, tmp_path):
-    run_dir = copy_run(example_run[0], tmp_path)
-    results = run_dir / "results.jsonl"
-    lines = results.read_text().splitlines(keepends=True)
-    torn = json.loads(lines[-1])
-    results.write_text("".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])      # killed mid-write
-    done = run_cli("--output-dir", str(run_dir.parent), "--resume", run_dir.name, "--json")
-    assert done.returncode == 0, done.stderr
-    assert f"results.jsonl:{len(lines)}: torn last line" in done.stderr
-    after = lines_of(results)                                                        # every line parses
-    assert len(after) == 6 and len(set(keys_of(after))) == 6
-    assert keys_of(after)[-1] == (torn["problem"], torn["solution"])
-    assert list(json_records(done.stdout)) == [torn["solution"]]
 
 
 # --- 4. the parent's own copy ---------------------------------------------------------------------------------
