@@ -344,7 +344,7 @@ BAD_FILES = {
 }
 
 
-@pytest.mark.parametrize("args, words", [
+BAD_INPUTS = [
     (["--samples", "-1"], "error: --samples: must be at least 1, got -1"),
     (["--gpus", "x"], "error: --gpus: must be GPU indices like 0,1, got 'x'"),
     (["--timeout", "-5"], "error: --timeout: must be positive, got -5.0"),
@@ -379,19 +379,42 @@ BAD_FILES = {
     (["calibrate", "--problem", "nomatch*"], "error: --problem 'nomatch*' matches no problem in problems ("),
     (["compare", "onlyone"], "error: the following arguments are required: RUN_B"),
     (["import-kernelbench", "{tmp}"], "error: unrecognized arguments: --output-dir"),       # a one-line parser too
-])
-def test_bad_input_gives_one_line_and_exit_2(tmp_path, args, words):
+]
+
+
+def _bad_input_folder(tmp: Path) -> None:
     for name, data in BAD_FILES.items():
-        (tmp_path / name).write_bytes(data)
+        (tmp / name).write_bytes(data)
     for sub in ("empty/problems", "empty/solutions", "results/broken", "results/listjson"):
-        (tmp_path / sub).mkdir(parents=True)
-    (tmp_path / "results/broken/run.json").write_text("{oops")
-    (tmp_path / "results/listjson/run.json").write_text("[]")
-    (tmp_path / "a-file").write_text("")
-    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    if "--output-dir" not in args:
-        args += ["--output-dir", str(tmp_path / "results")]
-    done = run_cli(*args)
+        (tmp / sub).mkdir(parents=True)
+    (tmp / "results/broken/run.json").write_text("{oops")
+    (tmp / "results/listjson/run.json").write_text("[]")
+    (tmp / "a-file").write_text("")
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(tmp_path_factory) -> list[subprocess.CompletedProcess]:
+    """Every BAD_INPUTS case through the real CLI, each in a folder of its own, two processes at a time: each fails
+    on its input within a second or two (most of it importing torch to look at the trees), nothing is timed, and
+    one after another they were 15 s."""
+    from concurrent.futures import ThreadPoolExecutor
+    folders = [tmp_path_factory.mktemp("bad-input") for _ in BAD_INPUTS]
+
+    def run(case: int) -> subprocess.CompletedProcess:
+        tmp, (args, _) = folders[case], BAD_INPUTS[case]
+        _bad_input_folder(tmp)
+        args = [a.replace("{tmp}", str(tmp)) for a in args]
+        if "--output-dir" not in args:
+            args += ["--output-dir", str(tmp / "results")]
+        return run_cli(*args)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(run, range(len(BAD_INPUTS))))
+
+
+@pytest.mark.parametrize("args, words", BAD_INPUTS)
+def test_bad_input_gives_one_line_and_exit_2(bad_input_runs, args, words):
+    done = bad_input_runs[BAD_INPUTS.index((args, words))]
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert words in lines[0] and lines[0].startswith("error: ")
