@@ -107,6 +107,6 @@ def tree_run(tmp_path_factory, fixture_tree):
     a test that runs again writes to an output folder of its own."""
     tmp = tmp_path_factory.mktemp("tree-run")
     config = write_config(tmp, fixture_tree, spare_workers="on")
-    done = run_cli("--config", str(config), "--json", "--timeout", "20")
+    done = run_cli("--config", str(config), "--json", "--timeout", "10")   # hang waits it out
     assert done.returncode == 0, done.stderr
     return tmp, config, json_records(done.stdout), done

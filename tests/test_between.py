@@ -81,7 +81,10 @@ def test_calibrate_keeps_the_term_and_a_default_run_widens_by_it(tmp_path):
     assert record["timing"]["rounds"] == sum(p["rounds"] for p in each)
     assert each[0]["speedup"] != each[1]["speedup"]         # separate measurements, not one copied
 
-    run = run_cli("--config", str(config), "--problem", "001_linear_relu", "--candidate", "correct_cpp", "--json")
+    # a plain-PyTorch candidate for the same problem (tests/fixtures/exploits' honest control): nothing to compile
+    # in this test's own cache (correct_cpp's C++ build was most of its time)
+    run = run_cli("--config", str(config), "--problem", "001_linear_relu", "--candidate", "control_plain",
+                  "--solutions-dir", str(FIXTURES / "exploits" / "solutions"), "--json")
     assert run.returncode == 0, run.stderr[-2000:]
     record = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")][0]
     timing = record["timing"]

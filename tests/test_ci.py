@@ -53,7 +53,10 @@ def test_nothing_changed_is_a_pass_that_evaluates_nothing(repo):
 def test_a_branch_is_judged_on_what_it_changed(repo):
     root, repo_dir, config, base = repo
     git(repo_dir, "checkout", "-q", "-b", "feature")
-    shutil.copy(TREE / "solutions" / PROBLEM / "correct_cpp.py", repo_dir / "solutions" / PROBLEM / "new_ok.py")
+    # an honest plain-PyTorch candidate (exploits' control for the same problem): what is judged is the branch's
+    # change, and it needs no C++ build (a copy of correct_cpp was a 20 s compile in this test)
+    shutil.copy(FIXTURES / "exploits" / "solutions" / PROBLEM / "control_plain.py",
+                repo_dir / "solutions" / PROBLEM / "new_ok.py")
     git(repo_dir, "add", "-A")
     git(repo_dir, "commit", "-q", "-m", "a new candidate")
     done, summary = ci(root, config, base)

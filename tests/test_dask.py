@@ -85,7 +85,7 @@ def test_dask_gives_the_local_verdicts(tmp_path, fixture_tree, tree_run):
     local_tmp, _, _, local = tree_run
     config = write_config(tmp_path, fixture_tree)
     t0 = time.monotonic()
-    dask = run_cli("--config", str(config), "--timeout", "20", "--candidate", SUBSET, "--executor", "dask")
+    dask = run_cli("--config", str(config), "--timeout", "10", "--candidate", SUBSET, "--executor", "dask")
     print(f"dask run {time.monotonic() - t0:.1f} s")
     assert dask.returncode == 0, dask.stderr
     by_executor = {}
@@ -122,7 +122,7 @@ def test_killed_worker_loses_no_record(tmp_path):
     try:
         procs.append(subprocess.Popen(_dask("scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
                                             "--scheduler-file", str(sched_file)),
-                                      cwd=tmp_path, env=env, stdout=log, stderr=log))
+                                      cwd=tmp_path, env=env, stdout=log, stderr=log, start_new_session=True))
         deadline = time.monotonic() + 60
         while not sched_file.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -130,7 +130,7 @@ def test_killed_worker_loses_no_record(tmp_path):
         for _ in range(2):
             procs.append(subprocess.Popen(_dask("worker", address, "--nthreads", "1", "--no-dashboard",
                                                 "--host", "127.0.0.1"),
-                                          cwd=tmp_path, env=env, stdout=log, stderr=log))
+                                          cwd=tmp_path, env=env, stdout=log, stderr=log, start_new_session=True))
         with Client(address, timeout="60s") as client:
             client.wait_for_workers(2, timeout=90)
             # two problems run at once on this machine's cores: the test is about records, not about the
@@ -174,14 +174,25 @@ def test_killed_worker_loses_no_record(tmp_path):
             if record["status"] == "crashed":
                 assert "KilledWorker" in record["error"] and "error" in tasks[record["problem"]], record
     finally:
+        # SIGTERM to each process group, as test_dask_cluster's Cluster.stop: a nanny alone, asked to close, gave
+        # its worker process 8 s before it killed it (most of this test's teardown)
         for proc in reversed(procs):
-            proc.terminate()
+            _signal_group(proc.pid, signal.SIGTERM)
         for proc in reversed(procs):
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+            _signal_group(proc.pid, signal.SIGKILL)           # anything else left in its group
         log.close()
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def test_a_dask_worker_keeps_its_spares_between_tasks_of_a_run(tmp_path, monkeypatch):

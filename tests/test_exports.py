@@ -68,6 +68,11 @@ def test_report_jsonl_prints_the_records_as_read(real_run):
 # ---------------------------------------------------------------- new: a skeleton that runs as it is
 
 def test_new_skeleton_builds_and_runs_ok_on_the_cpu(tmp_path):
+    """The skeleton's C++ extension builds and runs ok, with config.yaml's relative cache_dir (cache, under the
+    run's working directory): the compiler runs in the extension's own folder, so the build's temporary folder
+    must be absolute there; with a relative one g++ fell back to /tmp, which the build's sandbox does not let it
+    write, and the README's CPU example read compile_error. (That check was a run of its own over examples/cpu,
+    which cost a second C++ build; this build is fresh either way.)"""
     solutions = tmp_path / "solutions"
     done = run_cli("new", "level1/001_linear_relu", "my_kernel", "--problems-dir", str(TREE / "problems"),
                    "--solutions-dir", str(solutions))
@@ -77,13 +82,16 @@ def test_new_skeleton_builds_and_runs_ok_on_the_cpu(tmp_path):
     assert "load_inline(" in text and "cpp_sources=" in text and "cuda_sources" not in text
     assert "def __init__(self, in_features, out_features):" in text and "class ModelNew(nn.Module):" in text
     assert "self.linear = nn.Linear" in text and "def get_inputs" not in text
-    config = write_config(tmp_path, TREE)
+    config = write_config(tmp_path, TREE, cache_dir=tmp_path / "cache")
+    config.write_text(config.read_text().replace(f"cache_dir: {tmp_path / 'cache'}", "cache_dir: cache"))
     run = run_cli("--config", str(config), "--solutions-dir", str(solutions), "--problem", "001_linear_relu",
-                  "--json", "--timeout", "120")
+                  "--json", "--timeout", "120", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     record = json_records(run.stdout)["my_kernel"]
+    assert record["build"]["status"] == "built", record["error"]
     assert record["status"] == "ok", (record["error"], record.get("error_detail"))
-    assert record["correctness"]["param_match"] == "state_dict" and record["build"]["status"] == "built"
+    assert record["correctness"]["param_match"] == "state_dict"
+    assert list((tmp_path / "cache" / "builds").rglob("*.so"))            # built under the relative cache_dir
 
 
 def test_new_cuda_stub_uses_cuda_sources(tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TEST_TIMING, cuda_available, run_cli
+from conftest import REPO, TEST_TIMING, _keep, cuda_available, run_cli
 
 EXAMPLES = REPO / "examples" / "cpu"
 
@@ -53,12 +53,34 @@ def cache(shared_cache) -> Path:
 
 @pytest.fixture(scope="module")
 def example_run(tmp_path_factory, cache):
-    """One run of examples/cpu; tests that resume or damage it work on copies of its folder."""
+    """One run of examples/cpu; tests that resume or damage it work on copies of its folder. As soon as its first
+    record is in, its results.jsonl and run.json are deleted: the store writes both again from its own copy
+    (test_results_deleted_during_a_real_run_are_written_again reads that; it was a run of its own over the first
+    problem). Returns (run folder, records printed, the CompletedProcess, whether the files were deleted)."""
     tmp = tmp_path_factory.mktemp("examples")
-    done = run_cli("--config", str(example_config(tmp, cache)), "--json")
+    # jobs 6: all six builds at once; the three C++ extensions share the two cores instead of the third waiting for
+    # one (the build stage 36 s instead of 48 s on a 2-core machine); the timed pairs come after the builds either way
+    args = ("--config", str(example_config(tmp, cache, jobs=6)), "--json")
+    out, err = tmp / "stdout.txt", tmp / "stderr.txt"             # files, not pipes: nothing waits on a full pipe
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), *args], cwd=REPO, stdout=stdout,
+                                stderr=stderr, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + 900
+        deleted = False
+        while time.monotonic() < deadline and proc.poll() is None:
+            found = list((tmp / "results").glob("*/results.jsonl"))
+            if found and found[0].read_text().strip():
+                found[0].unlink()
+                (found[0].parent / "run.json").unlink()
+                deleted = True
+                break
+            time.sleep(0.1)
+        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out.read_text(), err.read_text())
+    _keep(args, done)
     assert done.returncode == 0, done.stderr
     (run_dir,) = [p for p in (tmp / "results").iterdir() if p.is_dir()]
-    return run_dir, json_records(done.stdout), done
+    return run_dir, json_records(done.stdout), done, deleted
 
 
 def copy_run(run_dir: Path, tmp: Path) -> Path:
@@ -97,7 +119,7 @@ def test_requirements_bring_numpy_and_keep_torch_floor():
 # --- 6. a tree that runs on the CPU ---------------------------------------------------------------------------
 
 def test_examples_tree_runs_on_the_cpu_and_every_pair_is_ok(example_run):
-    run_dir, records, done = example_run
+    run_dir, records, done, _ = example_run
     assert len(records) == 6 and {r["status"] for r in records.values()} == {"ok"}, \
         {k: r["error"] for k, r in records.items()}
     assert sorted(records)[0] == "level1/001_relu_scale/aa_same_ops"
@@ -148,11 +170,16 @@ def test_run_json_records_the_selection(example_run):
                                  "candidate": "*", "problem_file": None, "solution_file": None}
 
 
-def test_resume_uses_the_recorded_config_and_selection(example_run, tmp_path, cache):
+def test_resume_uses_the_recorded_config_and_selection_and_cuts_a_torn_last_line(example_run, tmp_path, cache):
+    """A copy of the run killed while writing its fifth line: four whole lines and half of the fifth. --resume with
+    another config (other trees, trials 4, another candidate glob) evaluates what the run recorded: the torn line is
+    cut and its pair runs again, with the sixth, with the recorded trials. (Two tests, one resume: the torn line's
+    was a resume of its own.)"""
     run_dir = copy_run(example_run[0], tmp_path)
     results = run_dir / "results.jsonl"
-    kept = results.read_text().splitlines(keepends=True)[:4]
-    results.write_text("".join(kept))
+    lines = results.read_text().splitlines(keepends=True)
+    torn, sixth = json.loads(lines[4]), json.loads(lines[5])
+    results.write_text("".join(lines[:4]) + lines[4][: len(lines[4]) // 2])           # killed mid-write
     today = tmp_path / "today"
     today.mkdir()
     other = example_config(today, cache, candidate="nothing*")
@@ -161,11 +188,14 @@ def test_resume_uses_the_recorded_config_and_selection(example_run, tmp_path, ca
     done = run_cli("--config", str(other), "--output-dir", str(run_dir.parent), "--resume", run_dir.name, "--json",
                    "--jobs", "1", "--timeout", "50")
     assert done.returncode == 0, done.stderr
+    assert "results.jsonl:5: torn last line" in done.stderr
     new = json_records(done.stdout)
-    assert len(new) == 2 and all(r["correctness"]["trials"] == 3 for r in new.values())
+    assert list(new) == [torn["solution"], sixth["solution"]]                          # the torn pair runs again
+    assert all(r["correctness"]["trials"] == 3 for r in new.values())
     assert all(r["problem"].startswith("level1/00") and r["status"] == "ok" for r in new.values())
-    after = lines_of(results)
+    after = lines_of(results)                                                          # every line parses
     assert len(after) == 6 and len(set(keys_of(after))) == 6
+    assert keys_of(after)[4:] == [(torn["problem"], torn["solution"]), (sixth["problem"], sixth["solution"])]
 
 
 @pytest.mark.parametrize("flags, words", [
@@ -193,23 +223,6 @@ def test_resume_accepts_the_recorded_values_and_runtime_flags(example_run, tmp_p
     assert done.returncode == 0, done.stderr
     assert (run_dir / "results.jsonl").read_bytes() == before               # nothing left to run, nothing touched
     assert len(json.loads((run_dir / "run.json").read_text())["resumed_at"]) == 1
-
-
-# --- 3. a torn last line --------------------------------------------------------------------------------------
-
-def test_resume_cuts_a_torn_last_line_and_runs_its_pair_again(example_run, tmp_path):
-    run_dir = copy_run(example_run[0], tmp_path)
-    results = run_dir / "results.jsonl"
-    lines = results.read_text().splitlines(keepends=True)
-    torn = json.loads(lines[-1])
-    results.write_text("".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])      # killed mid-write
-    done = run_cli("--output-dir", str(run_dir.parent), "--resume", run_dir.name, "--json")
-    assert done.returncode == 0, done.stderr
-    assert f"results.jsonl:{len(lines)}: torn last line" in done.stderr
-    after = lines_of(results)                                                        # every line parses
-    assert len(after) == 6 and len(set(keys_of(after))) == 6
-    assert keys_of(after)[-1] == (torn["problem"], torn["solution"])
-    assert list(json_records(done.stdout)) == [torn["solution"]]
 
 
 # --- 4. the parent's own copy ---------------------------------------------------------------------------------
@@ -298,26 +311,13 @@ def test_a_file_deleted_the_moment_after_a_write_is_still_noticed(tmp_path, monk
     assert len(lines_of(store.results_path)) == 3
 
 
-def test_results_deleted_during_a_real_run_are_written_again(tmp_path, cache):
-    config = example_config(tmp_path, cache)
-    args = [sys.executable, str(REPO / "run_eval.py"), "--config", str(config), "--problem", "*001*"]
-    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 600
-    deleted = False
-    while time.monotonic() < deadline and proc.poll() is None:
-        found = list((tmp_path / "results").glob("*/results.jsonl"))
-        if found and found[0].read_text().strip():
-            found[0].unlink()
-            (found[0].parent / "run.json").unlink()
-            deleted = True
-            break
-        time.sleep(0.05)
-    out, err = proc.communicate(timeout=600)
-    assert deleted and proc.returncode == 0, err
-    (run_dir,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
-    assert len(set(keys_of(lines_of(run_dir / "results.jsonl")))) == 2
+def test_results_deleted_during_a_real_run_are_written_again(example_run):
+    run_dir, _, done, deleted = example_run             # both files deleted once the run's first record was in
+    assert deleted, done.stderr
+    assert len(set(keys_of(lines_of(run_dir / "results.jsonl")))) == 6
     assert json.loads((run_dir / "run.json").read_text())["finished_at"]
-    assert "results.jsonl: was deleted during the run" in err and "run.json: was deleted during the run" in err
+    assert "results.jsonl: was deleted during the run" in done.stderr
+    assert "run.json: was deleted during the run" in done.stderr
 
 
 def test_report_skips_a_garbage_line_with_a_warning(example_run, tmp_path):
@@ -344,7 +344,7 @@ BAD_FILES = {
 }
 
 
-@pytest.mark.parametrize("args, words", [
+BAD_INPUTS = [
     (["--samples", "-1"], "error: --samples: must be at least 1, got -1"),
     (["--gpus", "x"], "error: --gpus: must be GPU indices like 0,1, got 'x'"),
     (["--timeout", "-5"], "error: --timeout: must be positive, got -5.0"),
@@ -379,19 +379,42 @@ BAD_FILES = {
     (["calibrate", "--problem", "nomatch*"], "error: --problem 'nomatch*' matches no problem in problems ("),
     (["compare", "onlyone"], "error: the following arguments are required: RUN_B"),
     (["import-kernelbench", "{tmp}"], "error: unrecognized arguments: --output-dir"),       # a one-line parser too
-])
-def test_bad_input_gives_one_line_and_exit_2(tmp_path, args, words):
+]
+
+
+def _bad_input_folder(tmp: Path) -> None:
     for name, data in BAD_FILES.items():
-        (tmp_path / name).write_bytes(data)
+        (tmp / name).write_bytes(data)
     for sub in ("empty/problems", "empty/solutions", "results/broken", "results/listjson"):
-        (tmp_path / sub).mkdir(parents=True)
-    (tmp_path / "results/broken/run.json").write_text("{oops")
-    (tmp_path / "results/listjson/run.json").write_text("[]")
-    (tmp_path / "a-file").write_text("")
-    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    if "--output-dir" not in args:
-        args += ["--output-dir", str(tmp_path / "results")]
-    done = run_cli(*args)
+        (tmp / sub).mkdir(parents=True)
+    (tmp / "results/broken/run.json").write_text("{oops")
+    (tmp / "results/listjson/run.json").write_text("[]")
+    (tmp / "a-file").write_text("")
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(tmp_path_factory) -> list[subprocess.CompletedProcess]:
+    """Every BAD_INPUTS case through the real CLI, each in a folder of its own, two processes at a time: each fails
+    on its input within a second or two (most of it importing torch to look at the trees), nothing is timed, and
+    one after another they were 15 s."""
+    from concurrent.futures import ThreadPoolExecutor
+    folders = [tmp_path_factory.mktemp("bad-input") for _ in BAD_INPUTS]
+
+    def run(case: int) -> subprocess.CompletedProcess:
+        tmp, (args, _) = folders[case], BAD_INPUTS[case]
+        _bad_input_folder(tmp)
+        args = [a.replace("{tmp}", str(tmp)) for a in args]
+        if "--output-dir" not in args:
+            args += ["--output-dir", str(tmp / "results")]
+        return run_cli(*args)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(run, range(len(BAD_INPUTS))))
+
+
+@pytest.mark.parametrize("args, words", BAD_INPUTS)
+def test_bad_input_gives_one_line_and_exit_2(bad_input_runs, args, words):
+    done = bad_input_runs[BAD_INPUTS.index((args, words))]
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert words in lines[0] and lines[0].startswith("error: ")
