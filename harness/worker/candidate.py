@@ -182,12 +182,15 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _changed_after_return(outs: list, device: str, settle_s: float = 0.05) -> bool:
+def _changed_after_return(outs: list, device: str, meanwhile=None, settle_s: float = 0.05) -> bool:
     """True when an output's values change after the call returned and the device went idle: work finished
     later by a background thread or an unsynchronized stream (against a copy of the outputs, or a checksum where
-    they are large: sampler.snapshot)."""
+    they are large: sampler.snapshot). `meanwhile()` runs inside the settle time (the in-place check's wait)."""
     before = snapshot(outs)
-    time.sleep(settle_s)
+    t0 = time.monotonic()
+    if meanwhile is not None:
+        meanwhile()
+    time.sleep(max(0.0, settle_s - (time.monotonic() - t0)))
     _sync(device)
     return differs(outs, before)
 
@@ -202,19 +205,18 @@ def _exported(outs: list) -> list[dict[str, Any]] | None:
 
 def _in_place(conn: Conn, label: str, j: int, outs: list, exported: list, device: str, defenses: bool) -> bool:
     """Hand trial `j`'s outputs over where they lie (messages.TrialOut) and wait while the reference compares them,
-    this process stopped; then, as _changed_after_return, whether they changed after the call returned (the wait
-    counts towards the settle time). Anything but `next` from the parent ends the worker."""
-    before = snapshot(outs) if defenses else None
-    t0 = time.monotonic()
-    conn.send("trial", label=label, trial=j, outputs=exported)
-    if conn.recv().get("op") != "next":
-        raise SystemExit(0)
-    trace(f"candidate {label} checked")
+    this process stopped; with the defenses, whether they changed after the call returned (that wait counts towards
+    the settle time). Anything but `next` from the parent ends the worker."""
+    def handed_over() -> None:
+        conn.send("trial", label=label, trial=j, outputs=exported)
+        if conn.recv().get("op") != "next":
+            raise SystemExit(0)
+        trace(f"candidate {label} checked")
+
     if not defenses:
+        handed_over()
         return False
-    time.sleep(max(0.0, 0.05 - (time.monotonic() - t0)))
-    _sync(device)
-    return differs(outs, before)
+    return _changed_after_return(outs, device, handed_over)
 
 
 def _correctness(model, trial_inputs, plan, job, device, conn) -> dict[str, Any]:
