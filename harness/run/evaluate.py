@@ -102,7 +102,7 @@ class ReferenceSide:
         self.worker.send(wire(ReferenceJob(
             str(pair.problem.path.resolve()), device, pc.seed.base, cfg.trials, self.mode.spec(cfg, [EAGER]),
             list(cfg.timing.compile_modes), probe, str(problem_dir), cfg.defenses, cfg.precision,
-            cfg.gpu_memory_gb, 2 + int(spares.enabled))))     # CUDA contexts: a spare reference holds one too
+            cfg.gpu_memory_gb, 2)))           # CUDA contexts: the pair's two (a spare holds none before its job)
         try:
             message = self.worker.recv(time.monotonic() + cfg.reference_timeout)
         except WorkerExit as exc:

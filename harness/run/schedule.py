@@ -41,6 +41,14 @@ class Slot:
         caches after every switch), which the interference check took for a cheat."""
         return self.cpus[:max(1, cpu_threads)] if self.gpu is not None else ()
 
+    def spare_cpus(self, cpu_threads: int = 1) -> tuple[int, ...]:
+        """The cores a GPU slot's spare workers import torch on while a pair is timed (SpareWorkers.quiet): the
+        slot's cores other than its timing cores, where at least two are left; else none, and spares are stopped
+        while a side is timed."""
+        timing = self.timing_cpus(cpu_threads)
+        rest = tuple(c for c in self.cpus if c not in timing)
+        return rest if self.gpu is not None and len(rest) >= 2 else ()
+
     @property
     def device(self) -> str:
         return "cpu" if self.gpu is None else "cuda:0"   # each worker sees only its own GPU
@@ -51,7 +59,8 @@ class Slot:
                 "KB_CPU_THREADS": threads, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
                 "OPENBLAS_NUM_THREADS": threads,
                 "KB_CPUS": ",".join(map(str, self.cpus)),
-                "KB_TIMING_CPUS": ",".join(map(str, self.timing_cpus(cpu_threads)))}
+                "KB_TIMING_CPUS": ",".join(map(str, self.timing_cpus(cpu_threads))),
+                "KB_SPARE_CPUS": ",".join(map(str, self.spare_cpus(cpu_threads)))}
 
 
 def assign_cpus(slots: list[Slot]) -> None:
@@ -109,11 +118,9 @@ def slot_spares(ctx: Context, slot: Slot) -> SpareWorkers:
 def pair_worker_env(cfg: Config, slot: Slot) -> dict[str, str]:
     """The environment of a slot's reference and candidate workers. On a GPU slot with the defenses on (the profiled
     calls), they start CUDA tracing once before the rounds (KB_WARM_PROFILER, harness.worker.common.warm_profiler):
-    the reference before its job arrives (a spare pays it while it waits), the candidate once confined, so the
-    first profiled call does not stall a round; the reference also imports what its FLOP count needs then
-    (common.warm_flop_counter: torch._dynamo, ~2-3 s that a pair's derive step waited for). A spare does nothing
-    more before its job: it is stopped while a
-    side is timed, and what it has not finished by then delays the next reference's `ready`."""
+    the reference as its job arrives, the candidate once confined, so the first profiled call does not stall a
+    round. A spare only imports torch before its job (no CUDA), on the slot's spare cores (Slot.spare_cpus) or,
+    where there are none, stopped while a side is timed."""
     env = worker_env(slot.env(cfg.cpu_threads))
     if slot.gpu is not None and cfg.defenses:
         env["KB_WARM_PROFILER"] = "1"

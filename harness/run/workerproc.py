@@ -470,12 +470,16 @@ class Worker:
 class SpareWorkers:
     """Workers started before they are needed, one per role. A new worker spends its first seconds importing
     torch (no GPU work yet); a spare does that while the job before it runs, so the next job starts at once.
-    Every job still gets a process of its own that no earlier job has touched."""
+    Every job still gets a process of its own that no earlier job has touched. `quiet`: the spares import on
+    cores no timed thread uses (KB_SPARE_CPUS, harness.worker.common.hold_spare_cores) and go on while a side is
+    timed; otherwise they are stopped then (pause), and a pair whose untimed parts are shorter than an import
+    waits for the rest of it at its reference's start (5 s of every other problem's setup on the H200 box)."""
 
     _serial = itertools.count()
 
     def __init__(self, env: dict[str, str], log_dir: Path, tag: str, enabled: bool):
         self.env, self.log_dir, self.tag, self.enabled = env, log_dir, tag, enabled
+        self.quiet = bool(env.get("KB_SPARE_CPUS"))
         self.spares: dict[str, Worker] = {}
         self._paused: set[Worker] = set()
 
@@ -499,7 +503,9 @@ class SpareWorkers:
         """SIGSTOP the spares while a side is timed: a spare importing torch would compete with the timed process
         for the host (on a 2-core machine it slowed the reference's blocks during a pair by half, and the honest
         pair read `interference`). They go on importing when the timing stops (resume). Called at every switch
-        of the timed side: only a spare started since the last call is signalled."""
+        of the timed side: only a spare started since the last call is signalled. Quiet spares go on."""
+        if self.quiet:
+            return
         for worker in self.spares.values():
             if worker not in self._paused:
                 worker.pause()

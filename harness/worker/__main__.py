@@ -24,16 +24,19 @@ def main(argv: list[str]) -> None:
     role = argv[0]
     cmd_fd, res_fd = channel_fd(int(argv[1]), os.O_RDONLY, 0), channel_fd(int(argv[2]), os.O_WRONLY, 1)
     conn = Conn(cmd_fd, res_fd)
+    common.trace(f"{role} started")
+    spare = common.hold_spare_cores()   # a spare imports off the timing cores, while a pair is timed there
     import torch  # noqa: F401 - before the job arrives: a spare worker pays for this while it waits
     common.trace(f"{role} imported")
-    if role == "reference":
-        common.warm_profiler()          # a spare pays it while it waits; the candidate role after its confinement
-        common.warm_flop_counter()      # its first count imports torch._dynamo: before the job, not in a pair
-        common.trace(f"{role} warm")
-    job = conn.recv()
+    job = conn.recv()                   # nothing touches the GPU before this: a spare holds no CUDA context
     common.trace(f"{role} job")
+    if spare:
+        common.hold_slot_cores()
     os.environ.update({str(k): str(v) for k, v in (job.pop("env", None) or {}).items()})
     os.environ.setdefault("KB_DEVICE", job.get("device", "cpu"))
+    if role == "reference":
+        common.warm_profiler()          # the candidate role warms it after its confinement
+        common.trace(f"{role} warm")
     try:
         if role in sandbox.ROLES:
             # Confined now that the job has said which folders are its own, before anything of the candidate (or

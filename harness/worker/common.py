@@ -123,6 +123,18 @@ def setup_torch(settings: Settings) -> None:
     _hold_threads("KB_CPUS")                       # both sides of a pair on the same cores
 
 
+def hold_spare_cores() -> bool:
+    """A worker started ahead of its job (run.workerproc.SpareWorkers) imports torch on the slot's cores other than
+    its timing cores (KB_SPARE_CPUS), where it does not compete with a pair's timed threads; whether it did.
+    Called before any thread exists."""
+    return _hold_threads("KB_SPARE_CPUS") is not None
+
+
+def hold_slot_cores() -> None:
+    """Back on the slot's whole share of cores (KB_CPUS) once the job has arrived."""
+    _hold_threads("KB_CPUS")
+
+
 def pin_for_timing() -> list[int] | None:
     """Hold every thread of this process to the slot's timing cores (KB_TIMING_CPUS) from now on; the cores, or None
     where there are none to hold to. Both sides of a pair do it before timing starts, so each side's timed thread
@@ -285,31 +297,13 @@ def _device_memory() -> str:
             f"peak {torch.cuda.max_memory_allocated() // mib} MiB, reserved {torch.cuda.memory_reserved() // mib} MiB)")
 
 
-def warm_flop_counter() -> None:
-    """The reference's FLOP count (reference._work, asked for by the pair's DeriveRequest) runs under
-    torch.utils.flop_counter.FlopCounterMode, whose first count imports torch._dynamo: 3.2 s on the 2-core CI box,
-    paid while the pair waited for it (its `derive_wait`, 2.3 s a level 2 pair on the H200 with no torch.compile
-    baseline, issue 29). A reference pays it before its job arrives instead, on the host alone (no CUDA before the
-    job): hidden where it is a spare waiting for its problem. Where KB_WARM_PROFILER says so (GPU slots, with the
-    defenses on: spare workers are on there); the CPU path counts beside the trials, as before. A failure only means
-    the first count pays it."""
-    if os.environ.get("KB_WARM_PROFILER") != "1":
-        return
-    try:
-        import torch
-        from torch.utils.flop_counter import FlopCounterMode
-        with FlopCounterMode(display=False):
-            torch.ones(1) + 1
-    except Exception as exc:                           # noqa: BLE001
-        print(f"kb-harness: FLOP counter warm-up failed: {describe(exc)}", file=sys.stderr, flush=True)
-
-
 def warm_profiler() -> None:
     """A process's first CUDA trace costs more than the later ones (CUPTI starting; through torch.profiler it also
     imported torch._inductor: 3.5-5.9 s on the H200, see profiling.cuda_trace). Both roles pay it before their timed
     rounds (KB_WARM_PROFILER, set on GPU slots with the defenses on), so the first profiled call does not stall a
-    round and both sides run the rounds with the profiler in the same state. A failure only means the first
-    profiled call pays it, as before."""
+    round and both sides run the rounds with the profiler in the same state. After the job arrives: it starts the
+    process's CUDA context, which a spare must not do while another process is timed. A failure only means the
+    first profiled call pays it, as before."""
     if os.environ.get("KB_WARM_PROFILER") != "1":
         return
     try:

@@ -371,14 +371,11 @@ def _timer_floor(device: str) -> float:
 
 
 def _work(model, inputs, footprint: int) -> dict[str, Any]:
-    """FLOPs of one forward (torch.utils.flop_counter) and the fewest bytes it must move: every input, parameter
+    """FLOPs of one forward (harness.worker.flops) and the fewest bytes it must move: every input, parameter
     and buffer read once, every output written once."""
-    from torch.utils.flop_counter import FlopCounterMode
+    from harness.worker import flops as counting
     try:
-        counter = FlopCounterMode(display=False)
-        with counter:
-            model(*inputs)
-        flops = int(counter.get_total_flops())
+        flops = counting.count(model, *inputs)
     except Exception:                                  # noqa: BLE001 - an op the counter does not know
         flops = None
     from harness.shared import messages as m

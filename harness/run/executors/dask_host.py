@@ -114,7 +114,7 @@ def describe_exception(exc: BaseException) -> str:
 # torch while a job runs) from one task of a run to the next, as a local slot keeps them across problems: a task is
 # one problem, and spares made new per task would never be ready for its first pair. They are closed when a task of
 # another run arrives, when a task fails, and after KEEP_SPARES_S without a task (an external cluster outlives the
-# run; a reference spare holds a CUDA context).
+# run; a spare holds a process and its imports).
 KEEP_SPARES_S = 60.0
 _KEPT: dict[tuple[str, str], tuple[Any, threading.Timer]] = {}     # (run id, slot) -> (SpareWorkers, its close timer)
 _KEPT_LOCK = threading.Lock()
