@@ -132,16 +132,22 @@ def extract_tarball(tar_path: Path, dest: Path) -> str:
     return commit or tar_path.name.removeprefix("kernelbench-").removesuffix(".tar.gz")
 
 
+def worktree_commit(root: Path) -> str:
+    """HEAD of the work tree at root (not of a repository that merely holds the folder)."""
+    try:
+        if Path(git("-C", str(root), "rev-parse", "--show-toplevel")).resolve() == root:
+            return git("-C", str(root), "rev-parse", "HEAD")
+    except (subprocess.CalledProcessError, OSError):
+        pass
+    return "unknown (not a git work tree)"
+
+
 def checkout(kb_root: Path | None, kb_tar: Path | None, dest: Path) -> tuple[Path, str]:
     """(a KernelBench work tree, its commit): kb_root used in place when it is a work tree, its HEAD extracted when it
     is a git directory; else the tarball (default: the newest in .kbsrc/)."""
     if kb_root is not None:
         if (kb_root / "src" / "kernelbench" / "eval.py").is_file():
-            try:
-                commit = git("-C", str(kb_root), "rev-parse", "HEAD")
-            except (subprocess.CalledProcessError, OSError):
-                commit = "unknown (not a git work tree)"
-            return kb_root.resolve(), commit
+            return kb_root.resolve(), worktree_commit(kb_root.resolve())
         if is_git_dir(kb_root):
             dest.mkdir(parents=True)
             archive = subprocess.run(["git", "--git-dir", str(kb_root), "archive", "HEAD"], check=True,
@@ -240,9 +246,11 @@ def our_config(work: Path, problems: Path, solutions: Path, device: str) -> Path
 # ------------------------------------------------------------------------------------------------ KernelBench's side
 
 
-def kb_spec(kb: Path, extra_paths: list[Path], pairs: list[tuple[int, int, str]], dry_run: bool) -> dict[str, Any]:
+def kb_spec(kb: Path, extra_paths: list[Path], pairs: list[tuple[int, int, str]], dry_run: bool,
+            carried_first: bool) -> dict[str, Any]:
     return {"kb_src": str(kb / "src"), "kb_dataset": str(kb / "KernelBench"),
-            "extra_paths": [str(p) for p in extra_paths], "pairs": [list(p) for p in pairs], "dry_run": dry_run}
+            "extra_paths": [str(p) for p in extra_paths], "carried_first": carried_first,
+            "pairs": [list(p) for p in pairs], "dry_run": dry_run}
 
 
 def run_kb_worker(spec: dict[str, Any], cwd: Path) -> tuple[float, list[dict[str, Any]], str]:
@@ -263,11 +271,12 @@ def run_kb_worker(spec: dict[str, Any], cwd: Path) -> tuple[float, list[dict[str
     return wall, results, f"exit {rc}: {(err or out)[-1500:]}"
 
 
-def kb_side(kb: Path, extra_paths: list[Path], work: Path) -> dict[str, Any]:
+def kb_side(prep: dict[str, Any], work: Path) -> dict[str, Any]:
     """Each pair in a fresh process, one after another, as run_and_check.py runs one pair."""
     pairs, started = [], time.monotonic()
     for level, pid, stem in PROBLEMS:
-        wall, results, tail = run_kb_worker(kb_spec(kb, extra_paths, [(level, pid, stem)], False), work / "kb")
+        spec = kb_spec(prep["kb"], prep["extra_paths"], [(level, pid, stem)], False, prep["carried_first"])
+        wall, results, tail = run_kb_worker(spec, work / "kb")
         row = results[0] if results else {"error": f"no result ({tail})"}
         pairs.append({"pair": pair_name(level, stem), "wall_s": wall, **row})
         print(f"  KB   {pair_name(level, stem):42} {wall:7.1f} s  speedup {fmt(row.get('speedup'))}"
@@ -278,7 +287,10 @@ def kb_side(kb: Path, extra_paths: list[Path], work: Path) -> dict[str, Any]:
 def kb_worker(spec: dict[str, Any]) -> None:
     """In KernelBench's process: each pair as run_and_check.py's local path does it; one marked JSON line each."""
     sys.path.insert(0, spec["kb_src"])
-    sys.path.extend(spec["extra_paths"])          # carried deps and stubs last: the machine's own packages win
+    if spec["carried_first"]:                     # only where the machine's own versions failed to import
+        sys.path[1:1] = spec["extra_paths"]
+    else:                                         # carried deps and stubs last: the machine's own packages win
+        sys.path.extend(spec["extra_paths"])
     started = time.monotonic()
     import torch
     from kernelbench import eval as kernel_eval
@@ -434,15 +446,26 @@ def prepare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     write_stubs(stubs)
     problems = import_problems(kb, work)
     solutions = write_candidates(problems, work)
-    # one untimed KernelBench import over all 8 pairs (writes .pyc files; checks the deps before anything is timed)
-    wall, results, tail = run_kb_worker(kb_spec(kb, [site, stubs], list(PROBLEMS), True), work / "kb-check")
-    bad = [r for r in results if r.get("error")]
-    if len(results) != len(PROBLEMS) or bad:
-        raise SystemExit(f"KernelBench's side does not load: {bad or tail}")
+    carried_first, results = check_kb(kb, [site, stubs], work, bool(installed))
     print(f"KernelBench {commit} at {kb}; kernelbench.eval imported in {results[0]['import_s']:.1f} s "
-          f"({'carried wheels' if installed else 'no wheels installed'}, stubs for {', '.join(STUBS)})", flush=True)
-    return {"kb": kb, "commit": commit, "extra_paths": [site, stubs], "problems": problems, "solutions": solutions,
-            "wheels": installed, "kb_check": results}
+          f"({'carried wheels ' + ('first' if carried_first else 'last') if installed else 'no wheels installed'} "
+          f"on sys.path, stubs for {', '.join(STUBS)})", flush=True)
+    return {"kb": kb, "commit": commit, "extra_paths": [site, stubs], "carried_first": carried_first,
+            "problems": problems, "solutions": solutions, "wheels": installed, "kb_check": results}
+
+
+def check_kb(kb: Path, extra_paths: list[Path], work: Path, may_go_first: bool) -> tuple[bool, list[dict[str, Any]]]:
+    """One untimed KernelBench process over all 8 pairs, short of CUDA (it also writes the .pyc files): the carried
+    wheels last on sys.path, or, where the machine's own versions fail to import, first. (carried_first, results)."""
+    why = ""
+    for carried_first in (False, True) if may_go_first else (False,):
+        spec = kb_spec(kb, extra_paths, list(PROBLEMS), True, carried_first)
+        _, results, tail = run_kb_worker(spec, work / "kb-check")
+        bad = [r for r in results if r.get("error")]
+        if len(results) == len(PROBLEMS) and not bad:
+            return carried_first, results
+        why += f"\n  carried wheels {'first' if carried_first else 'last'}: {bad or tail}"
+    raise SystemExit(f"KernelBench's side does not load:{why}")
 
 
 def run_repeats(args: argparse.Namespace, prep: dict[str, Any], work: Path, report: dict[str, Any]) -> None:
@@ -453,7 +476,7 @@ def run_repeats(args: argparse.Namespace, prep: dict[str, Any], work: Path, repo
         print(f"repeat {i + 1}/{args.repeats}: {' then '.join(order)}", flush=True)
         for side in order:
             if side == "kb":
-                rep["kb"] = kb_side(prep["kb"], prep["extra_paths"], work / f"repeat{i}")
+                rep["kb"] = kb_side(prep, work / f"repeat{i}")
             else:
                 rep["ours"] = our_side(prep["problems"], prep["solutions"], work / f"repeat{i}" / "ours",
                                        args.device)
