@@ -8,8 +8,9 @@ sides), evaluated
   imports `kernelbench`, reads the problem through its local dataset, runs its static checker (its verdict is
   recorded, not asserted: the A/A candidate has no kernel and always fails it), calls
   `eval_kernel_against_ref(ref, candidate, num_correct_trials=5, num_perf_trials=100, measure_performance=True,
-  timing_method="cuda_event", backend="cuda", precision=fp32, device=cuda:0, build_dir=...)` and then times the
-  reference eagerly with `timing.measure_ref_program_time(num_trials=100, use_torch_compile=False)`;
+  timing_method="cuda_event", backend="cuda", precision=fp32, device=cuda:0, build_dir=...)` (which, by its
+  default check_for_excessive_speedup, also times the reference 100 times) and then times the reference eagerly
+  with `timing.measure_ref_program_time(num_trials=100, use_torch_compile=False)`;
   KB speedup = that reference mean / the candidate's `runtime` (run_and_check's "speedup over eager"). Wall time
   per pair: the process, start to exit, from here; KB total: the 8 processes one after another.
   Left out on purpose: run_and_check's torch.compile baseline (no compile baselines on either side) and its
@@ -25,12 +26,15 @@ KernelBench checkout, installing the carried wheels, importing the 8 problems wi
 import-kernelbench`, writing the candidates, one untimed import of `kernelbench.eval` that also writes its .pyc
 files) is not timed. Repeats alternate the order: --order kb-first runs KB then ours, then ours then KB, ...
 
-Imports: `import kernelbench.eval` needs (besides torch and numpy) pydantic, requests, tqdm and python-dotenv
-(through `kernelbench/__init__` -> `utils`) and `openai` and `litellm` (`utils` imports them for its LLM
-queries, which an eval never calls). The first four are carried as wheels (KB_WHEELS) and installed, untimed,
-into the work folder; openai and litellm are replaced by two one-line stub modules written there (STUBS). Both
-folders are put at the END of sys.path in KernelBench's processes only, so anything the machine already has wins
-and our harness never sees them. KernelBench's src/ goes first on sys.path (no pip install of kernelbench).
+Imports: `import kernelbench.eval` needs (besides torch and numpy) pydantic and requests (eval.py itself), tqdm
+and python-dotenv (`kernelbench/__init__` -> `utils`), and `openai` and `litellm` (`utils` imports them for its
+LLM queries, which an eval never calls). The first four and their own needs (pydantic-core, annotated-types,
+typing-inspection, typing-extensions, urllib3, idna, charset-normalizer, certifi) are carried as wheels
+(KB_WHEELS, 12 packages) and installed, untimed, into the work folder; openai and litellm are replaced by two
+one-line stub modules written there (STUBS). Both folders go at the END of sys.path, in KernelBench's processes
+only, so what the machine already has wins (unless that fails to import: the untimed check then puts them first
+and says so) and our harness never sees them. KernelBench's src/ goes first on sys.path (kernelbench itself is
+not pip-installed). Written against KernelBench 423217d9fda91e0c2d67e4a43bf62f96f6d104f1 (2026-03-05).
 
 How to run it:
 
@@ -286,6 +290,8 @@ def kb_side(prep: dict[str, Any], work: Path) -> dict[str, Any]:
 
 def kb_worker(spec: dict[str, Any]) -> None:
     """In KernelBench's process: each pair as run_and_check.py's local path does it; one marked JSON line each."""
+    here = Path(__file__).resolve().parent       # benchmarks/: not on a KernelBench user's path
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     sys.path.insert(0, spec["kb_src"])
     if spec["carried_first"]:                     # only where the machine's own versions failed to import
         sys.path[1:1] = spec["extra_paths"]
