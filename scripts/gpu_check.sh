@@ -45,7 +45,8 @@
 #              the CPU; it writes twice.done in its output folder when it ends
 #   twice-bg:  `twice` for longer than one device command: a copy of this tree runs it under setsid (such a process
 #              runs on between commands while the machine is held), writing to $W/out (W=/tmp/w), then `follow`
-#   follow:    until $W/out/twice.done appears or FOLLOW_SECONDS (570) pass, copy $W/out and its log into
+#   bg:        BG=SCRIPT run the same way (e.g. BG=scripts/suite_aa.sh), writing $W/out/bg.done when it ends
+#   follow:    until $W/out/twice.done (or bg.done) appears or FOLLOW_SECONDS (570) pass, copy $W/out and its log into
 #              $OUT/snap.tgz every 15 s (what a call cut short still returns); the next device command is `follow`
 #              again, made within the machine's 30 s idle release
 # Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out. The device returns at most 8
@@ -234,14 +235,25 @@ twice-bg)
     echo "== twice started under setsid in $w/h (SELS=${SELS:-}); following it"
     bash "$0" follow
     ;;
+bg)
+    # BG=script: that script run detached (setsid) in a copy of this tree, its OUT under $W/out, then `follow`
+    w=${W:-/tmp/w}
+    rm -rf "$w/h" "$w/out" && mkdir -p "$w/out" && cp -a . "$w/h"
+    (cd "$w/h" && OUT="$w/out" setsid nohup bash -c "bash ${BG:?}; touch $w/out/bg.done" > "$w/log" 2>&1 < /dev/null &)
+    echo "== $BG started under setsid in $w/h; following it"
+    bash "$0" follow
+    ;;
 follow)
     w=${W:-/tmp/w}
     snap() { tar czf "$out/snap.tgz.tmp" -C "$w" out log 2>/dev/null && mv -f "$out/snap.tgz.tmp" "$out/snap.tgz"; }
     end=$(( $(date +%s) + ${FOLLOW_SECONDS:-570} ))
-    until [ -e "$w/out/twice.done" ] || [ "$(date +%s)" -ge "$end" ]; do sleep 15; snap; done
+    until [ -e "$w/out/twice.done" ] || [ -e "$w/out/bg.done" ] || [ "$(date +%s)" -ge "$end" ]; do sleep 15; snap; done
     snap
     grep -E "run [ab]:|skip |no time left|builds " "$w/log" | tail -n 40
-    if [ -e "$w/out/twice.done" ]; then
+    tail -n 5 "$w/log"
+    if [ -e "$w/out/bg.done" ]; then
+        echo "== the background script has ended"
+    elif [ -e "$w/out/twice.done" ]; then
         echo "== twice has ended"; sed -n '/^| /,$p' "$w/log" | tail -n 60
     else
         echo "== twice still runs: call follow again"
