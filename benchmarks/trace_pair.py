@@ -22,7 +22,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-LINE = re.compile(r"^kb-harness: trace (\d+\.\d+) (\w+) (.+?)(?: \(allocated \d+ MiB, peak \d+ MiB(?:, reserved \d+ MiB)?\))?$")
+LINE = re.compile(r"^kb-harness: trace (\d+\.\d+) (\w+) (.+?)(?: \(allocated \d+ MiB, peak \d+ MiB(?:, reserved \d+ MiB)?\))?(?: \[imported [^\]]*\])?$")
 
 
 def stages(log: Path) -> list[tuple[float, str, str]]:

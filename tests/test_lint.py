@@ -88,3 +88,19 @@ def test_degenerate_checks_sample_first_but_decide_on_every_position():
     varied = torch.randn(n)
     checks = lint.degenerate_checks([varied], [torch.randn(n)], inputs, 1e-5, 1e-5)
     assert not checks["degenerate"] and checks["input_dependent"], checks
+
+
+def test_sampled_positions_match_unravel_index_without_importing_sympy():
+    """The lint sample's positions: torch.unravel_index's, without its first call's imports (sympy, 1.8 s of each
+    reference's setup on the H200 box)."""
+    import subprocess
+    import sys
+    import torch
+    from harness.worker import lint
+    flat = torch.randint(0, 6 * 7 * 9, (1000,))
+    assert all(torch.equal(a, b) for a, b in zip(lint._unravel(flat, (6, 7, 9)), torch.unravel_index(flat, (6, 7, 9))))
+    code = ("import sys, torch\nfrom harness.worker.lint import degenerate_checks\n"
+            "x = torch.randn(1024, 1024)\ndegenerate_checks([x.relu()], [x.abs()], [x], 1e-4, 1e-4)\n"
+            "print('sympy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -278,12 +278,21 @@ def _short_paths(line: str) -> str:
     return re.sub(r"(/[^\s:]+/)+([^/\s:]+\.(cpp|cu|cuh|h|hpp|o|so))", r"\2", line)
 
 
+# Modules that take a second or more to import; a trace line names those first imported during its stage (a lazy
+# import inside torch, such as unravel_index's of sympy, cost each reference 1.8 s on the H200 box).
+_HEAVY = ("sympy", "torch._dynamo", "torch._inductor", "triton", "numpy", "scipy")
+_heavy_seen: set[str] = set()
+
+
 def trace(stage: str) -> None:
     """With KB_TRACE=1 (benchmarks/trace_pair.py): one log line per stage of a worker's job, with the wall clock, so
     that the stages of both workers of a pair line up. Nothing otherwise."""
     if os.environ.get("KB_TRACE") == "1":
         import time
-        print(f"kb-harness: trace {time.time():.4f} {stage}{_device_memory()}", file=sys.stderr, flush=True)
+        new = [m for m in _HEAVY if m in sys.modules and m not in _heavy_seen]
+        _heavy_seen.update(new)
+        imported = f" [imported {', '.join(new)}]" if new else ""
+        print(f"kb-harness: trace {time.time():.4f} {stage}{_device_memory()}{imported}", file=sys.stderr, flush=True)
 
 
 def _device_memory() -> str:
