@@ -162,9 +162,11 @@ def test_logs_are_capped(orphan_run):
 @pytest.mark.parametrize("moment", ["candidate worker just started", "candidate's setsid grandchild running"])
 def test_killed_parent_leaves_nothing(tmp_path, moment):
     """The candidate spins at import in its worker (after starting a setsid grandchild): a worker that missed its
-    parent's death would spin forever."""
+    parent's death would spin forever. Spare workers off (the CPU path's default): the candidate worker starts when
+    its job is sent, so its job waits in its pipe while it starts (a spare would have started beside the reference
+    and be reading its pipe by then)."""
     tag = _tag()
-    proc, pids = _start(tmp_path, tag, "--problem", "*004*", "--timeout", "120", spare_workers="on")
+    proc, pids = _start(tmp_path, tag, "--problem", "*004*", "--timeout", "120", spare_workers="off")
     deadline = time.monotonic() + 300
     hit = None
     while hit is None and time.monotonic() < deadline and proc.poll() is None:

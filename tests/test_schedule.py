@@ -62,3 +62,21 @@ def test_both_sides_are_timed_on_the_same_cores():
     env.pop("KB_TIMING_CPUS")
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert done.stdout.split("\n")[1] == "None"            # nothing to hold to: left as it was
+
+
+def test_spares_are_started_only_for_jobs_that_will_come():
+    """A slot's spare workers (SpareWorkers' `upcoming`): a candidate for each pair its reference process has yet to
+    serve, the first one's beside the reference; both roles while another process pair or problem may come; none
+    after the last pair of the run's last problem."""
+    from harness.run.schedule import Outlook
+    more = [False]
+    outlook = Outlook(lambda: more[0], pairs_left=2)
+    assert outlook.upcoming("reference") == ("candidate",)       # the first pair's candidate, beside the reference
+    outlook.pairs_left = 1
+    assert outlook.upcoming("candidate") == ("candidate",)
+    outlook.pairs_left = 0
+    assert outlook.upcoming("candidate") == ()                    # the last pair: no spare of either role
+    outlook.processes_after = 1
+    assert set(outlook.upcoming("candidate")) == {"reference", "candidate"}
+    outlook.processes_after, more[0] = 0, True                    # another problem may come to this slot
+    assert set(outlook.upcoming("candidate")) == {"reference", "candidate"}

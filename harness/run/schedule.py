@@ -20,7 +20,7 @@ from harness.core.discover import Pair
 from harness.run.evaluate import PairContext, ReferenceSide, run_pair, slug
 from harness.shared import messages as m
 from harness.shared.messages import CeilingsJob, wire
-from harness.run.workerproc import SpareWorkers, Worker, WorkerExit, worker_env
+from harness.run.workerproc import SpareWorkers, Worker, WorkerExit, same_role_again, worker_env
 from harness.results.parts import Gpu, Retried
 from harness.results.records import RecordDraft, Status, finish, new_record
 from harness.core.seeds import RunSeed
@@ -93,26 +93,46 @@ class Context:
                            self.log_dir, self.between)
 
 
+@dataclass
+class Outlook:
+    """What a slot will still ask its spare workers for (SpareWorkers' `upcoming`), so that a spare is started only
+    for a job that is sure to come: a candidate for each pair its reference process has yet to serve (the first
+    one's starts beside the reference), and both roles again while the problem has process pairs to go or
+    `more_groups()` says another problem may come to this slot. A candidate taken again for a retried pair starts
+    without a spare, as does a fresh reference after a pair left the device unusable."""
+    more_groups: Callable[[], bool]
+    pairs_left: int = 0             # pairs of the current reference process whose candidate is not yet taken
+    processes_after: int = 0        # process pairs of the current problem after this one (timing.processes)
+
+    def upcoming(self, role: str) -> tuple[str, ...]:
+        if self.processes_after > 0 or self.more_groups():
+            return ("reference", "candidate")
+        return ("candidate",) if self.pairs_left > 0 else ()
+
+
 def serve_slot(slot: Slot, ctx: Context, next_group: Callable[[], list[Pair] | None],
-               spares: SpareWorkers | None = None) -> None:
+               spares: SpareWorkers | None = None, more_groups: Callable[[], bool] = lambda: True) -> None:
     """One slot's share of a run (any executor): the GPU's ceilings once (defenses on; kept in ctx.ceilings), then
     every problem group next_group() hands out until it says None, with the slot's spare workers (`spares`, kept by
-    the caller, or the slot's own, closed at the end)."""
+    the caller, or the slot's own, closed at the end). `more_groups`: whether next_group() may hand out another
+    group after the current one (the slot's own spares are started only for jobs that will come: Outlook)."""
+    outlook = Outlook(more_groups)
     own = spares is None
-    spares = slot_spares(ctx, slot) if own else spares
+    spares = slot_spares(ctx, slot, outlook.upcoming) if own else spares
     try:
         if slot.gpu is not None and ctx.cfg.defenses and slot.name not in ctx.ceilings:
             ctx.ceilings[slot.name] = measure_ceilings(ctx, slot)
         while (group := next_group()) is not None:
-            run_problem(group, ctx, slot, spares)
+            run_problem(group, ctx, slot, spares, outlook)
     finally:
         if own:
             spares.close()
 
 
-def slot_spares(ctx: Context, slot: Slot) -> SpareWorkers:
+def slot_spares(ctx: Context, slot: Slot,
+                upcoming: Callable[[str], tuple[str, ...]] = same_role_again) -> SpareWorkers:
     return SpareWorkers(pair_worker_env(ctx.cfg, slot), ctx.log_dir, slot.name.replace(":", ""),
-                        spares_enabled(ctx.cfg, slot))
+                        spares_enabled(ctx.cfg, slot), upcoming)
 
 
 def pair_worker_env(cfg: Config, slot: Slot) -> dict[str, str]:
@@ -201,7 +221,7 @@ def _load_sensitive(record: RecordDraft) -> str | None:
     return flags.retryable(record.flags)
 
 
-def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorkers) -> None:
+def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorkers, outlook: Outlook) -> None:
     runnable = []
     for pair in group:
         record = _decided_without_running(pair, ctx, slot)
@@ -228,7 +248,8 @@ def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorker
             pending = [p for p in runnable if all(r.ok for r in done[p.key])]
             if not pending or ctx.stop.is_set():
                 break
-            _one_process(pending, ctx, slot, spares, problem_dir, process, deliver, known)
+            outlook.processes_after = count - process - 1
+            _one_process(pending, ctx, slot, spares, problem_dir, process, deliver, known, outlook)
     finally:
         for pair in runnable:                   # what was measured stands, even when the run stops early
             if done[pair.key]:
@@ -237,16 +258,19 @@ def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorker
 
 
 def _one_process(pairs: list[Pair], ctx: Context, slot: Slot, spares: SpareWorkers, problem_dir: Path,
-                 process: int, deliver: Callable[[Pair, RecordDraft], None], known: dict[str, Any]) -> None:
+                 process: int, deliver: Callable[[Pair, RecordDraft], None], known: dict[str, Any],
+                 outlook: Outlook) -> None:
     """Every pair of one problem against one reference process (a fresh one after a pair left the device unusable)."""
     pc = ctx.for_slot(slot)
     reference = None
     try:
-        for pair in pairs:
+        for i, pair in enumerate(pairs):
             if ctx.stop.is_set():
                 return
             if reference is None:
+                outlook.pairs_left = len(pairs) - i             # this pair's candidate and those after it
                 reference = ReferenceSide(pairs[0], pc, slot.device, problem_dir, spares, known)
+            outlook.pairs_left = len(pairs) - i - 1
             record = _base_record(pair, ctx, slot)
             if reference.error is not None:
                 deliver(pair, reference.failed(record))

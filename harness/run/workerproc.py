@@ -17,7 +17,7 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from harness.results.records import Status
 from harness.shared import containment
@@ -467,19 +467,30 @@ class Worker:
             return ""
 
 
+def same_role_again(role: str) -> tuple[str, ...]:
+    """SpareWorkers' default foresight: after a job of `role`, another of that role may come."""
+    return (role,)
+
+
 class SpareWorkers:
     """Workers started before they are needed, one per role. A new worker spends its first seconds importing
     torch (no GPU work yet); a spare does that while the job before it runs, so the next job starts at once.
     Every job still gets a process of its own that no earlier job has touched. `quiet`: the spares import on
     cores no timed thread uses (KB_SPARE_CPUS, harness.worker.common.hold_spare_cores) and go on while a side is
     timed; otherwise they are stopped then (pause), and a pair whose untimed parts are shorter than an import
-    waits for the rest of it at its reference's start (5 s of every other problem's setup on the H200 box)."""
+    waits for the rest of it at its reference's start (5 s of every other problem's setup on the H200 box).
+
+    `upcoming(role)`: after a job of `role` is handed out, the roles whose next job is sure to come (the caller's
+    foresight, e.g. harness.run.schedule.Outlook); a spare is started for each that has none. The default
+    (same_role_again) starts one of the same role after every take, whether or not another job comes."""
 
     _serial = itertools.count()
 
-    def __init__(self, env: dict[str, str], log_dir: Path, tag: str, enabled: bool):
+    def __init__(self, env: dict[str, str], log_dir: Path, tag: str, enabled: bool,
+                 upcoming: Callable[[str], Iterable[str]] = same_role_again):
         self.env, self.log_dir, self.tag, self.enabled = env, log_dir, tag, enabled
         self.quiet = bool(env.get("KB_SPARE_CPUS"))
+        self.upcoming = upcoming
         self.spares: dict[str, Worker] = {}
         self._paused: set[Worker] = set()
 
@@ -495,8 +506,10 @@ class SpareWorkers:
                 self._discard(worker)
             worker = Worker(role, self.env, log_path)
         if self.enabled:
-            spare_log = self.log_dir / f"spare-{self.tag}-{role}-{next(self._serial)}.log"
-            self.spares[role] = Worker(role, self.env, spare_log)
+            for spare_role in self.upcoming(role):
+                if spare_role not in self.spares:
+                    spare_log = self.log_dir / f"spare-{self.tag}-{spare_role}-{next(self._serial)}.log"
+                    self.spares[spare_role] = Worker(spare_role, self.env, spare_log)
         return worker
 
     def pause(self) -> None:

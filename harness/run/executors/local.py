@@ -45,7 +45,7 @@ def run_all(pairs: list[Pair], ctx: Context, slots: list[Slot]) -> None:
 
     def serve(slot: Slot) -> None:
         try:
-            serve_slot(slot, ctx, next_group)
+            serve_slot(slot, ctx, next_group, more_groups=lambda: not work.empty())
         except BaseException as exc:                                 # noqa: BLE001 - re-raised in the caller
             errors.append(exc)
             ctx.stop.set()
