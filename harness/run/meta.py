@@ -2,11 +2,15 @@
 context), driver, torch and CUDA versions."""
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.util
 import platform
 import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from harness.worker import sandbox
@@ -56,9 +60,41 @@ def git_info() -> dict[str, Any]:
     return {"sha": sha, "dirty": bool(status) if status is not None else None}
 
 
+@functools.lru_cache(maxsize=1)
 def torch_versions() -> dict[str, Any]:
+    """torch.__version__ and torch.version.cuda as `import torch` gives them. The parent needs nothing else of
+    torch, and importing it was ~1 s of every run's start on the 2-core CI box, before its first worker started:
+    they are read from torch's version.py (two literal assignments) without importing torch, which is imported
+    only where that file cannot be read that way."""
+    if "torch" not in sys.modules:
+        found = _version_file_values()
+        if found is not None:
+            return found
     import torch
-    return {"torch": torch.__version__, "cuda": torch.version.cuda}
+    return {"torch": str(torch.__version__), "cuda": torch.version.cuda}
+
+
+def _version_file_values() -> dict[str, Any] | None:
+    try:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or not spec.origin:
+            return None
+        tree = ast.parse(Path(spec.origin).with_name("version.py").read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError, ImportError):
+        return None
+    values: dict[str, Any] = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
+            node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(target, ast.Name) and target.id in ("__version__", "cuda") and node.value is not None:
+            try:
+                values[target.id] = ast.literal_eval(node.value)
+            except ValueError:
+                return None
+    if not isinstance(values.get("__version__"), str) or not isinstance(values.get("cuda", 0), (str, type(None))) \
+            or "cuda" not in values:
+        return None
+    return {"torch": values["__version__"], "cuda": values["cuda"]}
 
 
 def collect(argv: list[str], gpu_list: list[dict[str, Any]]) -> dict[str, Any]:

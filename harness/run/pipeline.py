@@ -27,15 +27,15 @@ CPU_EXAMPLES = "examples/cpu"           # problems and candidates that run on a 
 def resolve_slots(cfg: Config, gpu_list: list[dict[str, Any]], gpus_given: bool = False) -> tuple[str, list[Slot]]:
     """The device and its slots. `gpus_given`: --gpus was on the command line, so device auto without a GPU is an
     error rather than a quiet run on the CPU."""
-    import torch
-    has_cuda = torch.version.cuda is not None and bool(gpu_list)
+    cuda = meta.torch_versions()["cuda"]
+    has_cuda = cuda is not None and bool(gpu_list)
     device = cfg.device if cfg.device != "auto" else ("cuda" if has_cuda else "cpu")
     if device == "cpu" and gpus_given and cfg.device == "auto":
-        why = "this torch build has no CUDA support" if torch.version.cuda is None else "nvidia-smi lists no GPU"
+        why = "this torch build has no CUDA support" if cuda is None else "nvidia-smi lists no GPU"
         raise UsageError(f"--gpus {','.join(map(str, cfg.gpus))}: no GPU here ({why}); --device cpu runs on the CPU")
     if device == "cpu":
         return "cpu", [Slot("cpu", None)]
-    if torch.version.cuda is None:
+    if cuda is None:
         raise UsageError("--device cuda: this torch build has no CUDA support")
     if not gpu_list and executor_for(cfg).remote_gpus:
         if not cfg.cuda_arch:                           # the parent builds for the remote workers' GPUs
@@ -53,19 +53,18 @@ def resolve_slots(cfg: Config, gpu_list: list[dict[str, Any]], gpus_given: bool 
 
 
 def toolchain_for(device: str, cfg: Config, gpu_list: list[dict[str, Any]]) -> Toolchain:
-    import torch
+    versions = meta.torch_versions()                    # read without importing torch (the parent needs no more)
     arch = None
     if device == "cuda":
         arch = cfg.cuda_arch or (gpu_list[cfg.gpus[0]]["compute_capability"] if gpu_list else None)
-    return Toolchain(device, torch.__version__, torch.version.cuda, arch, sys.version.split()[0])
+    return Toolchain(device, versions["torch"], versions["cuda"], arch, sys.version.split()[0])
 
 
 def between_terms(cfg: Config, device: str, gpu_list: list[dict[str, Any]]) -> between.Terms | None:
     """The machine's between-process terms, where each pair's CI takes one (one process pair, the default)."""
     if cfg.timing.processes != 1 or cfg.timing.between_process != "auto":
         return None
-    import torch
-    return between.load(cfg.cache_dir, between.machine_key(device, gpu_list, torch.__version__))
+    return between.load(cfg.cache_dir, between.machine_key(device, gpu_list, meta.torch_versions()["torch"]))
 
 
 def select_pairs(cfg: Config, args: argparse.Namespace) -> list[Pair]:
