@@ -469,3 +469,64 @@ def test_a_samples_inputs_are_the_only_input_set_alive_when_drawn():
     for seed in (11, 12, 13):
         s.sample(m.SampleRequest("eager", seed))
     assert len(most) == 6 and max(most) == 0, most
+
+
+def _prepare(monkeypatch, tmp_path, problem_source: str, keep_bytes: int = 1024):
+    """reference._prepare on a problem file, on the CPU with the GPU's choices (keep_all off)."""
+    from types import SimpleNamespace
+    from harness.worker import reference
+    monkeypatch.setattr(reference, "KEEP_BYTES", keep_bytes)
+    real = reference._Trials
+
+    def gpu_choices(*args, **kwargs):
+        kwargs["keep_all"] = False
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reference, "_Trials", gpu_choices)
+    path = tmp_path / "problem.py"
+    path.write_text(problem_source)
+    job = SimpleNamespace(problem_path=str(path), precision="fp32", seed=7, trials=4, scratch=str(tmp_path))
+    memory = SimpleNamespace(reset_peak=lambda: None, peak=lambda: None)
+    return reference._prepare(job, "cpu", memory)
+
+
+STATELESS = '''
+import torch
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(24, 16)
+    def forward(self, x):
+        return torch.nn.functional.dropout(torch.relu(self.linear(x)), 0.5)
+def get_inputs():
+    return [torch.randn(40, 24)]
+def get_init_inputs():
+    return []
+'''
+
+
+def test_large_outputs_of_a_stateless_model_are_computed_again_when_checked(monkeypatch, tmp_path):
+    """Past trial 0, large expected outputs are not copied to the host: the check computes them again from the
+    trial's seed (dropout included), the same as they were at setup."""
+    kept = _prepare(monkeypatch, tmp_path, STATELESS, keep_bytes=1 << 30)[3]        # small: every output kept
+    _, model, _, trials, _ = _prepare(monkeypatch, tmp_path, STATELESS)
+    assert kept.forward is None and all(e is not None for e in kept.expected)
+    assert trials.forward is model and trials.expected[0] is not None and trials.expected[1:] == [None] * 3
+    for k in range(4):
+        assert torch.equal(trials.expected_for(k)[0], kept.expected[k][0])
+    assert not torch.equal(trials.expected_for(1)[0], trials.expected_for(2)[0])
+
+
+def test_a_model_that_changes_its_state_keeps_every_output(monkeypatch, tmp_path):
+    """A forward that changes the model's buffers (here only from its second call on): every trial's output is
+    kept as computed, in order, from the initial state."""
+    source = STATELESS.replace("        return torch.nn.functional.dropout(",
+                               "        self.calls += 1\n        if self.calls > 1:\n"
+                               "            self.bias_buf += 1.0\n"
+                               "        return self.bias_buf + torch.nn.functional.dropout(")
+    source = source.replace("        self.linear = torch.nn.Linear(24, 16)",
+                            "        self.linear = torch.nn.Linear(24, 16)\n        self.calls = 0\n"
+                            "        self.register_buffer('bias_buf', torch.zeros(16))")
+    _, model, _, trials, _ = _prepare(monkeypatch, tmp_path, source)
+    assert trials.forward is None and all(e is not None for e in trials.expected)
+    assert [float(e[0].min()) >= k for k, e in enumerate(trials.expected)] == [True] * 4

@@ -10,7 +10,9 @@ Device memory (harness.shared.memplan): it works within a share of the budget, c
 torch.cuda.set_per_process_memory_fraction (the budget less every CUDA context while it sets up; the parent's
 `budget` after `ready`). It keeps on the device only what is small: trial 0's inputs up to memplan.KEEP_BYTES (the
 others are drawn again from their seed when needed), the trials' expected outputs while all of them fit KEEP_BYTES
-(else on the host, compared on the device a slice at a time), the float64 reference likewise; a full check keeps a
+(else trial 0's on the host, compared on the device a slice at a time, and the later trials' computed again from
+their seed when checked, where the model's forward leaves its state unchanged; on the host where it does not), the
+float64 reference on the host likewise; a full check keeps a
 sample's seed, not its tensors, and recomputes the reference's output when the check comes. The float64 checks run
 where the plan says they fit, else the record says `fp64: skipped: needs X GiB, budget Y GiB`. Running out of
 memory all the same is `harness_oom` (a line in the log, then the worker exits): the parent does not blame the
@@ -244,6 +246,7 @@ class _Trials:
         self.input_bytes = self.output_bytes = 0
         self.keep_outputs = True
         self.keep_first_inputs = True
+        self.forward = None                            # the model, where trials past 0 are computed again (recompute)
         self.sizes: list = [sizes.MAIN_ONLY]
         self.infos: dict[str, dict[str, Any]] = {}     # size name -> its messages.SizeInfo (note_size)
         self.size_infos: list[dict[str, Any]] = []     # in declaration order
@@ -259,7 +262,24 @@ class _Trials:
     def other_main(self) -> list | None:
         """The expected outputs of a second trial at the main size (the lint checks' other inputs), or None."""
         second = next((t for t in self.plan[1:] if t.size.main), None)
-        return self.expected[second.index] if second is not None else None
+        return self.expected_for(second.index) if second is not None else None
+
+    def recompute(self, model) -> None:
+        """Large outputs of a model whose forward leaves its state as it found it (_prepare checks): the trials
+        past 0 keep no copy of their output; expected_for computes it again, from the trial's seed, when its check
+        comes. A 2.5 GiB output's copy to the host at setup and back for its check took ~0.8 s a trial on the
+        H200; the forward takes milliseconds."""
+        self.forward = model
+
+    def expected_for(self, k: int) -> list:
+        """Trial k's expected outputs: kept, or computed again as _prepare computed them (recompute)."""
+        kept = self.expected[k]
+        if kept is not None:
+            return kept
+        import torch
+        inputs = self.inputs(k)
+        torch.manual_seed(self.seed + self.plan[k].k)
+        return as_tensor_list(self.forward(*inputs))
 
     def add(self, k: int, inputs: list, outs: list) -> None:
         if k == 0:
@@ -268,6 +288,8 @@ class _Trials:
             self.keep_first_inputs = self.keep_all or self.input_bytes <= KEEP_BYTES
         if self.keep_outputs:
             self.expected.append([t.clone() for t in outs])
+        elif k > 0 and self.forward is not None:
+            self.expected.append(None)                 # computed again when checked (recompute)
         else:
             self.expected.append([t.to("cpu") for t in outs])
         if self.keep_all or (k == 0 and self.keep_first_inputs):
@@ -443,8 +465,24 @@ def _prepare(job, device: str, memory: "_Memory"):
     model = _stage("moving Model to the device", lambda: model.to(device=device, dtype=getattr(torch, settings.dtype)))
     state = {k: v.detach().to("cpu").clone() for k, v in model.state_dict().items()}
     torch.save(state, os.path.join(job.scratch, "reference_state.pt"))
-    trials = _Trials(problem, settings, device, seed, job.trials, plan=sizes.plan(declared, job.trials))
+    plan = sizes.plan(declared, job.trials)
+    trials = _expected_outputs(_Trials(problem, settings, device, seed, job.trials, plan=plan), model, state, memory,
+                               may_recompute=True)
+    if trials.forward is not None and not _state_unchanged(model, state):
+        # A later trial changed the model's state: its outputs cannot be computed again; keep them, as before.
+        model.load_state_dict(state)
+        trials = _expected_outputs(_Trials(problem, settings, device, seed, job.trials, plan=plan), model, state,
+                                   memory, may_recompute=False)
     trials.sizes = declared
+    trials.size_infos = [trials.infos[s.name] for s in declared]
+    return problem, model, settings, trials, state
+
+
+def _expected_outputs(trials: "_Trials", model, state: dict, memory: "_Memory", may_recompute: bool) -> "_Trials":
+    """Every trial's inputs drawn and the reference's outputs on them, in order (each after manual_seed(seed + k)).
+    `may_recompute`: where trial 0's outputs are large and its forward left the model's state as it was, the later
+    trials' outputs are not kept (_Trials.recompute)."""
+    import torch
     for trial in trials.plan:
         k = trial.index
         if k == 0:
@@ -453,15 +491,25 @@ def _prepare(job, device: str, memory: "_Memory"):
         x = _stage(f"get_inputs(){where}", trials.inputs, k)
         if trial.k == 0:
             _stage("SIZES", trials.note_size, trial.size, x)
-        torch.manual_seed(seed + trial.k)
+        torch.manual_seed(trials.seed + trial.k)
         out = _stage(f"reference forward{where}", model, *x)
         outs = _stage("reference output", as_tensor_list, out)
         if k == 0:
             memory.eager_peak = memory.peak()
         trials.add(k, x, outs)
         del x, out, outs
-    trials.size_infos = [trials.infos[s.name] for s in declared]
-    return problem, model, settings, trials, state
+        if k == 0 and may_recompute and not trials.keep_outputs and trials.count > 1 and \
+                _state_unchanged(model, state):
+            trials.recompute(model)
+    return trials
+
+
+def _state_unchanged(model, state: dict) -> bool:
+    """Whether the model's parameters and buffers hold what they held before its first forward (`state`, on the
+    host): bit for bit (NaN counts as changed)."""
+    import torch
+    now = model.state_dict()
+    return now.keys() == state.keys() and all(torch.equal(v.detach().to("cpu"), state[k]) for k, v in now.items())
 
 
 def _verify_file(item: dict[str, Any], trials: "_Trials", sampler, full: "_FullCheck", settings, device: str,
@@ -483,7 +531,7 @@ def _verify_file(item: dict[str, Any], trials: "_Trials", sampler, full: "_FullC
             outs = [peer.tensor(e) for e in item["outputs"]]
         except (PeerError, RuntimeError, ValueError, TypeError, KeyError) as exc:
             return {"label": label, "ok": False, "reason": f"its memory could not be read: {describe(exc)}"}
-        result = verify.compare_outputs(outs, trials.expected[k], settings.atol, settings.rtol, device=device)
+        result = verify.compare_outputs(outs, trials.expected_for(k), settings.atol, settings.rtol, device=device)
         return {"label": label, **result, "outputs": outs}
     kept = sampler.kept.pop(int(item.get("check_seed", -1)), None) if k < 0 else None
     if k < 0 and kept is None:
@@ -501,7 +549,7 @@ def _verify_file(item: dict[str, Any], trials: "_Trials", sampler, full: "_FullC
         _remove(path)
     if k < 0:
         return {"label": label, **full.compare(outs, kept)}
-    result = verify.compare_outputs(outs, trials.expected[k], settings.atol, settings.rtol, device=device)
+    result = verify.compare_outputs(outs, trials.expected_for(k), settings.atol, settings.rtol, device=device)
     return {"label": label, **result, "outputs": outs}
 
 
