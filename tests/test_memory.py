@@ -530,3 +530,25 @@ def test_a_model_that_changes_its_state_keeps_every_output(monkeypatch, tmp_path
     _, model, _, trials, _ = _prepare(monkeypatch, tmp_path, source)
     assert trials.forward is None and all(e is not None for e in trials.expected)
     assert [float(e[0].min()) >= k for k, e in enumerate(trials.expected)] == [True] * 4
+
+
+def test_large_float64_outputs_are_dropped_after_a_candidate_and_made_again_for_the_next(monkeypatch, tmp_path):
+    """Large trials: the float64 reference's outputs serve one candidate's trial 0, then go (not to the host);
+    the next candidate's trial 0 gets the same figure from outputs made again."""
+    from harness.worker import reference
+    from types import SimpleNamespace
+    _, model, _, trials, state = _prepare(monkeypatch, tmp_path, STATELESS.replace("0.5)", "0.0)"))
+    memory = SimpleNamespace(fp64_note=None)
+    derived, outputs = reference._derive(model, state, trials, True, "cpu", False, memory)
+    assert outputs is not None and outputs[0].dtype == torch.float64
+    fp64 = reference._Float64(model, state, trials, "cpu")
+    fp64.outputs = outputs
+    candidate = [trials.expected[0][0] * (1 + 1e-6)]
+    first = fp64.max_abs_err(candidate)
+    assert fp64.outputs is None and fp64.wanted()
+    assert fp64.max_abs_err(candidate) == first > 0
+    small = reference._Float64(model, state, _prepare(monkeypatch, tmp_path, STATELESS, keep_bytes=1 << 30)[3], "cpu")
+    small.outputs = outputs
+    small.max_abs_err(candidate)
+    assert small.outputs is outputs                   # small trials keep them for the reference's life
+    assert not reference._Float64(model, state, trials, "cpu").wanted()   # no float64 made: nothing measured

@@ -93,7 +93,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     info["memory"] = memory.report(trials, model, peak_memory(device))
     conn.send("ready", **info)
     trace("reference ready")
-    expected64 = None
+    fp64 = _Float64(model, initial_state, trials, device)
     full = _FullCheck(model, initial_state, settings, job.defenses, sampler, memory, device)
     peer = PeerReader() if device != "cpu" else None
     while True:
@@ -106,7 +106,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
             elif op == m.DeriveRequest.OP:
                 req = m.parse(m.DeriveRequest, message)
                 sampler.last = None                        # its own last output: checked already, room for these
-                derived, expected64 = _derive(model, initial_state, trials, job.defenses, device, req.flops, memory)
+                derived, fp64.outputs = _derive(model, initial_state, trials, job.defenses, device, req.flops, memory)
                 reply = m.wire(derived)
                 conn.send(reply.pop("kind"), **reply)
                 trace("reference derived")
@@ -129,8 +129,8 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
                 for item in message["files"]:              # one file at a time: one candidate output held
                     result = _verify_file(item, trials, sampler, full, settings, device, verify, peer)
                     outs = result.pop("outputs", None)
-                    if outs is not None and item["trial"] == 0 and expected64 is not None:
-                        result["fp64_max_abs_err"] = verify.max_abs_diff64(outs, expected64, device=device)
+                    if outs is not None and item["trial"] == 0 and fp64.wanted():
+                        result["fp64_max_abs_err"] = fp64.max_abs_err(outs)
                     if outs is not None and not result["ok"] and item["trial"] >= 0:
                         result["hint"] = hints.explain(int(item["trial"]), outs, verify)
                     del outs
@@ -320,10 +320,9 @@ def _param_bytes(model) -> int:
 
 
 def _derive(model, initial_state, trials: "_Trials", defenses: bool, device: str, flops: bool, memory: "_Memory"):
-    """What m.DeriveRequest asks for, and the float64 outputs the verifications compare against (None with the
-    defenses off, or where they do not fit the plan: `fp64` says why). Runs while the candidate worker starts and
-    runs its trials (after them for a large problem): it leaves nothing in the allocator's cache, so the candidate
-    finds the device's memory as `ready` left it."""
+    """What m.DeriveRequest asks for, and the float64 outputs the verifications compare against, on the device
+    (None with the defenses off, or where they do not fit the plan: `fp64` says why; _Float64 keeps them). Runs once
+    the candidate's first trial is out (its check waits for this); it leaves nothing else in the allocator's cache."""
     from harness.shared import messages as m
     from harness.worker.verify import max_abs_diff64, max_magnitude
     if not defenses:
@@ -340,13 +339,51 @@ def _derive(model, initial_state, trials: "_Trials", defenses: bool, device: str
     exact = expected64 is not None
     derived = m.Derived(work, max_abs_diff64(trials.expected[0], expected64, device=device) if exact else None,
                         max_magnitude(expected64, device=device) if exact else None, fp64=note)
-    if exact and not trials.keep_outputs:              # figured where it was made; kept on the host from here
-        expected64 = [t.to("cpu") for t in expected64]
     if device != "cpu":
         import torch
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
     return derived, expected64
+
+
+class _Float64:
+    """The float64 reference's outputs on trial 0's inputs, against which each candidate's trial 0 is measured
+    (`fp64_max_abs_err`, the reduced-precision check). Where the trials' outputs are small they stay on the device
+    for the reference's life; where they are large, only until the first candidate's trial 0 is measured, then
+    they are dropped and computed again for the next candidate's (within the float64 share the plan gave the
+    reference), instead of going to the host and back (5 GiB each way for a 2.5 GiB float32 output: ~3 s of the
+    first trial's check on the H200)."""
+
+    def __init__(self, model, initial_state, trials: "_Trials", device: str):
+        self.model, self.initial_state, self.trials, self.device = model, initial_state, trials, device
+        self._outputs: list | None = None
+        self._made = False                             # whether _derive made them (the plan and the ops allow it)
+
+    @property
+    def outputs(self) -> list | None:
+        return self._outputs
+
+    @outputs.setter
+    def outputs(self, outs: list | None) -> None:     # _derive's (the DeriveRequest's reply), or made again
+        self._outputs = outs
+        self._made = self._made or outs is not None
+
+    def wanted(self) -> bool:
+        return self._made
+
+    def max_abs_err(self, outs: list) -> float | None:
+        from harness.worker.verify import max_abs_diff64
+        if self.outputs is None:
+            self.outputs = _float64_reference(self.model, self.initial_state, lambda: self.trials.inputs(0))[0]
+            if self.outputs is None:
+                return None
+        err = max_abs_diff64(outs, self.outputs, device=self.device)
+        if not self.trials.keep_outputs:
+            self.outputs = None
+            if self.device != "cpu":
+                import torch
+                torch.cuda.empty_cache()
+        return err
 
 
 def _variants(model, modes: list[str], trials: "_Trials", settings, device: str) -> tuple[dict, dict]:
