@@ -107,6 +107,7 @@ def tree_run(tmp_path_factory, fixture_tree):
     a test that runs again writes to an output folder of its own."""
     tmp = tmp_path_factory.mktemp("tree-run")
     config = write_config(tmp, fixture_tree, spare_workers="on")
-    done = run_cli("--config", str(config), "--json", "--timeout", "10")   # hang waits it out
+    # hang waits out the pair timeout: 5 s, where every other pair of the tree takes under 2 s
+    done = run_cli("--config", str(config), "--json", "--timeout", "5")
     assert done.returncode == 0, done.stderr
     return tmp, config, json_records(done.stdout), done

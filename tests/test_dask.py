@@ -81,7 +81,8 @@ def _three_problems(tree: Path) -> Path:
 
 def test_dask_gives_the_local_verdicts(tmp_path, fixture_tree, tree_run):
     """The same pairs, the same statuses, each pair once; the dask run finds the local run's builds cached. The local
-    run is conftest's tree_run (the whole fixture tree, the same timeout), read for SUBSET's candidates."""
+    run is conftest's tree_run (the whole fixture tree; its shorter timeout only waits out hang, which SUBSET leaves
+    out), read for SUBSET's candidates."""
     local_tmp, _, _, local = tree_run
     config = write_config(tmp_path, fixture_tree)
     t0 = time.monotonic()
