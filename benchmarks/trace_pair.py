@@ -4,8 +4,9 @@
     KB_TRACE=1 python run_eval.py ... --output-dir results       # a run whose workers log their stages
     python benchmarks/trace_pair.py results/RUN_ID [RUN_ID ...]  # per role: the mean seconds from each stage to the next
 
-Every worker first logs `imported` (torch imported; a reference then `warm`: profiler and FLOP counter started, both
-before its job), so `... -> job` is how long a spare waited for its job (near 0: the pair waited for the spare).
+Every worker first logs `started` and `imported` (torch imported), so `imported -> job` is how long a spare waited
+for its job (near 0: the pair waited for the spare); a reference then logs `warm` (CUDA tracing started, after its
+job).
 A candidate's stages: job (its job arrived), profiler warm,
 inputs drawn, loaded (the candidate imported and its ModelNew built and moved), per trial `<label> called` (the call
 returned, device idle), `<label> out` (its outputs exported, or written to a file) and on the GPU `<label> checked`

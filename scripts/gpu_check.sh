@@ -43,10 +43,11 @@
 #              of its level (EST seconds at first) fits into TWICE_SECONDS; one that does not is skipped, and a later,
 #              shorter level's may still start. PROBLEMS_DIR/SOLUTIONS_DIR/DEVICE for a dry run on
 #              the CPU; it writes twice.done in its output folder when it ends
-#   twice-bg:  `twice` for longer than one device command: a copy of this tree runs it under setsid (such a process
-#              runs on between commands while the machine is held), writing to $W/out (W=/tmp/w), then `follow`
-#   bg:        BG=SCRIPT run the same way (e.g. BG=scripts/suite_aa.sh), writing $W/out/bg.done when it ends
-#   follow:    until $W/out/twice.done (or bg.done) appears or FOLLOW_SECONDS (570) pass, copy $W/out and its log into
+#   bg:        BG=SCRIPT for longer than one device command (e.g. BG=scripts/suite_aa.sh): a copy of this tree runs it
+#              under setsid (such a process runs on between commands while the machine is held), writing to $W/out
+#              (W=/tmp/w) and $W/out/bg.done when it ends, then `follow`
+#   twice-bg:  `twice` as a bg script
+#   follow:    until $W/out/bg.done appears or FOLLOW_SECONDS (570) pass, copy $W/out and its log into
 #              $OUT/snap.tgz every 15 s (what a call cut short still returns); the next device command is `follow`
 #              again, made within the machine's 30 s idle release
 # Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out. The device returns at most 8
@@ -54,9 +55,9 @@
 #   profile:   issue 32 part 3: tests/test_profile.py's GPU test, then `run_eval.py profile` on three pairs (a CUDA
 #              level1 candidate, a Triton one, a level2 GEMM epilogue; PROFILE_SELS="SEL SEL ..." for others), their
 #              tables in $out/profile.txt, the reports and records under $out/profile/
-#   usage: bash scripts/gpu_check.sh [first|root|smoke|validate|calibrate|suite|twice|twice-bg|follow|spread|placement|overhead|kblint|tests|multi|cluster|profile]
+#   usage: bash scripts/gpu_check.sh [first|root|smoke|validate|calibrate|suite|twice|twice-bg|bg|follow|spread|placement|overhead|kblint|tests|multi|cluster|profile]
 #
-# What things cost on one H200 (2026-11-24): the GPU tests 6-7 min (23 and 2 skipped in 460 s on 2026-11-26) (15 of 16 finished in 410 s; after the profiler
+# What things cost on one H200 (2026-11-24): the GPU tests 6-7 min (23 passed, 2 skipped in 460 s on 2026-11-26; 15 of 16 finished in 410 s; after the profiler
 # change below, 17 in 343 s; 17 and 1 skipped in 309 s on 2026-11-25), so `first` needs TESTS_TIMEOUT=450; `root` ~8 min (the
 # exploit fixture alone 235 s there: the CPU path flushes 512 MiB before every sample on that host's large L3); lint of the
 # 250 KernelBench problems ~8 min with --per-gpu 6; the suite with torch.compile baselines ~25 s a pair after ~4 min of builds on a fresh machine; an A/A
@@ -229,11 +230,7 @@ PY
     touch "$out/twice.done"
     ;;
 twice-bg)
-    w=${W:-/tmp/w}
-    rm -rf "$w/h" "$w/out" && mkdir -p "$w/out" && cp -a . "$w/h"
-    (cd "$w/h" && OUT="$w/out" setsid nohup bash scripts/gpu_check.sh twice > "$w/log" 2>&1 < /dev/null &)
-    echo "== twice started under setsid in $w/h (SELS=${SELS:-}); following it"
-    bash "$0" follow
+    BG="scripts/gpu_check.sh twice" bash "$0" bg
     ;;
 bg)
     # BG=script: that script run detached (setsid) in a copy of this tree, its OUT under $W/out, then `follow`
@@ -247,16 +244,16 @@ follow)
     w=${W:-/tmp/w}
     snap() { tar czf "$out/snap.tgz.tmp" -C "$w" out log 2>/dev/null && mv -f "$out/snap.tgz.tmp" "$out/snap.tgz"; }
     end=$(( $(date +%s) + ${FOLLOW_SECONDS:-570} ))
-    until [ -e "$w/out/twice.done" ] || [ -e "$w/out/bg.done" ] || [ "$(date +%s)" -ge "$end" ]; do sleep 15; snap; done
+    until [ -e "$w/out/bg.done" ] || [ "$(date +%s)" -ge "$end" ]; do sleep 15; snap; done
     snap
     grep -E "run [ab]:|skip |no time left|builds " "$w/log" | tail -n 40
     tail -n 5 "$w/log"
-    if [ -e "$w/out/bg.done" ]; then
-        echo "== the background script has ended"
-    elif [ -e "$w/out/twice.done" ]; then
+    if [ -e "$w/out/twice.done" ]; then
         echo "== twice has ended"; sed -n '/^| /,$p' "$w/log" | tail -n 60
+    elif [ -e "$w/out/bg.done" ]; then
+        echo "== the background script has ended"
     else
-        echo "== twice still runs: call follow again"
+        echo "== the background script still runs: call follow again"
     fi
     ;;
 spread)

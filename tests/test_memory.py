@@ -539,10 +539,10 @@ def test_large_float64_outputs_are_dropped_after_a_candidate_and_made_again_for_
     from types import SimpleNamespace
     _, model, _, trials, state = _prepare(monkeypatch, tmp_path, STATELESS.replace("0.5)", "0.0)"))
     memory = SimpleNamespace(fp64_note=None)
-    derived, outputs = reference._derive(model, state, trials, True, "cpu", False, memory)
-    assert outputs is not None and outputs[0].dtype == torch.float64
     fp64 = reference._Float64(model, state, trials, "cpu")
-    fp64.outputs = outputs
+    reference._derive(model, trials, True, "cpu", False, memory, fp64)
+    outputs = fp64.outputs
+    assert outputs is not None and outputs[0].dtype == torch.float64
     candidate = [trials.expected[0][0] * (1 + 1e-6)]
     first = fp64.max_abs_err(candidate)
     assert fp64.outputs is None and fp64.wanted()

@@ -91,9 +91,8 @@ def _version_file_values() -> dict[str, Any] | None:
                 values[target.id] = ast.literal_eval(node.value)
             except ValueError:
                 return None
-    if not isinstance(values.get("__version__"), str) or not isinstance(values.get("cuda", 0), (str, type(None))) \
-            or "cuda" not in values:
-        return None
+    if not isinstance(values.get("__version__"), str) or not isinstance(values.get("cuda", 0), (str, type(None))):
+        return None                                    # ("cuda" missing reads as 0: not a version)
     return {"torch": values["__version__"], "cuda": values["cuda"]}
 
 

@@ -12,7 +12,7 @@ torch.cuda.set_per_process_memory_fraction (the budget less every CUDA context w
 others are drawn again from their seed when needed), the trials' expected outputs while all of them fit KEEP_BYTES
 (else trial 0's on the host, compared on the device a slice at a time, and the later trials' computed again from
 their seed when checked, where the model's forward leaves its state unchanged; on the host where it does not), the
-float64 reference on the host likewise; a full check keeps a
+float64 reference's outputs until a candidate's trial 0 has been measured (_Float64); a full check keeps a
 sample's seed, not its tensors, and recomputes the reference's output when the check comes. The float64 checks run
 where the plan says they fit, else the record says `fp64: skipped: needs X GiB, budget Y GiB`. Running out of
 memory all the same is `harness_oom` (a line in the log, then the worker exits): the parent does not blame the
@@ -106,7 +106,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
             elif op == m.DeriveRequest.OP:
                 req = m.parse(m.DeriveRequest, message)
                 sampler.last = None                        # its own last output: checked already, room for these
-                derived, fp64.outputs = _derive(model, initial_state, trials, job.defenses, device, req.flops, memory)
+                derived = _derive(model, trials, job.defenses, device, req.flops, memory, fp64)
                 reply = m.wire(derived)
                 conn.send(reply.pop("kind"), **reply)
                 trace("reference derived")
@@ -319,14 +319,15 @@ def _param_bytes(model) -> int:
     return int(sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers())))
 
 
-def _derive(model, initial_state, trials: "_Trials", defenses: bool, device: str, flops: bool, memory: "_Memory"):
-    """What m.DeriveRequest asks for, and the float64 outputs the verifications compare against, on the device
-    (None with the defenses off, or where they do not fit the plan: `fp64` says why; _Float64 keeps them). Runs once
+def _derive(model, trials: "_Trials", defenses: bool, device: str, flops: bool, memory: "_Memory",
+            fp64: "_Float64"):
+    """What m.DeriveRequest asks for; the float64 outputs the verifications compare against go to `fp64`, on the
+    device (none with the defenses off, or where they do not fit the plan: the reply's `fp64` says why). Runs once
     the candidate's first trial is out (its check waits for this); it leaves nothing else in the allocator's cache."""
     from harness.shared import messages as m
     from harness.worker.verify import max_abs_diff64, max_magnitude
     if not defenses:
-        return m.Derived(None), None
+        return m.Derived(None)
     work = None
     if flops:
         inputs = trials.inputs(0)
@@ -335,7 +336,8 @@ def _derive(model, initial_state, trials: "_Trials", defenses: bool, device: str
         trace("reference flops")
     expected64, note = None, memory.fp64_note
     if note is None:
-        expected64, note = _float64_reference(model, initial_state, lambda: trials.inputs(0))
+        expected64, note = fp64.make()
+    fp64.outputs = expected64
     exact = expected64 is not None
     derived = m.Derived(work, max_abs_diff64(trials.expected[0], expected64, device=device) if exact else None,
                         max_magnitude(expected64, device=device) if exact else None, fp64=note)
@@ -343,7 +345,7 @@ def _derive(model, initial_state, trials: "_Trials", defenses: bool, device: str
         import torch
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
-    return derived, expected64
+    return derived
 
 
 class _Float64:
@@ -371,10 +373,14 @@ class _Float64:
     def wanted(self) -> bool:
         return self._made
 
+    def make(self) -> tuple[list | None, str | None]:
+        """The float64 reference on trial 0's inputs: (outputs, None), or (None, why not)."""
+        return _float64_reference(self.model, self.initial_state, lambda: self.trials.inputs(0))
+
     def max_abs_err(self, outs: list) -> float | None:
         from harness.worker.verify import max_abs_diff64
         if self.outputs is None:
-            self.outputs = _float64_reference(self.model, self.initial_state, lambda: self.trials.inputs(0))[0]
+            self.outputs = self.make()[0]
             if self.outputs is None:
                 return None
         err = max_abs_diff64(outs, self.outputs, device=self.device)
