@@ -6,26 +6,38 @@
 #   2. the A/A pass as a default run makes it: `calibrate --processes 1` (one process pair, the CI widened by the
 #      between-process term; on an uncalibrated machine its default), under `--gpu-memory-gb 24`, per level of
 #      LEVELS (default level2 level3 level1), the workers tracing their stages (KB_TRACE=1).
+#      LEVELS entries are a level or LEVEL:GLOB (e.g. "level1:*0[3-6]?_*").
 #   3. with BIAS=1 first: the transposed convolutions whose one-process-pair A/A read 1.06-1.07 on 2026-11-26
-#      (level2/040, level1/016), in 4 process pairs each, under --gpu-memory-gb 24 and with the whole card, to tell a
-#      per-process bias from the reference's capped allocator (docs/suite-aa-h200.md).
+#      (level2/040, level1/016), in 4 process pairs each under --gpu-memory-gb 24, with the reference capped at its
+#      need (a copy of this tree as it was before memplan.even_share) and with this tree (docs/suite-aa-h200.md);
+#      then with TESTS=1 the GPU-marked tests (gpu_tests.txt).
 # Read back: benchmarks/pair_time.py --from RUN_DIR, benchmarks/trace_pair.py RUN_DIR, scripts/calibration_table.py.
 set -u
 out=${OUT:?}
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1
 if [ -n "${BIAS:-}" ]; then
-    for cap in "--gpu-memory-gb 24" ""; do
+    # the same tree with the reference's cap at its need (memplan.even_share returning it), as before 2026-11-26
+    tight=/tmp/tight && rm -rf "$tight" && mkdir -p "$tight" && cp -r harness run_eval.py config.yaml problems \
+        solutions "$tight"/ && sed -i 's/^    return max(ref, min(usable \/\/ 2, usable - cand))$/    return ref/' \
+        "$tight/harness/shared/memplan.py" && grep -q "^    return ref$" "$tight/harness/shared/memplan.py" \
+        || echo "bias: could not make the tight-share tree"
+    for tree in "$tight" "$PWD"; do
         for sel in "level2 *040_conv_transpose2d*" "level1 *016_conv_transpose2d"; do
             set -- $sel
-            echo "== bias $1 $2 ${cap:-whole card}"
+            echo "== bias $1 $2 $tree --gpu-memory-gb 24"
             set -f
-            python run_eval.py calibrate --processes 4 $cap --level "$1" --problem "$2" \
-                --output-dir "$out/bias" >> "$out/bias.txt" 2>&1
+            (cd "$tree" && python run_eval.py calibrate --processes 4 --gpu-memory-gb 24 --level "$1" --problem "$2" \
+                --output-dir "$out/bias/$(basename "$tree")") >> "$out/bias.txt" 2>&1
             set +f
             grep -E "level[12]/" "$out/bias.txt" | tail -n 1
         done
     done
+fi
+if [ -n "${TESTS:-}" ]; then
+    echo "== GPU tests"
+    timeout 560 python -m pytest -q -m gpu tests/ > "$out/gpu_tests.txt" 2>&1
+    tail -n 15 "$out/gpu_tests.txt"
 fi
 if [ -z "${SKIP_KB:-}" ]; then
     echo "== vs_kernelbench"
@@ -33,9 +45,11 @@ if [ -z "${SKIP_KB:-}" ]; then
         --json "$out/vs_kb.json" > "$out/vs_kb.log" 2>&1
     (cd /tmp/vskb && tar czf "$out/vskb_runs.tgz" repeat*/ours/results/*/results.jsonl repeat*/ours/results/*/run.json)
 fi
-for lvl in ${LEVELS:-level2 level3 level1}; do
-    echo "== calibrate $lvl"
-    KB_TRACE=1 /usr/bin/time -f "$lvl wall %e s" python run_eval.py calibrate --processes 1 --gpu-memory-gb 24 \
-        --level "$lvl" --output-dir "$out/aa" >> "$out/aa.txt" 2>&1
+for sel in ${LEVELS:-level2 level3 level1}; do
+    lvl=${sel%%:*} glob=()
+    [ "$sel" != "$lvl" ] && glob=(--problem "${sel#*:}")
+    echo "== calibrate $sel"
+    KB_TRACE=1 /usr/bin/time -f "$sel wall %e s" python run_eval.py calibrate --processes 1 --gpu-memory-gb 24 \
+        --level "$lvl" "${glob[@]}" --output-dir "$out/aa" >> "$out/aa.txt" 2>&1
     tail -n 3 "$out/aa.txt"
 done

@@ -231,14 +231,26 @@ def test_a_large_elementwise_problem_fits_an_80_gb_card_within_the_target():
     cold = memplan.plan_pair(80 * GIB, 3, RELU, fp64=False)
     # without float64, what each side is planned to hold is within 2x the eager peak + 1.5 GiB together
     assert memplan.reference_need(RELU) + memplan.candidate_need(RELU) <= 2 * RELU.eager_peak + 2 * GIB
-    assert cold.reference == memplan.reference_need(RELU)
+    assert cold.reference_need == memplan.reference_need(RELU)
+    # the room beyond both needs is split evenly: in an A/A pair both allocators work under caps of one size
+    assert cold.reference == cold.candidate == (80 * GIB - 3 * memplan.CONTEXT_BYTES) // 2
+
+
+def test_each_side_gets_at_least_its_need_and_half_the_room_where_the_other_leaves_it():
+    usable = 24 * GIB - 2 * memplan.CONTEXT_BYTES
+    assert memplan.even_share(usable, GIB, GIB) == usable // 2
+    assert memplan.even_share(usable, 20 * GIB, GIB) == 20 * GIB                # the reference needs more than half
+    assert memplan.even_share(usable, GIB, 20 * GIB) == usable - 20 * GIB      # the candidate does
+    plan = memplan.plan_pair(20 * GIB, 2, RELU)                     # the float64 reference: 10.25 of 19 GiB
+    assert plan.fp64 is None and plan.reference == plan.reference_need > (usable - 4 * GIB) // 2
+    assert plan.candidate == usable - 4 * GIB - plan.reference >= plan.candidate_need
 
 
 def test_float64_is_skipped_and_said_where_it_does_not_fit():
     plan = memplan.plan_pair(14 * GIB, 2, RELU)
     assert plan.error is None
     assert plan.fp64.startswith("skipped: needs ") and ", budget " in plan.fp64 and "GiB" in plan.fp64
-    assert plan.reference == memplan.reference_need(RELU)
+    assert plan.reference_need == memplan.reference_need(RELU)
 
 
 def test_a_pair_that_cannot_fit_is_refused_with_the_need_and_the_budget():
@@ -280,7 +292,7 @@ def test_the_references_share_holds_what_its_allocator_cannot_give_back():
     freed segment) is part of what the reference holds: its share grows by it, and so does its float64 share."""
     plain = memplan.plan_pair(80 * GIB, 2, RELU, fp64=False)
     stranded = memplan.plan_pair(80 * GIB, 2, dataclasses.replace(RELU, stranded=GIB), fp64=False)
-    assert stranded.reference == plain.reference + GIB
+    assert stranded.reference_need == plain.reference_need + GIB
     assert memplan.fp64_need(dataclasses.replace(RELU, stranded=GIB)) == memplan.fp64_need(RELU) + GIB
 
 
@@ -552,3 +564,19 @@ def test_large_float64_outputs_are_dropped_after_a_candidate_and_made_again_for_
     small.max_abs_err(candidate)
     assert small.outputs is outputs                   # small trials keep them for the reference's life
     assert not reference._Float64(model, state, trials, "cpu").wanted()   # no float64 made: nothing measured
+
+
+def test_each_sides_allocator_retries_are_recorded_beside_its_peak():
+    """worker.memory says how often each side's allocator met its cap (a retry synchronises the device inside what
+    is timed): the figures of both workers' `memory` replies, absent where a worker gave none."""
+    from types import SimpleNamespace
+    from harness.run import memory
+    ready = SimpleNamespace(memory={"eager_peak_bytes": 100})
+    reference = SimpleNamespace(ready=ready, device="cuda:0", plan=None)
+    record = memory.record(reference, memory.Seen(300, 0, 0), memory.Seen(200, 4, 1))
+    assert record == {"eager_peak_bytes": 100, "reference_peak_bytes": 200, "reference_alloc_retries": 4,
+                      "reference_ooms": 1, "candidate_peak_bytes": 300, "candidate_alloc_retries": 0,
+                      "candidate_ooms": 0}
+    assert memory.record(reference, None, memory.Seen(200)) == {
+        "eager_peak_bytes": 100, "reference_peak_bytes": 200, "candidate_peak_bytes": None}
+    assert memory.record(SimpleNamespace(ready=ready, device="cpu", plan=None), None, None) is None

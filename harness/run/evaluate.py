@@ -279,7 +279,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
         finish(record, Status.CRASHED, f"harness fault while evaluating this pair: {type(exc).__name__}: {exc}")
     finally:
         inter.release()
-        candidate_peak = memory.peak(worker, device) if collected is not None else None
+        candidate_seen = memory.peak(worker, device) if collected is not None else None
         t0 = time.monotonic()
         code = worker.close()
         try:
@@ -293,7 +293,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
             pass                                    # the reference is dead or out of step: the next use says so
         record.worker = WorkerRun(code, round(time.monotonic() - started, 3), None, phases)
         if collected is not None:
-            record.worker.memory = memory.record(reference, candidate_peak, memory.peak(reference.worker, device))
+            record.worker.memory = memory.record(reference, candidate_seen, memory.peak(reference.worker, device))
         shutil.rmtree(pair_dir, ignore_errors=True)
     if collected is not None and record.status is None:
         _conclude(record, reference, inter, collected, before, pc, phases)

@@ -4,6 +4,7 @@ blamed), and each side's peak for the record (`worker.memory`). evaluate.Referen
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from harness.core import flags
@@ -64,8 +65,23 @@ def reference_lost(record: RecordDraft, worker: Worker, error: str) -> None:
         skipped(record, line)
 
 
-def peak(worker: Worker, device: str) -> int | None:
-    """A worker's peak of device memory so far (op `memory`: torch.cuda.max_memory_allocated), or None."""
+@dataclass(frozen=True)
+class Seen:
+    """What one worker's allocator saw so far (op `memory`): its peak (torch.cuda.max_memory_allocated), and how
+    often it met its cap: `alloc_retries` (it freed its cache and asked again: a device-wide synchronisation, which
+    slows what is being timed) and `ooms` (it gave up; a caller such as cuDNN may have caught it and chosen a plan
+    with a smaller workspace). The counts are the worker process's whole life so far."""
+    peak: int | None
+    alloc_retries: int | None = None
+    ooms: int | None = None
+
+    def record(self, side: str) -> dict[str, Any]:
+        return {f"{side}_peak_bytes": self.peak, **({} if self.alloc_retries is None else {
+            f"{side}_alloc_retries": self.alloc_retries, f"{side}_ooms": self.ooms})}
+
+
+def peak(worker: Worker, device: str) -> Seen | None:
+    """A worker's allocator figures so far (op `memory`), or None."""
     if device == "cpu" or not worker.alive():
         return None
     try:
@@ -73,14 +89,23 @@ def peak(worker: Worker, device: str) -> int | None:
         reply = worker.recv(time.monotonic() + 30)
     except WorkerExit:
         return None
-    value = reply.get("peak_allocated_bytes") if reply.get("kind") == "memory" else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    if reply.get("kind") != "memory":
+        return None
+    value, retries, ooms = (reply.get(k) for k in ("peak_allocated_bytes", "alloc_retries", "ooms"))
+    counts = all(_count(v) for v in (retries, ooms))
+    return Seen(value if _count(value) else None, retries if counts else None, ooms if counts else None)
 
 
-def record(reference: Any, candidate_peak: int | None, reference_peak: int | None) -> dict[str, Any] | None:
-    """`worker.memory`: each side's peak, the problem's eager peak, and the plan (budget, shares, fp64)."""
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def record(reference: Any, candidate: Seen | None, reference_seen: Seen | None) -> dict[str, Any] | None:
+    """`worker.memory`: each side's peak and allocator retries, the problem's eager peak, and the plan (budget,
+    shares, fp64)."""
     memory = reference.ready.memory if reference.ready is not None else None
     if not isinstance(memory, dict) or reference.device == "cpu":
         return None
-    return {"eager_peak_bytes": memory.get("eager_peak_bytes"), "reference_peak_bytes": reference_peak,
-            "candidate_peak_bytes": candidate_peak, **(reference.plan.record() if reference.plan else {})}
+    return {"eager_peak_bytes": memory.get("eager_peak_bytes"),
+            **(reference_seen or Seen(None)).record("reference"), **(candidate or Seen(None)).record("candidate"),
+            **(reference.plan.record() if reference.plan else {})}

@@ -8,15 +8,15 @@ reference (its CUDA context, for the profiler's warm-up); each holds a CUDA cont
 (CONTEXT_BYTES). The reference is alone while it sets up (its share then: the budget less every context); at
 `ready` it has measured the eager call's peak and its own timing path's, and the parent splits the budget:
 
-  reference  what it keeps between requests (and what its allocator cannot give back: `stranded`), plus the
-             larger of its timed sample's peak and one eager call beside a check's work (a check compares in
+  reference  needs what it keeps between requests (and what its allocator cannot give back: `stranded`), plus
+             the larger of its timed sample's peak and one eager call beside a check's work (a check compares in
              CHUNK_BYTES slices), plus the float64 reference when that fits, plus graph mode's captured calls;
-  candidate  the rest, which must hold at least what the same timing path needs (an A/A pair: the reference's
-             own sample peak) and its correctness trials (an eager call, plus the trials' inputs where they are
-             small enough to keep);
+  candidate  needs at least what the same timing path needs (an A/A pair: the reference's own sample peak) and
+             its correctness trials (an eager call, plus the trials' inputs where they are small enough to keep);
 
-and a pair whose two needs do not fit is not run: the candidate is not blamed for memory the harness lacks
-(`harness_oom`, harness.core.flags)."""
+each side gets its need, and the room beyond both is shared so that both caps are half the budget where the needs
+allow (even_share: two allocators under caps of one size behave alike); a pair whose two needs do not fit is not
+run: the candidate is not blamed for memory the harness lacks (`harness_oom`, harness.core.flags)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -115,6 +115,7 @@ class PairPlan:
     graph_capped: str | None    # why graph_calls is below timing.graph_calls (None: not capped)
     fp64: str | None            # None: the float64 checks fit; else "skipped: needs X GiB, budget Y GiB"
     error: str | None           # the pair does not fit the budget: "harness_oom: ..." (None: it does)
+    reference_need: int = 0     # the least the reference's share must be (float64 included where it runs)
 
     def record(self) -> dict:
         """The plan as a record shows it (`worker.memory`)."""
@@ -184,4 +185,15 @@ def plan_pair(budget: int, contexts: int, needs: Needs, graph_calls: int = 0, fp
         error = (f"harness_oom: the pair needs {gib(ref + cand + contexts * CONTEXT_BYTES)} (reference {gib(ref)}, "
                  f"candidate {gib(cand)}, {contexts} CUDA contexts {gib(contexts * CONTEXT_BYTES)}), "
                  f"budget {gib(budget)}")
-    return PairPlan(budget, contexts, ref, max(0, usable - ref), cand, calls or graph_calls, capped, note, error)
+    share = ref if error else even_share(usable, ref, cand)
+    return PairPlan(budget, contexts, share, max(0, usable - share), cand, calls or graph_calls, capped, note, error,
+                    ref)
+
+
+def even_share(usable: int, ref: int, cand: int) -> int:
+    """The reference's cap where both needs fit `usable`: half of it, or more where its need is more, or less where
+    the candidate's need leaves less. Both sides then work under caps of one size wherever the budget has room: a
+    side capped near its measured peak can meet its cap when its allocator's cache fragments (the allocator frees
+    its cache and retries, synchronising the device inside a timed call) while the other side never does, and an
+    A/A pair then reads the harness's asymmetry instead of 1.0."""
+    return max(ref, min(usable // 2, usable - cand))

@@ -415,12 +415,17 @@ class Sampler:
 
 
 def peak_memory(device: str) -> dict[str, Any]:
-    """This process's peak of device memory so far (torch's allocator: allocated and reserved); {} on the CPU."""
+    """This process's peak of device memory so far (torch's allocator: allocated and reserved), and how often its
+    allocator met its cap (`alloc_retries`: it freed its cache and asked again, a device-wide synchronisation;
+    `ooms`: it gave up, and the caller, e.g. cuDNN choosing a plan with a smaller workspace, caught it); {} on the
+    CPU."""
     if device == "cpu":
         return {}
     import torch
+    stats = torch.cuda.memory_stats()
     return {"peak_allocated_bytes": int(torch.cuda.max_memory_allocated()),
-            "peak_reserved_bytes": int(torch.cuda.max_memory_reserved())}
+            "peak_reserved_bytes": int(torch.cuda.max_memory_reserved()),
+            "alloc_retries": int(stats.get("num_alloc_retries", 0)), "ooms": int(stats.get("num_ooms", 0))}
 
 
 def _clone_all(inputs: list) -> list:
