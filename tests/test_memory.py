@@ -256,6 +256,11 @@ def test_float64_is_skipped_and_said_where_it_does_not_fit():
 def test_a_pair_that_cannot_fit_is_refused_with_the_need_and_the_budget():
     plan = memplan.plan_pair(8 * GIB, 2, RELU)
     assert plan.error.startswith("harness_oom: the pair needs ") and plan.error.endswith("budget 8.0 GiB")
+    # level1/040 (1 + 0.2 * randn of 6 GiB): get_inputs holds twice its inputs while it draws them, on each side
+    drawn = Needs(eager_peak=6 * GIB, sample_peak=12 * GIB, kept=0, params=0, inputs=6 * GIB, outputs=GIB // 5)
+    plan = memplan.plan_pair(24 * GIB, 2, drawn, fp64=False)
+    assert plan.error.endswith("budget 24.0 GiB; each side's sample peaks at 12.0 GiB while get_inputs draws its "
+                               "inputs (the forward alone: 6.0 GiB)"), plan.error
     eager = memplan.plan_pair(4 * GIB, 2, RELU)
     assert eager.error == ("harness_oom: the problem's eager forward needs 5.0 GiB, budget 4.0 GiB (3.0 GiB beside "
                            "2 CUDA contexts)")
@@ -524,6 +529,8 @@ def test_large_outputs_of_a_stateless_model_are_computed_again_when_checked(monk
     _, model, _, trials, _ = _prepare(monkeypatch, tmp_path, STATELESS)
     assert kept.forward is None and all(e is not None for e in kept.expected)
     assert trials.forward is model and trials.expected[0] is not None and trials.expected[1:] == [None] * 3
+    trials.settle_first()                          # the setup's checks are done with trial 0: it goes too
+    assert trials.expected == [None] * 4 and trials.kept_bytes() == 0
     for k in range(4):
         assert torch.equal(trials.expected_for(k)[0], kept.expected[k][0])
     assert not torch.equal(trials.expected_for(1)[0], trials.expected_for(2)[0])
@@ -540,7 +547,10 @@ def test_a_model_that_changes_its_state_keeps_every_output(monkeypatch, tmp_path
                             "        self.linear = torch.nn.Linear(24, 16)\n        self.calls = 0\n"
                             "        self.register_buffer('bias_buf', torch.zeros(16))")
     _, model, _, trials, _ = _prepare(monkeypatch, tmp_path, source)
+    first = trials.expected[0][0]
+    trials.settle_first()                          # trial 0's outputs go to the host: they cannot be made again
     assert trials.forward is None and all(e is not None for e in trials.expected)
+    assert torch.equal(trials.expected[0][0], first)
     assert [float(e[0].min()) >= k for k, e in enumerate(trials.expected)] == [True] * 4
 
 

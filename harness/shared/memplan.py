@@ -184,10 +184,20 @@ def plan_pair(budget: int, contexts: int, needs: Needs, graph_calls: int = 0, fp
     elif ref + cand > usable:
         error = (f"harness_oom: the pair needs {gib(ref + cand + contexts * CONTEXT_BYTES)} (reference {gib(ref)}, "
                  f"candidate {gib(cand)}, {contexts} CUDA contexts {gib(contexts * CONTEXT_BYTES)}), "
-                 f"budget {gib(budget)}")
+                 f"budget {gib(budget)}{_draw_note(needs)}")
     share = ref if error else even_share(usable, ref, cand)
     return PairPlan(budget, contexts, share, max(0, usable - share), cand, calls or graph_calls, capped, note, error,
                     ref)
+
+
+def _draw_note(needs: Needs) -> str:
+    """Where a timed sample peaks well above the eager forward (its inputs drawn by get_inputs hold temporaries,
+    e.g. `1 + 0.2 * randn(...)` holds two input-sized tensors), the refusal says so: each side draws its own."""
+    sample = _sample_need(needs)
+    if sample <= needs.eager_peak + max(needs.eager_peak // 4, 256 * MIB):
+        return ""
+    return (f"; each side's sample peaks at {gib(sample)} while get_inputs draws its inputs (the forward alone: "
+            f"{gib(needs.eager_peak)})")
 
 
 def even_share(usable: int, ref: int, cand: int) -> int:

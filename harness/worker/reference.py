@@ -79,6 +79,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         sampler = Sampler(calls, problem, settings, device, spec, job.defenses, trusted=True, sizes=trials.sizes,
                           flusher=flusher)
         stage[0] = "reference timing"
+        trials.settle_first()
         memory.reset_peak()
         info["cold_probe_ms"] = _probe(sampler, job.probe_seeds)
         if device != "cpu" and len(calls) > 1:        # the compiled baselines' samples count in the plan too
@@ -231,8 +232,8 @@ class _Memory:
 class _Trials:
     """The correctness trials' expected outputs (and inputs). On the device while small: every trial's expected
     outputs while all of them together are at most KEEP_BYTES, trial 0's inputs up to KEEP_BYTES; else the outputs
-    on the host and the inputs drawn again from their seed (device_inputs(problem, seed + k)) when a check needs
-    them. The CPU path keeps everything, as before."""
+    computed again (recompute) or on the host, and the inputs drawn again from their seed (device_inputs(problem,
+    seed + k)) when a check needs them. The CPU path keeps everything, as before."""
 
     def __init__(self, problem, settings, device: str, seed: int, count: int, keep_all: bool | None = None,
                  plan: list | None = None):
@@ -266,8 +267,8 @@ class _Trials:
 
     def recompute(self, model) -> None:
         """Large outputs of a model whose forward leaves its state as it found it (_prepare checks): the trials
-        past 0 keep no copy of their output; expected_for computes it again, from the trial's seed, when its check
-        comes. A 2.5 GiB output's copy to the host at setup and back for its check took ~0.8 s a trial on the
+        past 0 keep no copy of their output, trial 0 none past the setup (settle_first); expected_for computes it
+        again, from the trial's seed, when its check comes. A 2.5 GiB output's copy to the host at setup and back for its check took ~0.8 s a trial on the
         H200; the forward takes milliseconds."""
         self.forward = model
 
@@ -290,10 +291,20 @@ class _Trials:
             self.expected.append([t.clone() for t in outs])
         elif k > 0 and self.forward is not None:
             self.expected.append(None)                 # computed again when checked (recompute)
+        elif k == 0:
+            self.expected.append(list(outs))           # on the device while the setup uses it (settle_first)
         else:
             self.expected.append([t.to("cpu") for t in outs])
         if self.keep_all or (k == 0 and self.keep_first_inputs):
             self.kept_inputs[k] = inputs
+
+    def settle_first(self) -> None:
+        """Once the setup's checks are done with trial 0's large outputs: dropped where they can be computed again
+        (recompute), else moved to the host. Kept on the device until then, they cost no copy to the host (nor
+        back for each candidate's first check: ~1 s a pair for a 2.5 GiB output on the H100)."""
+        if self.keep_outputs or not self.expected or self.expected[0] is None:
+            return
+        self.expected[0] = None if self.forward is not None else [t.to("cpu") for t in self.expected[0]]
 
     def note_size(self, size, inputs: list) -> None:
         """A size's trial-0 inputs: its `ready` entry (messages.SizeInfo). The main size's inputs are the largest
@@ -339,7 +350,7 @@ def _derive(model, trials: "_Trials", defenses: bool, device: str, flops: bool, 
         expected64, note = fp64.make()
     fp64.outputs = expected64
     exact = expected64 is not None
-    derived = m.Derived(work, max_abs_diff64(trials.expected[0], expected64, device=device) if exact else None,
+    derived = m.Derived(work, max_abs_diff64(trials.expected_for(0), expected64, device=device) if exact else None,
                         max_magnitude(expected64, device=device) if exact else None, fp64=note)
     if device != "cpu":
         import torch
@@ -405,7 +416,7 @@ def _variants(model, modes: list[str], trials: "_Trials", settings, device: str)
             compiled = torch.compile(model, mode=mode)
             torch.manual_seed(0)
             outs = as_tensor_list(compiled(*trials.inputs(0)))
-            result = compare_outputs(outs, trials.expected[0], settings.atol, settings.rtol, device=device)
+            result = compare_outputs(outs, trials.expected_for(0), settings.atol, settings.rtol, device=device)
             del outs
             if not result["ok"]:
                 raise ValueError(f"its outputs differ from eager: {result['reason']}")
