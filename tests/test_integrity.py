@@ -35,6 +35,33 @@ def test_clean_torch_changes_nothing_when_nothing_was_replaced():
     assert dict(vars(torch)) == before
 
 
+def test_clean_torch_walks_torch_only_when_the_replacements_change(monkeypatch):
+    """A candidate that replaced a name pays one dict comparison a sample, as one that did not (a walk over torch's
+    names each sample read as hidden time on the GPU): the names found are reused while the namespace stays as it
+    was, and found again when it changes; a value whose == raises changes nothing of this."""
+    integrity.snapshot()
+    original_relu, original_sigmoid = torch.relu, torch.sigmoid
+    monkeypatch.setattr(torch, "relu", lambda *a, **k: "patched")
+    with integrity.clean_torch():
+        assert torch.relu is original_relu
+    first = integrity._last_seen[0]
+    assert first[1] == ["relu"] and torch.relu is not original_relu
+    for _ in range(3):
+        with integrity.clean_torch():
+            assert torch.relu is original_relu
+    assert integrity._last_seen[0] is first                        # not walked again
+
+    class Odd:
+        def __eq__(self, other):
+            raise RuntimeError("no")
+        __hash__ = object.__hash__
+    monkeypatch.setattr(torch, "sigmoid", Odd())
+    with integrity.clean_torch():
+        assert torch.relu is original_relu and torch.sigmoid is original_sigmoid
+    assert sorted(integrity._last_seen[0][1]) == ["relu", "sigmoid"]
+    assert isinstance(torch.sigmoid, Odd)
+
+
 def test_a_wrapped_problem_function_is_named():
     problem = types.ModuleType("kb_problem_test")
     problem.get_inputs = lambda: [torch.zeros(1)]
