@@ -37,12 +37,21 @@ SHARE_WITHIN = 0.95         # issue 8: at least this share of problems within th
 class Reading:
     row: calibrate.Row
     pairs: list[float]                          # each process pair's speedup (timing.processes)
+    rounds_half: float | None = None            # the rounds' own CI half-width, relative (timing.speedup_ci_rounds)
 
 
 def readings(runs: list[str], target: float) -> dict[str, Reading]:
     """problem -> its reading in the latest run (by run id) that has one."""
     records = latest_records(resolve_run(spec, Path(".")) for spec in runs).values()
-    return {record.problem: Reading(calibrate.row(record, target), _pairs(record)) for record in records}
+    return {record.problem: Reading(calibrate.row(record, target), _pairs(record), _rounds_half(record))
+            for record in records}
+
+
+def _rounds_half(record: Record) -> float | None:
+    ci = getattr(record.timing, "speedup_ci_rounds", None) if record.timing else None
+    if not isinstance(ci, list) or len(ci) != 2 or not record.speedup or record.speedup <= 0:
+        return None
+    return (ci[1] - ci[0]) / 2 / record.speedup
 
 
 def _pairs(record: Record) -> list[float]:
@@ -78,11 +87,34 @@ def summary(table: dict[str, Reading], target: float) -> list[str]:
         logs = [math.log(s) for s in speedups]
         lines.append(f"geometric mean {math.exp(statistics.fmean(logs)):.4f}, sd {statistics.stdev(logs):.2%}; "
                      f"{sum(s > 1 for s in speedups)} above 1, {sum(s < 1 for s in speedups)} below")
+    lines += spread(table, target)
     if n:
         holds = v["within_target"] >= SHARE_WITHIN * n and v["one_inside_ci"] == n
         lines.append(f"issue 8's criteria (>= {SHARE_WITHIN:.0%} within, 1.0 inside every CI): "
                      f"{'hold' if holds else 'do not hold'}")
     return lines
+
+
+def spread(table: dict[str, Reading], target: float) -> list[str]:
+    """Where an A/A pass's scatter comes from: the rounds' own standard error (from each CI of the rounds alone)
+    against the readings' observed spread around 1.0 (robust: 1.4826 x the median distance from 1.0, so that a few
+    outlying process pairs do not set it); what is left is the bias of each process pair, which more rounds cannot
+    shrink. Then what share of readings a normal spread of that size puts within the target, and how many process
+    pairs a reading would need for 95% of them to fall there."""
+    ok = [x for x in table.values() if x.row.speedup and x.rounds_half is not None]
+    if len(ok) < 3:
+        return []
+    within = statistics.fmean(x.rounds_half for x in ok) / 1.96
+    rms = math.sqrt(statistics.fmean((x.row.speedup - 1) ** 2 for x in ok))
+    robust = 1.4826 * statistics.median(abs(x.row.speedup - 1) for x in ok)
+    between = math.sqrt(max(0.0, robust ** 2 - within ** 2))
+    share = math.erf(target / (robust * math.sqrt(2))) if robust > 0 else 1.0
+    needed = (target / 1.96) ** 2 - within ** 2
+    pairs = "never (the rounds alone are too wide)" if needed <= 0 else \
+        f"{max(1, math.ceil(between ** 2 / needed))} process pair(s)"
+    return [f"spread: the rounds' own standard error {within:.2%}; readings around 1.0 {robust:.2%} (robust; rms "
+            f"{rms:.2%}), so between process pairs {between:.2%}; a normal spread that wide puts {share:.0%} "
+            f"within +/-{target:.1%}; 95% within it takes {pairs} a reading"]
 
 
 def against(table: dict[str, Reading], earlier: dict[str, Reading]) -> list[str]:
