@@ -332,6 +332,25 @@ def test_calibration_table_puts_one_pass_together_from_several_runs(tmp_path, ca
     assert table.main([str(tmp_path / "missing")]) == 2
 
 
+def test_calibration_table_says_how_much_of_the_scatter_more_rounds_cannot_remove(tmp_path):
+    """Readings 0.4% either side of 1.0 whose rounds' own CIs are +/-0.3%: most of the scatter is the process
+    pairs' own bias, 60% of readings fall within 0.5%, and 95% would take 8 process pairs a reading."""
+    table = _calibration_table()
+    lines = []
+    for n in range(1, 21):
+        s = 1.004 if n % 2 else 0.996
+        lines.append(json.dumps(rec(f"level1/{n:03d}_p", "aa_reference", speedup=s, ci=[s - 0.012, s + 0.012],
+                                    run_id="20261126-000000-dddd",
+                                    timing={"rounds": 20, "mode": "cold", "speedup_ci_rounds": [s - 0.003 * s,
+                                                                                                s + 0.003 * s]})))
+    (tmp_path / "20261126-000000-dddd").mkdir()
+    (tmp_path / "20261126-000000-dddd" / "results.jsonl").write_text("\n".join(lines) + "\n")
+    line = table.spread(table.readings([str(tmp_path / "20261126-000000-dddd")], 0.005), 0.005)[0]
+    assert "standard error 0.15%; readings around 1.0 0.59%" in line, line
+    assert "between process pairs 0.57%" in line and "puts 60% within +/-0.5%" in line, line
+    assert line.endswith("95% within it takes 8 process pair(s) a reading"), line
+
+
 # ---------------------------------------------------------------- scripts/candidate_table.py
 
 def _suite_run(root, run_id, pairs):
