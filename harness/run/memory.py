@@ -70,7 +70,8 @@ class Seen:
     """What one worker's allocator saw so far (op `memory`): its peak (torch.cuda.max_memory_allocated), and how
     often it met its cap: `alloc_retries` (it freed its cache and asked again: a device-wide synchronisation, which
     slows what is being timed) and `ooms` (it gave up; a caller such as cuDNN may have caught it and chosen a plan
-    with a smaller workspace). The counts are the worker process's whole life so far."""
+    with a smaller workspace). The candidate's count its whole life, the reference's since its share for the pairs
+    was applied."""
     peak: int | None
     alloc_retries: int | None = None
     ooms: int | None = None

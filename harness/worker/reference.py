@@ -199,6 +199,8 @@ class _Memory:
             torch.cuda.empty_cache()
             apply_memory_share(share, self.device)
             self.share = share
+            from harness.worker.sampler import count_retries
+            count_retries(self.device)             # what worker.memory reports: the pairs' retries, not the setup's
         note = message.get("fp64")
         self.fp64_note = note if isinstance(note, str) else None
 

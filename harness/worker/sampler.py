@@ -414,18 +414,31 @@ class Sampler:
         return m.CheckResult(m.pack_floats(values), shapes)
 
 
+_RETRY_KEYS = ("num_alloc_retries", "num_ooms")
+_retries_before = {key: 0 for key in _RETRY_KEYS}     # the counts when the pairs' cap was applied (count_retries)
+
+
+def count_retries(device: str) -> None:
+    """From here on, `peak_memory`'s retry counts start at 0 (the reference calls this once its share for the
+    pairs is applied: what its setup met under the setup's cap is not the pairs')."""
+    if device != "cpu":
+        import torch
+        stats = torch.cuda.memory_stats()
+        _retries_before.update({key: int(stats.get(key, 0)) for key in _RETRY_KEYS})
+
+
 def peak_memory(device: str) -> dict[str, Any]:
     """This process's peak of device memory so far (torch's allocator: allocated and reserved), and how often its
-    allocator met its cap (`alloc_retries`: it freed its cache and asked again, a device-wide synchronisation;
-    `ooms`: it gave up, and the caller, e.g. cuDNN choosing a plan with a smaller workspace, caught it); {} on the
-    CPU."""
+    allocator met its cap since count_retries (else since the process began): `alloc_retries` (it freed its cache
+    and asked again, a device-wide synchronisation) and `ooms` (it gave up, and the caller, e.g. cuDNN choosing a
+    plan with a smaller workspace, caught it); {} on the CPU."""
     if device == "cpu":
         return {}
     import torch
     stats = torch.cuda.memory_stats()
+    retries, ooms = (int(stats.get(key, 0)) - _retries_before[key] for key in _RETRY_KEYS)
     return {"peak_allocated_bytes": int(torch.cuda.max_memory_allocated()),
-            "peak_reserved_bytes": int(torch.cuda.max_memory_reserved()),
-            "alloc_retries": int(stats.get("num_alloc_retries", 0)), "ooms": int(stats.get("num_ooms", 0))}
+            "peak_reserved_bytes": int(torch.cuda.max_memory_reserved()), "alloc_retries": retries, "ooms": ooms}
 
 
 def _clone_all(inputs: list) -> list:
