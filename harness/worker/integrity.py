@@ -74,7 +74,8 @@ def clean_torch():
     on the way out. A namespace nothing changed costs one comparison of dicts in C (identical values compare
     equal without calling __eq__); so does one changed the same way as at the last call (_differences), so that
     a candidate which replaced a name pays no more a sample than one which did not: a walk over torch's ~1500
-    names each sample (0.3-0.6 ms) read as time the candidate hid from its report (`timing_inconsistent`)."""
+    names each sample (0.2 ms on the 2-core CI box) reads as time the candidate hid from its report
+    (`timing_inconsistent`)."""
     undo: list[tuple[Any, str, Any]] = []
     for index, (ns, saved, added_count) in enumerate(_torch_saved):
         current = vars(ns)

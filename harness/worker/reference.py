@@ -10,8 +10,8 @@ Device memory (harness.shared.memplan): it works within a share of the budget, c
 torch.cuda.set_per_process_memory_fraction (the budget less every CUDA context while it sets up; the parent's
 `budget` after `ready`). It keeps on the device only what is small: trial 0's inputs up to memplan.KEEP_BYTES (the
 others are drawn again from their seed when needed), the trials' expected outputs while all of them fit KEEP_BYTES
-(else trial 0's on the host, compared on the device a slice at a time, and the later trials' computed again from
-their seed when checked, where the model's forward leaves its state unchanged; on the host where it does not), the
+(else computed again from their seed when checked, where the model's forward leaves its state unchanged, trial 0's
+after the setup's checks have used it; on the host, compared on the device a slice at a time, where it does not), the
 float64 reference's outputs until a candidate's trial 0 has been measured (_Float64); a full check keeps a
 sample's seed, not its tensors, and recomputes the reference's output when the check comes. The float64 checks run
 where the plan says they fit, else the record says `fp64: skipped: needs X GiB, budget Y GiB`. Running out of
@@ -212,7 +212,8 @@ class _Memory:
                 "kept_bytes": trials.kept_bytes(), "param_bytes": _param_bytes(model),
                 "input_bytes": trials.input_bytes, "output_bytes": trials.output_bytes, "trials": trials.count,
                 "setup_peak_bytes": peaks.get("peak_allocated_bytes"),
-                "expected_on_host": not trials.keep_outputs, "stranded_bytes": self.stranded()}
+                "expected": "device" if trials.keep_outputs else "computed again" if trials.forward else "host",
+                "stranded_bytes": self.stranded()}
 
     def stranded(self) -> int | None:
         """What torch's allocator holds reserved beyond what is allocated, right after its cache was emptied
@@ -270,8 +271,8 @@ class _Trials:
     def recompute(self, model) -> None:
         """Large outputs of a model whose forward leaves its state as it found it (_prepare checks): the trials
         past 0 keep no copy of their output, trial 0 none past the setup (settle_first); expected_for computes it
-        again, from the trial's seed, when its check comes. A 2.5 GiB output's copy to the host at setup and back for its check took ~0.8 s a trial on the
-        H200; the forward takes milliseconds."""
+        again, from the trial's seed, when its check comes. A 2.5 GiB output's copy to the host at setup and back
+        for its check took ~0.8 s a trial on the H200; the forward takes milliseconds."""
         self.forward = model
 
     def expected_for(self, k: int) -> list:
