@@ -12,7 +12,9 @@ the other between blocks); and `ref setup` (`reference_setup`: the problem's ref
 with several candidates spreads it). A part no record has (records written before phases existed) prints as "-". A
 run cut short (Ctrl-C, `timeout -s INT`) prints the pairs it finished. Last column: the harness overhead per pair,
 wall time / pairs minus the time inside timed samples (timing.reference.samples_ms + timing.candidate.samples_ms;
-past the first process pair, estimated by rounds).
+past the first process pair, estimated by rounds); then issue 29's figure, `untimed/pair`: everything of a pair but
+its timed rounds, the reference's setup included (total - timing + ref setup), and with several runs its mean over
+all of them.
 
     python benchmarks/pair_time.py                                  # tests/fixtures/tree on the CPU
     python benchmarks/pair_time.py --problems-dir problems --solutions-dir solutions [--device cuda]
@@ -21,7 +23,8 @@ past the first process pair, estimated by rounds).
 
 With --from, a run's wall is its run.json `wall_seconds` less `build_seconds` (so it compares with a warm run),
 times the GPUs it ran on (config `gpus` on a CUDA run): the overhead per pair is then per GPU, whatever the run's
-width. A run with no `wall_seconds` (cut short) or a resumed one (its wall is the last part's) is skipped.
+width. A run with no `wall_seconds` (cut short) or a resumed one (its wall is the last part's) prints its pairs'
+parts without the wall and overhead figures.
 
 Nothing here is asserted; it prints figures (performance targets live in benchmarks, not tests).
 """
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -106,30 +110,47 @@ def summarize(records: Iterable[dict[str, Any]], wall_s: float, cold: bool) -> d
     parts = [means[k] for k in PARTS if k != "total" and means[k] is not None]
     means["other"] = means["total"] - sum(parts) if means["total"] is not None and parts else None
     in_samples = sum(sampled_s(r) for r in records)
+    untimed = [untimed_s(p) for p in phased]
     return {
         "wall_s": wall_s, "pairs": pairs,
         "build_s": (sum(builds) / len(builds) if builds else None) if cold else None,
         "builds_cached": sum(1 for r in records if (r.get("build") or {}).get("cached")),
         "phases": means, "pairs_with_phases": len(phased),
         "in_samples_s": in_samples,
-        "overhead_per_pair_s": (wall_s - in_samples) / pairs if pairs else None,
+        "overhead_per_pair_s": (wall_s - in_samples) / pairs if pairs and wall_s is not None else None,
+        "untimed": [u for u in untimed if u is not None],
     }
+
+
+def untimed_s(phases: dict[str, float]) -> float | None:
+    """Issue 29's overhead of one pair: everything but its timed rounds, the reference's setup included
+    (`total` - `timing` + `reference_setup`); None where the pair has no total."""
+    if "total" not in phases:
+        return None
+    return phases["total"] - phases.get("timing", 0.0) + phases.get("reference_setup", 0.0)
 
 
 def _cell(x: float | None, width: int, digits: int = 2) -> str:
     return f"{'-':>{width}}" if x is None else f"{x:>{width}.{digits}f}"
 
 
-def format_rows(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    """The printed table: one line per run, seconds. `profile` and `switch` are parts of `timing`."""
+def format_rows(rows: list[tuple[str, dict[str, Any]]], pooled: bool = False) -> list[str]:
+    """The printed table: one line per run, seconds. `profile` and `switch` are parts of `timing`. `pooled`: runs of
+    one pass (--from), whose untimed figure is also given over all of them."""
     columns = ["build", *(p.replace("_wait", "") for p in PARTS), "other", "profile", "switch", "ref setup"]
     lines = [f"{'run':24} {'wall s':>8} {'pairs':>5} " + " ".join(f"{c:>8}" for c in columns)
-             + f" {'in samples s':>12} {'overhead/pair s':>15}",
+             + f" {'in samples s':>12} {'overhead/pair s':>15} {'untimed/pair s':>14}",
              f"{'':24} {'':>8} {'':>5} " + "mean seconds per pair".center(9 * len(columns) - 1, "-")]
     for name, s in rows:
         values = [s["build_s"], *(s["phases"].get(c) for c in PARTS + ("other",) + SUBPARTS + BEFORE)]
-        lines.append(f"{name:24} {s['wall_s']:>8.1f} {s['pairs']:>5} " + " ".join(_cell(v, 8) for v in values)
-                     + f" {_cell(s['in_samples_s'], 12)} {_cell(s['overhead_per_pair_s'], 15)}")
+        untimed = statistics.fmean(s["untimed"]) if s["untimed"] else None
+        lines.append(f"{name:24} {_cell(s['wall_s'], 8, 1)} {s['pairs']:>5} " + " ".join(_cell(v, 8) for v in values)
+                     + f" {_cell(s['in_samples_s'], 12)} {_cell(s['overhead_per_pair_s'], 15)} {_cell(untimed, 14)}")
+    every = [u for _, s in rows for u in s["untimed"]]
+    if pooled and len(rows) > 1 and every:
+        lines.append(f"untimed over every run: {statistics.fmean(every):.2f} s a pair (median "
+                     f"{statistics.median(every):.2f} s, {len(every)} pairs): everything but the timed rounds, "
+                     f"the reference's setup included")
     return lines
 
 
@@ -186,13 +207,15 @@ def from_runs(run_dirs: list[Path]) -> list[tuple[str, dict[str, Any]]]:
         if wall is None or meta.get("resumed_at"):
             why = "was resumed: its wall_seconds is the last part's" if wall is not None else \
                 "has no wall_seconds in run.json (cut short?)"
-            print(f"{run_dir}: {why}: skipped", file=sys.stderr)
-            continue
+            print(f"{run_dir}: {why}: no wall or overhead figures, the pairs' parts only", file=sys.stderr)
         gpus = (meta.get("config") or {}).get("gpus") or []
         width = len(gpus) if meta.get("device") == "cuda" and gpus else 1
         jsonl = run_dir / "results.jsonl"
         records = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
-        wall = (wall - (_num(meta.get("build_seconds")) or 0.0)) * width
+        if wall is not None and not meta.get("resumed_at"):
+            wall = (wall - (_num(meta.get("build_seconds")) or 0.0)) * width
+        else:
+            wall = None
         rows.append((f"{run_dir.name} x{width}", summarize(records, wall, cold=False)))
     return rows
 
@@ -211,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("extra", nargs="*", help="after --: more run_eval.py flags, e.g. --max-pair-seconds 5")
     args = p.parse_args(argv)
     if args.runs:
-        for line in format_rows(from_runs(args.runs)):
+        for line in format_rows(from_runs(args.runs), pooled=True):
             print(line)
         return 0
     fixture = args.problems_dir is None and args.solutions_dir is None

@@ -270,6 +270,7 @@ def test_pair_time_summarizes_records():
     assert cold["phases"]["timing"] == 2.0 and cold["phases"]["baseline"] == pytest.approx(0.2)
     assert cold["phases"]["other"] == pytest.approx(0.3)
     assert cold["in_samples_s"] == 1.25 and cold["overhead_per_pair_s"] == pytest.approx((10.0 - 1.25) / 2)
+    assert cold["untimed"] == [pytest.approx(2.5)]                # issue 29's figure: total - timing + ref setup
     old = pair_time.summarize([rec(worker={"exit_code": 0})], wall_s=1.0, cold=False)     # before phases existed
     assert old["build_s"] is None and old["phases"]["start"] is None
     lines = pair_time.format_rows([("cold", cold), ("warm", old)])
@@ -285,6 +286,11 @@ def test_pair_time_summarizes_records():
     assert summed["phases"]["timing"] == 20.0 and summed["phases"]["total"] == 37.0
     assert summed["phases"]["baseline"] == pytest.approx(0.5)
     assert summed["in_samples_s"] == pytest.approx(8.0)       # 2 s in the first pair's 10 rounds, of 40 rounds
+    assert summed["untimed"] == [pytest.approx(37.0 - 20.0 + 17.0)]
+    cut = pair_time.summarize([two], wall_s=None, cold=False)   # a run cut short: no wall, the parts still
+    assert cut["overhead_per_pair_s"] is None and cut["untimed"] == summed["untimed"]
+    lines = pair_time.format_rows([("a", cold), ("b", cut)], pooled=True)
+    assert lines[-1].startswith("untimed over every run: 18.25 s a pair (median 18.25 s, 2 pairs)"), lines[-1]
 
 
 # ---------------------------------------------------------------- scripts/calibration_table.py
