@@ -295,7 +295,7 @@ class _Trials:
         elif k > 0 and self.forward is not None:
             self.expected.append(None)                 # computed again when checked (recompute)
         elif k == 0:
-            self.expected.append(list(outs))           # on the device while the setup uses it (settle_first)
+            self.expected.append([t.clone() for t in outs])     # on the device while the setup uses it (settle_first)
         else:
             self.expected.append([t.to("cpu") for t in outs])
         if self.keep_all or (k == 0 and self.keep_first_inputs):
