@@ -8,6 +8,7 @@ A problem the budget cannot hold prints its `harness_oom` line instead.
     python benchmarks/memory.py --per-level 10 --gpu-memory-gb 24 # emulate a 24 GB card
     python benchmarks/memory.py --problem 'level1/018_*'          # one problem (a glob over level/name)
     python benchmarks/memory.py -- --compile-modes default        # more run_eval.py flags after --
+    python benchmarks/memory.py --from RUN_DIR... [--markdown]    # the table of runs already made (a suite pass)
 
 The sample: the first --per-level problems of each level in problems/ (sorted by name) and level1/018_relu (the
 problem the budget was measured on first), or --problem GLOB. Each
@@ -60,17 +61,66 @@ def gib(n: Any) -> str:
     return f"{n / GIB:.2f}" if isinstance(n, (int, float)) else "-"
 
 
+HEADER = ["problem", "status", "eager GiB", "ref peak", "cand peak", "ref share", "cand share",
+          "(ref+cand)/target", "retries ref/cand", "note"]
+
+
 def row(record: dict[str, Any]) -> list[str]:
     memory = (record.get("worker") or {}).get("memory") or {}
     eager, ref, cand = (memory.get(k) for k in ("eager_peak_bytes", "reference_peak_bytes", "candidate_peak_bytes"))
     ratio = "-"
     if all(isinstance(x, int) for x in (eager, ref, cand)):
         ratio = f"{(ref + cand) / (2 * eager + 1.5 * GIB):.2f}"
+    retries = [memory.get(f"{side}_alloc_retries") for side in ("reference", "candidate")]
     fp64 = memory.get("fp64") if str(memory.get("fp64") or "").startswith("skipped") else ""
-    note = record["error"] if record.get("status") != "ok" else f"fp64 {fp64}" if fp64 else ""
+    note = record.get("error") if record.get("status") != "ok" else f"fp64 {fp64}" if fp64 else ""
     return [record["problem"], record.get("status") or "-", gib(eager), gib(ref), gib(cand),
             gib(memory.get("reference_share_bytes")), gib(memory.get("candidate_share_bytes")), ratio,
-            (note or "")[:90]]
+            "/".join("-" if r is None else str(r) for r in retries), (note or "")[:90]]
+
+
+def from_runs(run_dirs: list[Path]) -> list[dict[str, Any]]:
+    """The records of finished run folders (their results.jsonl), the latest run's where a problem appears twice."""
+    latest: dict[str, dict[str, Any]] = {}
+    for run_dir in sorted(run_dirs, key=lambda d: d.name):
+        jsonl = run_dir / "results.jsonl" if run_dir.is_dir() else run_dir
+        for line in jsonl.read_text().splitlines():
+            if line.strip():
+                record = json.loads(line)
+                latest[f"{record.get('problem')}/{record.get('candidate')}"] = record
+    return [latest[k] for k in sorted(latest)]
+
+
+def table(rows: list[list[str]], markdown: bool) -> list[str]:
+    """The rows as aligned text, or as a markdown table (docs/)."""
+    if markdown:
+        return ["| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER),
+                *("| " + " | ".join(r) + " |" for r in rows)]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(HEADER)]
+    return ["  ".join(h.ljust(w) for h, w in zip(HEADER, widths)),
+            *("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows)]
+
+
+def summary(records: list[dict[str, Any]]) -> list[str]:
+    """How the measured pairs stand against the target, the most a candidate held beyond its eager peak, and the
+    largest pair."""
+    measured, beyond, pairs = [], [], []
+    for record in records:
+        memory = (record.get("worker") or {}).get("memory") or {}
+        eager, ref, cand = (memory.get(k) for k in ("eager_peak_bytes", "reference_peak_bytes",
+                                                    "candidate_peak_bytes"))
+        if all(isinstance(x, int) for x in (eager, ref, cand)):
+            measured.append((ref + cand) / (2 * eager + 1.5 * GIB))
+            beyond.append(((cand - eager) / GIB, record["problem"]))
+            pairs.append(((ref + cand) / GIB, record["problem"]))
+    lines = [f"target: both peaks together <= 2 x eager peak + 1.5 GiB; {sum(1 for x in measured if x <= 1)} of "
+             f"{len(measured)} measured pairs within it"]
+    if beyond:
+        most, where = max(beyond)
+        top, which = max(pairs)
+        lines.append(f"a candidate's peak at most its eager peak + {most:.2f} GiB ({where}); the largest pair "
+                     f"{top:.2f} GiB ({which})")
+    return lines
 
 
 def main(argv: list[str]) -> int:
@@ -80,22 +130,21 @@ def main(argv: list[str]) -> int:
     p.add_argument("--per-level", type=int, default=4, help="problems per level (default 4)")
     p.add_argument("--problem", help="a glob over level/name instead of the per-level sample")
     p.add_argument("--gpu-memory-gb", type=float, help="the budget (default: the card's)")
+    p.add_argument("--from", dest="runs", nargs="+", type=Path, metavar="RUN_DIR",
+                   help="the table of these finished runs' records (e.g. a calibrate pass) instead of running")
+    p.add_argument("--markdown", action="store_true", help="print the table in markdown (docs/)")
     args = p.parse_args(own)
-    header = ["problem", "status", "eager GiB", "ref peak", "cand peak", "ref share", "cand share",
-              "(ref+cand)/target", "note"]
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="kb-memory-") as tmp:
-        for problem in sample(args.problems_dir, args.per_level, args.problem):
-            for record in run(problem, args, extra, Path(tmp)):
-                rows.append(row(record))
-                print("  ".join(rows[-1]), file=sys.stderr, flush=True)      # as they come
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
-    measured = [float(r[7]) for r in rows if r[7] != "-"]
-    print(f"target: both peaks together <= 2 x eager peak + 1.5 GiB; {sum(1 for x in measured if x <= 1)} of "
-          f"{len(measured)} measured pairs within it")
+    if args.runs:
+        records = from_runs(args.runs)
+    else:
+        records = []
+        with tempfile.TemporaryDirectory(prefix="kb-memory-") as tmp:
+            for problem in sample(args.problems_dir, args.per_level, args.problem):
+                for record in run(problem, args, extra, Path(tmp)):
+                    records.append(record)
+                    print("  ".join(row(record)), file=sys.stderr, flush=True)      # as they come
+    print("\n".join(table([row(r) for r in records], args.markdown)))
+    print("\n".join(summary(records)))
     return 0
 
 
