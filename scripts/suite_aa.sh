@@ -24,9 +24,9 @@ if [ -n "${BIAS:-}" ]; then
         || echo "bias: could not make the tight-share tree"
     for tree in "$tight" "$PWD"; do
         for sel in "level2 *040_conv_transpose2d*" "level1 *016_conv_transpose2d"; do
+            set -f
             set -- $sel
             echo "== bias $1 $2 $tree --gpu-memory-gb 24"
-            set -f
             (cd "$tree" && python run_eval.py calibrate --processes 4 --gpu-memory-gb 24 --level "$1" --problem "$2" \
                 --output-dir "$out/bias/$(basename "$tree")") >> "$out/bias.txt" 2>&1
             set +f
