@@ -27,6 +27,11 @@ def main(argv: list[str]) -> None:
     common.trace(f"{role} started")
     spare = common.hold_spare_cores()   # a spare imports off the timing cores, while a pair is timed there
     import torch  # noqa: F401 - before the job arrives: a spare worker pays for this while it waits
+    if role in ("candidate", "build"):
+        # and for this (0.1 s on the CI box; it pulls in setuptools), which install_extension_hooks needs after the
+        # job: it reads no variable the job sets at import (TORCH_EXTENSIONS_DIR, MAX_JOBS and TORCH_CUDA_ARCH_LIST
+        # are read when an extension is built or loaded), and it touches no GPU
+        import torch.utils.cpp_extension  # noqa: F401
     common.trace(f"{role} imported")
     job = conn.recv()                   # nothing touches the GPU before this: a spare holds no CUDA context
     common.trace(f"{role} job")
