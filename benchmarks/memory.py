@@ -65,12 +65,28 @@ HEADER = ["problem", "status", "eager GiB", "ref peak", "cand peak", "ref share"
           "(ref+cand)/target", "retries ref/cand", "note"]
 
 
+def _memory(record: dict[str, Any]) -> dict[str, Any]:
+    return (record.get("worker") or {}).get("memory") or {}
+
+
+def _peaks(record: dict[str, Any]) -> tuple[int, int, int] | None:
+    """(eager, reference, candidate) peak bytes, where the record has all three."""
+    values = tuple(_memory(record).get(k) for k in ("eager_peak_bytes", "reference_peak_bytes",
+                                                     "candidate_peak_bytes"))
+    return values if all(isinstance(x, int) for x in values) else None
+
+
+def _ratio(peaks: tuple[int, int, int]) -> float:
+    """Both sides' peaks together against the target, 2 x the eager peak + 1.5 GiB (under 1.0: within it)."""
+    eager, ref, cand = peaks
+    return (ref + cand) / (2 * eager + 1.5 * GIB)
+
+
 def row(record: dict[str, Any]) -> list[str]:
-    memory = (record.get("worker") or {}).get("memory") or {}
-    eager, ref, cand = (memory.get(k) for k in ("eager_peak_bytes", "reference_peak_bytes", "candidate_peak_bytes"))
-    ratio = "-"
-    if all(isinstance(x, int) for x in (eager, ref, cand)):
-        ratio = f"{(ref + cand) / (2 * eager + 1.5 * GIB):.2f}"
+    memory, peaks = _memory(record), _peaks(record)
+    eager, ref, cand = peaks or (memory.get(k) for k in ("eager_peak_bytes", "reference_peak_bytes",
+                                                         "candidate_peak_bytes"))
+    ratio = f"{_ratio(peaks):.2f}" if peaks else "-"
     retries = [memory.get(f"{side}_alloc_retries") for side in ("reference", "candidate")]
     fp64 = memory.get("fp64") if str(memory.get("fp64") or "").startswith("skipped") else ""
     note = record.get("error") if record.get("status") != "ok" else f"fp64 {fp64}" if fp64 else ""
@@ -106,11 +122,10 @@ def summary(records: list[dict[str, Any]]) -> list[str]:
     largest pair."""
     measured, beyond, pairs = [], [], []
     for record in records:
-        memory = (record.get("worker") or {}).get("memory") or {}
-        eager, ref, cand = (memory.get(k) for k in ("eager_peak_bytes", "reference_peak_bytes",
-                                                    "candidate_peak_bytes"))
-        if all(isinstance(x, int) for x in (eager, ref, cand)):
-            measured.append((ref + cand) / (2 * eager + 1.5 * GIB))
+        peaks = _peaks(record)
+        if peaks:
+            eager, ref, cand = peaks
+            measured.append(_ratio(peaks))
             beyond.append(((cand - eager) / GIB, record["problem"]))
             pairs.append(((ref + cand) / GIB, record["problem"]))
     lines = [f"target: both peaks together <= 2 x eager peak + 1.5 GiB; {sum(1 for x in measured if x <= 1)} of "

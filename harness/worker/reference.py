@@ -290,12 +290,10 @@ class _Trials:
             self.input_bytes, self.output_bytes = tensor_bytes(inputs), tensor_bytes(outs)
             self.keep_outputs = self.keep_all or self.output_bytes * self.count <= KEEP_BYTES
             self.keep_first_inputs = self.keep_all or self.input_bytes <= KEEP_BYTES
-        if self.keep_outputs:
+        if self.keep_outputs or k == 0:                # trial 0's large ones until the setup is done (settle_first)
             self.expected.append([t.clone() for t in outs])
-        elif k > 0 and self.forward is not None:
+        elif self.forward is not None:
             self.expected.append(None)                 # computed again when checked (recompute)
-        elif k == 0:
-            self.expected.append([t.clone() for t in outs])     # on the device while the setup uses it (settle_first)
         else:
             self.expected.append([t.to("cpu") for t in outs])
         if self.keep_all or (k == 0 and self.keep_first_inputs):
@@ -351,7 +349,7 @@ def _derive(model, trials: "_Trials", defenses: bool, device: str, flops: bool, 
     expected64, note = None, memory.fp64_note
     if note is None:
         expected64, note = fp64.make()
-    fp64.outputs = expected64
+    fp64.outputs, fp64.made = expected64, expected64 is not None
     exact = expected64 is not None
     derived = m.Derived(work, max_abs_diff64(trials.expected_for(0), expected64, device=device) if exact else None,
                         max_magnitude(expected64, device=device) if exact else None, fp64=note)
@@ -372,20 +370,12 @@ class _Float64:
 
     def __init__(self, model, initial_state, trials: "_Trials", device: str):
         self.model, self.initial_state, self.trials, self.device = model, initial_state, trials, device
-        self._outputs: list | None = None
-        self._made = False                             # whether _derive made them (the plan and the ops allow it)
-
-    @property
-    def outputs(self) -> list | None:
-        return self._outputs
-
-    @outputs.setter
-    def outputs(self, outs: list | None) -> None:     # _derive's (the DeriveRequest's reply), or made again
-        self._outputs = outs
-        self._made = self._made or outs is not None
+        self.outputs: list | None = None               # _derive's, or made again for a later candidate
+        self.made = False                              # whether _derive made them (the plan and the ops allow it)
 
     def wanted(self) -> bool:
-        return self._made
+        """Whether each candidate's trial 0 is measured against them."""
+        return self.made
 
     def make(self) -> tuple[list | None, str | None]:
         """The float64 reference on trial 0's inputs: (outputs, None), or (None, why not)."""
