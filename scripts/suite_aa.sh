@@ -6,7 +6,8 @@
 #   2. the A/A pass as a default run makes it: `calibrate --processes 1` (one process pair, the CI widened by the
 #      between-process term; on an uncalibrated machine its default), under `--gpu-memory-gb 24`, per level of
 #      LEVELS (default level2 level3 level1), the workers tracing their stages (KB_TRACE=1).
-#      LEVELS entries are a level or LEVEL:GLOB (e.g. "level1:*0[3-6]?_*").
+#      LEVELS entries are a level or LEVEL:GLOB (e.g. "level1:*0[3-6]?_*"), each with @N for N process pairs
+#      instead of one (e.g. "level2@2", written to aa-p2/).
 #   3. with BIAS=1 first: the transposed convolutions whose one-process-pair A/A read 1.06-1.07 on 2026-11-26
 #      (level2/040, level1/016), in 4 process pairs each under --gpu-memory-gb 24, with the reference capped at its
 #      need (a copy of this tree as it was before memplan.even_share) and with this tree (docs/suite-aa-h200.md);
@@ -45,11 +46,15 @@ if [ -z "${SKIP_KB:-}" ]; then
         --json "$out/vs_kb.json" > "$out/vs_kb.log" 2>&1
     (cd /tmp/vskb && tar czf "$out/vskb_runs.tgz" repeat*/ours/results/*/results.jsonl repeat*/ours/results/*/run.json)
 fi
-for sel in ${LEVELS:-level2 level3 level1}; do
+set -f
+for entry in ${LEVELS:-level2 level3 level1}; do
+    sel=${entry%@*} procs=1 dir=aa
+    [ "$entry" != "$sel" ] && procs=${entry##*@} && dir=aa-p$procs
     lvl=${sel%%:*} glob=()
     [ "$sel" != "$lvl" ] && glob=(--problem "${sel#*:}")
-    echo "== calibrate $sel"
-    KB_TRACE=1 /usr/bin/time -f "$sel wall %e s" python run_eval.py calibrate --processes 1 --gpu-memory-gb 24 \
-        --level "$lvl" "${glob[@]}" --output-dir "$out/aa" >> "$out/aa.txt" 2>&1
-    tail -n 3 "$out/aa.txt"
+    echo "== calibrate $sel, $procs process pair(s)"
+    KB_TRACE=1 /usr/bin/time -f "$entry wall %e s" python run_eval.py calibrate --processes "$procs" \
+        --gpu-memory-gb 24 --level "$lvl" "${glob[@]}" --output-dir "$out/$dir" >> "$out/$dir.txt" 2>&1
+    tail -n 3 "$out/$dir.txt"
 done
+set +f
