@@ -9,12 +9,13 @@ figures attribute device work to the part that queued it):
 
     clean    the pass over torch's namespaces that undoes a candidate's replacements while inputs are drawn
     inputs   get_inputs() under the sample's seed, on the device
-    copy     the pristine copy of the inputs kept for the mutation check
+    snapshot what the mutation check keeps of the inputs (sampler.snapshot: a copy up to PRISTINE_BYTES, else one
+             keyed checksum per tensor)
     measure  the mode's measurement (flush, events, the call, synchronize)
     tamper   the integrity checks after the sample (clocks, harness globals, instance attributes)
     return   8 positions of the output read from memory when the call returned, and again before the next sample
     export   where the output lies, for the trusted side (rawread.export: on the GPU, the allocation's IPC handle)
-    mutate   the inputs compared with their pristine copy
+    mutate   the inputs compared with that snapshot (sampler.differs: the copy, or the checksum again)
     wire     the reply as a message and its JSON line
     trusted read   the reference's read of its own output at points.CHECK_POINTS positions per tensor (what the
              GPU reference does for each of its samples; the candidate's read through its IPC mapping is the same
@@ -49,7 +50,7 @@ def main() -> int:
     from harness.shared import points
     from harness.worker.common import device_inputs, load_module, problem_settings
     from harness.worker.peer import values_at
-    from harness.worker.sampler import Sampler, inputs_changed
+    from harness.worker.sampler import Sampler, differs, snapshot
 
     torch.set_num_threads(1)
     problem = load_module("kb_problem", str(args.problem))
@@ -80,13 +81,13 @@ def main() -> int:
         seed = 1000 + i
         timed("clean", clean_pass)                                       # torch as it was, nothing replaced
         inputs = timed("inputs", lambda: device_inputs(problem, seed, settings, args.device))
-        pristine = timed("copy", lambda: [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+        pristine = timed("snapshot", lambda: snapshot(inputs))
         times, out, used = timed("measure", lambda: meter.measure(sampler.calls["eager"], inputs))
         tampered = timed("tamper", sampler.tampered)
         outs = out if isinstance(out, list) else [out]
         timed("return", lambda: [rawread.read(outs, 77 + i, rawread.RETURN_POINTS) for _ in range(2)])
         exported = timed("export", lambda: rawread.export(outs))
-        mutated = timed("mutate", lambda: inputs_changed(used, pristine))
+        mutated = timed("mutate", lambda: differs(used, pristine))
         timed("wire", lambda: encode(m.wire(m.SampleResult(times.ms, times.host_ms, times.lag_ms, tampered,
                                                            outputs=[exported], mutated=mutated))))
         timed("trusted read", lambda: [values_at(t, points.output_positions(55 + i, 0, j, t.numel()))
