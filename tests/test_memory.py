@@ -187,6 +187,37 @@ def test_checksums_are_the_same_however_a_tensor_is_cut_across_weight_periods(mo
     sampler._weights_cache.clear()
 
 
+def test_checksums_of_every_width_see_one_changed_element_wherever_the_tensor_is_cut(monkeypatch):
+    """Elements of 1, 2, 4 and 8 bytes (products wrap at 32 bits up to 4, at 64 for 8) and complex ones (their two
+    parts): the same sum however the tensor is cut into pieces and periods, and a single element changed in its
+    lowest bit, in any period, shows."""
+    monkeypatch.setattr(sampler, "PERIOD", 16)
+    sampler._weights_cache.clear()
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(11, 13, generator=g)
+    tensors = {
+        "float16": base.half(), "bfloat16": base.bfloat16(), "float32": base, "float64": base.double(),
+        "int64": (base * 1e6).long(), "int32": (base * 1e6).int(), "uint8": (base * 50).abs().to(torch.uint8),
+        "bool": base > 0, "complex64": torch.complex(base, -base),
+        "complex128": torch.complex(base.double(), base.double()),
+    }
+    for name, x in tensors.items():
+        whole = sampler.checksum(x, 77, 1 << 20)
+        assert all(sampler.checksum(x, 77, size) == whole for size in (16, 48, 200, 520)), name
+        assert sampler.Digest(x, 77).same(x.clone(), 77), name
+        for i in (0, 15, 16, 100, 142):
+            y = x.clone().reshape(-1)
+            if name == "bool":
+                y[i] = ~y[i]
+            elif x.is_complex():
+                torch.view_as_real(y)[i, 1].view(torch.int32 if name == "complex64" else torch.int64)[()] ^= 1
+            else:
+                bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
+                y.view(bits)[i] ^= 1
+            assert sampler.checksum(y.reshape(11, 13), 77, 48) != whole, (name, i)
+    sampler._weights_cache.clear()
+
+
 def test_snapshot_copies_small_inputs_and_checksums_large_ones(monkeypatch):
     x, n = torch.randn(64, 64), 3
     small = sampler.snapshot([x, n])

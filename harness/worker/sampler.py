@@ -92,16 +92,20 @@ _weights_cache: dict = {}
 _WEIGHTS_SEED = int.from_bytes(os.urandom(8), "little") >> 1     # this process's, drawn once
 
 
-def _weights(device):
-    """PERIOD odd int64 weights (32 MiB), drawn once per process and device from this process's own seed; what
-    differs between snapshots is the key, in each period's multiplier (checksum)."""
+def _weights(device, wide: bool = True):
+    """PERIOD odd weights, drawn once per process and device from this process's own seed: int64 (32 MiB) for
+    8-byte elements (`wide`), else their low 31 bits as int32 (16 MiB). What differs between snapshots is the key,
+    in each period's multiplier (checksum)."""
     import torch
-    found = _weights_cache.get((str(device), PERIOD))
+    found = _weights_cache.get((str(device), PERIOD, wide))
     if found is None:
-        g = torch.Generator(device=device)
-        g.manual_seed(_WEIGHTS_SEED)
-        found = torch.randint(-(1 << 62), 1 << 62, (PERIOD,), generator=g, device=device, dtype=torch.int64) * 2 + 1
-        _weights_cache[(str(device), PERIOD)] = found
+        if wide:
+            g = torch.Generator(device=device)
+            g.manual_seed(_WEIGHTS_SEED)
+            found = torch.randint(-(1 << 62), 1 << 62, (PERIOD,), generator=g, device=device, dtype=torch.int64) * 2 + 1
+        else:
+            found = (_weights(device) & 0x7FFFFFFF).to(torch.int32)          # still odd
+        _weights_cache[(str(device), PERIOD, wide)] = found
     return found
 
 
@@ -111,31 +115,51 @@ def _nan_stand_in(key: int) -> float:
     return -(1.0 + (_mix(key ^ 0x5EED) % 1021) / 1024.0) * 2.0 ** -9
 
 
+def _bits(part, key: int):
+    """A flat piece as integers: a float's bits after +0.0 (-0.0 counts as 0.0) with every NaN as one value, as
+    `same_tensor` compares; a complex piece as its real and imaginary parts; a bool as uint8."""
+    import torch
+    if part.is_complex():
+        part = torch.view_as_real(part).reshape(-1)
+    if part.is_floating_point():
+        part = torch.nan_to_num(part, nan=_nan_stand_in(key), posinf=float("inf"), neginf=float("-inf"))
+        return part.add_(0.0).view(getattr(torch, _BITS[part.element_size()]))
+    return part.view(torch.uint8) if part.dtype == torch.bool else part
+
+
+def _multipliers(key: int, count: int, device):
+    """R(0), ..., R(count - 1): each period's odd multiplier, drawn from the key."""
+    import torch
+    return torch.tensor([_signed(_mix(i ^ key) | 1) for i in range(count)], dtype=torch.int64, device=device)
+
+
 def checksum(t, key: int, chunk_bytes: int | None = None) -> int:
-    """sum(bits(t[i]) * w(i)) mod 2**64 over t's elements in row-major order, w(i) = W[i mod PERIOD] * R(i div PERIOD)
-    with W odd and drawn once per process, R odd and drawn from `key`: the same for any cutting into pieces. Bits of a float are taken after
-    +0.0 (so -0.0 counts as 0.0) and with every NaN as one value: as `same_tensor`, which compares with == and takes
-    NaNs at the same places as equal. About four passes over the data (each element's bits multiplied into int64
-    and summed where it lies, one sync at the end)."""
+    """sum(p(i) * R(i div PERIOD)) mod 2**64 over t's elements in row-major order (a complex element counts as its
+    two parts), where p(i) = bits(t[i]) * W[i mod PERIOD] wraps at 32 bits for elements of up to 4 bytes and at 64
+    for 8, W odd and drawn once per process, R odd and drawn from `key`: the same for any cutting into pieces. A
+    single changed element always shows (its p changes by a non-zero amount under 2**32, or mod 2**64, and R is
+    odd). Bits as `_bits` takes them. A piece (`chunk_bytes` of products) is a few passes over its data: its bits,
+    then one product and sum for all of its whole periods at once; one sync at the end."""
     import torch
     from harness.worker.verify import flat_pieces
-    weights = _weights(t.device)
+    parts = 2 if t.is_complex() else 1
+    wide = t.element_size() // parts > 4
+    weights = _weights(t.device, wide)
+    mults = _multipliers(key, -(-t.numel() * parts // PERIOD), t.device)
     total = torch.zeros((), dtype=torch.int64, device=t.device)
-    for offset, part in flat_pieces(t, chunk_bytes or 2 * CHUNK_BYTES, 8):
-        if part.is_complex():
-            part = torch.view_as_real(part).reshape(-1)
-        if part.is_floating_point():
-            part = torch.nan_to_num(part, nan=_nan_stand_in(key), posinf=float("inf"), neginf=float("-inf"))
-            part = part.add_(0.0).view(getattr(torch, _BITS[part.element_size()]))
-        elif part.dtype == torch.bool:
-            part = part.view(torch.uint8)
-        done = 0
-        while done < part.numel():
-            at = offset + done
-            block, start = divmod(at, PERIOD)
-            span = min(part.numel() - done, PERIOD - start)
-            piece = (part[done:done + span] * weights[start:start + span]).sum()        # int64: wraps mod 2**64
-            total += piece * _signed(_mix(block ^ key) | 1)
+    for offset, part in flat_pieces(t, chunk_bytes or 2 * CHUNK_BYTES, parts * (8 if wide else 4)):
+        bits = _bits(part, key)
+        at, done, n = offset * parts, 0, bits.numel()
+        while done < n:
+            block, start = divmod(at + done, PERIOD)
+            whole = (n - done) // PERIOD if start == 0 else 0
+            if whole:                                  # every whole period of the piece in one product and sum
+                rows = bits[done:done + whole * PERIOD].view(whole, PERIOD)
+                total += ((rows * weights).sum(dim=1, dtype=torch.int64) * mults[block:block + whole]).sum()
+                done += whole * PERIOD
+                continue
+            span = min(n - done, PERIOD - start)
+            total += (bits[done:done + span] * weights[start:start + span]).sum(dtype=torch.int64) * mults[block]
             done += span
     return int(total) % (1 << 64)
 
