@@ -138,8 +138,8 @@ def checksum(t, key: int, chunk_bytes: int | None = None) -> int:
     two parts), where p(i) = bits(t[i]) * W[i mod PERIOD] wraps at 32 bits for elements of up to 4 bytes and at 64
     for 8, W odd and drawn once per process, R odd and drawn from `key`: the same for any cutting into pieces. A
     single changed element always shows (its p changes by a non-zero amount under 2**32, or mod 2**64, and R is
-    odd). Bits as `_bits` takes them. A piece (`chunk_bytes` of products) is a few passes over its data: its bits,
-    then one product and sum for all of its whole periods at once; one sync at the end."""
+    odd). Bits as `_bits` takes them. A piece (its bits and products together at most `chunk_bytes`) is a few passes
+    over its data: its bits, then one product and sum for all of its whole periods at once; one sync at the end."""
     import torch
     from harness.worker.verify import flat_pieces
     parts = 2 if t.is_complex() else 1
@@ -147,7 +147,7 @@ def checksum(t, key: int, chunk_bytes: int | None = None) -> int:
     weights = _weights(t.device, wide)
     mults = _multipliers(key, -(-t.numel() * parts // PERIOD), t.device)
     total = torch.zeros((), dtype=torch.int64, device=t.device)
-    for offset, part in flat_pieces(t, chunk_bytes or 2 * CHUNK_BYTES, parts * (8 if wide else 4)):
+    for offset, part in flat_pieces(t, chunk_bytes or 2 * CHUNK_BYTES, parts * (16 if wide else 8)):
         bits = _bits(part, key)
         at, done, n = offset * parts, 0, bits.numel()
         while done < n:
