@@ -37,7 +37,7 @@ if [ -n "${BIAS:-}" ]; then
 fi
 if [ -n "${TESTS:-}" ]; then
     echo "== GPU tests"
-    timeout 560 python -m pytest -q -m gpu --durations=12 tests/ > "$out/gpu_tests.txt" 2>&1
+    timeout 560 python -m pytest -q -rs -m gpu --durations=12 tests/ > "$out/gpu_tests.txt" 2>&1
     tail -n 15 "$out/gpu_tests.txt"
 fi
 if [ -z "${SKIP_KB:-}" ]; then
