@@ -78,6 +78,16 @@ def json_records(stdout: str) -> dict[str, dict]:
     return {r["solution"].rsplit("/", 1)[-1]: r for r in records}
 
 
+def verdict(record: dict) -> str:
+    """The status, with an `invalid` that only timing noise caused (flags a busy shared machine can raise: the host
+    clock saw load; harness.core.flags' `retry` ones) read as the `ok` it would be on a quiet host."""
+    from harness.run.schedule import RETRIED_FLAGS
+    if record["status"] == "invalid" and set(record["flags"]) <= set(RETRIED_FLAGS) and record["correctness"] and \
+            record["correctness"]["trials_passed"] == record["correctness"]["trials"]:
+        return "ok"
+    return record["status"]
+
+
 def run_dirs(tmp: Path) -> list[Path]:
     return sorted(p for p in (tmp / "results").iterdir() if p.is_dir())
 

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, REPO, run_cli, write_config
-from harness.run.schedule import RETRIED_FLAGS
+from conftest import FIXTURES, REPO, run_cli, verdict, write_config
 
 pytest.importorskip("distributed")
 
@@ -31,18 +30,6 @@ def run_id(stderr: str) -> str:
 
 def results(tmp: Path, rid: str) -> list[dict]:
     return [json.loads(line) for line in (tmp / "results" / rid / "results.jsonl").read_text().splitlines()]
-
-
-# flags a busy shared machine can raise on either run (the host clock saw load): not the executor's doing
-NOISE_FLAGS = set(RETRIED_FLAGS)
-
-
-def verdict(record: dict) -> str:
-    """The status, with an `invalid` that only timing noise caused read as the `ok` it would be on a quiet host."""
-    if record["status"] == "invalid" and set(record["flags"]) <= NOISE_FLAGS and record["correctness"] and \
-            record["correctness"]["trials_passed"] == record["correctness"]["trials"]:
-        return "ok"
-    return record["status"]
 
 
 def test_flags_are_checked():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TEST_TIMING, _keep, cuda_available, run_cli
+from conftest import REPO, TEST_TIMING, _keep, cuda_available, run_cli, verdict
 
 EXAMPLES = REPO / "examples" / "cpu"
 
@@ -192,7 +192,7 @@ def test_resume_uses_the_recorded_config_and_selection_and_cuts_a_torn_last_line
     new = json_records(done.stdout)
     assert list(new) == [torn["solution"], sixth["solution"]]                          # the torn pair runs again
     assert all(r["correctness"]["trials"] == 3 for r in new.values())
-    assert all(r["problem"].startswith("level1/00") and r["status"] == "ok" for r in new.values())
+    assert all(r["problem"].startswith("level1/00") and verdict(r) == "ok" for r in new.values())     # load: noise
     after = lines_of(results)                                                          # every line parses
     assert len(after) == 6 and len(set(keys_of(after))) == 6
     assert keys_of(after)[4:] == [(torn["problem"], torn["solution"]), (sixth["problem"], sixth["solution"])]
