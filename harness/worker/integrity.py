@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import itertools
+import operator
 import sys
 import types
 from typing import Any
@@ -71,15 +73,15 @@ def clean_torch():
     """torch as it was before candidate code ran, for the duration: the harness draws each sample's inputs and
     copies them inside this, so a candidate that replaced torch.randn, Tensor.clone or F.linear (to do its work
     while the inputs are made, outside the timed region) is not called there. Its replacements are put back
-    on the way out. A namespace nothing changed costs one comparison of dicts in C (identical values compare
-    equal without calling __eq__); so does one changed the same way as at the last call (_differences), so that
-    a candidate which replaced a name pays no more a sample than one which did not: a walk over torch's ~1500
-    names each sample (0.2 ms on the 2-core CI box) reads as time the candidate hid from its report
-    (`timing_inconsistent`)."""
+    on the way out. A namespace nothing changed costs one pass in C over its names, comparing by identity (never
+    a value's own __eq__, which a candidate's object may answer as it likes); so does one changed the same way as
+    at the last call (_differences), so that a candidate which replaced a name pays no more a sample than one
+    which did not: a walk in Python over torch's ~1500 names each sample (0.2 ms on the 2-core CI box) reads as
+    time the candidate hid from its report (`timing_inconsistent`)."""
     undo: list[tuple[Any, str, Any]] = []
     for index, (ns, saved, added_count) in enumerate(_torch_saved):
         current = vars(ns)
-        if _same(current, saved) if added_count else _kept(saved, current):
+        if _identical(current, saved, added_count):
             continue
         replaced, added = _differences(index, current, saved, added_count)
         for name in replaced:
@@ -101,20 +103,12 @@ def clean_torch():
 _last_seen: dict[int, tuple[dict, list[str], list[str]]] = {}   # namespace index -> (its names, replaced, added)
 
 
-def _same(a: dict, b: Any) -> bool:
-    """a == b, where a value the candidate put there may compare in ways of its own (a tensor; a raising __eq__)."""
-    try:
-        return bool(a == b)
-    except Exception:                                  # noqa: BLE001 - not the same, whatever it raised
+def _identical(current: dict, saved: Any, whole: bool) -> bool:
+    """Every name of `saved` bound in `current` to the very same object, and with `whole` no name besides: by
+    identity, in C (a value's == is the candidate's to define: an object equal to everything would hide there)."""
+    if whole and len(current) != len(saved):
         return False
-
-
-def _kept(saved: Any, current: dict) -> bool:
-    """Every name of `saved` still in `current` with the same value (names added since do not count)."""
-    try:
-        return saved.items() <= current.items()
-    except Exception:                                  # noqa: BLE001 - a value of the candidate's that raised
-        return False
+    return all(map(operator.is_, map(current.get, saved.keys(), itertools.repeat(_MISSING)), saved.values()))
 
 
 def _differences(index: int, current: dict, saved: Any, added_count: bool) -> tuple[list[str], list[str]]:
@@ -122,7 +116,7 @@ def _differences(index: int, current: dict, saved: Any, added_count: bool) -> tu
     names count). Found by a walk over every name the first time, and again only when the namespace is no longer
     what it was at the last walk."""
     last = _last_seen.get(index)
-    if last is not None and _same(current, last[0]):
+    if last is not None and _identical(current, last[0], True):
         return last[1], last[2]
     replaced = [name for name, value in saved.items() if current.get(name, _MISSING) is not value]
     added = [name for name in current if name not in saved] if added_count else []
