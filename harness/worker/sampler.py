@@ -134,19 +134,22 @@ def _multipliers(key: int, count: int, device):
 
 
 def checksum(t, key: int, chunk_bytes: int | None = None) -> int:
-    """sum(p(i) * R(i div PERIOD)) mod 2**64 over t's elements in row-major order (a complex element counts as its
-    two parts), where p(i) = bits(t[i]) * W[i mod PERIOD] wraps at 32 bits for elements of up to 4 bytes and at 64
-    for 8, W odd and drawn once per process, R odd and drawn from `key`: the same for any cutting into pieces. A
-    single changed element always shows (its p changes by a non-zero amount under 2**32, or mod 2**64, and R is
-    odd). Bits as `_bits` takes them. A piece (its bits and products together at most `chunk_bytes`) is a few passes
-    over its data: its bits, then one product and sum for all of its whole periods at once; one sync at the end."""
+    """sum(S(b) * R(b)) mod 2**64 over t's periods b of PERIOD elements in row-major order (a complex element counts
+    as its two parts), where S(b) is the sum of p(i) = bits(t[i]) * W[i mod PERIOD] over the period, taken mod 2**32
+    (unsigned) for elements of up to 4 bytes and mod 2**64 for 8; W odd and drawn once per process, R odd and drawn
+    from `key`. The same for any cutting into pieces: a period cut between pieces adds its parts into one S(b) before
+    the reduction. A single changed element always shows (S changes by a non-zero amount under 2**32, or mod 2**64,
+    and R is odd). Bits as `_bits` takes them. A piece is its bits and its products (`chunk_bytes` for both, the
+    products and their sums in the element's own width, so nothing wider is made), then one product and sum for all
+    of its whole periods at once; one sync at the end."""
     import torch
     from harness.worker.verify import flat_pieces
     parts = 2 if t.is_complex() else 1
     wide = t.element_size() // parts > 4
+    acc = torch.int64 if wide else torch.int32
     weights = _weights(t.device, wide)
     mults = _multipliers(key, -(-t.numel() * parts // PERIOD), t.device)
-    total = torch.zeros((), dtype=torch.int64, device=t.device)
+    sums = torch.zeros(mults.numel(), dtype=torch.int64, device=t.device)       # S(b), each period's sum
     for offset, part in flat_pieces(t, chunk_bytes or 2 * CHUNK_BYTES, parts * (16 if wide else 8)):
         bits = _bits(part, key)
         at, done, n = offset * parts, 0, bits.numel()
@@ -155,13 +158,15 @@ def checksum(t, key: int, chunk_bytes: int | None = None) -> int:
             whole = (n - done) // PERIOD if start == 0 else 0
             if whole:                                  # every whole period of the piece in one product and sum
                 rows = bits[done:done + whole * PERIOD].view(whole, PERIOD)
-                total += ((rows * weights).sum(dim=1, dtype=torch.int64) * mults[block:block + whole]).sum()
+                sums[block:block + whole] += (rows * weights).sum(dim=1, dtype=acc)
                 done += whole * PERIOD
                 continue
             span = min(n - done, PERIOD - start)
-            total += (bits[done:done + span] * weights[start:start + span]).sum(dtype=torch.int64) * mults[block]
+            sums[block] += (bits[done:done + span] * weights[start:start + span]).sum(dtype=acc)
             done += span
-    return int(total) % (1 << 64)
+    if not wide:
+        sums &= 0xFFFFFFFF
+    return int((sums * mults).sum()) % (1 << 64)
 
 
 def snapshot(inputs: list) -> tuple[int, list] | None:
