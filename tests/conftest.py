@@ -1,10 +1,12 @@
 """Shared helpers: run the real CLI in a subprocess over the fixture trees, the way a user does."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,18 +24,45 @@ SAMPLES_PER_ROUND = 4        # each side: a forward and a backward block of 2 sa
 SAMPLES_PER_SIDE = 6 * SAMPLES_PER_ROUND     # when the CI target stops it at min_rounds
 
 
-# One cache_dir for the whole test session (set by the session fixture below): a C++ candidate compiled by one test
-# (~10 s each on a 2-core box) is found built by the next. A build's key hashes its source and the toolchain, so a
-# test finds only the build its own candidate would have made; a test about the cache, the build worker or what
-# lies in cache_dir (keys, build logs) passes cache_dir= a folder of its own.
+# One cache_dir for the whole test run (set by the session fixture below), shared by pytest-xdist's workers: a C++
+# candidate compiled by one test (~10 s each on a 2-core box) is found built by the next. A build's key hashes its
+# source and the toolchain, so a test finds only the build its own candidate would have made; a test about the cache,
+# the build worker or what lies in cache_dir (keys, build logs) passes cache_dir= a folder of its own.
 SHARED_CACHE: Path | None = None
+
+
+def run_root(tmp_path_factory) -> Path:
+    """The folder the whole test run shares: pytest's base temp, or under pytest-xdist the one above the workers'
+    own (pytest-N/popen-gwK)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextmanager
+def run_lock(tmp_path_factory, name: str):
+    """Held by one pytest-xdist worker at a time: what the run's workers make once for all of them."""
+    with open(run_root(tmp_path_factory) / f"{name}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def shared_cache(tmp_path_factory) -> Path:
     global SHARED_CACHE
-    SHARED_CACHE = tmp_path_factory.mktemp("shared-cache")
+    SHARED_CACHE = run_root(tmp_path_factory) / "shared-cache"
+    SHARED_CACHE.mkdir(exist_ok=True)
     return SHARED_CACHE
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto` (README's test command): two workers where there is no GPU (the tests wait on their subprocesses
+    much of the time, so two at once fill the CI box's two cores); none, one process, where there is a GPU: its
+    tests time it and must not share it."""
+    return 0 if cuda_available() or (os.cpu_count() or 1) < 2 else 2
 
 
 def write_config(tmp: Path, tree: Path, timing: dict[str, object] | None = None, **extra) -> Path:
@@ -112,12 +141,18 @@ def fixture_tree() -> Path:
 @pytest.fixture(scope="session")
 def tree_run(tmp_path_factory, fixture_tree):
     """One real run of the CLI over the fixture tree (one candidate per failure mode; spare workers on, as on GPU
-    slots): (tmp, config, records by candidate, the CompletedProcess). Shared by the tests that read its records
-    (test_pipeline_cpu, test_exports, and test_dask's local side), which only read tmp/results' one run folder;
-    a test that runs again writes to an output folder of its own."""
-    tmp = tmp_path_factory.mktemp("tree-run")
-    config = write_config(tmp, fixture_tree, spare_workers="on")
-    # hang waits out the pair timeout: 5 s, where every other pair of the tree takes under 2 s
-    done = run_cli("--config", str(config), "--json", "--timeout", "5")
+    slots), made once for all pytest-xdist workers: (tmp, config, records by candidate, the CompletedProcess).
+    Shared by the tests that read its records (test_pipeline_cpu, test_exports, and test_dask's local side), which
+    only read tmp/results' one run folder; a test that runs again writes to an output folder of its own."""
+    tmp = run_root(tmp_path_factory) / "tree-run"
+    kept = tmp / "done.json"
+    with run_lock(tmp_path_factory, "tree-run"):
+        if not kept.exists():
+            tmp.mkdir(exist_ok=True)
+            config = write_config(tmp, fixture_tree, spare_workers="on")
+            # hang waits out the pair timeout: 5 s, where every other pair of the tree takes under 2 s
+            done = run_cli("--config", str(config), "--json", "--timeout", "5")
+            kept.write_text(json.dumps([done.args, done.returncode, done.stdout, done.stderr]))
+    done = subprocess.CompletedProcess(*json.loads(kept.read_text()))
     assert done.returncode == 0, done.stderr
-    return tmp, config, json_records(done.stdout), done
+    return tmp, tmp / "config.yaml", json_records(done.stdout), done

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from conftest import FIXTURES, run_cli, run_dirs, write_config
+from conftest import FIXTURES, run_cli, run_dirs, verdict, write_config
 from harness.run import between
 from harness.run.paired import Estimate
 
@@ -73,7 +73,7 @@ def test_calibrate_keeps_the_term_and_a_default_run_widens_by_it(tmp_path):
     # keeps both estimates and the geometric mean of them, with a CI over the two
     (run_dir,) = run_dirs(tmp_path)
     (record,) = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
-    assert record["status"] == "ok", record["error"]
+    assert verdict(record) == "ok", record["error"]
     each = record["timing"]["processes"]
     assert len(each) == 2 and all(p["speedup"] > 0 for p in each)
     assert record["speedup"] == pytest.approx(math.sqrt(each[0]["speedup"] * each[1]["speedup"]))

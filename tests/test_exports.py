@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, json_records, run_cli, write_config
+from conftest import FIXTURES, json_records, run_cli, verdict, write_config
 from harness.commands.kbexport import eval_results, kernelbench_metrics, pass_at_k, tree_problems
 from harness.commands.kbimport import import_kernelbench, summary_lines
 from harness.results.store import RunStore
@@ -39,7 +39,7 @@ def test_report_csv_has_a_header_and_one_row_per_record(real_run):
     assert len(by_solution) == len(rows) - 1 == len(printed)
     row = by_solution["level1/001_linear_relu/correct_cpp"]
     record = printed["correct_cpp"]
-    assert row["problem"] == "level1/001_linear_relu" and row["status"] == record["status"] == "ok"
+    assert row["problem"] == "level1/001_linear_relu" and row["status"] == record["status"] and verdict(record) == "ok"
     assert row["correct"] == "true"
     assert float(row["speedup"]) == pytest.approx(record["speedup"])
     assert float(row["speedup_ci_lo"]) <= float(row["speedup"]) <= float(row["speedup_ci_hi"])
@@ -89,7 +89,7 @@ def test_new_skeleton_builds_and_runs_ok_on_the_cpu(tmp_path):
     assert run.returncode == 0, run.stderr
     record = json_records(run.stdout)["my_kernel"]
     assert record["build"]["status"] == "built", record["error"]
-    assert record["status"] == "ok", (record["error"], record.get("error_detail"))
+    assert verdict(record) == "ok", (record["error"], record.get("error_detail"))
     assert record["correctness"]["param_match"] == "state_dict"
     assert list((tmp_path / "cache" / "builds").rglob("*.so"))            # built under the relative cache_dir
 

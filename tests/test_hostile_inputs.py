@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_cli, run_dirs, write_config
+from conftest import REPO, run_cli, run_dirs, verdict, write_config
 
 EXAMPLE = REPO / "examples" / "cpu"
 PROBLEM = EXAMPLE / "problems" / "level1" / "001_relu_scale.py"
@@ -66,7 +66,7 @@ def test_a_name_that_is_not_utf8_is_a_record_and_the_run_goes_on(hostile_run):
     assert done.returncode == 0, done.stderr
     assert "harness fault" not in done.stderr and "Traceback" not in done.stderr
     record = records["bad\\xff"]                                    # shown escaped, as text
-    assert record["status"] == "ok", record["error"]
+    assert verdict(record) == "ok", record["error"]
     assert record["solution"] == "level1/001_relu_scale/bad\\xff"
 
 
@@ -109,7 +109,7 @@ def test_control_characters_in_a_name_are_escaped_in_records_and_output(hostile_
 
 def test_a_long_name_gets_its_record_and_a_bounded_log_name(hostile_run):
     _, _, records, run_dir = hostile_run
-    assert records[LONG]["status"] == "ok", records[LONG]["error"]
+    assert verdict(records[LONG]) == "ok", records[LONG]["error"]
     assert all(len(os.fsencode(p.name)) <= 255 for p in (run_dir / "logs").iterdir())
 
 

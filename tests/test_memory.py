@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import FIXTURES, json_records, run_cli, write_config
+from conftest import FIXTURES, json_records, run_cli, verdict, write_config
 from harness.core import flags
 from harness.core.config import load_config
 from harness.core.errors import InputError
@@ -390,7 +390,7 @@ def test_a_candidate_that_runs_out_of_memory_stays_oom(memory_run):
 
 def test_an_aa_pair_on_a_problem_that_fits_is_ok(memory_run):
     record = memory_run["aa_fits"]
-    assert record["status"] == "ok", record["error"]
+    assert verdict(record) == "ok", record["error"]
     assert record["correctness"]["fp64"] is None and record["correctness"]["fp64_reference_max_abs_err"] is not None
 
 

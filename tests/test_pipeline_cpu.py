@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import FIXTURES, REPO, SAMPLES_PER_ROUND, json_records, run_cli, run_dirs, write_config
+from conftest import FIXTURES, REPO, SAMPLES_PER_ROUND, json_records, run_cli, run_dirs, verdict, write_config
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +52,8 @@ def test_every_pair_has_exactly_one_record(first_run):
 ])
 def test_status_and_message(first_run, candidate, status, words):
     record = first_run[2][candidate]
-    assert record["status"] == status, record["error"]
-    assert record["correct"] is (status == "ok")
+    assert verdict(record) == status, record["error"]
+    assert record["correct"] is (record["status"] == "ok")
     if words is None:
         assert record["error"] is None and record["flags"] == []
     else:
@@ -215,7 +215,7 @@ def test_resume_after_a_killed_run_and_a_second_run_compiles_nothing(first_run, 
     assert len(resumed) == 11 - len(before)
     assert json.loads((results.parent / "run.json").read_text())["builds_compiled"] == 0     # the resume's
     (record,) = [r for r in after if r["solution"].endswith("/correct_cpp")]
-    assert record["status"] == "ok", (record["error"], record["flags"], record["timing"])
+    assert verdict(record) == "ok", (record["error"], record["flags"], record["timing"])
     assert record["build"]["cached"] is True
     assert {p: p.stat().st_mtime_ns for p in sos} == mtimes
 

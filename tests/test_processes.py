@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, REPO, json_records, run_dirs, write_config
+from conftest import FIXTURES, REPO, json_records, run_dirs, verdict, write_config
 
 ORPHANS = FIXTURES / "orphans"
 
@@ -130,7 +130,7 @@ def orphan_run(tmp_path_factory):
 
 def test_run_leaves_no_descendant_behind(orphan_run):
     tmp, tag, pids, records = orphan_run
-    assert {r: records[r]["status"] for r in records} == {"setsid_sleeper": "ok", "double_fork": "ok",
+    assert {r: verdict(records[r]) for r in records} == {"setsid_sleeper": "ok", "double_fork": "ok",
                                                           "chatty": "ok"}
     escaped = _pidfiles(pids)
     # each escape ran twice: at import in the build worker and in the candidate worker
