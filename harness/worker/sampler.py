@@ -94,17 +94,16 @@ _WEIGHTS_SEED = int.from_bytes(os.urandom(8), "little") >> 1     # this process'
 
 def _weights(device, wide: bool = True):
     """PERIOD odd weights, drawn once per process and device from this process's own seed: int64 (32 MiB) for
-    8-byte elements (`wide`), else their low 31 bits as int32 (16 MiB). What differs between snapshots is the key,
-    in each period's multiplier (checksum)."""
+    8-byte elements (`wide`), else their low 31 bits as int32 (16 MiB; the int64 draw is not kept beside them).
+    What differs between snapshots is the key, in each period's multiplier (checksum)."""
     import torch
     found = _weights_cache.get((str(device), PERIOD, wide))
     if found is None:
-        if wide:
-            g = torch.Generator(device=device)
-            g.manual_seed(_WEIGHTS_SEED)
-            found = torch.randint(-(1 << 62), 1 << 62, (PERIOD,), generator=g, device=device, dtype=torch.int64) * 2 + 1
-        else:
-            found = (_weights(device) & 0x7FFFFFFF).to(torch.int32)          # still odd
+        g = torch.Generator(device=device)
+        g.manual_seed(_WEIGHTS_SEED)
+        found = torch.randint(-(1 << 62), 1 << 62, (PERIOD,), generator=g, device=device, dtype=torch.int64) * 2 + 1
+        if not wide:
+            found = (found & 0x7FFFFFFF).to(torch.int32)                # still odd
         _weights_cache[(str(device), PERIOD, wide)] = found
     return found
 
