@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO
 from harness.commands import ci
 from harness.run import defenses, schedule
-from harness.core import flags
+from harness.core import flags, ranking
 from harness.commands import kbexport
 from harness.results import records, report
 from harness.results.records import RecordDraft
@@ -114,9 +114,12 @@ def test_helpers():
     assert flags.unranked(["noisy", "no_custom_kernel", "little_custom_work"]) == ["no_custom_kernel"]
     assert flags.ranks(["noisy", "little_custom_work"]) and flags.ranks([])
     assert not flags.ranks(["a_flag_from_a_newer_harness"])              # unknown: fails closed
-    assert flags.ranked({"status": "ok", "correct": True, "flags": ["noisy"]})
-    assert not flags.ranked({"status": "ok", "correct": True, "flags": ["degenerate_problem"]})
-    assert not flags.ranked({"status": "invalid", "correct": False, "flags": ["interference"]})
+    ok = {"status": "ok", "correct": True, "solution": "level1/001_x/fast"}
+    assert ranking.record_ranks({**ok, "flags": ["noisy"]})
+    assert not ranking.record_ranks({**ok, "flags": ["degenerate_problem"]})
+    assert not ranking.record_ranks({**ok, "status": "invalid", "correct": False, "flags": ["interference"]})
+    assert not ranking.record_ranks({**ok, "solution": "level1/001_x/aa_same_ops", "flags": []})     # a control
+    assert not ranking.record_ranks({**ok, "flags": []}, calibrate=True)                            # calibrate
     invalid = RecordDraft.from_json({"status": "invalid", "flags": ["interference", "noisy"]})
     assert schedule._load_sensitive(invalid) == "interference"
 

@@ -109,15 +109,3 @@ def unranked(names: Iterable[str]) -> list[str]:
 def ranks(names: Iterable[str]) -> bool:
     """Whether a correct pair carrying the flags `names` may be ranked."""
     return not unranked(names)
-
-
-def ranked(record: object) -> bool:
-    """Whether a record may be a problem's best and count in the geometric mean and fast_p: `ok`, and none of its
-    flags unranked. Takes a records.Record (`ok`, `flags`) or a record's JSON object (`status`, `correct`,
-    `flags`)."""
-    if isinstance(record, dict):
-        ok = record.get("status") == "ok" and record.get("correct") is True
-        names = record.get("flags") or []
-    else:
-        ok, names = bool(getattr(record, "ok")), getattr(record, "flags")
-    return ok and isinstance(names, (list, tuple)) and ranks(str(n) for n in names)

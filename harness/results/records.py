@@ -14,7 +14,8 @@ from typing import Any, Iterable
 
 from harness import SCHEMA_VERSION
 from harness.core.errors import InputError
-from harness.core.flags import INVALIDATING, ranks
+from harness.core import ranking
+from harness.core.flags import INVALIDATING
 from harness.core.numbers import is_number, number
 from harness.results.jsonobj import ABSENT, Absent, JsonObject
 from harness.results.parts import (Build, Correctness, Gpu, Kernels, Performance, Precision, Profile, Retried, Sandbox,
@@ -257,9 +258,15 @@ class Record:
         return self.status is Status.OK and self.correct
 
     @property
+    def control(self) -> bool:
+        """A control by its name (`aa_*`, `control_*`): never ranked (harness.core.ranking)."""
+        return ranking.is_control_name(self.candidate)
+
+    @property
     def ranked(self) -> bool:
-        """`ok`, and none of its flags keeps it off a problem's best, the geometric mean and fast_p (flags.FLAGS)."""
-        return self.ok and ranks(self.flags)
+        """May be a problem's best and counts in the geometric mean and fast_p: harness.core.ranking's decision
+        (`ok`, no flag keeps it off, not a control). A pair of a calibrate run: ranking.ranks with calibrate=True."""
+        return ranking.ranks(self.candidate, self.ok, self.flags)
 
     @property
     def invalid(self) -> bool:

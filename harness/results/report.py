@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from harness.shared.stats import geomean
-from harness.core import flags
+from harness.core import flags, ranking
 from harness.core.numbers import number
 from harness.results.records import Record, RecordLike, as_records
 from harness.core.untrusted import show_name
@@ -46,7 +46,7 @@ def outcome(record: Record | Mapping[str, Any]) -> Outcome:
         return Outcome(record.status.value, record.ok, record.ranked, record.speedup)
     speedup = record.get("speedup")
     correct = record.get("status") in COUNTS_AS_CORRECT and bool(record.get("correct"))
-    return Outcome(str(record["status"]), correct, correct and flags.ranked(dict(record)),
+    return Outcome(str(record["status"]), correct, ranking.record_ranks(dict(record)),
                    speedup if isinstance(speedup, (int, float)) and not isinstance(speedup, bool) else None)
 
 

@@ -2,32 +2,21 @@
 controls, the verdict of a speedup against 1.0, the standings across runs (each metric from the newest record that
 has it, with its run) and each problem's best over the runs.
 
-Controls never rank (never a problem's best, never in the geometric mean or fast_p): a candidate whose name starts
-with one of CONTROL_PREFIXES (the A/A candidates `aa_*`, calibrate's `aa_reference`, `control_*`) and every pair of
-a calibrate run. Whether a pair that is not a control ranks is harness.core.flags's call (`ranks`)."""
+Controls never rank (never a problem's best, never in the geometric mean or fast_p): a candidate named `aa_*` or
+`control_*` and every pair of a calibrate run. Whether a pair ranks is harness.core.ranking's call, the one every
+output reads."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
-from harness.core import flags as flag_table
+from harness.core import flags as flag_table, ranking
 from harness.core.numbers import number
 from harness.results.records import Record, RecordError, RecordLike
 from harness.results.report import Outcome
 
-CONTROL_PREFIXES = ("aa_", "control_")
 SKIPPED = "skipped"
-
-
-def is_control_name(candidate: str) -> bool:
-    """A candidate named as a control (docs/AUTHORING.md: `aa_*` for A/A copies of the reference, `control_*`)."""
-    return candidate.startswith(CONTROL_PREFIXES)
-
-
-def is_calibrate_run(meta: dict[str, Any]) -> bool:
-    """A run made by `run_eval.py calibrate` (run.json's argv): every pair in it is the reference against itself."""
-    argv = meta.get("argv") if isinstance(meta, dict) else None
-    return isinstance(argv, list) and len(argv) > 1 and argv[1] == "calibrate"
+is_calibrate_run = ranking.is_calibrate_run
 
 
 def compile_modes(meta: dict[str, Any]) -> list[str] | None:
@@ -95,7 +84,7 @@ class Pair:
     error: str
     gpu: str | None
     run_id: str = ""
-    control: bool = False
+    calibrate: bool = False                 # a pair of a calibrate run: a control whatever its name
     compile_run: str | None = None
     perf_run: str | None = None
     sizes: tuple[SizeRow, ...] = ()         # problems that declare several sizes: one row per size
@@ -114,14 +103,18 @@ class Pair:
         return self.status == SKIPPED
 
     @property
+    def control(self) -> bool:
+        return ranking.is_control(self.candidate, self.calibrate)
+
+    @property
     def flag_ranked(self) -> bool:
         """Correct, and no flag keeps it off the ranking (harness.core.flags)."""
         return self.correct and flag_table.ranks(self.flags)
 
     @property
     def ranked(self) -> bool:
-        """May be a problem's best and counts in the geomean and fast_p: flag-ranked and not a control."""
-        return self.flag_ranked and not self.control
+        """May be a problem's best and counts in the geomean and fast_p (harness.core.ranking)."""
+        return ranking.ranks(self.candidate, self.correct, self.flags, self.calibrate)
 
     @property
     def has_perf(self) -> bool:
@@ -142,7 +135,7 @@ class Pair:
                    floor_ms=number(perf.floor_ms) if perf else None,
                    candidate_ms=number(r.median_ms("candidate")), flags=r.flags,
                    error=" ".join((r.error or "").split()), gpu=_gpu_name(r.gpu.name if r.gpu else None),
-                   run_id=r.run_id or "", control=is_control_name(r.candidate),
+                   run_id=r.run_id or "",
                    sizes=tuple(SizeRow.from_part(p) for p in r.sizes or () if p is not None),
                    sizes_geomean=r.sizes_geomean)
 
@@ -161,8 +154,7 @@ class Pair:
                    pct_flops=number(perf.get("pct_of_peak_flops")), floor_ms=number(perf.get("floor_ms")),
                    candidate_ms=number(_dict(timing.get("candidate")).get("median_ms")),
                    flags=tuple(str(f) for f in flags), error=" ".join(str(r.get("error") or "").split()),
-                   gpu=_gpu_name(_dict(r.get("gpu")).get("name")), run_id=str(r.get("run_id") or ""),
-                   control=is_control_name(candidate))
+                   gpu=_gpu_name(_dict(r.get("gpu")).get("name")), run_id=str(r.get("run_id") or ""))
 
 
 def pairs_of(records: Any, run_id: str = "", calibrate: bool = False) -> list[Pair]:
@@ -172,7 +164,7 @@ def pairs_of(records: Any, run_id: str = "", calibrate: bool = False) -> list[Pa
     for item in records or []:
         if isinstance(item, (Record, dict)):
             p = _pair(item)
-            out.append(replace(p, run_id=p.run_id or run_id, control=p.control or calibrate))
+            out.append(replace(p, run_id=p.run_id or run_id, calibrate=p.calibrate or calibrate))
     return out
 
 
