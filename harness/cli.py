@@ -372,7 +372,8 @@ def report_arguments(p: argparse.ArgumentParser) -> None:
     export = p.add_mutually_exclusive_group()
     export.add_argument("--csv", action="store_true", help="print the records as CSV on stdout: problem, solution, "
                         "status, correct, speedup, speedup_ci_lo, speedup_ci_hi, speedup_vs_compile, "
-                        "candidate_median_ms, reference_median_ms, flags (';'-joined), error")
+                        "candidate_median_ms, reference_median_ms, flags (';'-joined), error, sizes_geomean, sizes, "
+                        "ranked (true/false: counted in the geomean and fast_p; controls never)")
     export.add_argument("--jsonl", action="store_true", help="print the records as read, one JSON object per line")
     export.add_argument("--kernelbench", action="store_true",
                         help="KernelBench's metrics per level: fast_p (p = 0, 0.5, 0.8, 1, 1.5, 2) on each "

@@ -34,7 +34,7 @@ def test_report_csv_has_a_header_and_one_row_per_record(real_run):
     rows = list(csv.reader(io.StringIO(done.stdout)))
     assert rows[0] == ["problem", "solution", "status", "correct", "speedup", "speedup_ci_lo", "speedup_ci_hi",
                        "speedup_vs_compile", "candidate_median_ms", "reference_median_ms", "flags", "error",
-                       "sizes_geomean", "sizes"]
+                       "sizes_geomean", "sizes", "ranked"]
     by_solution = {row["solution"]: row for row in csv.DictReader(io.StringIO(done.stdout))}
     assert len(by_solution) == len(rows) - 1 == len(printed)
     row = by_solution["level1/001_linear_relu/correct_cpp"]

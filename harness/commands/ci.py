@@ -108,7 +108,7 @@ def judge(records: Iterable[RecordLike],
           baseline: Iterable[RecordLike] | None) -> Verdict:
     records = as_records(records)
     verdict = Verdict(failing=[r for r in records if r.status not in PASSING],
-                      unranked=[r for r in records if r.ok and not r.ranked])
+                      unranked=[r for r in records if r.ok and not r.control and not r.ranked])
     if baseline is not None:
         keys = {r.key for r in records}
         ours = [r for r in as_records(baseline, "baseline record") if r.key in keys]
@@ -144,7 +144,8 @@ def markdown(records: Iterable[RecordLike], verdict: Verdict, run_id: str,
     lines = [f"## Kernel evaluation: {head}", "", *problems_note(problems),
              f"run `{run_id}`: {agg['pairs']} pairs, {agg['correct']} correct; "
              + ", ".join(f"{k} {v}" for k, v in agg["by_status"].items())
-             + (f"; compared with `{baseline_name}`" if baseline_name else "; no baseline run of main given"), ""]
+             + (f"; compared with `{baseline_name}`" if baseline_name else "; no baseline run of main given"),
+             "", report.summary_lines(agg)[1], ""]
     notes = list(machines)
     lines += [*(f"> {n}" for n in notes), ""] if notes else []
     lines += ["| problem | candidate | status | speedup [95% CI] | vs main | flags / error |",

@@ -31,6 +31,7 @@ from typing import Any, Iterable
 from harness.core.errors import UsageError
 from harness.core.numbers import number
 from harness.results.records import Record, RecordLike, as_records
+from harness.results import report
 from harness.core.untrusted import ReadError, load_json, read_run_file, show_name
 
 SAME, FASTER, SLOWER = "SAME", "FASTER", "SLOWER"
@@ -66,6 +67,7 @@ class Side:
     ci_source: str | None                 # "record" (the record's speedup_ci) | "tolerance" (none in the record)
     speedup_vs_compile: float | None
     flags: tuple[str, ...]
+    ranked: bool = False                  # harness.core.ranking's decision, as every output reads it
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,8 @@ def record_ci(record: Record, tolerance: float) -> tuple[tuple[float, float] | N
 
 def side(record: Record, tolerance: float) -> Side:
     ci, source = record_ci(record, tolerance)
-    return Side(record.status.value, record.speedup, ci, source, record.speedup_vs_compile, record.flags)
+    return Side(record.status.value, record.speedup, ci, source, record.speedup_vs_compile, record.flags,
+                record.ranked)
 
 
 def by_ci(a: tuple[float, float] | None, b: tuple[float, float] | None) -> str:
@@ -306,6 +309,13 @@ def counts(rows: Iterable[Row]) -> dict[str, int]:
 
 def exit_code(rows: Iterable[Row]) -> int:
     return 1 if any(r.verdict in GATING for r in rows) else 0
+
+
+def ranking_lines(runs: Iterable[tuple[str, str, list[Record]]]) -> list[str]:
+    """Per run (its letter, name and records): the geomean and fast_p over its ranked pairs, as the run's own
+    summary reads them (harness.core.ranking)."""
+    return [f"{letter} {name}: {report.summary_lines(report.aggregate(records))[1]}"
+            for letter, name, records in runs]
 
 
 def summary_line(rows: list[Row]) -> str:
@@ -517,6 +527,7 @@ def main(args: argparse.Namespace) -> int:
     notes = [] if paths[0].resolve() == paths[1].resolve() else \
         machine_notes(*(machine_of(run_meta(p), r) for p, r in zip(paths, (records_a, records_b))))
     notes += [machine_hint(args.min_change)] if notes else []
+    notes += ranking_lines((("A", name_a, records_a), ("B", name_b, records_b)))
     if args.min_change is None and any(r.device.startswith("cpu") for r in (*records_a, *records_b)):
         notes.append(cpu_floor_note())
     if args.json:

@@ -22,8 +22,9 @@ counted the way KernelBench counts them.
   the level, a problem without sample 0 failing) on the numbers the export writes, and pass@k over all samples
   with the unbiased estimator 1 - C(n-c, k) / C(n, k).
 
-"Correct" for fast_p and `correctness` is *ranked* (ok, and no flag keeps it off the ranking: harness.core.flags), as
-report's fast_p counts; pass@k counts correct outputs (status ok), as report --kernelbench always has.
+"Correct" for fast_p and `correctness` is *ranked* (harness.core.ranking: ok, no flag keeps it off the ranking, not
+a control), as report's fast_p counts; controls (`aa_*`, `control_*`) are no problem's samples; pass@k counts correct
+outputs (status ok), as report --kernelbench always has. `compiled` is true only for a candidate that was built.
 
 Pure functions over records (`Record`s, or their JSON objects), except the command helpers at the end.
 """
@@ -180,6 +181,17 @@ def fast_p(scored: list[Scored], p: float) -> float:
 
 # ---------------------------------------------------------------- eval_results.json
 
+def compiled(record: Record) -> bool:
+    """KernelBench's `compiled`: the candidate was built. A build error or a load error was not; neither was a
+    pair whose build did not end `built` (a CUDA candidate skipped on a machine without a GPU is never built), nor
+    a skipped pair whose record has no build."""
+    if record.status in NOT_COMPILED:
+        return False
+    if record.build is not None:
+        return record.build.status == "built"
+    return record.status is not Status.SKIPPED
+
+
 def kb_sample(record: Record, run_id: str, sample: int) -> dict[str, Any]:
     stats = runtime_stats(record)
     metadata = {**where(record), "status": record.status.value, "error": record.error, "ranked": record.ranked,
@@ -187,7 +199,7 @@ def kb_sample(record: Record, run_id: str, sample: int) -> dict[str, Any]:
                 "speedup_ci": list(record.speedup_ci) if record.speedup_ci else None,
                 "reference_runtime_stats": timing_stats(record, EAGER),
                 "harness_run_id": run_id, "solution": record.solution}
-    return {"sample_id": sample, "compiled": record.status not in NOT_COMPILED, "correctness": stats is not None,
+    return {"sample_id": sample, "compiled": compiled(record), "correctness": stats is not None,
             "metadata": metadata, "runtime": UNMEASURED if stats is None else stats["mean"],
             "runtime_stats": stats or {}}
 
@@ -292,7 +304,8 @@ def kernelbench_metrics(records: Iterable[RecordLike], tree: dict[str, list[str]
     (k = 1, and 5 when some problem has 5 or more)."""
     by_problem: dict[str, list[Record]] = {}
     for r in as_records(records):
-        by_problem.setdefault(r.problem, []).append(r)
+        if not r.control:                   # controls are no candidate's sample (harness.core.ranking)
+            by_problem.setdefault(r.problem, []).append(r)
     levels: dict[str, Any] = {}
     for level in sorted({pid.split("/", 1)[0] for pid in by_problem}):
         pids = sorted(set(tree.get(level, [])) | {p for p in by_problem if p.split("/", 1)[0] == level})

@@ -28,33 +28,42 @@ def _fmt_err(record: Record) -> str:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What the counts read of one pair: its status, whether it is correct (`ok`), whether it is ranked (correct,
-    and no flag keeps it off the ranking: harness.core.flags) and its speedup."""
+    """What the counts read of one pair: its status, whether it is correct (`ok`), whether it is ranked
+    (harness.core.ranking: correct, no flag keeps it off, not a control), its speedup and whether it is a
+    control."""
     status: str
     correct: bool
     ranked: bool
     speedup: float | None
+    control: bool = False
 
 
-def aggregate(records: Iterable[Record | Mapping[str, Any]]) -> dict[str, Any]:
-    """Counts over records; a mapping needs only status, correct, flags and speedup (all the counts read)."""
-    return tally(outcome(r) for r in records)
+def aggregate(records: Iterable[Record | Mapping[str, Any]], calibrate: bool = False) -> dict[str, Any]:
+    """Counts over records; a mapping needs only status, correct, flags, solution and speedup (all the counts
+    read). `calibrate`: the records are a calibrate run's (all controls)."""
+    return tally(outcome(r, calibrate) for r in records)
 
 
-def outcome(record: Record | Mapping[str, Any]) -> Outcome:
+def outcome(record: Record | Mapping[str, Any], calibrate: bool = False) -> Outcome:
     if isinstance(record, Record):
-        return Outcome(record.status.value, record.ok, record.ranked, record.speedup)
+        return Outcome(record.status.value, record.ok, ranking.ranks(record.candidate, record.ok, record.flags,
+                                                                     calibrate),
+                       record.speedup, ranking.is_control(record.candidate, calibrate))
     speedup = record.get("speedup")
     correct = record.get("status") in COUNTS_AS_CORRECT and bool(record.get("correct"))
-    return Outcome(str(record["status"]), correct, ranking.record_ranks(dict(record)),
-                   speedup if isinstance(speedup, (int, float)) and not isinstance(speedup, bool) else None)
+    solution = record.get("solution")
+    candidate = solution.rsplit("/", 1)[-1] if isinstance(solution, str) else ""
+    return Outcome(str(record["status"]), correct, ranking.record_ranks(dict(record), calibrate),
+                   speedup if isinstance(speedup, (int, float)) and not isinstance(speedup, bool) else None,
+                   ranking.is_control(candidate, calibrate))
 
 
 def tally(outcomes: Iterable[Outcome]) -> dict[str, Any]:
-    """pairs, correct, correctness rate, ranked (the correct pairs no flag keeps off the ranking), the geomean
-    speedup and fast_p over the ranked ones (fast_p as a share of all pairs), count per status."""
+    """pairs, correct, correctness rate, ranked (harness.core.ranking), controls (correct or not), the geomean
+    speedup and fast_p over the ranked ones (fast_p as a share of all pairs that are not controls), count per
+    status."""
     outcomes = list(outcomes)
-    total = len(outcomes)
+    total = sum(1 for o in outcomes if not o.control)
     correct = sum(1 for o in outcomes if o.correct)
     ranked = [o.speedup for o in outcomes if o.correct and o.ranked]
     speedups = [s for s in ranked if s is not None and s > 0]
@@ -62,10 +71,12 @@ def tally(outcomes: Iterable[Outcome]) -> dict[str, Any]:
     for o in outcomes:
         by_status[o.status] = by_status.get(o.status, 0) + 1
     return {
-        "pairs": total,
+        "pairs": len(outcomes),
         "correct": correct,
-        "correctness_rate": correct / total if total else 0.0,
+        "correctness_rate": correct / len(outcomes) if outcomes else 0.0,
         "ranked": len(ranked),
+        "controls": len(outcomes) - total,
+        "correct_controls": sum(1 for o in outcomes if o.control and o.correct),
         "geomean_speedup": geomean(speedups),
         "fast_p": {str(p): (sum(1 for s in speedups if s > p) / total if total else 0.0) for p in FAST_P},
         "by_status": dict(sorted(by_status.items())),
@@ -273,13 +284,22 @@ def summary_lines(agg: dict[str, Any]) -> list[str]:
     geo = agg["geomean_speedup"]
     fast = "  ".join(f"fast_{p}={v:.0%}" for p, v in agg["fast_p"].items())
     statuses = ", ".join(f"{k} {v}" for k, v in agg["by_status"].items())
-    ranked = agg.get("ranked", agg["correct"])
-    off = agg["correct"] - ranked
-    flagged = f" ({off} correct but flagged off the ranking)" if off else ""
+    ranked, controls = agg.get("ranked", agg["correct"]), agg.get("controls", 0)
     return [
         f"pairs {agg['pairs']}, correct {agg['correct']} ({agg['correctness_rate']:.0%}); statuses: {statuses}",
-        f"geomean speedup over {ranked} ranked{flagged}: {'-' if geo is None else f'{geo:.2f}x'};  {fast}",
+        f"geomean speedup over {ranked} ranked{_unranked_note(agg)}: {'-' if geo is None else f'{geo:.2f}x'};  "
+        f"{fast}" + (f" (of {agg['pairs'] - controls} pairs, controls aside)" if controls else ""),
     ]
+
+
+def _unranked_note(agg: dict[str, Any]) -> str:
+    """" (2 controls, 1 correct but flagged off the ranking)": the pairs that are not ranked and why, where the
+    counts say (a correct control is neither flagged nor ranked)."""
+    controls = agg.get("controls", 0)
+    flagged = agg["correct"] - agg.get("ranked", agg["correct"]) - agg.get("correct_controls", 0)
+    parts = [f"{controls} control{'s' if controls != 1 else ''} never ranked"] if controls else []
+    parts += [f"{flagged} correct but flagged off the ranking"] if flagged > 0 else []
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def best_ranked(records: list[Record]) -> dict[str, Record]:
@@ -294,9 +314,10 @@ def best_ranked(records: list[Record]) -> dict[str, Record]:
 
 def _no_best(records: list[Record], pid: str) -> str:
     """The candidate cell of a problem without a ranked record: the correct ones flagged off it, with their flags."""
-    flagged = [r for r in records if r.problem == pid and r.ok]
+    flagged = [r for r in records if r.problem == pid and r.ok and not r.control]
     if not flagged:
-        return "(no correct candidate)"
+        controls = any(r.problem == pid and r.control for r in records)
+        return "(no correct candidate; controls are never ranked)" if controls else "(no correct candidate)"
     named = ", ".join(f"{r.candidate}: {', '.join(flags.unranked(r.flags))}" for r in flagged)
     return f"(no ranked candidate; correct but flagged: {named})"
 
@@ -347,7 +368,7 @@ def _sizes_markdown(records: list[Record]) -> list[str]:
 
 CSV_COLUMNS = ("problem", "solution", "status", "correct", "speedup", "speedup_ci_lo", "speedup_ci_hi",
                "speedup_vs_compile", "candidate_median_ms", "reference_median_ms", "flags", "error",
-               "sizes_geomean", "sizes")
+               "sizes_geomean", "sizes", "ranked")
 
 
 def _csv_number(value: Any) -> Any:
@@ -356,7 +377,8 @@ def _csv_number(value: Any) -> Any:
 
 
 def csv_rows(records: Records) -> list[list[Any]]:
-    """One row per record, in CSV_COLUMNS order, sorted like the table (problem, solution)."""
+    """One row per record, in CSV_COLUMNS order, sorted like the table (problem, solution); `ranked` is
+    harness.core.ranking's decision (controls never)."""
     rows = []
     for r in sorted(as_records(records), key=lambda r: r.key):
         lo, hi = r.speedup_ci or (None, None)
@@ -364,7 +386,7 @@ def csv_rows(records: Records) -> list[list[Any]]:
                      _csv_number(r.speedup), _csv_number(lo), _csv_number(hi), _csv_number(r.speedup_vs_compile),
                      _csv_number(r.median_ms("candidate")), _csv_number(r.median_ms("reference")),
                      ";".join(r.flags), " ".join((r.error or "").split()), _csv_number(r.sizes_geomean),
-                     _csv_sizes(r.sizes)])
+                     _csv_sizes(r.sizes), "true" if r.ranked else "false"])
     return rows
 
 

@@ -123,7 +123,7 @@ class Pair:
     @property
     def outcome(self) -> Outcome:
         """What report.tally counts."""
-        return Outcome(self.status, self.correct, self.ranked, self.speedup)
+        return Outcome(self.status, self.correct, self.ranked, self.speedup, self.control)
 
     @classmethod
     def from_record(cls, r: Record) -> "Pair":
