@@ -283,6 +283,7 @@ def test_usage_lists_the_commands():
     (["calibrate", "--stirct"], "did you mean --strict?"),
     (["compare", "a", "b", "--min-chnage", "0.1"], "did you mean --min-change?"),
     (["--device", "cdua"], "did you mean cuda?"),
+    (["report", "r1", "--cvs"], "did you mean --csv?"),                # two letters swapped in a short word
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
 def test_a_near_miss_gets_a_suggestion(args, expected):
     assert expected in usage_error(*args)

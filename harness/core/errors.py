@@ -24,6 +24,13 @@ class InputError(UsageError):
     """A malformed problem, candidate or config file, named in the message."""
 
 
+def _transposed(a: str, b: str) -> bool:
+    """`a` is `b` with two neighbouring letters swapped (a typo difflib scores low on short words: cvs, csv)."""
+    diff = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    return len(a) == len(b) and len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] \
+        and a[diff[1]] == b[diff[0]]
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is a UsageError: one line (with --help pointed at), not the usage block, and a
     mistyped command, choice or flag gets a suggestion. Every command's parser is one of these. `not_here` maps a
@@ -63,7 +70,9 @@ class OneLineParser(argparse.ArgumentParser):
     def nearest_flag(self, flag: str) -> str | None:
         """The flag of this parser that `flag` most likely meant (compared without the dashes, which all share)."""
         names = {option.lstrip("-"): option for option in self._option_string_actions if option.startswith("--")}
-        close = difflib.get_close_matches(flag.lstrip("-"), list(names), n=1, cutoff=0.7)
+        word = flag.lstrip("-")
+        close = difflib.get_close_matches(word, list(names), n=1, cutoff=0.7)
+        close = close or [name for name in names if _transposed(word, name)][:1]    # --cvs: --csv
         return names[close[0]] if close else None
 
     def _check_value(self, action: argparse.Action, value) -> None:
