@@ -197,6 +197,20 @@ def kb_records() -> list[dict]:
             record(f"{KB1}/019_ReLU", "hand_written", speedup=5.0)]        # not from a KernelBench run folder
 
 
+def test_a_sample_never_built_is_not_exported_as_compiled():
+    """A CUDA sample skipped on a CPU machine never reached a compiler: KernelBench must not read it as compiled."""
+    from harness.commands.kbexport import kb_sample
+    from harness.results.records import Record
+    built = {"status": "built", "cached": False, "seconds": 1.0, "key": "k", "extensions": [],
+             "compiler_output": None, "sandbox": None}
+    skipped = {**record(f"{KB1}/019_ReLU", "gpt_run_sample_0", "skipped", error="holds CUDA code"),
+               "build": {**built, "status": "skipped", "seconds": 0.0}}
+    assert kb_sample(Record.of(skipped), "r", 0)["compiled"] is False
+    assert kb_sample(Record.of({k: v for k, v in skipped.items() if k != "build"}), "r", 0)["compiled"] is False
+    ran = {**record(f"{KB1}/019_ReLU", "gpt_run_sample_1"), "build": built}
+    assert kb_sample(Record.of(ran), "r", 1)["compiled"] is True
+
+
 def test_export_kernelbench_writes_eval_results_json(tmp_path):
     run_dir = fabricated_run(tmp_path, kb_records())
     out = tmp_path / "eval_results.json"
