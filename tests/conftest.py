@@ -24,6 +24,22 @@ SAMPLES_PER_ROUND = 4        # each side: a forward and a backward block of 2 sa
 SAMPLES_PER_SIDE = 6 * SAMPLES_PER_ROUND     # when the CI target stops it at min_rounds
 
 
+def _pair_timeout() -> int:
+    """Every CPU fixture run's pair timeout (`--timeout`, config `timeout`), from this one place: 60 s on a quiet
+    box, scaled by the box's measured load per core when it is busier (a 2-core box at load 8 gives 240 s), at most
+    600 s; KB_TEST_PAIR_TIMEOUT sets it outright. The pairs of the fixture trees take a few seconds each on a quiet
+    box; only `hang` waits the timeout out, so a busy box's slowness is never read as a fault."""
+    fixed = os.environ.get("KB_TEST_PAIR_TIMEOUT")
+    if fixed:
+        return int(float(fixed))
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return int(min(600, 60 * max(1.0, load)))
+
+
+PAIR_TIMEOUT = _pair_timeout()
+PAIR_TIMEOUT_ARG = str(PAIR_TIMEOUT)
+
+
 # One cache_dir for the whole test run (set by the session fixture below), shared by pytest-xdist's workers: a C++
 # candidate compiled by one test (~10 s each on a 2-core box) is found built by the next. A build's key hashes its
 # source and the toolchain, so a test finds only the build its own candidate would have made; a test about the cache,
@@ -73,7 +89,7 @@ def write_config(tmp: Path, tree: Path, timing: dict[str, object] | None = None,
     timing_lines = {line.split(":")[0].strip(): line for line in ["  warmup: 2", *TEST_TIMING]}
     timing_lines.update({k: f"  {k}: {v}" for k, v in (timing or {}).items()})
     top = {"problems_dir": tree / "problems", "solutions_dir": tree / "solutions", "output_dir": tmp / "results",
-           "cache_dir": SHARED_CACHE or tmp / "cache", "device": "cpu", "trials": 3, "timeout": 30,
+           "cache_dir": SHARED_CACHE or tmp / "cache", "device": "cpu", "trials": 3, "timeout": PAIR_TIMEOUT,
            "spare_workers": "on", **extra}
     lines = [f"{k}: {v}" for k, v in top.items()] + ["timing:", *timing_lines.values()]   # each key once: the
     path = tmp / "config.yaml"                                                              # config refuses two
@@ -150,8 +166,8 @@ def tree_run(tmp_path_factory, fixture_tree):
         if not kept.exists():
             tmp.mkdir(exist_ok=True)
             config = write_config(tmp, fixture_tree, spare_workers="on")
-            # hang waits out the pair timeout: 5 s, where every other pair of the tree takes under 2 s
-            done = run_cli("--config", str(config), "--json", "--timeout", "5")
+            # hang waits out the pair timeout (PAIR_TIMEOUT); every other pair of the tree takes seconds
+            done = run_cli("--config", str(config), "--json", "--timeout", PAIR_TIMEOUT_ARG)
             kept.write_text(json.dumps([done.args, done.returncode, done.stdout, done.stderr]))
     done = subprocess.CompletedProcess(*json.loads(kept.read_text()))
     assert done.returncode == 0, done.stderr

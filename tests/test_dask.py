@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, REPO, run_cli, verdict, write_config
+from conftest import FIXTURES, PAIR_TIMEOUT_ARG, REPO, run_cli, verdict, write_config
 
 pytest.importorskip("distributed")
 
@@ -68,12 +68,12 @@ def _three_problems(tree: Path) -> Path:
 
 def test_dask_gives_the_local_verdicts(tmp_path, fixture_tree, tree_run):
     """The same pairs, the same statuses, each pair once; the dask run finds the local run's builds cached. The local
-    run is conftest's tree_run (the whole fixture tree; its shorter timeout only waits out hang, which SUBSET leaves
+    run is conftest's tree_run (the whole fixture tree; only hang waits out its timeout, and SUBSET leaves it
     out), read for SUBSET's candidates."""
     local_tmp, _, _, local = tree_run
     config = write_config(tmp_path, fixture_tree)
     t0 = time.monotonic()
-    dask = run_cli("--config", str(config), "--timeout", "10", "--candidate", SUBSET, "--executor", "dask")
+    dask = run_cli("--config", str(config), "--timeout", PAIR_TIMEOUT_ARG, "--candidate", SUBSET, "--executor", "dask")
     print(f"dask run {time.monotonic() - t0:.1f} s")
     assert dask.returncode == 0, dask.stderr
     by_executor = {}

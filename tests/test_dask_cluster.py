@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, write_config
+from conftest import PAIR_TIMEOUT_ARG, REPO, write_config
 from test_dask import LOST, results, run_id, verdict
 
 pytest.importorskip("distributed")
@@ -255,7 +255,7 @@ LOCAL = {("level1/001_relu_scale", "level1/001_relu_scale/aa_same_ops"): "ok",
 
 def test_readme_cluster_gives_the_local_statuses_and_survives_a_killed_worker(tmp_path, cluster):
     config = config_for(tmp_path)
-    common = ["--config", str(config), "--device", "cpu", "--timeout", "30"]
+    common = ["--config", str(config), "--device", "cpu", "--timeout", PAIR_TIMEOUT_ARG]
     want = LOCAL
     t1 = time.monotonic()
 

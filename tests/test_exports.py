@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, json_records, run_cli, verdict, write_config
+from conftest import FIXTURES, json_records, PAIR_TIMEOUT_ARG, run_cli, verdict, write_config
 from harness.commands.kbexport import eval_results, kernelbench_metrics, pass_at_k, tree_problems
 from harness.commands.kbimport import import_kernelbench, summary_lines
 from harness.results.store import RunStore
@@ -85,7 +85,7 @@ def test_new_skeleton_builds_and_runs_ok_on_the_cpu(tmp_path):
     config = write_config(tmp_path, TREE, cache_dir=tmp_path / "cache")
     config.write_text(config.read_text().replace(f"cache_dir: {tmp_path / 'cache'}", "cache_dir: cache"))
     run = run_cli("--config", str(config), "--solutions-dir", str(solutions), "--problem", "001_linear_relu",
-                  "--json", "--timeout", "120", cwd=tmp_path)
+                  "--json", "--timeout", PAIR_TIMEOUT_ARG, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     record = json_records(run.stdout)["my_kernel"]
     assert record["build"]["status"] == "built", record["error"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_cli, run_dirs, verdict, write_config
+from conftest import PAIR_TIMEOUT_ARG, REPO, run_cli, run_dirs, verdict, write_config
 
 EXAMPLE = REPO / "examples" / "cpu"
 PROBLEM = EXAMPLE / "problems" / "level1" / "001_relu_scale.py"
@@ -54,7 +54,7 @@ def hostile_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hostile")
     tree = _tree(tmp / "tree")
     config = write_config(tmp, tree)
-    done = run_cli("--config", str(config), "--json", "--timeout", "30", timeout=600)
+    done = run_cli("--config", str(config), "--json", "--timeout", PAIR_TIMEOUT_ARG, timeout=1800)
     (run_dir,) = run_dirs(tmp)
     lines = (run_dir / "results.jsonl").read_text().splitlines()
     records = {json.loads(line)["solution"].rsplit("/", 1)[-1]: json.loads(line) for line in lines}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import FIXTURES, json_records, run_cli, verdict, write_config
+from conftest import FIXTURES, json_records, PAIR_TIMEOUT_ARG, run_cli, verdict, write_config
 from harness.core import flags
 from harness.core.config import load_config
 from harness.core.errors import InputError
@@ -365,7 +365,7 @@ def test_harness_oom_is_a_warning_row_that_keeps_a_pair_off_the_ranking():
 def memory_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("memory")
     config = write_config(tmp, FIXTURES / "memory")
-    done = run_cli("--config", str(config), "--json", "--timeout", "60")
+    done = run_cli("--config", str(config), "--json", "--timeout", PAIR_TIMEOUT_ARG)
     assert done.returncode == 0, done.stderr
     return json_records(done.stdout)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TEST_TIMING, _keep, cuda_available, run_cli, verdict
+from conftest import _keep, cuda_available, PAIR_TIMEOUT_ARG, REPO, run_cli, TEST_TIMING, verdict
 
 EXAMPLES = REPO / "examples" / "cpu"
 
@@ -186,7 +186,7 @@ def test_resume_uses_the_recorded_config_and_selection_and_cuts_a_torn_last_line
     other.write_text(other.read_text().replace("trials: 3", "trials: 4")
                      .replace(str(EXAMPLES), str(REPO / "tests" / "fixtures" / "tree")))
     done = run_cli("--config", str(other), "--output-dir", str(run_dir.parent), "--resume", run_dir.name, "--json",
-                   "--jobs", "1", "--timeout", "50")
+                   "--jobs", "1", "--timeout", PAIR_TIMEOUT_ARG)
     assert done.returncode == 0, done.stderr
     assert "results.jsonl:5: torn last line" in done.stderr
     new = json_records(done.stdout)

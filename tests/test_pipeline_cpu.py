@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import FIXTURES, REPO, SAMPLES_PER_ROUND, json_records, run_cli, run_dirs, verdict, write_config
+from conftest import (FIXTURES, json_records, PAIR_TIMEOUT, PAIR_TIMEOUT_ARG, REPO, run_cli, run_dirs,
+                      SAMPLES_PER_ROUND, verdict, write_config)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,7 @@ def test_every_pair_has_exactly_one_record(first_run):
     ("raises", "runtime_error", "invalid configuration argument"),
     ("segfault", "crashed", "SIGSEGV"),
     ("exit_fake_record", "crashed", "exited with code 0 before reporting"),
-    ("hang", "timeout", "timeout of 5 s"),
+    ("hang", "timeout", f"timeout of {PAIR_TIMEOUT} s"),
     ("nan_output", "incorrect", "NaN"),
     ("wrong_shape", "incorrect", "shape (64, 79) != expected (64, 80)"),
     ("cuda_only", "skipped", "CUDA sources"),
@@ -178,7 +179,7 @@ def test_report_rerenders_a_past_run(first_run):
 
 
 def test_resume_after_a_killed_run_and_a_second_run_compiles_nothing(first_run, tmp_path, fixture_tree):
-    """The first problem's pairs but `hang` (20 s of waiting for its timeout, nothing a resume needs): killed once 6
+    """The first problem's pairs but `hang` (it waits out PAIR_TIMEOUT, nothing a resume needs): killed once 6
     of the 11 have records, then resumed; every pair has one record. Both runs are second runs over first_run's
     builds (the session's cache): nothing compiled, no shared object written again, correct_cpp ok on its cached
     build. (That check was a run of its own, over correct_cpp alone.)"""
@@ -188,7 +189,8 @@ def test_resume_after_a_killed_run_and_a_second_run_compiles_nothing(first_run, 
     assert sos, "the first run built a shared object"
     mtimes = {p: p.stat().st_mtime_ns for p in sos}
     config = write_config(tmp_path, fixture_tree)
-    select = ("--timeout", "20", "--problem", "*001*", "--candidate", "*[!g]")   # hang: the one name ending in g
+    select = ("--timeout", PAIR_TIMEOUT_ARG, "--problem", "*001*",
+              "--candidate", "*[!g]")                   # hang: the one name ending in g
     args = [sys.executable, str(REPO / "run_eval.py"), "--config", str(config), *select]
     proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, REPO, json_records, run_dirs, verdict, write_config
+from conftest import FIXTURES, json_records, PAIR_TIMEOUT_ARG, REPO, run_dirs, verdict, write_config
 
 ORPHANS = FIXTURES / "orphans"
 
@@ -122,7 +122,7 @@ def _tag() -> str:
 def orphan_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("orphans")
     tag = _tag()
-    proc, pids = _start(tmp, tag, "--json", "--problem", "*001*", "--timeout", "120", jobs=2)
+    proc, pids = _start(tmp, tag, "--json", "--problem", "*001*", "--timeout", PAIR_TIMEOUT_ARG, jobs=2)
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-3000:]
     return tmp, tag, pids, json_records(out)
@@ -166,7 +166,7 @@ def test_killed_parent_leaves_nothing(tmp_path, moment):
     its job is sent, so its job waits in its pipe while it starts (a spare would have started beside the reference
     and be reading its pipe by then)."""
     tag = _tag()
-    proc, pids = _start(tmp_path, tag, "--problem", "*004*", "--timeout", "120", spare_workers="off")
+    proc, pids = _start(tmp_path, tag, "--problem", "*004*", "--timeout", PAIR_TIMEOUT_ARG, spare_workers="off")
     deadline = time.monotonic() + 300
     hit = None
     while hit is None and time.monotonic() < deadline and proc.poll() is None:
