@@ -3,7 +3,7 @@ directory keyed by a hash of the candidate source, the toolchain and the build f
 
 A directory whose build.json exists is reused: an unchanged candidate is never rebuilt across runs, and the
 execute worker, pointed at the same TORCH_EXTENSIONS_DIR with the same flags, finds its extensions built. The cache
-is checked before it is trusted (`_damage`): an entry that is not a plain folder, holds a link, or whose build.json
+is checked before it is trusted (`entry_damage`): an entry that is not a plain folder, holds a link, or whose build.json
 is not a regular file with a build result's fields is removed and built again, once, with a warning.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from harness.shared import messages as m
 from harness.shared.messages import BuildJob, wire
 from harness.results.parts import Build, Sandbox
 from harness.run.workerproc import Worker, WorkerExit, status_of, worker_env
-from harness.results.signing import RunKey
+from harness.run.cachedirs import hidden_from_candidates
 from harness.core.untrusted import ReadError, load_json, read_bytes, show_path, write_text
 
 BUILD_FORMAT = 2        # bump when the build recipe below changes, to invalidate every cached build
@@ -85,7 +85,7 @@ _SAVED_TYPES = {"status": str, "error": (str, type(None)), "compiler_output": (s
                 "seconds": (int, float), "sandbox": (dict, type(None))}
 
 
-def _damage(build_dir: Path, source: str | None) -> str | None:
+def entry_damage(build_dir: Path, source: str | None = None) -> str | None:
     """Why a cache entry cannot be trusted, or None (sound, or not there yet): not a plain folder, a link in it,
     a build.json that is not a regular file holding a build result, an extracted candidate.py that is not the
     candidate's code."""
@@ -135,7 +135,7 @@ def _saved_damage(marker: Path) -> str | None:
     return None
 
 
-def _remove_entry(build_dir: Path) -> None:
+def remove_entry(build_dir: Path) -> None:
     """A damaged cache entry out of the way (a link or a file is unlinked, never followed)."""
     if build_dir.is_symlink() or not build_dir.is_dir():
         build_dir.unlink()
@@ -150,11 +150,11 @@ def _prepare_dir(pair: Pair, root: Path, toolchain: Toolchain) -> tuple[str, Pat
     key = build_key(cand.source or "", toolchain)
     build_dir = (root / key).absolute()              # its paths reach processes that change directory (ninja)
     extracted = cand.path.suffix != ".py"            # an extracted response: the code block is the candidate
-    damage = _damage(build_dir, cand.source if extracted else None)
+    damage = entry_damage(build_dir, cand.source if extracted else None)
     warning = None
     if damage is not None:
         warning = f"build cache {show_path(build_dir)}: {damage}; removed and built again"
-        _remove_entry(build_dir)
+        remove_entry(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
     if not extracted:
         return key, build_dir, cand.path.resolve(), warning
@@ -221,7 +221,7 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
         return BuildResult("skipped", "the candidate uses Triton, whose kernels need a GPU; this run is on the CPU",
                            **base)
     marker = build_dir / "build.json"
-    if os.path.lexists(marker):                 # checked by _damage: a regular file holding a build result
+    if os.path.lexists(marker):                 # checked by entry_damage: a regular file holding a build result
         try:
             saved = load_json(read_bytes(marker, MARKER_LIMIT, follow=False))
             return BuildResult(**{**saved, **base, "cached": True})
@@ -237,7 +237,7 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
         if live is not None:
             live.add(worker)
         worker.send(wire(BuildJob(str(candidate_path), str(pair.problem.path.resolve()), toolchain.device_kind, seed,
-                                  hide=[str(RunKey.keys_dir(root.parent))])))     # root: <cache_dir>/builds
+                                  hide=hidden_from_candidates(root.parent))))     # root: <cache_dir>/builds
         reply = _built(worker.recv(time.monotonic() + timeout))
     except WorkerExit as exc:
         _remove_stale_locks(build_dir)

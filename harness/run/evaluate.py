@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.run import defenses, memory, modes, paired, sizes
+from harness.run import compilecache, defenses, memory, modes, paired, sizes
 from harness.core import flags
 from harness.core.flags import Flag
 from harness.run.build import build_env
+from harness.run.cachedirs import hidden_from_candidates
 from harness.core.config import Config
 from harness.core.discover import Pair
 from harness.run.interleave import (CANDIDATE, EAGER, CandidateFailed, Collected, GraphFallback, Interleaver, fastest,
@@ -37,7 +38,6 @@ from harness.run.workerproc import SpareWorkers, Worker, WorkerExit, status_of
 from harness.results.parts import (Baseline, Correctness, Precision, Sandbox, Seed, SideStats, Timing, WorkerRun)
 from harness.results.records import RecordDraft, Status, finish
 from harness.core.seeds import RunSeed
-from harness.results.signing import RunKey
 from harness.shared import memplan
 from harness.shared.stats import summarize
 from harness.run.between import Term, Terms, widen
@@ -102,7 +102,8 @@ class ReferenceSide:
         self.worker.send(wire(ReferenceJob(
             str(pair.problem.path.resolve()), device, pc.seed.base, cfg.trials, self.mode.spec(cfg, [EAGER]),
             list(cfg.timing.compile_modes), probe, str(problem_dir), cfg.defenses, cfg.precision,
-            cfg.gpu_memory_gb, 2)))           # CUDA contexts: the pair's two (a spare holds none before its job)
+            cfg.gpu_memory_gb, 2,             # CUDA contexts: the pair's two (a spare holds none before its job)
+            env=compilecache.reference_env(cfg.cache_dir, pc.toolchain))))
         try:
             message = self.worker.recv(time.monotonic() + cfg.reference_timeout)
         except WorkerExit as exc:
@@ -314,7 +315,7 @@ def candidate_job(pair: Pair, pc: PairContext, reference: ReferenceSide, device:
     return CandidateJob(
         str(pair.problem.path.resolve()), build.candidate_path, device, pc.seed.base, cfg.trials,
         reference.mode.spec(cfg, [CANDIDATE]), str(pair_dir), str(reference.state_path),
-        cfg.defenses, cfg.precision, hide=[str(RunKey.keys_dir(cfg.cache_dir))], env=env,
+        cfg.defenses, cfg.precision, hide=hidden_from_candidates(cfg.cache_dir), env=env,
         memory_share_bytes=reference.plan.candidate if reference.plan else None)
 
 

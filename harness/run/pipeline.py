@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.run import between, meta
+from harness.run import between, compilecache, meta
 from harness.run.build import Toolchain, build_all
 from harness.core.config import Config, config_to_dict
 from harness.run.resume import selection_record
@@ -100,6 +100,16 @@ def make_dir(path: Path, key: str) -> None:
         raise UsageError(f"{key} {path}: cannot create it: {exc.strerror}") from None
 
 
+def prepare_compile_cache(cfg: Config, toolchain: Toolchain, warn: Callable[[str], None]) -> None:
+    """The reference workers' torch.compile caches, under cache_dir (harness.run.compilecache)."""
+    try:
+        said = compilecache.prepare(cfg.cache_dir, toolchain)
+    except OSError as exc:
+        raise UsageError(f"cache_dir {cfg.cache_dir}: cannot make its compile cache: {exc.strerror or exc}") from None
+    if said:
+        warn(said)
+
+
 def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: list[Pair] | None = None,
                  conclude: Callable[[RunStore], int] | None = None) -> int:
     """A run over the selected pairs (or `pairs`, e.g. calibrate's A/A pairs); `conclude` renders and chooses the
@@ -141,6 +151,7 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
         executor.check()
         started = time.monotonic()
         toolchain = toolchain_for(device, cfg, gpu_list)
+        prepare_compile_cache(cfg, toolchain, warn)
         records_out: list[dict[str, Any]] = []
         with _progress(console) as progress:
             build_task = progress.add_task("build", total=len(pairs))

@@ -48,6 +48,8 @@ class ReferenceJob:
     precision: str | None = None
     gpu_memory_gb: float | None = None      # the pair's device memory budget in GiB (None: the card's; memplan)
     cuda_contexts: int = 2          # processes holding a CUDA context on the device during a pair (memplan)
+    env: dict[str, str] = field(default_factory=dict)   # its torch.compile caches' folders (harness.run.compilecache),
+                                                        # applied by the worker's entry point before the role runs
 
 
 @dataclass(frozen=True)
