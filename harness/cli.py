@@ -122,7 +122,8 @@ CALIBRATE_PROCESSES = 3     # the fewest process pairs `calibrate` measures a pr
 # Flags of the main run that calibrate and ci do not take, and why (the one line a user gets for one).
 CALIBRATE_NOT_HERE = {flag: "it runs each problem's own Model as the candidate; select problems with --level and "
                             "--problem" for flag in ("--candidate", "--problem-file", "--solution-file")}
-CI_NOT_HERE = {"--resume": "it selects its pairs from git and starts a run of its own each time",
+CI_NOT_HERE = {**{flag: "it selects its pairs from git and starts a run of its own each time"
+                  for flag in ("--resume", "--add-new")},
                **{flag: "it selects its pairs from git (what changed since --base)"
                   for flag in ("--problem-file", "--solution-file")}}
 
@@ -192,8 +193,11 @@ def add_run_arguments(p: argparse.ArgumentParser, without: dict[str, str] | None
     add("--scheduler", metavar="ADDRESS",
         help="with --executor dask: the dask scheduler to use, e.g. tcp://host:8786 (default: start a LocalCluster "
              "on this machine)")
-    add("--resume", metavar="RUN_ID", help="continue a run: evaluate only pairs without a record, with the config "
-                                           "and selection the run recorded")
+    add("--resume", metavar="RUN_ID", help="continue a run: evaluate only its pairs without a record, with the "
+                                           "config and selection the run recorded; never a pair the run did not "
+                                           "have (a candidate written since it started)")
+    add("--add-new", action="store_true", help="with --resume: also evaluate, and add to the run, the pairs its "
+                                               "selection matches now that it did not have")
     add("--json", action="store_true", help=json_help)
 
 
@@ -218,6 +222,9 @@ def load_run_config(args: argparse.Namespace) -> Config:
         path = Path("config.yaml")
     elif path is not None and not path.is_file():
         raise UsageError(f"{path}: no such config file")
+    if getattr(args, "add_new", False) and args.resume is None:
+        raise UsageError("--add-new goes with --resume RUN_ID (it adds pairs to that run); a new run takes every "
+                         "selected pair")
     if args.resume is not None:             # the run's own config and selection; today's only say where it is
         output_dir = Path(args.output_dir or (load_config(path, {}).output_dir if path else "results"))
         return resumed_config(args, _run_parser(), _overrides, output_dir)

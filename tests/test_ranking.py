@@ -140,3 +140,25 @@ def test_compare_and_ci_read_the_same(run):
     verdict = ci.judge(records, None)
     assert verdict.exit_code == 0 and not verdict.unranked            # a control is not a flagged candidate
     assert summary_figures(ci.markdown(records, verdict, run_id, None)) == EXPECTED
+
+
+def test_skipped_cuda_candidates_are_a_line_per_family_and_the_hint_ends_the_output(tmp_path):
+    """A first run on a machine without a GPU over a CUDA tree: no row per never-built pair, a count per level,
+    and the last line names the tree that runs on the CPU."""
+    store = RunStore.create(tmp_path / "results", {"config": {"cache_dir": str(tmp_path / "cache")}})
+    skipped = {"status": "skipped", "cached": False, "seconds": 0.0, "key": "k", "extensions": [],
+               "compiler_output": None, "sandbox": None}
+    for level, count in (("level1", 30), ("level2", 12)):
+        for i in range(count):
+            problem = f"{level}/{i:03d}_op"
+            store.append({**record(problem, "cuda_kernel", 1.0), "status": "skipped", "correct": False,
+                          "speedup": None, "speedup_ci": None, "error": "candidate holds CUDA code",
+                          "build": skipped, "timing": None, "run_id": store.run_id})
+    store.append({**record("level1/000_op", "cpp_loop", 1.5), "run_id": store.run_id})
+    store.finish()
+    done = run_cli("report", store.run_id, "--output-dir", str(tmp_path / "results"))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert "cuda_kernel" not in done.stdout and "cpp_loop" in done.stdout
+    assert any("42 pairs: level1 30, level2 12" in line for line in lines), done.stdout
+    assert lines[-1].startswith("a tree that runs on the CPU: python run_eval.py --problems-dir examples/cpu")

@@ -145,3 +145,39 @@ def test_a_run_that_cannot_be_continued_says_why(tmp_path):
         resume(out, run_id)
     with pytest.raises(UsageError, match="no such run"):
         resume(out, "20990101-000000-beef")
+
+
+# ---------------------------------------------------------------- which pairs a resume runs (issue 47)
+
+def _pairs(*names: str):
+    from harness.core.discover import Candidate, Pair
+    return [Pair(None, Candidate(f"level1/001_x/{n}", Path(f"{n}.py"), "", None), "level1/001_x") for n in names]
+
+
+def test_resume_never_adds_a_pair_the_run_did_not_have():
+    from harness.run.resume import pair_keys, resume_note, resume_selection
+    recorded = _pairs("a", "b", "c")
+    meta = {"pairs": pair_keys(recorded), "finished_at": "t"}
+    today = _pairs("a", "b", "c", "new1", "new2")                  # two candidates written since the run started
+    done = {("level1/001_x", "level1/001_x/a")}
+    resumed = resume_selection(today, meta, done, add_new=False)
+    assert [p.candidate.id for p in resumed.todo] == ["level1/001_x/b", "level1/001_x/c"]
+    assert resumed.keys == pair_keys(recorded)                       # the run's selection stays what it was
+    note = resume_note(resumed, "r1")
+    assert "2 pairs" in note and "not in run r1" in note and "--add-new" in note
+    added = resume_selection(today, meta, done, add_new=True)
+    assert [p.candidate.id.rsplit("/", 1)[-1] for p in added.todo] == ["b", "c", "new1", "new2"]
+    assert len(added.keys) == 5 and resume_note(added, "r1").startswith("--add-new: adding 2 pairs")
+    assert resume_note(resume_selection(recorded, meta, done, False), "r1") is None
+
+
+def test_a_finished_run_recorded_before_its_pair_list_gains_no_pair():
+    from harness.run.resume import resume_selection
+    done = {p.key for p in _pairs("a", "b")}
+    resumed = resume_selection(_pairs("a", "b", "new"), {"finished_at": "t"}, done, add_new=False)
+    assert resumed.todo == [] and [p.candidate.id for p in resumed.new] == ["level1/001_x/new"]
+
+
+def test_add_new_goes_with_resume(tmp_path):
+    with pytest.raises(UsageError, match="--add-new goes with --resume"):
+        cli.load_run_config(parse("--add-new", "--problems-dir", str(tmp_path)))

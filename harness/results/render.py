@@ -55,14 +55,19 @@ def render(records: list[dict[str, Any]], store, json_mode: bool, console) -> No
         return
     if console is None:
         return
-    console.print(report.table(records, f"run {store.run_id}", width=console.width))
+    shown = [r for r in report.as_records(records) if not report.never_built(r)]   # those: a line per family
+    if shown or not records:
+        console.print(report.table(shown, f"run {store.run_id}", width=console.width))
     sizes = report.sizes_table(records, "input sizes (problems that declare several)")
     if sizes is not None:
         console.print(sizes)
-    for line in report.summary_lines(agg):
+    unbuilt = report.unbuilt_lines(records)
+    for line in [*unbuilt[:1], *report.summary_lines(agg)]:
         console.print(line, highlight=False)
     console.print(f"results: {store.results_path}   leaderboard: {store.dir / 'leaderboard.md'}   page: {page}",
                   highlight=False)
+    for line in unbuilt[1:]:                                # the hint last, where a first run on a CPU ends
+        console.print(line, highlight=False)
 
 
 def write_site(output_dir: Path, warn) -> tuple[Path, int]:

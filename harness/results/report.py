@@ -12,6 +12,9 @@ from harness.results.records import Record, RecordLike, as_records
 from harness.core.untrusted import show_name
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
+CPU_EXAMPLES = "examples/cpu"           # problems and candidates that run on a machine without a GPU
+CPU_HINT = (f"a tree that runs on the CPU: python run_eval.py --problems-dir {CPU_EXAMPLES}/problems "
+            f"--solutions-dir {CPU_EXAMPLES}/solutions")
 COUNTS_AS_CORRECT = ("ok",)
 
 Records = Iterable[RecordLike]
@@ -278,6 +281,27 @@ def _compact_table(records: list[Record], title: str, width: int, compile_col: b
                 row.append(_text(abbreviate(cells[name][i], w)))
         t.add_row(*row)
     return t
+
+
+def never_built(record: Record) -> bool:
+    """A `skipped` pair whose candidate was never built (CUDA or Triton code on a machine without a GPU): the
+    table leaves it to unbuilt_lines."""
+    return record.status.value == "skipped" and (record.build is None or record.build.status == "skipped")
+
+
+def unbuilt_lines(records: Records) -> list[str]:
+    """For the pairs never_built: one line with their count per problem family (the level), then the hint that
+    names a tree that runs on the CPU; none when there are none."""
+    skipped = [r for r in as_records(records) if never_built(r)]
+    if not skipped:
+        return []
+    families: dict[str, int] = {}
+    for r in skipped:
+        family = r.problem.split("/", 1)[0]
+        families[family] = families.get(family, 0) + 1
+    counts = ", ".join(f"{family} {n}" for family, n in sorted(families.items()))
+    return [f"skipped, never built (candidates that hold CUDA code, where there is no GPU): {len(skipped)} "
+            f"pairs: {counts}", CPU_HINT]
 
 
 def summary_lines(agg: dict[str, Any]) -> list[str]:

@@ -12,16 +12,15 @@ from typing import Any, Callable
 from harness.run import between, compilecache, meta
 from harness.run.build import Toolchain, build_all
 from harness.core.config import Config, config_to_dict
-from harness.run.resume import selection_record
+from harness.run.resume import pair_keys, resume_note, resume_selection, selection_record
 from harness.core.discover import Pair, check_selection, check_trees, discover, needs_cuda, single_pair
 from harness.core.errors import RunInterrupted, UsageError, command_line
 from harness.run.executors import executor_for, scratch_root
 from harness.run.schedule import Context, Slot
 from harness.core.seeds import RunSeed
 from harness.results.records import now
+from harness.results.report import CPU_HINT       # names examples/cpu, a tree that runs without a GPU
 from harness.results.store import RunStore
-
-CPU_EXAMPLES = "examples/cpu"           # problems and candidates that run on a machine without a GPU
 
 
 def resolve_slots(cfg: Config, gpu_list: list[dict[str, Any]], gpus_given: bool = False) -> tuple[str, list[Slot]]:
@@ -89,8 +88,7 @@ def cpu_notice(pairs: list[Pair], gpu_list: list[dict[str, Any]]) -> str | None:
         return None
     where = "no GPU here" if not gpu_list else "running on the CPU"
     return (f"{where}: {cuda} of {len(pairs)} candidates hold CUDA code (cuda_sources, .cu files or Triton) and will "
-            f"be skipped; a tree that runs on the CPU: python run_eval.py --problems-dir {CPU_EXAMPLES}/problems "
-            f"--solutions-dir {CPU_EXAMPLES}/solutions")
+            f"be skipped; {CPU_HINT}")
 
 
 def make_dir(path: Path, key: str) -> None:
@@ -131,15 +129,18 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
 
     if args.resume:
         store = RunStore.resume(output_dir, args.resume, warn)
-        done = store.done_keys()
-        pairs = [p for p in pairs if p.key not in done]
+        resumed = resume_selection(pairs, store.metadata(), store.done_keys(), bool(getattr(args, "add_new", False)))
+        pairs = resumed.todo
+        note = resume_note(resumed, store.run_id)
+        if note:
+            console.print(note, highlight=False, markup=False, soft_wrap=True)
         seed = RunSeed.resumed(store.metadata().get("seed"), cfg.seed)
-        store.update_metadata(resumed_at=[*store.metadata().get("resumed_at", []), now()])
+        store.update_metadata(resumed_at=[*store.metadata().get("resumed_at", []), now()], pairs=resumed.keys)
     else:
         seed = RunSeed.resolve(cfg.seed)
         store = RunStore.create(output_dir, {**meta.collect(["run_eval.py", *argv], gpu_list), "device": device,
                                              "started_at": now(), "config": config_to_dict(cfg),
-                                             "selection": selection_record(cfg, args),
+                                             "selection": selection_record(cfg, args), "pairs": pair_keys(pairs),
                                              "seed": seed.record()}, warn)
     with _resume_hint_on_interrupt(store, cfg, argv):
         notice = cpu_notice(pairs, gpu_list) if device == "cpu" else None

@@ -2,18 +2,25 @@
 "selection"), never with today's config.yaml or flags. Flags that only say where and how the work is spread
 (--output-dir, --jobs, --gpus, --timeout, --json, --config) may be given; any other flag that differs from what the
 run recorded is refused, because the records would no longer measure one thing. New lines are signed with the run's
-own key, read back from the key file run.json names; a run whose key file is gone cannot be resumed (exit 2)."""
+own key, read back from the key file run.json names; a run whose key file is gone cannot be resumed (exit 2).
+
+A run records the pairs it selected (run.json's "pairs"); a resume evaluates those of them that have no record and
+never a pair the run did not have (a candidate written since it started). `--add-new` adds such pairs to the run,
+and says which."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 from typing import Any, Callable
 
+from dataclasses import dataclass
+
 from harness.core.config import Config, config_from_dict, config_to_dict, flatten, load_config, merge_overrides
+from harness.core.discover import Pair
 from harness.core.errors import InputError, UsageError
 from harness.results.signing import key_to_resume
 
-FREE_FLAGS = ("resume", "output_dir", "json", "config", "jobs", "gpus", "timeout", "strict", "help")
+FREE_FLAGS = ("resume", "add_new", "output_dir", "json", "config", "jobs", "gpus", "timeout", "strict", "help")
 RUNTIME_KEYS = ("output_dir", "jobs", "gpus", "timeout")
 SELECTION_KEYS = ("problems_dir", "solutions_dir", "level", "problem", "candidate", "problem_file", "solution_file")
 PATH_KEYS = ("problems_dir", "solutions_dir", "problem_file", "solution_file")
@@ -136,3 +143,50 @@ def _show(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ",".join(map(str, value)) or "[]"
     return str(value)
+
+
+def pair_keys(pairs: list[Pair]) -> list[list[str]]:
+    """What run.json records of a run's selection: each pair's [problem, solution]."""
+    return [list(p.key) for p in pairs]
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What a resume evaluates: `todo`, the run's own pairs without a record (and with --add-new the new ones);
+    `new`, pairs the selection matches today that the run did not have; `added`, whether --add-new took them."""
+    todo: list[Pair]
+    new: list[Pair]
+    added: bool
+    keys: list[list[str]]           # the run's pairs after this resume (run.json's "pairs")
+
+
+def resume_selection(pairs: list[Pair], meta: dict[str, Any], done: set[tuple[str, str]],
+                     add_new: bool) -> Resumed:
+    """The pairs a resume runs, out of `pairs` (what the recorded selection matches today). A run.json from before
+    the pair list: a finished run had the pairs it has records of, an unfinished one what the selection matches."""
+    recorded = _recorded_keys(meta)
+    if recorded is None:
+        recorded = set(done) if meta.get("finished_at") else {p.key for p in pairs}
+    new = [p for p in pairs if p.key not in recorded]
+    own = [p for p in pairs if p.key in recorded and p.key not in done]
+    keys = sorted(recorded | ({p.key for p in new} if add_new else set()))
+    return Resumed(own + (new if add_new else []), new, add_new, [list(k) for k in keys])
+
+
+def resume_note(resumed: Resumed, run_id: str) -> str | None:
+    """The one line about pairs the run did not have: added (--add-new), or left out and how to add them."""
+    if not resumed.new:
+        return None
+    count = f"{len(resumed.new)} pair{'s' if len(resumed.new) != 1 else ''}"
+    names = ", ".join(p.candidate.id for p in resumed.new[:3]) + (", ..." if len(resumed.new) > 3 else "")
+    if resumed.added:
+        return f"--add-new: adding {count} that run {run_id} did not have: {names}"
+    return (f"{count} match the run's selection but were not in run {run_id} (written since it started: {names}); "
+            f"left out: --resume {run_id} --add-new adds them to this run, or start a new run")
+
+
+def _recorded_keys(meta: dict[str, Any]) -> set[tuple[str, str]] | None:
+    keys = meta.get("pairs")
+    if not isinstance(keys, list) or not all(isinstance(k, list) and len(k) == 2 for k in keys):
+        return None
+    return {(str(k[0]), str(k[1])) for k in keys}
