@@ -20,6 +20,7 @@ LAYERS = {
     "run": 3,               # a run's parent side: pipeline, schedule, evaluate, interleave, build, executors
     "commands": 4,          # the subcommands
     "cli": 5,               # harness/cli.py: imports everything, imported by nothing
+    "api": 5,               # harness/api.py: the Python API for agent loops, over the run layer; imported by nothing
 }
 
 
@@ -33,8 +34,8 @@ MODULES = {_module(p): p for p in ROOT.rglob("*.py")}
 
 def _folder(module: str) -> str:
     parts = module.split(".")
-    if module == "harness.cli":
-        return "cli"
+    if module in ("harness.cli", "harness.api"):
+        return module.split(".")[1]
     return parts[1] if len(parts) > 2 or (len(parts) == 2 and MODULES[module].name == "__init__.py") else "harness"
 
 
@@ -103,6 +104,13 @@ def test_the_worker_side_is_one_folder_that_imports_only_the_shared_wire():
 
 def test_nothing_imports_the_cli():
     assert not [m for m in GRAPH if "harness.cli" in GRAPH[m]]
+
+
+def test_nothing_imports_the_api():
+    """harness.api sits over the run layer (a run through the same pipeline as the CLI's); no harness module,
+    the run layer least of all, depends on it."""
+    assert "harness.run.pipeline" in GRAPH["harness.api"]
+    assert not [m for m in GRAPH if "harness.api" in GRAPH[m]]
 
 
 def test_the_parent_imports_no_torch_at_module_import_time():

@@ -109,9 +109,10 @@ def prepare_compile_cache(cfg: Config, toolchain: Toolchain, warn: Callable[[str
 
 
 def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: list[Pair] | None = None,
-                 conclude: Callable[[RunStore], int] | None = None) -> int:
+                 conclude: Callable[[RunStore], int] | None = None,
+                 on_record: Callable[[dict[str, Any]], None] | None = None) -> int:
     """A run over the selected pairs (or `pairs`, e.g. calibrate's A/A pairs); `conclude` renders and chooses the
-    exit code instead of the default table."""
+    exit code instead of the default table; `on_record` is handed each record as it is stored (harness.api)."""
     from harness.run.progress import Current
     from harness.results.render import render, wide_console
     console = wide_console(stderr=True)
@@ -175,6 +176,8 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
             def emit(record: dict[str, Any]) -> None:
                 store.append(record)
                 records_out.append(record)
+                if on_record is not None:
+                    on_record(record)
                 current.finished(record.get("solution"))
                 progress.advance(eval_task)
                 if args.json:
