@@ -246,10 +246,13 @@ def test_v1_records_render_without_ci_and_leaderboard_shows_ci_compile_and_flags
     assert report.aggregate([rec(speedup=2.0, ci=[1.9, 2.1]), rec(speedup=0.5)])["geomean_speedup"] == 1.0
 
 
-def test_abbreviate_problem_keeps_level_and_number():
+def test_abbreviate_problem_keeps_number_and_distinctive_end():
+    """An id is cut in its middle: its number and the end of its name tell problems apart (issue 47)."""
     assert report.abbreviate_problem("level1/001_x", 40) == "level1/001_x"
     short = report.abbreviate_problem("level1/023_conv_transpose3d_batchnorm", 16)
-    assert short.startswith("level1/023_") and short.endswith("\u2026") and len(short) == 16
+    assert short.startswith("023_") and short.endswith("batchnorm") and "\u2026" in short and len(short) == 16
+    wider = report.abbreviate_problem("level1/023_conv_transpose3d_batchnorm", 26)
+    assert wider.startswith("level1/023_") and wider.endswith("_batchnorm") and len(wider) == 26
     assert len(report.abbreviate_problem("kernelbench-level2/023_conv_transpose3d", 20)) == 20
 
 

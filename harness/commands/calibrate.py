@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from harness.core import flags
+from harness.results import fit
+from harness.results.fit import Col
 from harness.core.discover import Candidate, Pair, Problem
 from harness.run import between
 from harness.results.records import Record, RecordLike, Status, as_records
@@ -51,6 +53,17 @@ class Row:
         """What the machine needs of this problem: 1.0 within the target and inside the CI."""
         return self.within_target and self.one_inside_ci
 
+    @property
+    def word(self) -> str:
+        """The row's verdict, as the table shows it and the summary counts it."""
+        if self.status != "ok" or self.speedup is None:
+            return NOT_MEASURED
+        return "ok" if self.good else OUTSIDE_TARGET if not self.within_target else OUTSIDE_CI
+
+
+NOT_MEASURED, OUTSIDE_TARGET, OUTSIDE_CI = "not measured", "outside target", "1.0 outside CI"
+WORDS = ("ok", OUTSIDE_TARGET, OUTSIDE_CI, NOT_MEASURED)
+
 
 def rows(records: Iterable[RecordLike], target: float) -> list[Row]:
     return [row(r, target) for r in sorted(as_records(records), key=lambda r: r.problem)]
@@ -65,12 +78,23 @@ def row(r: Record, target: float) -> Row:
 
 
 def verdict(table: list[Row]) -> dict[str, Any]:
+    """The counts the summary prints, each a count of the rows' own verdict words (Row.word)."""
     n = len(table)
+    words = {w: sum(r.word == w for r in table) for w in WORDS}
     return {"problems": n,
             "within_target": sum(r.within_target for r in table),
             "one_inside_ci": sum(r.one_inside_ci for r in table),
             "not_ok": sum(r.status != "ok" for r in table),
-            "passed": n > 0 and all(r.good for r in table)}
+            "verdicts": words,
+            "passed": n > 0 and words["ok"] == n}
+
+
+def summary_line(table: list[Row], target: float) -> str:
+    """'1 of 3 ok (1.0 within 1 +/- 5.00% and inside the CI); 2 outside target; ...': what the rows say."""
+    v = verdict(table)
+    rest = "; ".join(f"{n} {w}" for w, n in v["verdicts"].items() if w != "ok" and n)
+    return (f"{v['verdicts']['ok']} of {v['problems']} ok (1.0 within 1 +/- {target:.2%} and inside the CI)"
+            + (f"; {rest}" if rest else ""))
 
 
 def write(path: Path, run_id: str, target: float, table: list[Row]) -> None:
@@ -78,24 +102,27 @@ def write(path: Path, run_id: str, target: float, table: list[Row]) -> None:
                                 "rows": [asdict(r) for r in table]}, indent=2) + "\n")
 
 
+CALIBRATE_COLUMNS = (Col("problem", cut="middle", least=14), Col("speedup", justify="right"),
+                     Col("95% CI", justify="right"), Col("verdict", cut="end", least=14),
+                     Col("rounds", keep=2, justify="right"), Col("mode", keep=3), Col("status", keep=1))
+
+
 def render(table: list[Row], target: float, console) -> None:
-    from rich.table import Table
-    t = Table(title=f"A/A calibration (target: 1.0 +/- {target:.2%})", title_justify="left")
-    for name in ("problem", "status", "speedup", "95% CI", "rounds", "mode", "verdict"):
-        t.add_column(name, overflow="fold")
+    rows = []
     for r in table:
-        if r.status != "ok" or r.speedup is None:
-            t.add_row(r.problem, r.status, "-", "-", "-", "-", f"[yellow]{(r.error or '')[:80]}")
+        if r.word == NOT_MEASURED:
+            rows.append([r.problem, "-", "-", f"{NOT_MEASURED}: {r.error or r.status}", "-", "-", r.status])
             continue
-        good = r.good
-        word = "ok" if good else ("outside target" if not r.within_target else "1.0 outside CI")
         ci = f"[{r.ci[0]:.4f}, {r.ci[1]:.4f}]" if r.ci else "-"
-        t.add_row(r.problem, r.status, f"{r.speedup:.4f}", ci, str(r.rounds), str(r.mode),
-                  f"[{'green' if good else 'red'}]{word}{' (noisy)' if r.noisy else ''}")
-    console.print(t)
-    v = verdict(table)
-    console.print(f"{v['within_target']}/{v['problems']} within 1 +/- {target:.2%}; 1.0 inside the CI for "
-                  f"{v['one_inside_ci']}/{v['problems']}; not ok: {v['not_ok']}", highlight=False)
+        rows.append([r.problem, f"{r.speedup:.4f}", ci, r.word + (" (noisy)" if r.noisy else ""), str(r.rounds),
+                     str(r.mode), r.status])
+
+    def style(row: int, col: int) -> str | None:
+        word = table[row].word
+        return None if col != 3 else "green" if word == "ok" else "yellow" if word == NOT_MEASURED else "red"
+    console.print(fit.table(CALIBRATE_COLUMNS, rows, f"A/A calibration (target: 1.0 +/- {target:.2%})",
+                            console.width, style))
+    console.print(summary_line(table, target), highlight=False)
 
 
 # ---------------------------------------------------------------- the between-process term (harness.run.between)

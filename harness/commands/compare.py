@@ -352,7 +352,7 @@ def table(rows: list[Row], title: str, width: int | None = None):
     from rich import box
     from rich.table import Table
     from rich.text import Text
-    from harness.results.report import COMPACT_BELOW, abbreviate, abbreviate_problem, split_names
+    from harness.results.report import COMPACT_BELOW, abbreviate_problem, split_names
     compact = width is not None and width < COMPACT_BELOW
     cells = [[r.problem, r.candidate, fmt_side(r.a), fmt_side(r.b), fmt_change(r.change), r.verdict] for r in rows]
     widths: list[int | None] = [None] * len(HEADERS)
@@ -370,7 +370,7 @@ def table(rows: list[Row], title: str, width: int | None = None):
         problem_w, candidate_w = split_names(max(width - fixed, 0), natural(0), natural(1), 12, 6)
         widths = [problem_w, candidate_w, *(natural(i) for i in range(2, 6))]
         for c in cells:
-            c[0], c[1] = abbreviate_problem(c[0], problem_w), abbreviate(c[1], candidate_w)
+            c[0], c[1] = abbreviate_problem(c[0], problem_w), abbreviate_problem(c[1], candidate_w)
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
               show_edge=not compact, pad_edge=not compact, collapse_padding=compact)
     for name, w in zip(HEADERS, widths):

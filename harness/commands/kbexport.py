@@ -328,13 +328,17 @@ def kernelbench_metrics(records: Iterable[RecordLike], tree: dict[str, list[str]
     return {"levels": levels}
 
 
-def kernelbench_table(metrics: dict[str, Any], title: str):
-    from rich.table import Table
-    t = Table(title=title, title_justify="left")
+def kernelbench_table(metrics: dict[str, Any], title: str, width: int | None = None):
+    """Per level: its counts, fast_p and pass@k; within `width` columns the counts and the rarer p values are left
+    out first (harness.results.fit), never cut into unreadable headers."""
+    from harness.results.fit import Col, table
     ks = sorted({k for m in metrics["levels"].values() for k in m["pass_at_k"]}, key=int)
-    for name in ("level", "problems", "evaluated", "samples", *(f"fast_{p:g}" for p in FAST_P),
-                 *(f"pass@{k}" for k in ks)):
-        t.add_column(name, justify="left" if name == "level" else "right")
+    rarer = {0.5: 3, 0.8: 3, 1.5: 2, 2.0: 2}                # fast_0 and fast_1 stay longest
+    cols = [Col("level", cut="middle", least=8), Col("problems", keep=4, justify="right"),
+            Col("evaluated", keep=5, justify="right"), Col("samples", keep=5, justify="right"),
+            *(Col(f"fast_{p:g}", keep=rarer.get(p, 0), justify="right") for p in FAST_P),
+            *(Col(f"pass@{k}", keep=1, justify="right") for k in ks)]
+    rows = []
     for level, m in metrics["levels"].items():
         row = [level, str(m["problems"]), str(m["evaluated"]), str(m["samples"])]
         row += [f"{m['fast_p'][str(p)]:.1%}" for p in FAST_P]
@@ -342,8 +346,8 @@ def kernelbench_table(metrics: dict[str, Any], title: str):
             entry = m["pass_at_k"].get(k)
             value = None if entry is None else entry["value"]
             row.append("-" if value is None else f"{value:.1%} (n={entry['problems']})")
-        t.add_row(*row)
-    return t
+        rows.append(row)
+    return table(cols, rows, title, width)
 
 
 # ---------------------------------------------------------------- the export
@@ -438,7 +442,8 @@ def report_kernelbench(store, records: Iterable[RecordLike], problems_dir: Path 
     if json_mode:
         print(json.dumps({"run_id": store.run_id, "problems_dir": None if root is None else str(root), **metrics}))
         return 0
-    console.print(kernelbench_table(metrics, f"run {store.run_id}: KernelBench fast_p (sample 0) and pass@k"))
+    console.print(kernelbench_table(metrics, f"run {store.run_id}: KernelBench fast_p (sample 0) and pass@k",
+                                    console.width))
     for level, m in metrics["levels"].items():
         if m["missing"]:
             shown = ", ".join(p.split("/", 1)[1] for p in m["missing"][:5])

@@ -22,6 +22,8 @@ from harness.core.seeds import RunSeed
 from harness.results.records import Status
 from harness.run.workerproc import Worker, WorkerExit, set_worker_memory_gb, status_of, worker_env
 from harness.results.store import new_run_id, write_json_atomic
+from harness.results import fit
+from harness.results.fit import Col
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -99,12 +101,12 @@ def main(args: argparse.Namespace) -> int:
                              "wall_seconds": round(time.monotonic() - started, 1)})
     if not args.json:
         console = wide_console()
-        console.print(table(results))
+        console.print(table(results, console.width))
         bad = [r for r in results if r["verdict"] != "ok"]
         nondet = sum(1 for r in results if r.get("deterministic") is False)
         console.print(f"{len(results)} problems, {len(results) - len(bad)} pass lint, {len(bad)} do not, "
                       f"{nondet} not bit-for-bit deterministic; {time.monotonic() - started:.0f} s; written to "
-                      f"{path}", highlight=False)
+                      f"{path}", highlight=False, soft_wrap=True)     # a path at its end: never broken
     return 1 if args.strict and any(r["verdict"] != "ok" for r in results) else 0
 
 
@@ -180,22 +182,31 @@ def _yes(value: Any) -> str:
     return "-" if value is None else ("yes" if value else "no")
 
 
-def table(results: list[dict[str, Any]]):
-    from rich.table import Table
-    t = Table(title="problem lint", title_justify="left")
-    for name in ("problem", "verdict", "mean|out|", "std", "zeros pass", "const pass", "identity pass",
-                 "input dep", "param dep", "bitwise determ.", "NaN/Inf", "eager ms", "peak GB", "sizes", "why"):
-        t.add_column(name, overflow="fold")
-    for r in results:
-        colour = {"ok": "green", "degenerate": "red"}.get(r["verdict"], "yellow")
-        fmt = (lambda v, f: "-" if v is None else format(v, f))
-        t.add_row(r["problem"], f"[{colour}]{r['verdict']}", fmt(r.get("mean_abs"), ".3g"), fmt(r.get("std"), ".3g"),
-                  _yes(r.get("zeros_pass")), _yes(r.get("constant_pass")), _yes(r.get("identity_pass")),
-                  _yes(r.get("input_dependent")), _yes(r.get("param_dependent")), _yes(r.get("deterministic")),
-                  _yes(r.get("nan_or_inf")), fmt(r.get("eager_ms"), ".3f"), fmt(r.get("peak_memory_gb"), ".2f"),
-                  _sizes_text(r.get("sizes")),
-                  "; ".join((r.get("reasons") or []) + [f"skipped {s}" for s in r.get("skipped") or []]))
-    return t
+LINT_COLUMNS = (                # keep: 0 always shown; at a narrow width the larger numbers go first
+    Col("problem", cut="middle", least=14), Col("verdict"), Col("why", keep=1, cut="end", least=16),
+    Col("eager ms", keep=2, justify="right"), Col("zeros pass", keep=3), Col("const pass", keep=3),
+    Col("identity pass", keep=3), Col("input dep", keep=3), Col("param dep", keep=4), Col("NaN/Inf", keep=4),
+    Col("bitwise determ.", keep=4), Col("mean|out|", keep=5, justify="right"), Col("std", keep=5, justify="right"),
+    Col("peak GB", keep=5, justify="right"), Col("sizes", keep=6, cut="end", least=16))
+
+
+def table(results: list[dict[str, Any]], width: int | None = None):
+    """The lint table; within `width` columns (the console's) its least needed columns are left out (named in its
+    caption) and problem ids cut in their middle (harness.results.fit)."""
+    def fmt(value: Any, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+    rows = [[r["problem"], r["verdict"],
+             "; ".join((r.get("reasons") or []) + [f"skipped {s}" for s in r.get("skipped") or []]) or "-",
+             fmt(r.get("eager_ms"), ".3f"), _yes(r.get("zeros_pass")), _yes(r.get("constant_pass")),
+             _yes(r.get("identity_pass")), _yes(r.get("input_dependent")), _yes(r.get("param_dependent")),
+             _yes(r.get("nan_or_inf")), _yes(r.get("deterministic")), fmt(r.get("mean_abs"), ".3g"),
+             fmt(r.get("std"), ".3g"), fmt(r.get("peak_memory_gb"), ".2f"), _sizes_text(r.get("sizes"))]
+            for r in results]
+    colour = {"ok": "green", "degenerate": "red"}
+
+    def style(row: int, col: int) -> str | None:
+        return colour.get(results[row]["verdict"], "yellow") if col == 1 else None
+    return fit.table(LINT_COLUMNS, rows, "problem lint", width, style)
 
 
 def _sizes_text(sizes: Any) -> str:

@@ -15,12 +15,10 @@ from harness.core.untrusted import show_path, write_text
 
 
 def wide_console(stderr: bool = False):
-    """A rich console; when output is not a terminal (CI logs, files), wide enough that the table stays legible."""
-    Console = _console_class()
-    console = Console(stderr=stderr)
-    if not console.is_terminal:
-        console = Console(stderr=stderr, width=200)
-    return console
+    """A rich console as wide as the output: a terminal's width; piped (`report RUN | less`, a CI log), COLUMNS
+    when set, else the width of the terminal on stdin or stderr when there is one, else 80. Tables fit that width
+    (harness.results.fit); `--json`/`--csv` are the machine-readable outputs."""
+    return _console_class()(stderr=stderr)
 
 
 @functools.cache
@@ -64,10 +62,11 @@ def render(records: list[dict[str, Any]], store, json_mode: bool, console) -> No
     unbuilt = report.unbuilt_lines(records)
     for line in [*unbuilt[:1], *report.summary_lines(agg)]:
         console.print(line, highlight=False)
-    console.print(f"results: {store.results_path}   leaderboard: {store.dir / 'leaderboard.md'}   page: {page}",
-                  highlight=False)
+    for name, path in (("results", store.results_path), ("leaderboard", store.dir / "leaderboard.md"),
+                       ("page", page)):                   # a path is one word: never broken, one to a line
+        console.print(f"{name}: {path}", highlight=False, soft_wrap=True)
     for line in unbuilt[1:]:                                # the hint last, where a first run on a CPU ends
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, soft_wrap=True)   # a command, never broken
 
 
 def write_site(output_dir: Path, warn) -> tuple[Path, int]:

@@ -117,19 +117,10 @@ def abbreviate(text: str, limit: int) -> str:
 
 
 def abbreviate_problem(problem: str, limit: int) -> str:
-    """"<level>/<stem>" within `limit` characters: the stem is shortened first (its number prefix survives), then
-    a long level is cut in its middle."""
-    if len(problem) <= limit:
-        return problem
-    level, sep, stem = problem.rpartition("/")
-    if not sep:
-        return abbreviate(problem, limit)
-    if len(level) > 10:
-        level = level[:4] + "\u2026" + level[-5:]
-    room = limit - len(level) - 1
-    if room < 6:
-        return abbreviate(stem, limit)
-    return f"{level}/{abbreviate(stem, room)}"
+    """"<level>/<NNN>_<name>" within `limit` characters, cut in its middle so that its number and the end of its
+    name, which tell problems apart, survive (harness.results.fit.elide_middle)."""
+    from harness.results.fit import elide_middle
+    return elide_middle(problem, limit)
 
 
 def split_names(room: int, problem: int, candidate: int, problem_min: int, candidate_min: int) -> tuple[int, int]:
@@ -277,6 +268,8 @@ def _compact_table(records: list[Record], title: str, width: int, compile_col: b
                 cell = _flags_text(r)
                 cell.truncate(w, overflow="ellipsis")
                 row.append(cell)
+            elif name == "candidate":
+                row.append(_text(abbreviate_problem(cells[name][i], w)))
             else:
                 row.append(_text(abbreviate(cells[name][i], w)))
         t.add_row(*row)
