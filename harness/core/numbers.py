@@ -1,6 +1,6 @@
 """Numbers read back from JSON: a record line, a worker's message, run.json. JSON has no NaN or Inf, so the harness
 writes them as the strings str(float) gives ('nan', 'inf', '-inf': harness.shared.channel.clean_json); a bool is
-never a number."""
+never a number. An integer past a float's range reads as the infinity of its sign, as JSON's 1e400 does."""
 from __future__ import annotations
 
 import math
@@ -21,5 +21,14 @@ def number(value: Any, finite: bool = True) -> float | None:
     without it they are the floats they stand for."""
     if not is_number(value):
         return None
-    value = float(value)
+    value = as_float(value)
     return value if not finite or math.isfinite(value) else None
+
+
+def as_float(value: int | float | str) -> float:
+    """float(value), but an int too large for a float (a 400-digit one in a hostile record) is the infinity of its
+    sign instead of an OverflowError."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
