@@ -295,7 +295,9 @@ def cmd_ci(args: argparse.Namespace, argv: list[str]) -> int:
     def conclude(store) -> int:
         records = as_records(store.records())
         verdict = ci.judge(records, baseline)
-        machines = ci.machine_lines(baseline, baseline_meta, records, store.metadata())
+        from harness.results.render import run_target
+        machines = [*ci.machine_lines(baseline, baseline_meta, records, store.metadata()),
+                    *report.widening_lines(records, run_target(store.metadata()))]    # a CI a calibration widened
         publish(ci.markdown(records, verdict, store.run_id, baseline_name, machines, problems))
         return verdict.exit_code
 
@@ -316,6 +318,12 @@ def calibrate_arguments(p: argparse.ArgumentParser) -> None:
                      "except --candidate, --problem-file and --solution-file.")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when any problem reads outside 1 +/- target_rel_ci or its CI excludes 1.0")
+    p.add_argument("--busy-ok", action="store_true",
+                   help="keep the between-process term even when the machine was busy while calibrate ran (load "
+                        "average over cores + 2); the cache entry and the printed line say it was busy")
+    p.add_argument("--forget", action="store_true",
+                   help="remove this machine's between-process term from the cache (runs nothing); later "
+                        "one-process-pair CIs here take the defaults until calibrate keeps a term again")
     add_run_arguments(p, without=CALIBRATE_NOT_HERE,
                       processes_default=f"at least {CALIBRATE_PROCESSES} until this machine's between-process "
                                         "term is kept, then timing.processes",
@@ -330,6 +338,8 @@ def cmd_calibrate(args: argparse.Namespace, argv: list[str]) -> int:
     if args.compile_modes is None:
         args.compile_modes = "none"
     cfg = load_run_config(args)
+    if args.forget:
+        return _forget_term(cfg)
     if (args.processes is None and args.resume is None and cfg.timing.processes < CALIBRATE_PROCESSES
             and not _machine_calibrated(cfg)):
         argv = [*argv, "--processes", str(CALIBRATE_PROCESSES)]     # in run.json's argv too, for --resume
@@ -339,21 +349,56 @@ def cmd_calibrate(args: argparse.Namespace, argv: list[str]) -> int:
     if not problems:
         check_problem_selection(Path(cfg.problems_dir), cfg.level, cfg.problem)
 
+    watch = calibrate.LoadWatch().start()          # the machine's load while the A/A pairs run
+
     def conclude(store) -> int:
         target = store.metadata()["config"]["timing"]["target_rel_ci"]     # what the run used (cpu_timing on the CPU)
+        min_rounds = store.metadata()["config"]["timing"]["min_rounds"]
+        load = watch.stop()
+        store.update_metadata(load=load)
         table = calibrate.rows(store.records(), target)
+        found = calibrate.readings(store.records())
+        why_not = calibrate.soundness(table, found, None if args.busy_ok else load, min_rounds) if found else []
         path = Path(cfg.output_dir) / f"calibrate-{store.run_id}.json"
-        calibrate.write(path, store.run_id, target, table)
+        calibrate.write(path, store.run_id, target, table, load, why_not)
         calibrate.render(table, target, wide_console())
         print(f"calibration: {path}", file=sys.stderr)
-        kept = calibrate.keep_between_term(store, cfg.cache_dir)
-        for line in calibrate.between_lines(kept[1]) if kept else ["between-process term: not measured (one process "
-                                                                    "pair per problem; --processes 2 or more)"]:
+        if load.get("busy") and not found:
+            print(f"warning: {calibrate.soundness([], [], load, min_rounds)[0]}; these readings measure them too",
+                  file=sys.stderr)
+        kept = calibrate.keep_between_term(store, cfg.cache_dir, why_not, load)
+        if why_not:
+            lines = [calibrate.not_kept_line(why_not)]
+        elif kept:
+            lines = calibrate.between_lines(kept[1], target)
+        else:
+            lines = ["between-process term: not measured (one process pair per problem; --processes 2 or more)"]
+        for line in lines:
             print(line, file=sys.stderr)
         return 1 if args.strict and not calibrate.verdict(table)["passed"] else 0
 
     from harness.run.pipeline import run_pipeline
-    return run_pipeline(cfg, args, ["calibrate", *argv], pairs=calibrate.aa_pairs(problems), conclude=conclude)
+    try:
+        return run_pipeline(cfg, args, ["calibrate", *argv], pairs=calibrate.aa_pairs(problems), conclude=conclude)
+    finally:
+        watch.stop()
+
+
+def _forget_term(cfg: Config) -> int:
+    """`calibrate --forget`: this machine's between-process term out of the cache, said in one line."""
+    from harness.run import between, meta, pipeline
+    gpu_list = meta.gpus()
+    device, _ = pipeline.resolve_slots(cfg, gpu_list)
+    key = between.machine_key(device, gpu_list, meta.torch_versions()["torch"])
+    entry = between.forget(cfg.cache_dir, key)
+    if entry is None:
+        print(f"no between-process term kept for {key} (in {cfg.cache_dir}); nothing to forget")
+        return 0
+    when = report.calibration_date({"measured_at": entry.get("measured_at"),
+                                    "source": f"calibrate {entry.get('run_id')}"})
+    print(f"forgot the between-process term of {key} (calibration of {when}, run {entry.get('run_id')}); "
+          f"one-process-pair CIs here take the defaults again")
+    return 0
 
 
 def _machine_calibrated(cfg: Config) -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from harness.core import flags
-from harness.results import fit
+from harness.results import fit, report
 from harness.results.fit import Col
 from harness.core.discover import Candidate, Pair, Problem
 from harness.run import between
@@ -97,9 +97,11 @@ def summary_line(table: list[Row], target: float) -> str:
             + (f"; {rest}" if rest else ""))
 
 
-def write(path: Path, run_id: str, target: float, table: list[Row]) -> None:
-    path.write_text(json.dumps({"run_id": run_id, "target_rel_ci": target, **verdict(table),
-                                "rows": [asdict(r) for r in table]}, indent=2) + "\n")
+def write(path: Path, run_id: str, target: float, table: list[Row], load: dict[str, Any] | None = None,
+          why_not: list[str] | None = None) -> None:
+    """calibrate-<run>.json: the verdict, the machine's load during the run and why no term was kept (if so)."""
+    path.write_text(json.dumps({"run_id": run_id, "target_rel_ci": target, **verdict(table), "load": load,
+                                "unsound": why_not or [], "rows": [asdict(r) for r in table]}, indent=2) + "\n")
 
 
 CALIBRATE_COLUMNS = (Col("problem", cut="middle", least=14), Col("speedup", justify="right"),
@@ -139,22 +141,106 @@ def readings(records: Iterable[RecordLike]) -> list[between.ProcessReading]:
             s, ci = p.speedup, p.speedup_ci
             if isinstance(s, (int, float)) and isinstance(ci, list) and len(ci) == 2 and s > 0 and ci[0] > 0:
                 found.append(between.ProcessReading(r.problem, str(r.timing.mode), float(s), float(ci[0]),
-                                                    float(ci[1])))
+                                                    float(ci[1]), p.rounds if isinstance(p.rounds, int) else None))
     return found
 
 
-def keep_between_term(store, cache_dir: str) -> tuple[Path, dict[str, Any]] | None:
-    """Derive this machine's between-process term from the run's A/A process pairs and keep it in the cache (None
-    where the run had one process pair per problem: nothing to measure it from)."""
+class LoadWatch:
+    """The machine's load while calibrate runs: the 1-minute load average, read every `every` seconds on a thread
+    of its own (and at start and stop). The run's own workers add about HARNESS_LOAD; beyond that, more than one
+    runnable process per core means the A/A readings measure the other jobs as much as the machine."""
+    HARNESS_LOAD = 2.0
+
+    def __init__(self, every: float = 2.0) -> None:
+        import os
+        import threading
+        self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self.samples: list[float] = []
+        self._stop, self._every = threading.Event(), every
+        self._thread = threading.Thread(target=self._watch, name="calibrate-load", daemon=True)
+
+    @staticmethod
+    def read() -> float | None:
+        import os
+        try:
+            return os.getloadavg()[0]
+        except OSError:
+            return None
+
+    def _watch(self) -> None:
+        while True:
+            value = self.read()
+            if value is not None:
+                self.samples.append(value)
+            if self._stop.wait(self._every):
+                return
+
+    def start(self) -> "LoadWatch":
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, Any]:
+        """What run.json and calibrate-<run>.json keep: the samples' max and mean, the cores and the limit."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        samples = self.samples or [v for v in [self.read()] if v is not None]
+        limit = self.cores + self.HARNESS_LOAD
+        peak = max(samples) if samples else None
+        return {"max": peak, "mean": round(sum(samples) / len(samples), 2) if samples else None,
+                "samples": len(samples), "cores": self.cores, "limit": limit,
+                "busy": peak is not None and peak > limit}
+
+
+def soundness(table: list[Row], found: list[between.ProcessReading], load: dict[str, Any] | None,
+              min_rounds: int) -> list[str]:
+    """Why the run's readings cannot be kept as this machine's term (none: sound): its own A/A rows not all ok, too
+    few process pairs (or rounds) for a problem, or a busy machine."""
+    why = []
+    off = [r.problem for r in table if r.word != "ok"]
+    if off:
+        why.append(f"{len(off)} of {len(table)} of its own A/A rows are not ok ({', '.join(off[:3])}"
+                   f"{', ...' if len(off) > 3 else ''})")
+    thin = between.thin_problems(found, [r.problem for r in table], min_rounds)
+    if thin:
+        why.append(f"{len(thin)} problems have fewer than {between.MIN_PROCESS_PAIRS} process pairs of "
+                   f"{min_rounds} rounds or more ({', '.join(thin[:3])}{', ...' if len(thin) > 3 else ''})")
+    if load and load.get("busy"):
+        why.append(f"the machine was busy (load average up to {load['max']:.1f} on {load['cores']} cores, over "
+                   f"{load['limit']:.0f}: other jobs ran beside it)")
+    return why
+
+
+def keep_between_term(store, cache_dir: str, why_not: list[str] | None = None,
+                      load: dict[str, Any] | None = None) -> tuple[Path, dict[str, Any]] | None:
+    """Derive this machine's between-process term from the run's A/A process pairs and keep it in the cache, with
+    the load the machine was under (`load`); None where the run had one process pair per problem (nothing to
+    measure it from) or `why_not` says it is not sound (the term kept before, if any, stays)."""
     found = readings(store.records())
-    if not found:
+    if not found or why_not:
         return None
     meta = store.metadata()
     key = between.machine_key(meta.get("device") or "cpu", meta.get("gpus") or [], str(meta.get("torch")))
     entry = between.derive(found, store.run_id, key, str(meta.get("finished_at") or meta.get("started_at")))
+    if load is not None:
+        entry["load"] = load
     return between.save(cache_dir, key, entry), entry
 
 
-def between_lines(entry: dict[str, Any]) -> list[str]:
+def between_lines(entry: dict[str, Any], target: float) -> list[str]:
+    """What calibrate says of the term it kept; a term that widens CIs beyond WIDE_FACTOR times the target is said
+    loudly, with what to do about it."""
     modes = ", ".join(f"{mode} {v['rel_sd']:.2%} ({v['readings']} process pairs)" for mode, v in entry["modes"].items())
-    return [f"between-process term for {entry['key']}: {modes}; one-process-pair runs here widen their CIs by it"]
+    busy = (entry.get("load") or {}).get("busy")
+    lines = [f"between-process term for {entry['key']}: {modes}; one-process-pair runs here widen their CIs by it"
+             + (" (kept with --busy-ok: the machine was busy while it was measured)" if busy else "")]
+    widest = max((report.widening(v["rel_sd"]) for v in entry["modes"].values()), default=0.0)
+    if target > 0 and widest > report.WIDE_FACTOR * target:
+        lines.append(f"warning: this term widens every later one-process-pair CI here by up to +/-{widest:.1%}, "
+                     f"{widest / target:.0f}x the target (+/-{target:.2%}); if the machine was busy, run calibrate "
+                     f"again on a quiet one, or drop the term with: run_eval.py calibrate --forget")
+    return lines
+
+
+def not_kept_line(why_not: list[str]) -> str:
+    return ("between-process term not kept (an unsound calibration; the term kept before, if any, stays): "
+            + "; ".join(why_not))

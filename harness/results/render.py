@@ -60,13 +60,22 @@ def render(records: list[dict[str, Any]], store, json_mode: bool, console) -> No
     if sizes is not None:
         console.print(sizes)
     unbuilt = report.unbuilt_lines(records)
-    for line in [*unbuilt[:1], *report.summary_lines(agg)]:
+    widened = report.widening_lines(records, run_target(store.metadata()))
+    for line in [*widened, *unbuilt[:1], *report.summary_lines(agg)]:
         console.print(line, highlight=False)
     for name, path in (("results", store.results_path), ("leaderboard", store.dir / "leaderboard.md"),
                        ("page", page)):                   # a path is one word: never broken, one to a line
         console.print(f"{name}: {path}", highlight=False, soft_wrap=True)
     for line in unbuilt[1:]:                                # the hint last, where a first run on a CPU ends
         console.print(line, highlight=False, soft_wrap=True)   # a command, never broken
+
+
+def run_target(meta: Any) -> float | None:
+    """The run's timing.target_rel_ci, as run.json recorded it (None when it does not say)."""
+    config = meta.get("config") if isinstance(meta, dict) else None
+    timing = config.get("timing") if isinstance(config, dict) else None
+    value = timing.get("target_rel_ci") if isinstance(timing, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def write_site(output_dir: Path, warn) -> tuple[Path, int]:

@@ -276,6 +276,45 @@ def _compact_table(records: list[Record], title: str, width: int, compile_col: b
     return t
 
 
+# A calibrated between-process term whose widening (1.96 rel_sd, harness.run.between) is more than WIDE_FACTOR times
+# the target half-width is said when calibrate keeps it and named under every table whose CIs it widens.
+WIDE_FACTOR = 3.0
+
+
+def widening(rel_sd: float) -> float:
+    """How far a between-process term alone widens a 95% CI on the log scale, as a fraction."""
+    return 1.96 * rel_sd
+
+
+def calibration_date(term: Mapping[str, Any]) -> str:
+    """The date of the calibration a record's timing.between_process names: its measured_at, else the date in its
+    run id (`calibrate 20261128-...`), else the run id itself."""
+    when = str(term.get("measured_at") or "")
+    if len(when) >= 10 and when[4] == "-":
+        return when[:10]
+    run = str(term.get("source") or "").removeprefix("calibrate ")
+    return f"{run[:4]}-{run[4:6]}-{run[6:8]}" if len(run) >= 8 and run[:8].isdigit() else run
+
+
+def widening_lines(records: Records, target: float | None) -> list[str]:
+    """"CI widened by calibration of DATE: +/-X% (N pairs; ...)": one line per calibrated term that widened some of
+    the records' CIs by more than WIDE_FACTOR times `target` (the run's target_rel_ci); none without a target."""
+    if not target or target <= 0:
+        return []
+    wide: dict[tuple[str, float], int] = {}
+    for r in as_records(records):
+        term = getattr(r.timing, "between_process", None) if r.timing is not None else None
+        rel_sd = number(term.get("rel_sd")) if isinstance(term, dict) else None
+        if rel_sd is None or not str(term.get("source") or "").startswith("calibrate"):
+            continue
+        if widening(rel_sd) > WIDE_FACTOR * target:
+            key = (calibration_date(term), round(widening(rel_sd), 4))
+            wide[key] = wide.get(key, 0) + 1
+    return [f"CI widened by calibration of {date}: +/-{extra:.1%} ({n} pair{'s' if n != 1 else ''}, "
+            f"{extra / target:.0f}x the target +/-{target:.1%}; run_eval.py calibrate --forget drops the term)"
+            for (date, extra), n in sorted(wide.items())]
+
+
 def never_built(record: Record) -> bool:
     """A `skipped` pair whose candidate was never built (CUDA or Triton code on a machine without a GPU): the
     table leaves it to unbuilt_lines."""

@@ -36,14 +36,21 @@ DEFAULT_REL_SD = {"cold": 0.006, "graph": 0.015, "host": 0.02}
 MIN_READINGS = 30
 
 
+# A calibration is kept only when it is sound (calibrate.soundness): every problem in at least MIN_PROCESS_PAIRS
+# process pairs of at least the run's min_rounds rounds each, its own A/A rows all `ok`, and the machine quiet.
+MIN_PROCESS_PAIRS = 3
+
+
 @dataclass(frozen=True)
 class Term:
     rel_sd: float               # the sd of log(speedup) between process pairs
     source: str                 # "calibrate <run id>" or "default"
     scope: str                  # "problem" (this problem's own calibration) | "mode" (its timing mode's) | "default"
+    measured_at: str | None = None      # when the calibration ran (calibrate's run)
 
     def record(self) -> dict[str, Any]:
-        return {"rel_sd": round(self.rel_sd, 6), "source": self.source, "scope": self.scope}
+        out = {"rel_sd": round(self.rel_sd, 6), "source": self.source, "scope": self.scope}
+        return {**out, "measured_at": self.measured_at} if self.measured_at else out
 
 
 def widen(est: Estimate, term: Term | None) -> Estimate:
@@ -84,16 +91,18 @@ class Terms:
         default = DEFAULT_REL_SD.get(mode, max(DEFAULT_REL_SD.values()))
         entry = self.calibrated
         if entry:
-            source = f"calibrate {entry.get('run_id')}"
+            source, when = f"calibrate {entry.get('run_id')}", entry.get("measured_at")
+            when = str(when) if when else None
             by_problem = (entry.get("problems") or {}).get(problem) or {}
             by_mode = (entry.get("modes") or {}).get(mode) or {}
             own, pooled = by_problem.get("rel_sd"), by_mode.get("rel_sd")
             if isinstance(pooled, (int, float)) and (by_mode.get("readings") or 0) < MIN_READINGS:
                 pooled = max(float(pooled), default)        # too few process pairs to go below the default
             if isinstance(own, (int, float)) and by_problem.get("mode") == mode:
-                return Term(max(float(own), float(pooled if pooled is not None else default)), source, "problem")
+                return Term(max(float(own), float(pooled if pooled is not None else default)), source, "problem",
+                            when)
             if isinstance(pooled, (int, float)):
-                return Term(float(pooled), source, "mode")
+                return Term(float(pooled), source, "mode", when)
         return Term(default, "default", "default")
 
 
@@ -121,6 +130,21 @@ def save(cache_dir: str | Path, key: str, entry: dict[str, Any]) -> Path:
     return path
 
 
+def forget(cache_dir: str | Path, key: str) -> dict[str, Any] | None:
+    """Remove `key`'s entry from the cache (other machines' entries are kept); the entry removed, or None when
+    there was none."""
+    path = Path(cache_dir) / FILE
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(entries, dict) or key not in entries:
+        return None
+    entry = entries.pop(key)
+    write_json_atomic(path, entries)
+    return entry if isinstance(entry, dict) else {}
+
+
 # ---------------------------------------------------------------- measuring it (calibrate)
 
 
@@ -132,6 +156,16 @@ class ProcessReading:
     speedup: float
     lo: float
     hi: float
+    rounds: int | None = None
+
+
+def thin_problems(readings: Iterable[ProcessReading], problems: Iterable[str], min_rounds: int) -> list[str]:
+    """The problems with fewer than MIN_PROCESS_PAIRS process pairs of at least `min_rounds` rounds each."""
+    counts: dict[str, int] = {p: 0 for p in problems}
+    for r in readings:
+        if r.rounds is None or r.rounds >= min_rounds:
+            counts[r.problem] = counts.get(r.problem, 0) + 1
+    return sorted(p for p, n in counts.items() if n < MIN_PROCESS_PAIRS)
 
 
 def needed_sd(readings: Iterable[ProcessReading], coverage: float = COVERAGE) -> float:
