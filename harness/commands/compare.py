@@ -384,19 +384,17 @@ def table(rows: list[Row], title: str, width: int | None = None):
     return t
 
 
-def sizes_table(rows: list[Row], title: str):
-    """A row per declared size (and the geometric mean) of each pair with sizes in both runs."""
-    from rich.table import Table
-    from rich.text import Text
-    t = Table(title=title, title_justify="left")
-    for name in ("problem", "candidate", "size", "A speedup [CI]", "B speedup [CI]", "change", "verdict"):
-        t.add_column(name, justify="right" if "speedup" in name or name == "change" else "left", overflow="fold")
-    for r in rows:
-        for s in r.sizes:
-            t.add_row(Text(show_name(r.problem)), Text(show_name(r.candidate)), Text(show_name(s.size)),
-                      _fmt_size(s.a, s.a_ci), _fmt_size(s.b, s.b_ci), fmt_change(s.change),
-                      Text(s.verdict, style=_STYLE.get(s.verdict, "")))
-    return t
+def sizes_table(rows: list[Row], title: str, width: int | None = None):
+    """A row per declared size (and the geometric mean) of each pair with sizes in both runs; within `width`
+    columns, ids cut in their middle (harness.results.fit)."""
+    from harness.results.fit import Col, table as fit_table
+    cols = [Col("problem", cut="middle", least=12), Col("candidate", cut="middle", least=10), Col("size"),
+            Col("A speedup [CI]", justify="right", keep=1), Col("B speedup [CI]", justify="right", keep=1),
+            Col("change", justify="right"), Col("verdict")]
+    cells = [[r.problem, r.candidate, s.size, _fmt_size(s.a, s.a_ci), _fmt_size(s.b, s.b_ci), fmt_change(s.change),
+              s.verdict] for r in rows for s in r.sizes]
+    verdicts = [s.verdict for r in rows for s in r.sizes]
+    return fit_table(cols, cells, title, width, lambda row, col: _STYLE.get(verdicts[row], "") if col == 6 else None)
 
 
 def _fmt_size(value: float | None, ci: tuple[float, float] | None) -> str:
@@ -539,7 +537,8 @@ def main(args: argparse.Namespace) -> int:
         console = wide_console()
         console.print(table(rows, f"compare A = {name_a}  B = {name_b}", width=console.width))
         if any(r.sizes for r in rows):
-            console.print(sizes_table(rows, "input sizes (shown; the verdict above is the main size's)"))
+            console.print(sizes_table(rows, "input sizes (shown; the verdict above is the main size's)",
+                                      console.width))
         for line in (*notes, summary_line(rows)):
             console.print(line, highlight=False)
     return exit_code(rows)

@@ -56,7 +56,7 @@ def render(records: list[dict[str, Any]], store, json_mode: bool, console) -> No
     shown = [r for r in report.as_records(records) if not report.never_built(r)]   # those: a line per family
     if shown or not records:
         console.print(report.table(shown, f"run {store.run_id}", width=console.width))
-    sizes = report.sizes_table(records, "input sizes (problems that declare several)")
+    sizes = report.sizes_table(records, "input sizes (problems that declare several)", console.width)
     if sizes is not None:
         console.print(sizes)
     unbuilt = report.unbuilt_lines(records)

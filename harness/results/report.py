@@ -165,29 +165,30 @@ def table(records: Records, title: str, width: int | None = None):
     return t
 
 
-def sizes_table(records: Records, title: str):
+SIZES_COLUMNS = ("problem", "candidate", "size", "shape", "trials", "speedup [95% CI]", "geomean over sizes")
+
+
+def sizes_table(records: Records, title: str, width: int | None = None):
     """The pairs of problems that declare several input sizes, a row per size (its shape, trials passed, speedup
-    where timed) and the pair's geometric mean over its timed sizes; None when no record has sizes."""
-    from rich.table import Table
+    where timed) and the pair's geometric mean over its timed sizes; None when no record has sizes. Within `width`
+    columns the shape and trials go first (harness.results.fit)."""
+    from harness.results.fit import Col, table as fit_table
     rows = [(r, size) for r in sorted(as_records(records), key=lambda r: r.key) for size in r.sizes or ()
             if size is not None]
     if not rows:
         return None
-    t = Table(title=title, title_justify="left")
-    for name, justify in (("problem", "left"), ("candidate", "left"), ("size", "left"), ("shape", "left"),
-                          ("trials", "right"), ("speedup [95% CI]", "right"), ("geomean over sizes", "right")):
-        t.add_column(name, justify=justify, overflow="fold")
+    cols = [Col("problem", cut="middle", least=12), Col("candidate", cut="middle", least=10), Col("size"),
+            Col("shape", keep=3, cut="end", least=10), Col("trials", keep=2, justify="right"),
+            Col("speedup [95% CI]", justify="right", cut="end", least=16),
+            Col("geomean over sizes", keep=1, justify="right")]
+    cells = []
     for r, size in rows:
         trials = f"{size.trials_passed}/{size.trials}" if size.trials is not None else "-"
         note = f" ({size.error})" if size.error and size.speedup is None else ""
-        t.add_row(_text(r.problem), _text(r.candidate), _text(f"{size.name}{' (main)' if size.main else ''}"),
-                  _text(str(size.shape or "")), trials, fmt_speedup(size.speedup, size.speedup_ci) + _short(note),
-                  fmt_speedup(r.sizes_geomean) if size.main else "")
-    return t
-
-
-def _short(text: str, limit: int = 60) -> str:
-    return show_name(abbreviate(text, limit))
+        cells.append([r.problem, r.candidate, f"{size.name}{' (main)' if size.main else ''}", str(size.shape or ""),
+                      trials, fmt_speedup(size.speedup, size.speedup_ci) + abbreviate(note, 60),
+                      fmt_speedup(r.sizes_geomean) if size.main else ""])
+    return fit_table(cols, cells, title, width)
 
 
 def _text(value: str):
