@@ -458,3 +458,119 @@ def test_import_never_writes_through_a_dangling_link(tmp_path):
     report = ImportReport(layout="run")
     _place(src, tmp_path / "dest.py", report, dry_run=False)
     assert not outside.exists() and report.skipped and not report.copied
+
+
+# ------------------------------------------------------------------------------------------------ numbers
+
+
+HUGE = int("9" * 400)                       # json reads it back as an int that no float can hold
+
+
+def _resigned(run_dir: Path, change) -> None:
+    """Rewrite results.jsonl with `change(record)` applied to every line, each signed again with the run's key (a
+    hostile writer who has the key, or a run whose key is gone: the reader meets the values themselves)."""
+    from harness.results.signing import FIELD, RunKey, sign
+    key = RunKey.load(json.loads((run_dir / "run.json").read_text())["signing"]["key_file"])
+    lines = []
+    for line in (run_dir / "results.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        change(record)
+        body = {k: v for k, v in record.items() if k != FIELD}
+        lines.append(json.dumps({**body, FIELD: sign(body, key)}) + "\n")     # Infinity as JSON's reader takes it
+    (run_dir / "results.jsonl").write_text("".join(lines))
+
+
+def _hostile_numbers(record: dict) -> None:
+    record["speedup"] = HUGE
+    record["speedup_ci"] = [-HUGE, HUGE]
+    record["speedup_vs_compile"] = float("inf")
+    timing = record.get("timing") or {}
+    for side in ("reference", "candidate"):
+        if isinstance(timing.get(side), dict):
+            timing[side]["median_ms"] = HUGE
+    if isinstance(record.get("correctness"), dict):
+        record["correctness"]["max_abs_err"] = -HUGE
+
+
+@pytest.mark.parametrize("argv", [["report", "run1"], ["report", "run1", "--csv"], ["report", "run1", "--json"],
+                                  ["report", "run1", "--kernelbench"], ["report", "--html"],
+                                  ["compare", "run1", "run1"], ["export-kernelbench", "run1", "-o", "-"]])
+def test_a_number_past_a_float_s_range_in_a_record_is_read_as_no_number(run_copy, argv):
+    out, rid = run_copy
+    _resigned(out / rid, _hostile_numbers)
+    done = run_cli(*argv, "--output-dir", str(out), timeout=120)
+    assert "Traceback" not in done.stderr and "harness fault" not in done.stderr, done.stderr
+    assert done.returncode in (0, 2), done.stderr                   # export: the run holds no KernelBench import
+    assert "9999999999" not in done.stdout
+
+
+def test_numbers_module_reads_a_huge_integer_as_infinite():
+    from harness.core.numbers import number
+    assert number(HUGE) is None and number(-HUGE, finite=False) == float("-inf")
+    assert number(10 ** 30) == 1e30
+
+
+def test_ci_baseline_with_a_huge_number_is_read_without_a_fault(run_copy):
+    from harness.commands import ci
+    out, rid = run_copy
+    _resigned(out / rid, _hostile_numbers)
+    _, records, _ = ci.load_baseline(str(out / rid))
+    assert records and all(r.speedup is None for r in records)
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--timeout", "inf"], "--timeout: must be a finite number, got inf"),
+    (["--timeout", "nan"], "--timeout: must be a finite number, got nan"),
+    (["--max-pair-seconds", "1e300"], "--max-pair-seconds: must be at most 604800 seconds"),
+    (["--trials", "9" * 400], "--trials: must be at most 100000"),
+    (["--cpu-threads", "100000000"], "--cpu-threads: must be at most"),
+    (["--gpu-memory-gb", "inf"], "--gpu-memory-gb: must be a positive number of GiB"),
+])
+def test_an_unbounded_number_in_a_flag_is_exit_2_naming_it(tmp_path, flags, words):
+    from harness.core.config import load_config
+    from harness.core.errors import UsageError
+    from harness.run.resume import flag_names
+    from harness.cli import _overrides, _run_parser, build_parser
+    args = build_parser().parse_args(flags)
+    with pytest.raises(UsageError) as caught:
+        load_config(None, _overrides(args), flag_names(_run_parser(), _overrides))
+    assert str(caught.value).startswith(words.split(":")[0]) and words in str(caught.value)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("timeout: .inf\n", "'timeout' must be a finite number, got inf"),
+    ("build_timeout: -.inf\n", "'build_timeout' must be a finite number"),
+    ("timing:\n  max_pair_seconds: .nan\n", "'timing.max_pair_seconds' must be a finite number"),
+    ("cpu_timing:\n  max_pair_seconds: .inf\n", "'cpu_timing.max_pair_seconds' must be a finite number"),
+    (f"reference_timeout: {'9' * 400}\n", "'reference_timeout' must be a finite number"),
+    ("timing:\n  max_rounds: 100000000000\n", "'timing.max_rounds' must be at most 100000"),
+    ("worker_memory_gb: .inf\n", "'worker_memory_gb' must be a number of GB"),
+    ("cpu_threads: 100000000\n", "'cpu_threads' must be at most"),
+])
+def test_an_unbounded_number_in_a_config_is_one_line_naming_the_key(tmp_path, text, words):
+    assert words in _config_error(tmp_path, text)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["lint", "--timeout", "inf"], "error: --timeout: must be a finite number, got inf"),
+    (["lint", "--per-gpu", "100000000"], "error: --per-gpu 100000000: must be between 1 and"),
+    (["calibrate", "--timeout", "inf"], "error: --timeout: must be a finite number, got inf"),
+    (["calibrate", "--cpu-threads", "100000000"], "error: --cpu-threads: must be at most"),
+    (["ci", "--base", "HEAD", "--timeout", "inf"], "error: --timeout: must be a finite number, got inf"),
+    (["profile", "--warmup", "99999999999"], "error: --warmup 99999999999: must be between 0 and 100000"),
+    (["profile", "--timeout", "inf"], "error: --timeout: must be a finite number, got inf"),
+])
+def test_every_command_that_reads_config_numbers_bounds_them(tmp_path, argv, words):
+    done = run_cli(*argv, "--output-dir", str(tmp_path / "out"), timeout=120)
+    _one_line_exit_2(done, words)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_resumed_run_with_an_infinite_recorded_timeout_is_one_line(run_copy):
+    out, rid = run_copy
+    meta = json.loads((out / rid / "run.json").read_text())
+    meta["config"]["timeout"] = "inf"
+    (out / rid / "run.json").write_text(json.dumps(meta))
+    meta["config"]["timeout"] = float("inf")
+    (out / rid / "run.json").write_text(json.dumps(meta))           # json writes it as Infinity, which it reads
+    _one_line_exit_2(run_cli("--resume", rid, "--output-dir", str(out), timeout=120), "'timeout'", "finite")

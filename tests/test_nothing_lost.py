@@ -374,7 +374,7 @@ BAD_INPUTS = [
     (["report", "{tmp}/x"], "is not a run id"),
     (["lint", "--problem", "nomatch*"], "error: --problem 'nomatch*' matches no problem in problems ("),
     (["lint", "--level", "9"], "error: --level: no level '9'; levels here: level1, level2, level3"),
-    (["lint", "--timeout", "-5"], "error: --timeout must be positive, got -5"),
+    (["lint", "--timeout", "-5"], "error: --timeout: must be positive, got -5.0"),
     (["lint", "--device", "tpu"], "error: argument --device: invalid choice: 'tpu'"),
     (["calibrate", "--problem", "nomatch*"], "error: --problem 'nomatch*' matches no problem in problems ("),
     (["compare", "onlyone"], "error: the following arguments are required: RUN_B"),

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.run import meta
-from harness.core.config import PRECISIONS, load_config
-from harness.core.errors import UsageError
+from harness.core.config import PRECISIONS, count_flag, load_config, usable_cores
 from harness.shared import messages as m
 from harness.shared.messages import LintJob, wire
 from harness.core.discover import Problem, check_problem_selection, discover
@@ -61,11 +60,9 @@ def main(args: argparse.Namespace) -> int:
     path = args.config or (Path("config.yaml") if Path("config.yaml").is_file() else None)
     cfg = load_config(path, {"problems_dir": args.problems_dir, "output_dir": args.output_dir, "level": args.level,
                              "problem": args.problem, "device": args.device, "gpus": args.gpus,
-                             "precision": args.precision, "gpu_memory_gb": args.gpu_memory_gb})
-    if args.per_gpu < 1:
-        raise UsageError("--per-gpu must be at least 1")
-    if args.timeout is not None and not args.timeout > 0:
-        raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
+                             "precision": args.precision, "gpu_memory_gb": args.gpu_memory_gb,
+                             "reference_timeout": args.timeout}, {"reference_timeout": "--timeout"})
+    count_flag("--per-gpu", args.per_gpu, 1, usable_cores())
     problems, _ = discover(Path(cfg.problems_dir), Path(cfg.problems_dir) / "__none__", cfg.level, cfg.problem)
     if not problems:
         check_problem_selection(Path(cfg.problems_dir), cfg.level, cfg.problem)
@@ -90,7 +87,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         with _progress(wide_console(stderr=True)) as progress:
             task = progress.add_task("lint", total=len(problems))
-            results = lint_problems(problems, slots, seed, args.timeout or cfg.reference_timeout, log_dir,
+            results = lint_problems(problems, slots, seed, cfg.reference_timeout, log_dir,
                                     on_done=finished, precision=cfg.precision, gpu_memory_gb=cfg.gpu_memory_gb)
     except KeyboardInterrupt:
         write_json_atomic(path, {"problems": sorted(done, key=lambda r: r["problem"]), "seed": seed,

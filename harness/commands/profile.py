@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.core.config import PRECISIONS, Config, load_config
+from harness.core.config import PRECISIONS, Config, count_flag, load_config
 from harness.core.discover import Pair, check_selection, check_trees, discover
 from harness.core.errors import UsageError
 from harness.results.parts import ProfileSide
@@ -65,8 +65,7 @@ def load(args: argparse.Namespace) -> Config:
     problem, candidate = split_selection(args.selection)
     if candidate is not None and args.candidate is not None:
         raise UsageError("a candidate in SELECTION and --candidate: give one (see run_eval.py profile --help)")
-    if args.warmup < 0:
-        raise UsageError(f"--warmup {args.warmup}: must be 0 or more")
+    count_flag("--warmup", args.warmup, 0)
     path = args.config
     if path is None and Path("config.yaml").is_file():
         path = Path("config.yaml")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from typing import Any
 import yaml
 
 from harness.core.errors import InputError, UsageError
+from harness.core.numbers import as_float
 from harness.core.untrusted import ReadError, read_bytes, show_path, show_text, show_value
 
 
@@ -335,12 +337,12 @@ def _coerce(key: str, value: Any, source: str, default: Any = dataclasses.MISSIN
     if name == "compile_modes":
         return _parse_compile_modes(value, source)
     if name == "worker_memory_gb":
-        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0):
+        if value is None or (_finite(value) and value >= 0):
             return None if value is None else float(value)
         raise InputError(f"{source}: 'worker_memory_gb' must be a number of GB (0 = no cap) or null, "
                          f"got {show_value(value)}")
     if name == "gpu_memory_gb":
-        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
+        if value is None or (_finite(value) and value > 0):
             return None if value is None else float(value)
         raise InputError(f"{source}: 'gpu_memory_gb' must be a positive number of GiB or null (the card's memory), "
                          f"got {show_value(value)}")
@@ -355,14 +357,19 @@ def _coerce(key: str, value: Any, source: str, default: Any = dataclasses.MISSIN
             return value
         raise InputError(f"{source}: '{key}' must be an integer, got {show_value(value)}")
     if isinstance(default, float):
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if _finite(value):
             return float(value)
-        raise InputError(f"{source}: '{key}' must be a number, got {show_value(value)}")
+        raise InputError(f"{source}: '{key}' must be a finite number, got {show_value(value)}")
     if isinstance(default, str):
         if isinstance(value, str) and value:
             return value
         raise InputError(f"{source}: '{key}' must be a non-empty string, got {show_value(value)}")
     return value
+
+
+def _finite(value: Any) -> bool:
+    """An int or float (not a bool) that is a finite float: `.inf`, `.nan` and a 400-digit integer are not."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(as_float(value))
 
 
 # tcp://host:8786, tls://10.0.0.1:8786, host:8786, [::1]:8786, ucx://host:13337
@@ -431,7 +438,7 @@ def _check_ranges(cfg: Config, source: str) -> None:
         (cfg.timing.between_process in ("auto", "off"), "'timing.between_process' must be auto or off"),
         (cfg.timing.sizes in ("main", "all"), "'timing.sizes' must be main or all"),
     ]
-    for ok, message in checks:
+    for ok, message in checks + _upper_bounds(cfg):
         if not ok:
             raise UsageError(f"{source}: {message}")
     if cfg.cpu_timing:                      # the CPU path's timing must pass the same checks
@@ -440,6 +447,55 @@ def _check_ranges(cfg: Config, source: str) -> None:
             _check_ranges(dataclasses.replace(on_cpu, cpu_timing={}), source)
         except UsageError as exc:
             raise UsageError(str(exc).replace("'timing.", "'cpu_timing.")) from None
+
+
+# Upper bounds: a value past one is a typo or a hostile file, never a setting (an infinite timeout overflowed the
+# run's clock and lost its records; a count of 10**8 took the machine's memory before a pair ran).
+MAX_SECONDS = 7 * 24 * 3600         # a duration: timeouts, max_pair_seconds
+MAX_COUNT = 100_000                 # a count: trials, rounds, samples, calls, blocks, jobs, workers
+MAX_FACTOR = 1000                   # a tolerance (a fraction of a time)
+MAX_GIB = 1 << 20                   # memory: 1 PiB
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), which a run's workers share."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def count_flag(flag: str, value: int, low: int, high: int = MAX_COUNT) -> int:
+    """A count that a command's own flag gives, outside the config's keys (lint --per-gpu, profile --warmup):
+    `value` when it lies in [low, high], else a UsageError naming the flag."""
+    if not low <= value <= high:
+        raise UsageError(f"{flag} {show_value(value)}: must be between {low} and {high}")
+    return value
+
+
+def _upper_bounds(cfg: Config) -> list[tuple[bool, str]]:
+    """(holds, message) for every number's upper bound. cpu_threads is held to the cores of this machine unless a
+    remote dask scheduler runs the pairs elsewhere."""
+    t = cfg.timing
+    seconds = {"timeout": cfg.timeout, "build_timeout": cfg.build_timeout, "reference_timeout": cfg.reference_timeout,
+               "timing.max_pair_seconds": t.max_pair_seconds}
+    counts = {"trials": cfg.trials, "jobs": cfg.jobs, "dask_workers": cfg.dask_workers, "timing.warmup": t.warmup,
+              "timing.samples": t.samples or 0, "timing.graph_calls": t.graph_calls,
+              "timing.block_samples": t.block_samples, "timing.block_warmup": t.block_warmup,
+              "timing.min_rounds": t.min_rounds, "timing.max_rounds": t.max_rounds,
+              "timing.baseline_blocks": t.baseline_blocks}
+    factors = {"timing.interference_tolerance": t.interference_tolerance,
+               "timing.consistency_tolerance": t.consistency_tolerance}
+    gib = {"worker_memory_gb": cfg.worker_memory_gb or 0.0, "gpu_memory_gb": cfg.gpu_memory_gb or 0.0}
+    bounds = [(seconds, MAX_SECONDS, " seconds (a week)"), (counts, MAX_COUNT, ""), (factors, MAX_FACTOR, ""),
+              (gib, MAX_GIB, " GiB"), ({"timing.graph_below_ms": t.graph_below_ms}, MAX_SECONDS * 1000, " ms")]
+    checks = [(value <= high, f"'{key}' must be at most {high}{unit}")
+              for values, high, unit in bounds for key, value in values.items()]
+    cores = usable_cores()
+    if cfg.scheduler is None:
+        checks.append((cfg.cpu_threads <= cores, f"'cpu_threads' must be at most {cores} (the cores this run may "
+                                                 f"use)"))
+    return checks
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:

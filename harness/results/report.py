@@ -57,8 +57,7 @@ def outcome(record: Record | Mapping[str, Any], calibrate: bool = False) -> Outc
     solution = record.get("solution")
     candidate = solution.rsplit("/", 1)[-1] if isinstance(solution, str) else ""
     return Outcome(str(record["status"]), correct, ranking.record_ranks(dict(record), calibrate),
-                   speedup if isinstance(speedup, (int, float)) and not isinstance(speedup, bool) else None,
-                   ranking.is_control(candidate, calibrate))
+                   number(speedup), ranking.is_control(candidate, calibrate))
 
 
 def tally(outcomes: Iterable[Outcome]) -> dict[str, Any]:
