@@ -456,8 +456,51 @@ def test_import_never_writes_through_a_dangling_link(tmp_path):
     src.write_text("x = 1\n")
     os.symlink(outside, tmp_path / "dest.py")
     report = ImportReport(layout="run")
-    _place(src, tmp_path / "dest.py", report, dry_run=False)
+    _place(src, tmp_path / "dest.py", report, dry_run=False, tree=tmp_path)
     assert not outside.exists() and report.skipped and not report.copied
+
+
+def _kb_checkout(root: Path, outside: Path) -> Path:
+    """A KernelBench checkout whose level1 holds a real problem, a link out of the checkout and a link within it."""
+    level1 = root / "KernelBench" / "level1"
+    level1.mkdir(parents=True)
+    shutil.copy(PROBLEM, level1 / "1_ReLU.py")
+    os.symlink(outside, level1 / "2_Secret.py")
+    os.symlink("1_ReLU.py", level1 / "3_Same.py")
+    return root
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_import_never_copies_a_file_from_outside_the_checkout(tmp_path, dry_run):
+    secret = tmp_path / "secret.py"
+    secret.write_text("TOKEN = 'do not copy'\n")
+    tree = _kb_checkout(tmp_path / "kb", secret)
+    done = run_cli("import-kernelbench", str(tree), "--problems-dir", str(tmp_path / "problems"),
+                   "--solutions-dir", str(tmp_path / "solutions"), *(["--dry-run"] if dry_run else []), timeout=120)
+    assert done.returncode == 0, done.stderr
+    skipped = [line for line in done.stdout.splitlines() if "2_Secret.py" in line]
+    assert len(skipped) == 1 and "outside" in skipped[0] and "not copied" in skipped[0], done.stdout
+    copied = sorted(p.name for p in (tmp_path / "problems").rglob("*.py"))
+    assert copied == ([] if dry_run else ["001_ReLU.py", "003_Same.py"])
+    assert "do not copy" not in "".join(p.read_text() for p in (tmp_path / "problems").rglob("*.py"))
+
+
+def test_import_never_copies_a_kernel_linked_from_outside_the_run_folder(tmp_path):
+    secret = tmp_path / "secret.py"
+    secret.write_text("TOKEN = 'do not copy'\n")
+    problems = tmp_path / "problems"
+    run_cli("import-kernelbench", str(_kb_checkout(tmp_path / "kb", secret)), "--problems-dir", str(problems),
+            timeout=120)
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    (run / "level_1_problem_1_sample_0_kernel.py").write_text(AA)
+    os.symlink(secret, run / "level_1_problem_1_sample_1_kernel.py")
+    os.mkfifo(run / "level_1_problem_1_sample_2_kernel.py")
+    done = run_cli("import-kernelbench", str(run), "--problems-dir", str(problems), "--solutions-dir",
+                   str(tmp_path / "solutions"), timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in (tmp_path / "solutions").rglob("*.py")] == ["r1_sample_0.py"]
+    assert any("sample_1_kernel.py" in line and "outside" in line for line in done.stdout.splitlines())
 
 
 # ------------------------------------------------------------------------------------------------ numbers

@@ -19,12 +19,11 @@ import argparse
 import json
 import os
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.core.errors import InputError, OneLineParser, UsageError
-from harness.core.untrusted import ReadError, load_json, read_bytes
+from harness.core.untrusted import ReadError, inside, load_json, read_bytes, show_path
 
 LEVELS = (1, 2, 3)
 LEVEL4_REASON = "level 4 needs network access (HuggingFace models); not imported"
@@ -66,9 +65,9 @@ def _run_kernels(path: Path) -> list[Path]:
     return sorted(p for p in path.glob("level_*_kernel.py") if KERNEL_NAME.match(p.name) and p.is_file())
 
 
-def _same_bytes(a: Path, b: Path) -> bool:
+def _same_bytes(data: bytes, path: Path) -> bool:
     try:
-        return read_bytes(a, COPY_LIMIT) == read_bytes(b, COPY_LIMIT)
+        return read_bytes(path, COPY_LIMIT) == data
     except ReadError:
         return False
 
@@ -76,14 +75,25 @@ def _same_bytes(a: Path, b: Path) -> bool:
 COPY_LIMIT = 64 << 20
 
 
-def _place(src: Path, dest: Path, report: ImportReport, dry_run: bool) -> None:
-    """Copy src to dest unless dest exists; identical -> unchanged, different -> skipped."""
+def _place(src: Path, dest: Path, report: ImportReport, dry_run: bool, tree: Path) -> None:
+    """Copy src, a file of the imported `tree`, to dest unless dest exists; identical -> unchanged, different ->
+    skipped. A source that is a link out of `tree`, or not a regular file within COPY_LIMIT, is skipped: nothing
+    from outside the imported folder is copied."""
+    if not inside(src, tree):
+        report.skipped.append((src, f"a link to {show_path(os.path.realpath(src))}, outside {show_path(tree)}; "
+                                    "not copied"))
+        return
+    try:
+        data = read_bytes(src, COPY_LIMIT)
+    except ReadError as exc:
+        report.skipped.append((src, f"cannot read: {exc.why}"))
+        return
     try:
         if os.path.lexists(dest):                   # a link there (even a dangling one) is never written through
-            if not dest.is_symlink() and _same_bytes(src, dest):
-                report.unchanged.append(dest)
-            elif dest.is_symlink():
+            if dest.is_symlink():
                 report.skipped.append((src, f"{dest} is a link; left as it is, not written through"))
+            elif _same_bytes(data, dest):
+                report.unchanged.append(dest)
             else:
                 report.skipped.append((src, f"{dest} exists and differs; left as it is"))
             return
@@ -92,13 +102,22 @@ def _place(src: Path, dest: Path, report: ImportReport, dry_run: bool) -> None:
             return
         if not dry_run:
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dest)
+            _write_new(dest, data)
     except OSError as exc:
         raise InputError(f"{exc.filename or dest}: cannot copy: {exc.strerror}") from exc
     report.copied.append((src, dest))
 
 
-def _import_checkout(root: Path, problems_dir: Path, report: ImportReport, dry_run: bool) -> None:
+def _write_new(dest: Path, data: bytes) -> None:
+    """Create dest with `data`; an entry that appeared there since it was looked at (a link too) is an OSError,
+    never written through."""
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _import_checkout(tree: Path, problems_dir: Path, report: ImportReport, dry_run: bool) -> None:
+    root = _checkout_root(tree)
     for level_path in sorted(p for p in root.glob("level*") if p.is_dir() and LEVEL_DIR.match(p.name)):
         level = int(LEVEL_DIR.match(level_path.name).group(1))
         if _not_imported(level):
@@ -110,7 +129,7 @@ def _import_checkout(root: Path, problems_dir: Path, report: ImportReport, dry_r
                 report.skipped.append((src, "name does not match <number>_<name>.py"))
                 continue
             name = f"{int(match.group(1)):03d}_{match.group(2)}.py"
-            _place(src, problems_dir / level_dir_name(level) / name, report, dry_run)
+            _place(src, problems_dir / level_dir_name(level) / name, report, dry_run, tree)
 
 
 def find_problem(problems_dir: Path, level: int, number: int) -> tuple[Path | None, str]:
@@ -137,7 +156,7 @@ def _import_run(run_dir: Path, problems_dir: Path, solutions_dir: Path, report: 
             report.unmatched.append((src, why))
             continue
         dest = solutions_dir / level_dir_name(level) / problem.stem / f"{run_name}_sample_{sample}.py"
-        _place(src, dest, report, dry_run)
+        _place(src, dest, report, dry_run, run_dir)
 
 
 def detect_layout(path: Path) -> str:
@@ -161,7 +180,7 @@ def import_kernelbench(path: Path, problems_dir: Path, solutions_dir: Path, dry_
     path = Path(path)
     report = ImportReport(detect_layout(path))
     if report.layout == "checkout":
-        _import_checkout(_checkout_root(path), Path(problems_dir), report, dry_run)
+        _import_checkout(path, Path(problems_dir), report, dry_run)
     else:
         _import_run(path, Path(problems_dir), Path(solutions_dir), report, dry_run)
         report.eval_results = _eval_results_note(path / "eval_results.json")
