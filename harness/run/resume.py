@@ -181,8 +181,10 @@ def resume_note(resumed: Resumed, run_id: str) -> str | None:
     names = ", ".join(p.candidate.id for p in resumed.new[:3]) + (", ..." if len(resumed.new) > 3 else "")
     if resumed.added:
         return f"--add-new: adding {count} that run {run_id} did not have: {names}"
-    return (f"{count} match the run's selection but were not in run {run_id} (written since it started: {names}); "
-            f"left out: --resume {run_id} --add-new adds them to this run, or start a new run")
+    one = len(resumed.new) == 1
+    return (f"{count} {'matches' if one else 'match'} the run's selection but {'was' if one else 'were'} not in run "
+            f"{run_id} (written since it started: {names}); left out: --resume {run_id} --add-new adds "
+            f"{'it' if one else 'them'} to this run, or start a new run")
 
 
 def _recorded_keys(meta: dict[str, Any]) -> set[tuple[str, str]] | None:
