@@ -29,6 +29,8 @@ def elide_middle(text: str, limit: int) -> str:
     if limit <= 1:
         return text[:limit]
     level, sep, stem = text.rpartition("/")
+    if sep and len(stem) <= limit:                  # the level is what the rows share: the stem alone
+        return stem
     number, under, rest = stem.partition("_")
     if sep and under and number.isdigit():          # <level>/<NNN>_<name>: the number, then the name's end
         head = f"{level}/{number}_" if limit - len(level) - len(number) - 2 >= 6 else f"{number}_"
