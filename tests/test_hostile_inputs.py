@@ -23,12 +23,13 @@ AA = (EXAMPLE / "solutions" / "level1" / "001_relu_scale" / "aa_same_ops.py").re
 BAD = b"bad\xff"                                   # not UTF-8
 ESC = "esc\x1b[31mred"                             # an ANSI escape in a name
 LONG = "n" * 60 + "\u00e9" * 90                    # 240 bytes: a log name made of it would pass NAME_MAX
+BOM = b"\xef\xbb\xbf"                                  # UTF-8's byte order mark, which Python's import skips
 
 
 def _tree(root: Path) -> Path:
     probs, sols = root / "problems" / "level1", root / "solutions" / "level1"
     probs.mkdir(parents=True)
-    shutil.copy(PROBLEM, probs / "001_relu_scale.py")
+    (probs / "001_relu_scale.py").write_bytes(BOM + PROBLEM.read_bytes())    # Python imports it as it is
     os.mkfifo(probs / "002_fifo.py")                                # a problem that would block a plain read
     folder = sols / "001_relu_scale"
     folder.mkdir(parents=True)
@@ -38,6 +39,10 @@ def _tree(root: Path) -> Path:
         f.write(AA)
     (folder / f"{LONG}.py").write_text(AA)
     (folder / f"{ESC}.py").write_text("this is not python (\n")
+    (folder / "bom.py").write_bytes(BOM + AA.replace("\n", "\r\n").encode())
+    (folder / "bom_md.md").write_bytes(BOM + f"```python\n{AA}```\n".encode())
+    (folder / "latin.py").write_bytes(b"# -*- coding: latin-1 -*-\n# caf\xe9\n" + AA.encode())
+    (folder / "undeclared.py").write_bytes(b"# caf\xe9, not UTF-8 and no coding line\n" + AA.encode())
     (folder / "twin.py").write_text("class Nope: pass\n")
     (folder / "twin.md").write_text("no code here\n")
     os.symlink("loop.py", folder / "loop.py")
@@ -72,10 +77,35 @@ def test_a_name_that_is_not_utf8_is_a_record_and_the_run_goes_on(hostile_run):
 
 def test_every_candidate_file_has_one_record(hostile_run):
     _, _, records, run_dir = hostile_run
-    assert set(records) == {"bad\\xff", LONG, "esc\\x1b[31mred", "twin", "twin.md", "loop", "dangling", "fifo", "aa"}
+    assert set(records) == {"bad\\xff", LONG, "esc\\x1b[31mred", "twin", "twin.md", "loop", "dangling", "fifo", "aa",
+                            "bom", "bom_md", "latin", "undeclared"}
     lines = (run_dir / "results.jsonl").read_text().splitlines()
     keys = [(json.loads(l)["problem"], json.loads(l)["solution"]) for l in lines]
     assert len(keys) == len(set(keys))
+
+
+@pytest.mark.parametrize("name", ["bom", "bom_md", "latin"])
+def test_a_source_python_imports_is_evaluated_whatever_its_bom_or_coding_line(hostile_run, name):
+    record = hostile_run[2][name]                   # and every pair of the tree ran against a BOM-prefixed problem
+    assert verdict(record) == "ok", record["error"]
+
+
+def test_a_source_python_cannot_decode_is_a_load_error_saying_so(hostile_run):
+    record = hostile_run[2]["undeclared"]
+    assert record["status"] == "load_error" and "not Python source text" in record["error"], record["error"]
+
+
+def test_new_and_lint_read_a_bom_prefixed_problem(tmp_path):
+    tree = _tree(tmp_path / "tree")
+    made = run_cli("new", "level1/001_relu_scale", "mine", "--problems-dir", str(tree / "problems"),
+                   "--solutions-dir", str(tree / "solutions"), timeout=120)
+    assert made.returncode == 0, made.stderr
+    assert (tree / "solutions" / "level1" / "001_relu_scale" / "mine.py").is_file()
+    os.unlink(tree / "problems" / "level1" / "002_fifo.py")
+    linted = run_cli("lint", "--problems-dir", str(tree / "problems"), "--device", "cpu", "--json",
+                     "--output-dir", str(tmp_path / "out"), timeout=300)
+    assert linted.returncode == 0, linted.stderr
+    assert json.loads(linted.stdout.splitlines()[0])["verdict"] == "ok", linted.stdout
 
 
 @pytest.mark.parametrize("name, words", [

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from harness.core.errors import InputError, UsageError, command_line
 from harness.core.discover import SOURCE_LIMIT
-from harness.core.untrusted import ReadError, read_text, show_path
+from harness.core.untrusted import ReadError, read_source, show_path
 
 SKIPPED_DEFS = ("Model", "get_inputs", "get_init_inputs")
 SETTINGS = ("ATOL", "RTOL", "DTYPE", "ALLOW_TF32")
@@ -163,7 +163,7 @@ def _extension_name(level: str, stem: str, name: str) -> str:
 def skeleton(problem_path: Path, level: str, name: str, cuda: bool = False) -> str:
     """The candidate file's text for the problem at problem_path."""
     try:
-        text = read_text(problem_path, SOURCE_LIMIT)
+        text = read_source(problem_path, SOURCE_LIMIT)
         tree = ast.parse(text, filename=str(problem_path))
     except ReadError as exc:
         raise InputError(f"{show_path(problem_path)}: cannot read: {exc.why}") from None

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.core.errors import InputError
-from harness.core.untrusted import ReadError, read_text, show_name, show_path, show_value
+from harness.core.untrusted import ReadError, read_source, read_text, show_name, show_path, show_value
 
 CANDIDATE_SUFFIXES = (".py", ".md", ".txt")
 REQUIRED_PROBLEM_NAMES = ("Model", "get_inputs", "get_init_inputs")
@@ -124,7 +124,7 @@ def extract_code_block(text: str) -> str | None:
 
 def load_candidate(path: Path, cid: str) -> Candidate:
     try:
-        text = read_text(path, SOURCE_LIMIT)
+        text = read_text(path, SOURCE_LIMIT) if path.suffix in (".md", ".txt") else read_source(path, SOURCE_LIMIT)
     except ReadError as exc:
         return Candidate(cid, path, None, f"{show_path(path)}: cannot read: {exc.why}")
     if path.suffix in (".md", ".txt"):
@@ -153,7 +153,7 @@ def _assigns_anywhere(tree: ast.AST, name: str) -> bool:
 
 def load_problem(path: Path, pid: str) -> Problem:
     try:
-        text = read_text(path, SOURCE_LIMIT)
+        text = read_source(path, SOURCE_LIMIT)
     except ReadError as exc:
         return Problem(pid, path, f"{show_path(path)}: cannot read: {exc.why}")
     return Problem(pid, path, check_problem_source(path, text))

@@ -5,6 +5,7 @@
   control characters (a newline, an ANSI escape) as `\\xNN`/`\\uNNNN`; every other name is left as it is.
 - `show_value`: at most a short prefix of a value, built without expanding it whole (a value made of YAML aliases
   can be exponentially large when printed).
+- `read_source`: a Python file's text, decoded as the interpreter decodes it (BOM, coding declaration).
 - `read_bytes`: a file's bytes, only when it is a regular file (never a FIFO that blocks, a device that never
   ends or a directory) and not larger than a limit; `ReadError` says why in words.
 - `write_bytes`: write a file through a fresh temporary file and a rename, so that a symlink planted at the path
@@ -12,6 +13,7 @@
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import reprlib
@@ -125,8 +127,21 @@ def read_bytes(path: Path | str, limit: int, follow: bool = True) -> bytes:
 
 
 def read_text(path: Path | str, limit: int, follow: bool = True) -> str:
-    """read_bytes as text; bytes that are not UTF-8 become U+FFFD."""
-    return read_bytes(path, limit, follow).decode("utf-8", errors="replace")
+    """read_bytes as text; a leading UTF-8 BOM is dropped, bytes that are not UTF-8 become U+FFFD."""
+    return read_bytes(path, limit, follow).decode("utf-8-sig", errors="replace")
+
+
+def read_source(path: Path | str, limit: int, follow: bool = True) -> str:
+    """A Python source file's text as the interpreter decodes it on import (importlib.util.decode_source): a
+    UTF-8 BOM dropped, a coding declaration honoured (PEP 263), newlines made universal. ReadError, as for
+    read_bytes, also when Python could not decode the file either (bytes that are not UTF-8 and no declaration)."""
+    data = read_bytes(path, limit, follow)
+    try:
+        return importlib.util.decode_source(data)
+    except SyntaxError as exc:                          # what detect_encoding raises: a bad or missing declaration
+        raise ReadError(f"not Python source text: {show_text(exc.msg)}") from None
+    except (UnicodeDecodeError, LookupError) as exc:    # bytes the declared encoding cannot decode
+        raise ReadError(f"not Python source text: {show_text(str(exc))}") from None
 
 
 def write_bytes(path: Path | str, data: bytes) -> None:
