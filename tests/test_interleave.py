@@ -5,7 +5,9 @@ K .. C E on seeds Y), one side at a time with the other (and the spares) stopped
 output check. These tests drive it with fake workers that answer from a script and record what they were asked."""
 from __future__ import annotations
 
+import os
 import time
+import types
 
 import pytest
 
@@ -39,6 +41,7 @@ class FakeWorker:
         self.world, self.name, self.ms, self.fields = world, name, ms, sample_fields
         self.paused, self.cold, self.reply, self.sleep = False, False, None, 0.0
         self.requests: list[dict] = []
+        self.proc = types.SimpleNamespace(pid=os.getpid())   # the scheduling watch reads this test's own threads
         world.members.append(self)
 
     def pause(self) -> None:
@@ -48,6 +51,11 @@ class FakeWorker:
         if self.paused:
             self.cold = True
         self.paused = False
+
+    wake = resume
+
+    def arena_path(self) -> str:
+        return f"/proc/1/fd/{self.name}"
 
     def send(self, message: dict) -> None:
         assert not self.paused, f"{self.name} was sent {message} while stopped"
@@ -61,8 +69,20 @@ class FakeWorker:
             self.reply = {"kind": "sample", "ms": ms, "host_ms": ms, "lag_ms": 0.0, "tampered": [],
                           "outputs": [[{"dtype": "torch.float32", "shape": [4], "strides": [1], "address": 64}]],
                           **self.fields}
-        elif op == "prepare":
-            self.reply = {"kind": "prepared", "flush_ms": 3.0}
+        elif op == "stage":
+            self.world.events.append(("stage", self.name, message["side"], message["seed"],
+                                      self.world.running() - {self.name}))
+            self.reply = {"kind": "staged", "layout": {"entries": [], "bytes": 1 << 20}, "mutated": False}
+        elif op == "call":
+            self.world.events.append(("call", self.name, message["variant"], None,
+                                      self.world.running() - {self.name}))
+            self.reply = {"kind": "called", "outputs": [{"dtype": "torch.float32", "shape": [4], "strides": [1],
+                                                         "address": 64}]}
+        elif op == "arena":
+            self.reply = {"kind": "arena_set", "error": None}
+        elif op == "flush":
+            self.world.events.append(("flush", self.name, None, None, self.world.running() - {self.name}))
+            self.reply = {"kind": "flushed", "ms": 4.0}
         elif op == "profile":
             self.reply = {"kind": "profile", "profile": {          # the side and the seed, in a Profile's fields
                 "kernels": 1, "custom_kernels": [self.name], "custom_share": 0.0, "other_kernels": [str(message["seed"])]}}
@@ -95,7 +115,7 @@ class FakeReader:
         self.kept: list[tuple[int, bool]] = []
         self.error = error
 
-    def read(self, worker, candidate: bool, result, check_seed: int, full: bool) -> Checked:
+    def read(self, worker, candidate: bool, result, check_seed: int, full: bool, stay_stopped: bool = False) -> Checked:
         self.reads.append((worker.name, check_seed, full))
         assert candidate == (worker.name == CANDIDATE)
         return Checked([1.0], [[4]], self.error if candidate else None)
@@ -267,20 +287,31 @@ def test_profiled_halves_profile_both_sides_after_their_blocks():
     assert none[1].rounds(none[3], RULE).profiles == []
 
 
-def test_cpu_path_prepares_each_sample_outside_the_bracket():
-    """prepare: a PrepareRequest (flush, inputs) for the same variant and seed before every sample request, and the
-    flush it took is not counted as the sample's (it was outside the parent's bracket)."""
-    world, il, reference, candidate, _ = setup(flush_ms=5.0)
-    il.prepare = True
+def test_cpu_path_stages_every_sample_in_the_trusted_worker():
+    """staged (the CPU path): before every call the reference writes that sample's inputs into the arena of the side
+    that runs it, with the candidate stopped, and the flusher flushes with both sides stopped; the side that runs
+    gets a call that names no seed, and its sample is the parent's clock around that call. After the rounds the
+    reference checks each side's last inputs once more (a stage request without a seed)."""
+    world, il, reference, candidate, _ = setup()
+    flusher = FakeWorker(world, "flusher", lambda v, s: 0.0)
+    il.staged, il.flusher = True, flusher
+    candidate.sleep = 0.01
     out = il.rounds(candidate, RULE)
-    for worker in (reference, candidate):
-        requests = worker.requests
-        samples = [i for i, m in enumerate(requests) if m["op"] == "sample"]
-        assert samples and all(requests[i - 1] == {**requests[i], "op": "prepare"} for i in samples)
-    assert set(out.flush_ms[CANDIDATE]) == {0.0}
-    plain = setup(flush_ms=5.0)
-    assert set(plain[1].rounds(plain[3], RULE).flush_ms[CANDIDATE]) == {5.0}
-    assert not [m for m in plain[3].requests if m["op"] == "prepare"]
+    assert {m["op"] for m in candidate.requests} == {"call"}                 # nothing but "call now"
+    assert not any("seed" in m for m in candidate.requests)
+    assert reference.requests[0] == {"op": "arena", "path": candidate.arena_path()}
+    events = world.events
+    calls = [i for i, e in enumerate(events) if e[0] == "call"]
+    assert len(calls) == sum(len(r[v]) for r in out.rounds for v in r) + 4 * len(out.rounds) * il.warmup
+    for i in calls:
+        flush, stage = events[i - 1], events[i - 2]
+        assert flush[0] == "flush" and flush[4] == set()                     # both sides stopped meanwhile
+        assert stage[0] == "stage" and stage[2] == ("reference" if events[i][1] == "reference" else CANDIDATE)
+        assert CANDIDATE not in stage[4] and events[i][4] <= {"flusher"}     # one side at a time
+    ends = [m for m in reference.requests if m["op"] == "stage" and m["seed"] is None]
+    assert [m["side"] for m in ends] == ["reference", CANDIDATE]
+    assert min(out.samples(CANDIDATE)) >= 9.0                               # the parent's clock, not a report
+    assert set(out.flush_ms[CANDIDATE]) == {4.0}
 
 
 def test_the_parents_clock_sees_time_a_worker_does_not_report():

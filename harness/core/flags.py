@@ -59,6 +59,11 @@ REDUCED_PRECISION = _invalid(
 TIMING_INCONSISTENT = _invalid(
     "timing_inconsistent", "the parent's clock saw more time around the candidate's samples than the reference's, "
                            "beyond what the candidate reported", retry=True)
+ALIASED_OUTPUT = _invalid(
+    "aliased_output", "an output lies in memory the harness gave the call (its inputs' arena), not in memory of its "
+                      "own")
+SCHEDULING_CHANGED = _invalid(
+    "scheduling_changed", "a worker's scheduling policy or priority changed while the pair was timed")
 NOISY = _warning("noisy", "the speedup's 95% CI did not reach the target width within the time cap", ranked=True)
 NO_CUSTOM_KERNEL = _warning(
     "no_custom_kernel", "no GPU kernel from the candidate's own extension or Triton ran in a profiled call",
@@ -74,8 +79,8 @@ HARNESS_OOM = _warning(
 
 FLAGS: tuple[Flag, ...] = (
     MUTATES_INPUTS, OUTPUT_CHANGED_UNDER_TIMING, UNSYNCHRONIZED_WORK, TAMPERED_TIMER, FASTER_THAN_PHYSICS,
-    OUTPUT_NOT_PLAIN_TENSOR, INTERFERENCE, REDUCED_PRECISION, TIMING_INCONSISTENT,
-    NOISY, NO_CUSTOM_KERNEL, LITTLE_CUSTOM_WORK, DEGENERATE_PROBLEM, HARNESS_OOM,
+    OUTPUT_NOT_PLAIN_TENSOR, INTERFERENCE, REDUCED_PRECISION, TIMING_INCONSISTENT, ALIASED_OUTPUT,
+    SCHEDULING_CHANGED, NOISY, NO_CUSTOM_KERNEL, LITTLE_CUSTOM_WORK, DEGENERATE_PROBLEM, HARNESS_OOM,
 )
 BY_NAME: dict[str, Flag] = {f.name: f for f in FLAGS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)

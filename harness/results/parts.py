@@ -43,6 +43,7 @@ class Sandbox(JsonObject):
     error: str | None = None
     unconfined_threads: int | None = None
     relaxed: list[str] | Absent = ABSENT    # under Nsight Compute (run_eval.py profile): what ncu's library needs
+    privileges: dict[str, Any] | Absent = ABSENT    # capabilities and scheduling limits dropped (sandbox.drop_privileges)
 
 
 @dataclass

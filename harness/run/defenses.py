@@ -43,7 +43,8 @@ def flag_from(record: RecordDraft, outputs: m.Outputs) -> None:
 
 
 def flag_timing(record: RecordDraft, out: Collected) -> None:
-    """Flags from the timed samples: inputs changed, outputs still changing, lazy outputs, replaced clocks."""
+    """Flags from the timed samples: inputs changed, outputs still changing, lazy or aliased outputs, replaced
+    clocks."""
     if out.mutated:
         flag(record, flags.MUTATES_INPUTS)
     if out.changed_after_return:
@@ -51,6 +52,10 @@ def flag_timing(record: RecordDraft, out: Collected) -> None:
                                                 "returned and its check: work was left running past the timed region")
     if out.not_plain:
         flag(record, flags.OUTPUT_NOT_PLAIN_TENSOR)
+    if out.aliased:
+        flag(record, flags.ALIASED_OUTPUT, f"{flags.ALIASED_OUTPUT.meaning}: {out.aliased}")
+    if out.scheduling:
+        flag(record, flags.SCHEDULING_CHANGED, f"{flags.SCHEDULING_CHANGED.meaning}: {out.scheduling}")
     if out.tampered:
         flag(record, flags.TAMPERED_TIMER, f"{flags.TAMPERED_TIMER.meaning}: {', '.join(sorted(out.tampered))}")
 

@@ -97,6 +97,8 @@ class ReferenceSide:
         cfg = pc.cfg
         started = time.monotonic()
         self.setup_seconds: float | None = None     # its start until `ready`: reported by the first pair it serves
+        self.slot_env, self.problem_id = spares.env, pair.problem_id
+        self._flusher: Worker | None = None         # the CPU path's cache flush (harness.worker.flusher)
         self.worker = spares.take("reference", pc.log_dir / f"{slug(pair.problem_id)}__reference.log")
         probe = pc.seed.stream("probe", pair.problem_id).take(5)
         self.worker.send(wire(ReferenceJob(
@@ -221,9 +223,27 @@ class ReferenceSide:
         except m.ProtocolError as exc:
             raise WorkerExit("protocol", None, f"reference answered {request} with {exc}") from None
 
+    def flusher(self) -> Worker | None:
+        """The CPU path's flusher on this slot (started at the problem's first pair, kept for the rest); None on
+        the GPU, or where timing.flush_l2 is off."""
+        if self.device != "cpu" or not self.pc.cfg.timing.flush_l2:
+            return None
+        if self._flusher is None or not self._flusher.alive():
+            if self._flusher is not None:
+                self._flusher.close()
+            self._flusher = Worker("flusher", self.slot_env, self.pc.log_dir / f"{slug(self.problem_id)}__flusher.log")
+            self._flusher.send(wire(m.FlusherJob()))
+            try:
+                m.parse_reply(self._flusher.recv(time.monotonic() + 60), m.FlusherReady)
+            except m.ProtocolError as exc:
+                raise WorkerExit("protocol", None, f"the flusher sent {exc}") from None
+        return self._flusher
+
     def close(self) -> None:
         self.worker.resume()
         self.worker.close()
+        if self._flusher is not None:
+            self._flusher.close()
 
 
 # ---------------------------------------------------------------- one pair
@@ -249,6 +269,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
                         cfg.timing.block_warmup, defenses.PROFILED_CALLS if cfg.defenses else 0, spares,
                         Reader(reference.worker, device, str(pair_dir), deadline))
     try:
+        inter.flusher = reference.flusher()
         reference.mode = reference.mode.prepare(reference.worker, inter, cfg)
         try:
             before = inter.reference_blocks(cfg.timing.baseline_blocks)

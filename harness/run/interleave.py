@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.shared import messages as m
+from harness.run import scheduling
 from harness.run.paired import StopRule, should_stop
 from harness.run.workerproc import SpareWorkers, Worker, WorkerExit
 from harness.core.seeds import SeedStream
@@ -53,6 +54,8 @@ class Collected:
     mutated: bool = False
     changed_after_return: bool = False      # a timed output's memory changed after its call returned
     not_plain: bool = False
+    aliased: str | None = None              # a timed output lay in memory the harness gave the call (CPU: its arena)
+    scheduling: str | None = None           # a worker's scheduling was raised during the rounds (one line)
     output_errors: list[str] = field(default_factory=list)
     tampered: set[str] = field(default_factory=set)
     profiles: list[m.Profile | None] = field(default_factory=list)  # the candidate's profiled calls (None: CPU)
@@ -71,7 +74,7 @@ class Collected:
 class Interleaver:
     def __init__(self, reference: Worker, variants: list[str], block: int, samples: SeedStream,
                  checks: SeedStream, deadline: float, warmup: int = 0, profiles: int = 0,
-                 spares: SpareWorkers | None = None, reader: Reader | None = None):
+                 spares: SpareWorkers | None = None, reader: Reader | None = None, flusher: Worker | None = None):
         self.reference, self.variants, self.block, self.warmup = reference, variants, block, warmup
         self.spares = spares                    # the slot's spare workers: stopped while a side is timed
         self.profiles = profiles                # round halves, drawn at random, after which both sides profile a call
@@ -84,7 +87,9 @@ class Interleaver:
         self.calls_per_sample = 1               # graph mode: a sample replays graph_calls x graph_replays calls
         self.reader = reader                    # reads each side's timed outputs (harness.run.trusted)
         self.full_seeds: set[int] = set()       # samples whose outputs are checked whole (drawn in rounds())
-        self.prepare = False                    # CPU path: flush and inputs in a request of their own (PrepareRequest)
+        self.staged = False                     # CPU path: the reference stages each sample's inputs (arena)
+        self.flusher = flusher                  # CPU path: the process that flushes the caches before each call
+        self._nice_at_start: dict[str, int | None] = {}     # each side's lowest nice when the rounds began
 
     # ------------------------------------------------------------ one side at a time
 
@@ -119,10 +124,10 @@ class Interleaver:
             raise CandidateFailed(answer)
         return answer
 
-    def use_mode(self, calls_per_sample: int, prepared_apart: bool) -> None:
-        """What a sample stands for from now on (harness.run.modes): calls per sample, and whether the flush and
-        the inputs come in a request of their own (the CPU path)."""
-        self.calls_per_sample, self.prepare = calls_per_sample, prepared_apart
+    def use_mode(self, calls_per_sample: int, staged: bool) -> None:
+        """What a sample stands for from now on (harness.run.modes): calls per sample, and whether the reference
+        stages every sample's inputs in the arena of the side that runs it (the CPU path, harness.worker.arena)."""
+        self.calls_per_sample, self.staged = calls_per_sample, staged
 
     def candidate_gone(self, deadline: float) -> None:
         """The candidate worker is closed: reference blocks alone from here, until `deadline`."""
@@ -143,11 +148,13 @@ class Interleaver:
         clock brackets the sample request alone, on both sides; the check comes after the reply, with the
         candidate stopped (trusted.Reader), or from the reference itself."""
         flush_ms = None
-        if self.prepare:
-            flush_ms = self._ask(worker, m.PrepareRequest(variant, seed), m.Prepared).flush_ms
-        started = time.perf_counter_ns()          # the parent's clock: out of the workers' reach
-        result = self._ask(worker, m.SampleRequest(variant, seed), m.SampleResult)
-        bracket_ms = (time.perf_counter_ns() - started) / 1e6
+        if self.staged:
+            result, flush_ms = self._staged_call(worker, side, variant, seed, out)
+            bracket_ms = result.ms
+        else:
+            started = time.perf_counter_ns()          # the parent's clock: out of the workers' reach
+            result = self._ask(worker, m.SampleRequest(variant, seed), m.SampleResult)
+            bracket_ms = (time.perf_counter_ns() - started) / 1e6
         if result.error:
             raise GraphFallback(side, result.error)
         if not result.ms > 0:
@@ -158,7 +165,7 @@ class Interleaver:
             out.host_ms.setdefault(variant, []).append(result.host_ms)
             out.lag_ms.setdefault(variant, []).append(result.lag_ms)
             out.unexplained_ms.setdefault(variant, []).append(bracket_ms - result.ms * self.calls_per_sample)
-            out.flush_ms.setdefault(variant, []).append(result.flush_ms if flush_ms is None else 0.0)
+            out.flush_ms.setdefault(variant, []).append(result.flush_ms if flush_ms is None else flush_ms)
         out.mutated = out.mutated or result.mutated
         out.changed_after_return = out.changed_after_return or result.changed_after_return
         out.not_plain = out.not_plain or result.not_plain
@@ -168,12 +175,51 @@ class Interleaver:
         full = seed in self.full_seeds
         if self.reader is None:
             raise WorkerExit("protocol", None, "no reader for the outputs")
-        checked = self.reader.read(worker, side == CANDIDATE, result, check_seed, full)
+        checked = self.reader.read(worker, side == CANDIDATE, result, check_seed, full,
+                                   stay_stopped=self.staged and side == CANDIDATE)
         if side != CANDIDATE:
             self.reader.keep(check_seed, full)
         if checked.error:
             out.output_errors.append(f"timed call ({side}): {checked.error}")
+        out.aliased = out.aliased or checked.aliased
         out.checks.setdefault(seed, {})[side] = checked
+
+    def _staged_call(self, worker: Worker, side: str, variant: str, seed: int,
+                     out: Collected) -> tuple[m.SampleResult, float]:
+        """The CPU path's sample: the reference checks the side's previous inputs, flushes the caches and writes
+        this sample's inputs into the side's arena, with the candidate stopped; then the side runs the call alone,
+        and the parent's clock around that request is the sample (the worker reports no time). The side is stopped
+        at once after its reply, for the trusted read (a candidate stays stopped until its next call)."""
+        self._activate(self.reference)
+        staged = self._ask(self.reference, m.StageRequest(side, seed), m.Staged)
+        if staged.error or staged.layout is None:
+            raise WorkerExit("protocol", None, f"the reference could not stage the inputs: {staged.error}")
+        out.mutated = out.mutated or staged.mutated
+        self.reference.pause()                    # both sides stopped: the one to run wakes inside the clock, so
+        self.active = None                        # nothing it does once it can see the inputs goes untimed
+        flush_ms = self._ask(self.flusher, m.FlushRequest(), m.Flushed).ms if self.flusher is not None else 0.0
+        started = time.perf_counter_ns()          # the parent's clock: out of the workers' reach
+        worker.wake()
+        called = self._ask(worker, m.CallRequest(variant, staged.layout), m.Called)
+        ms = (time.perf_counter_ns() - started) / 1e6
+        worker.pause()
+        return m.SampleResult(ms, ms, 0.0, [], outputs=[called.outputs] if called.outputs else [],
+                              output_error=called.output_error, not_plain=called.not_plain), flush_ms
+
+    def _staged_end(self, out: Collected) -> None:
+        """The CPU path's last check: the inputs of each side's last sample, as they are now."""
+        self._activate(self.reference)
+        for side in ("reference", CANDIDATE):
+            staged = self._ask(self.reference, m.StageRequest(side), m.Staged)
+            out.mutated = out.mutated or staged.mutated
+
+    def attach(self, candidate: Worker) -> None:
+        """CPU path: the reference stages the candidate's samples into `candidate`'s arena from now on."""
+        if self.staged:
+            self._activate(self.reference)
+            attached = self._ask(self.reference, m.ArenaRequest(candidate.arena_path()), m.ArenaSet)
+            if attached.error:
+                raise WorkerExit("protocol", None, f"the reference could not open {attached.error}")
 
     def _block(self, side: str, variant: str, seeds: list[int], out: Collected, round_samples: dict,
                profile: bool = False) -> None:
@@ -185,7 +231,12 @@ class Interleaver:
         for i, seed in enumerate(seeds):
             timed = i >= self.warmup
             self._sample(worker, side, variant, seed, out, times if timed else None)
-        if profile and variant in (EAGER, CANDIDATE):     # both sides, so that whatever a profiler leaves behind
+        if self._nice_at_start and out.scheduling is None:
+            found = scheduling.raised(worker.proc.pid, self._nice_at_start.get(side))
+            out.scheduling = found and f"{side}: {found}"
+        if profile and variant in (EAGER, CANDIDATE) and self.staged:    # the CPU path profiles nothing, and no
+            (out.profiles if side == CANDIDATE else out.reference_profiles).append(None)   # seed leaves for it
+        elif profile and variant in (EAGER, CANDIDATE):     # both sides, so that whatever a profiler leaves behind
             t0 = time.perf_counter()
             profiled = self._ask(worker, m.ProfileRequest(seeds[0], variant), m.ProfileResult)   # costs both
             out.profile_seconds += time.perf_counter() - t0
@@ -211,6 +262,9 @@ class Interleaver:
         """Rounds until the speedup's CI reaches the target, the time cap or max_rounds."""
         from harness.run.paired import round_ratio
         self.candidate = candidate
+        self.attach(candidate)
+        self._nice_at_start = {"reference": scheduling.lowest_nice(self.reference.proc.pid),
+                               CANDIDATE: scheduling.lowest_nice(candidate.proc.pid)}
         out = Collected()
         # `profiles` round halves drawn among those every pair runs, after whose blocks each side profiles one
         # call: the candidate cannot tell which of its calls will be looked at, nor that one was until it ran
@@ -240,6 +294,8 @@ class Interleaver:
             stop, noisy = should_stop(ratios, out.seconds, rule)
             if stop:
                 out.noisy = noisy
+                if self.staged:
+                    self._staged_end(out)
                 return out
 
 

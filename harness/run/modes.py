@@ -17,7 +17,7 @@ from harness.shared.stats import graph_replays
 @dataclass(frozen=True)
 class Mode:
     NAME: ClassVar[str] = ""
-    PREPARED_APART: ClassVar[bool] = False       # the CPU path: flush and inputs in a request of their own
+    STAGED: ClassVar[bool] = False               # the CPU path: inputs staged by the reference (harness.worker.arena)
     FLUSHED: ClassVar[bool] = True               # a sample starts from flushed caches (with timing.flush_l2)
     error: str | None = None                     # why a faster mode was given up for this problem
 
@@ -35,7 +35,7 @@ class Mode:
         """Tell the reference worker this mode and the Interleaver what a sample is; returns the mode the problem
         goes on with (graph: sized, or cold where the reference cannot be captured)."""
         inter.set_mode(reference, self.NAME, self.replays())
-        inter.use_mode(self.calls_per_sample(cfg), self.PREPARED_APART)
+        inter.use_mode(self.calls_per_sample(cfg), self.STAGED)
         return self
 
     def fallback(self, error: str) -> "Mode":
@@ -60,7 +60,7 @@ class Cold(Mode):
 class Host(Mode):
     """The CPU path: one call a sample on the host's clock, the CPU's caches flushed before it."""
     NAME: ClassVar[str] = "host"
-    PREPARED_APART: ClassVar[bool] = True
+    STAGED: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class Graph(Mode):
                 return self.fallback(f"reference: {fell.error}").prepare(reference, inter, cfg)
             return sized.prepare(reference, inter, cfg)
         inter.set_mode(reference, self.NAME, self.replays(), calls)
-        inter.use_mode(self.calls_per_sample(cfg), self.PREPARED_APART)
+        inter.use_mode(self.calls_per_sample(cfg), self.STAGED)
         return self
 
     def capped(self, graph_calls: int, why: str | None) -> Mode:

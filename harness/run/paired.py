@@ -134,11 +134,11 @@ class Interference:
 
 @dataclass(frozen=True)
 class Consistency:
-    """The parent's clock against a side's reported times. `unexplained` = request-to-reply time of a sample (the
-    parent's clock; on the CPU path the call's request alone, PrepareRequest having taken the flush and the inputs)
-    minus the sample time the worker reported: per-sample work both sides do the same way (inputs on the GPU, the
-    flush, synchronize, the at-return read, the pipe). A candidate whose process under-reports its time shows more
-    unexplained time than the reference for the same requests."""
+    """The parent's clock against a side's reported times (the GPU path). `unexplained` = request-to-reply time of
+    a sample (the parent's clock) minus the sample time the worker reported: per-sample work both sides do the same
+    way (inputs, the flush, synchronize, the at-return read, the pipe). A candidate whose process under-reports its
+    time shows more unexplained time than the reference for the same requests. On the CPU path the parent's clock
+    is the sample (harness.worker.arena): nothing is reported, nothing is unexplained."""
     found: bool
     reference_ms: float             # median unexplained time per sample, reference
     candidate_ms: float             # the same, candidate
@@ -183,9 +183,8 @@ def consistency(reference_unexplained: list[float], candidate_unexplained: list[
     return Consistency(cand - ref > allowed, ref, cand, reported, allowed, flush)
 
 
-OVERHEAD_SHARE_CPU = 0.05          # CPU path: the call's request alone is bracketed (PrepareRequest took the flush
-REPORTED_SHARE_CPU = 0.05          # and the inputs out of it), so the two sides' per-sample work is a wake-up and
-                                   # a few reads: 5% of the reported time and of that work (README, Hardening)
+OVERHEAD_SHARE_CPU = 0.05          # CPU path: kept for records of staged samples (their unexplained time is 0 on
+REPORTED_SHARE_CPU = 0.05          # both sides: the parent's clock is the sample), so the check never fires there
 
 
 def interference(before: list[float], during: list[float], after: list[float], tolerance: float) -> Interference:

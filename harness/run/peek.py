@@ -81,6 +81,26 @@ def read_points(pid: int, dtype: str, shape: list[int], strides: list[int], addr
     return points.decode(dtype, raws)
 
 
+def mappings_of(pid: int, inode: int) -> list[tuple[int, int]]:
+    """The address ranges [start, end) at which process `pid` maps the file with inode `inode` (/proc/<pid>/maps:
+    every mapping, however the process made it). PeekError when its maps cannot be read."""
+    ranges = []
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                fields = line.split(maxsplit=5)
+                if len(fields) >= 5 and fields[4] == str(inode):
+                    start, end = fields[0].split("-")
+                    ranges.append((int(start, 16), int(end, 16)))
+    except (OSError, ValueError) as exc:
+        raise PeekError(f"cannot read its memory map ({exc})") from None
+    return ranges
+
+
+def overlaps(start: int, nbytes: int, ranges: list[tuple[int, int]]) -> bool:
+    return nbytes > 0 and any(start < end and lo < start + nbytes for lo, end in ranges)
+
+
 def readable() -> str | None:
     """None when this process can read a child's memory here; else why not (one line)."""
     try:

@@ -13,6 +13,7 @@ the candidate's process, and its output is fixed before any of it exists.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ class Checked:
     shapes: list[list[int]]
     error: str | None = None
     full: m.FileCheck | None = None     # the whole-output comparison, where this sample was drawn for one
+    aliased: str | None = None          # the output lies in memory the harness gave the call (one line)
 
 
 def slots_for(check_seed: int, count: int, extra: int = 2) -> list[int]:
@@ -53,21 +55,26 @@ class Reader:
         self.reference, self.device, self.scratch, self.deadline = reference, device, scratch, deadline
         self.full_checks = 0
 
-    def read(self, worker: Worker, candidate: bool, result: m.SampleResult, check_seed: int, full: bool) -> Checked:
-        """One side's output at the drawn positions (and the candidate's whole with `full`), its worker stopped.
-        The reference's own outputs go the same way on the CPU path (both sides stopped and read by the parent,
-        so that neither does more between samples than the other); on the GPU the reference reads its own."""
+    def read(self, worker: Worker, candidate: bool, result: m.SampleResult, check_seed: int, full: bool,
+             stay_stopped: bool = False) -> Checked:
+        """One side's output at the drawn positions (and the candidate's whole with `full`), its worker stopped
+        (and left stopped with `stay_stopped`: the CPU path's candidate, until its next call). The reference's
+        own outputs go the same way on the CPU path (both sides stopped and read by the parent, so that neither
+        does more between samples than the other); on the GPU the reference reads its own."""
         worker.pause()
         try:
             if result.output_error or not result.outputs:
                 return Checked([], [], result.output_error or "the sample reply says where no output lies")
             slots = slots_for(check_seed, len(result.outputs))
             if self.device == "cpu":
-                return self._host(worker.proc.pid, result, check_seed, slots, full and candidate)
+                aliased = _aliased(worker, result) if candidate else None
+                checked = self._host(worker.proc.pid, result, check_seed, slots, full and candidate)
+                return dataclasses.replace(checked, aliased=aliased)
             if candidate:
                 return self._device(result, check_seed, slots, full)
         finally:
-            worker.resume()
+            if not stay_stopped:
+                worker.resume()
         return self._check_request(worker, check_seed, slots, full)
 
     def keep(self, check_seed: int, full: bool) -> None:
@@ -138,6 +145,22 @@ class Reader:
         self.reference.resume()
         self.reference.send({"op": "peer_close"})
         _parsed(self.reference.recv(time.monotonic() + 60), m.PeerClosed, "peer_close")
+
+
+def _aliased(worker: Worker, result: m.SampleResult) -> str | None:
+    """CPU path: why the output of a staged call lies in the worker's arena (every mapping of the arena's file in
+    its address space, however it mapped it: a view of an input, or of the room beside it), or None. An output the
+    trusted read finds right there would be the input's values, not anything the call computed."""
+    try:
+        ranges = peek.mappings_of(worker.proc.pid, os.fstat(worker.arena_fd).st_ino)
+        for slot in result.outputs:
+            for j, e in enumerate(_exported(slot)):
+                span = points.numel(e.shape) and (sum((d - 1) * s for d, s in zip(e.shape, e.strides)) + 1)
+                if peek.overlaps(e.address, span * points.SIZES.get(e.dtype, 1), ranges):
+                    return f"output {j} ({e.dtype.replace('torch.', '')}, shape {list(e.shape)}) lies in its inputs' arena"
+    except (peek.PeekError, OSError, m.ProtocolError):
+        return None                                 # the read says what is wrong with the reply
+    return None
 
 
 def _parsed(data: dict[str, Any], reply: type, what: str) -> Any:

@@ -67,6 +67,18 @@ def memory_cap_bytes() -> int:
     return max(0, int(_memory_gb * 1e9))
 
 
+ARENA_VAR = "KB_ARENA_FD"         # harness.worker.arena: the worker's memfd for staged inputs (the CPU path)
+
+
+def new_arena() -> int:
+    """A worker's arena: an empty memfd whose size may grow but never shrink, and whose seals are final, so that
+    the candidate cannot cut it under the stager (a write past a file's end is SIGBUS) or seal it against writes."""
+    import fcntl
+    fd = os.memfd_create("kb-arena", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+    return fd
+
+
 def worker_env(extra: dict[str, str]) -> dict[str, str]:
     env = {k: os.environ[k] for k in ENV_WHITELIST if k in os.environ}
     env["PYTHONPATH"] = str(REPO_ROOT)
@@ -312,6 +324,8 @@ class Worker:
         if wrapper:                         # the worker finds its pipes by these if the launcher kept them back
             env[containment.WRAPPED_VAR] = f"{os.fstat(cmd_r).st_ino}:{os.fstat(res_w).st_ino}"
         out_r, out_w = os.pipe()
+        self.arena_fd = new_arena()
+        env[ARENA_VAR] = str(self.arena_fd)
         self.log_path = log_path
         self.started = time.monotonic()
         self.oom_kills_at_start = containment.oom_kills()
@@ -321,17 +335,17 @@ class Worker:
         try:
             self.sink = LogSink(log_path, out_r)
         except BaseException:
-            for fd in (cmd_r, cmd_w, res_r, res_w, out_r, out_w):
+            for fd in (cmd_r, cmd_w, res_r, res_w, out_r, out_w, self.arena_fd):
                 os.close(fd)
             raise
         try:
             self.proc = _spawner.popen(
                 [*(wrapper or []), *worker_argv(role, cmd_r, res_w)],
-                pass_fds=(cmd_r, res_w), stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
+                pass_fds=(cmd_r, res_w, self.arena_fd), stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
                 env=env, cwd=str(REPO_ROOT), start_new_session=True)
         except BaseException:
             self.sink.close_fds()
-            for fd in (cmd_r, cmd_w, res_r, res_w, out_w):
+            for fd in (cmd_r, cmd_w, res_r, res_w, out_w, self.arena_fd):
                 os.close(fd)
             raise
         for fd in (cmd_r, res_w, out_w):
@@ -345,6 +359,10 @@ class Worker:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def arena_path(self) -> str:
+        """Where the reference worker opens this worker's arena to stage its inputs (the parent's descriptor)."""
+        return f"/proc/{os.getpid()}/fd/{self.arena_fd}"
 
     def move_log(self, path: Path) -> None:
         """Give a spare worker its job's log name (the open file follows the rename)."""
@@ -429,6 +447,18 @@ class Worker:
                 pass
         self._stopped = set()
 
+    def wake(self) -> None:
+        """SIGCONT to what pause() stopped, and nothing else: no /proc scan (a stopped process starts nothing), so
+        that waking a side inside a timed bracket costs a few system calls on both sides."""
+        if self.proc.returncode is not None:
+            return
+        for pid in self._stopped | {-self.proc.pid}:        # -pid: its process group
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self._stopped = set()
+
     def kill(self) -> None:
         """SIGKILL to every process of this worker (containment.sweep: group, tree, tagged, strays), reap it."""
         self.killed = True
@@ -447,7 +477,7 @@ class Worker:
         self.send({"op": "exit"})
         code = self.wait(wait_s)
         self.kill()
-        for fd in (self.cmd_w, self.reader.fd):
+        for fd in (self.cmd_w, self.reader.fd, self.arena_fd):
             try:
                 os.close(fd)
             except OSError:

@@ -94,6 +94,13 @@ class LintJob:
 
 
 @dataclass(frozen=True)
+class FlusherJob:
+    """Starts the CPU path's flusher (harness.worker.flusher): `nbytes` written before every staged sample (0: twice
+    the last-level cache)."""
+    nbytes: int = 0
+
+
+@dataclass(frozen=True)
 class CeilingsJob:
     """Starts the ceilings worker (harness.worker.ceilings): the device's copy bandwidth and matmul throughput."""
     device: str
@@ -110,13 +117,56 @@ class SampleRequest:
 
 
 @dataclass(frozen=True)
-class PrepareRequest:
-    """CPU path: before a sample, flush the caches and draw the inputs for `seed`; the SampleRequest that follows
-    times the call alone, so that the parent's clock around it holds the call and little else (the flush, up to
-    512 MiB written, jitters by milliseconds on big-cache hosts and would hide a forged report)."""
-    OP: ClassVar[str] = "prepare"
+class LayoutEntry:
+    """One input of a staged sample (harness.worker.arena): a tensor at `offset` bytes into the arena, with its
+    dtype ("float32", ...), shape and strides in elements; or, where `dtype` is "", a plain value carried as it is
+    (`tuple`: it was a tuple)."""
+    dtype: str
+    shape: list[int] = field(default_factory=list)
+    strides: list[int] = field(default_factory=list)
+    offset: int = 0
+    value: Any = None
+    tuple: bool = False
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a staged sample's inputs lie in the arena, and how many bytes the arena holds."""
+    entries: list[LayoutEntry]
+    bytes: int
+
+
+@dataclass(frozen=True)
+class ArenaRequest:
+    """Reference only (CPU path): stage the candidate's samples into the arena at `path` (the parent's
+    /proc/<pid>/fd/<n> of the candidate worker's memfd) from now on; "" forgets it."""
+    OP: ClassVar[str] = "arena"
+    path: str
+
+
+@dataclass(frozen=True)
+class StageRequest:
+    """Reference only (CPU path): check the inputs last written into `side`'s arena ("reference" or "candidate"),
+    then draw the inputs for `seed` and write them there (harness.worker.arena.Stager).
+    `seed` None: the check alone (after a side's last sample)."""
+    OP: ClassVar[str] = "stage"
+    side: str
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class FlushRequest:
+    """The flusher: write its buffer whole now (the caches of the timing cores emptied of everything else)."""
+    OP: ClassVar[str] = "flush"
+
+
+@dataclass(frozen=True)
+class CallRequest:
+    """Both sides (CPU path): call `variant` now on the inputs staged in this worker's arena, and say where the
+    output lies. No seed, no check: the parent's clock around this request is the sample's time."""
+    OP: ClassVar[str] = "call"
     variant: str
-    seed: int
+    layout: Layout
 
 
 @dataclass(frozen=True)
@@ -225,12 +275,6 @@ class SampleResult:
 class SizeSet:
     KIND: ClassVar[str] = "size_set"
     size: str
-
-
-@dataclass(frozen=True)
-class Prepared:
-    KIND: ClassVar[str] = "prepared"
-    flush_ms: float = 0.0       # host time of the cache flush
 
 
 @dataclass(frozen=True)
@@ -428,6 +472,40 @@ class FileCheck:
 class Verified:
     KIND: ClassVar[str] = "verified"
     results: list[FileCheck]            # one per file asked for, in order
+
+
+@dataclass(frozen=True)
+class Staged:
+    KIND: ClassVar[str] = "staged"
+    layout: Layout | None = None
+    mutated: bool = False       # the inputs staged before these had been changed by the call that read them
+    error: str | None = None    # the inputs could not be staged (one line)
+
+
+@dataclass(frozen=True)
+class FlusherReady:
+    KIND: ClassVar[str] = "flusher_ready"
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Flushed:
+    KIND: ClassVar[str] = "flushed"
+    ms: float
+
+
+@dataclass(frozen=True)
+class Called:
+    KIND: ClassVar[str] = "called"
+    outputs: list[dict[str, Any]] = field(default_factory=list)     # per output tensor: Exported
+    output_error: str | None = None
+    not_plain: bool = False
+
+
+@dataclass(frozen=True)
+class ArenaSet:
+    KIND: ClassVar[str] = "arena_set"
+    error: str | None = None
 
 
 @dataclass(frozen=True)

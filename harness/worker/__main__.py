@@ -26,7 +26,8 @@ def main(argv: list[str]) -> None:
     conn = Conn(cmd_fd, res_fd)
     common.trace(f"{role} started")
     spare = common.hold_spare_cores()   # a spare imports off the timing cores, while a pair is timed there
-    import torch  # noqa: F401 - before the job arrives: a spare worker pays for this while it waits
+    if role != "flusher":               # the flusher holds no torch (harness.worker.flusher)
+        import torch  # noqa: F401 - before the job arrives: a spare worker pays for this while it waits
     if role in ("candidate", "build"):
         # and for this (0.1 s on the CI box; it pulls in setuptools), which install_extension_hooks needs after the
         # job: it reads no variable the job sets at import (TORCH_EXTENSIONS_DIR, MAX_JOBS and TORCH_CUDA_ARCH_LIST
@@ -57,6 +58,8 @@ def main(argv: list[str]) -> None:
             from harness.worker.ceilings import run
         elif role == "lint":
             from harness.worker.lint import run
+        elif role == "flusher":
+            from harness.worker.flusher import run
         else:
             raise SystemExit(f"unknown worker role {role!r}")
         run(conn, job)

@@ -43,7 +43,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     except Exception as exc:                           # noqa: BLE001 - no cap is no reason to fail the pair
         print(f"kb-harness: device memory share not applied: {describe(exc)}", flush=True)
     try:
-        flusher = sampler.device_buffers(device, job.timing, job.defenses)
+        flusher = sampler.device_buffers(device, job.timing, job.defenses) if device != "cpu" else None
         problem, settings, init, trial_inputs, declared = _problem_side(job, device)
         trace("candidate inputs drawn")
         plan = _plan(declared, job.trials)
@@ -268,6 +268,13 @@ def _serve(conn, model, problem, settings, job, device, sizes: list, flusher) ->
     def call(x: list):
         return model(*x)
 
+    if device == "cpu":                     # the call alone: inputs staged by the reference (harness.worker.arena)
+        from harness.worker import arena
+        from harness.worker.common import pin_for_timing
+        pin_for_timing()                    # on the reference's timing cores, as its sampler's settle() holds it
+        trace("candidate serving staged calls")
+        arena.serve(conn, call, lambda exc: _classify(exc, _NoLog, "forward (timing)"))
+        return
     sampler = Sampler({"candidate": call}, problem, settings, device, job.timing, job.defenses, sizes=sizes,
                       flusher=flusher)
     sampler.settle()

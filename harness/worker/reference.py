@@ -98,11 +98,14 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     fp64 = _Float64(model, initial_state, trials, device)
     full = _FullCheck(model, initial_state, settings, job.defenses, sampler, memory, device)
     peer = PeerReader() if device != "cpu" else None
+    staging = _staging(sampler, job.defenses, device)
     while True:
         message = conn.recv()
         op = message.get("op")
         try:
-            reply = sampler.handle(message)
+            reply = staging.handle(message) if staging is not None else None
+            if reply is None:
+                reply = sampler.handle(message)
             if reply is not None:
                 conn.send(reply.pop("kind"), **reply)
             elif op == m.DeriveRequest.OP:
@@ -122,6 +125,8 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
             elif op == "peer_close":
                 if peer is not None:
                     peer.close()
+                if staging is not None:
+                    staging.stager.close("candidate")
                 sampler.kept.clear()
                 conn.send("peer_closed")
             elif op == "verify":
@@ -150,6 +155,14 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
             print(f"kb-harness: {memory.oom_line(op or 'a request', exc)}", file=sys.stderr, flush=True)
             print(f"kb-harness: where: {_oom_where(exc)}", file=sys.stderr, flush=True)
             return
+
+
+def _staging(sampler, defenses: bool, device: str):
+    """The CPU path's stager and executor (harness.worker.arena), where this worker has an arena; else None."""
+    from harness.worker import arena
+    if device != "cpu" or arena.arena_fd() is None:
+        return None
+    return arena.ReferenceStaging(sampler, defenses)
 
 
 def _oom_where(exc: BaseException) -> str:

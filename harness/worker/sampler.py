@@ -236,7 +236,6 @@ class Sampler:
         self.last: tuple[int, list, tuple[int, list[float]] | None] | None = None   # the last sample: seed, outputs
         self.changed_earlier = False        # an output read before a profiled call had changed after its return
         self.kept: dict[int, tuple[int, int]] = {}     # reference: check seed -> (sample seed, captured call)
-        self.ready: tuple | None = None     # CPU path: (variant, seed, inputs, pristine, changed, flush ms) prepared
         self.fixed = None if defenses else device_inputs(problem, WARMUP_SEED, settings, device)
 
     def set_size(self, req: m.SizeRequest) -> m.SizeSet:
@@ -268,8 +267,6 @@ class Sampler:
         op = message.get("op")
         if op == m.SampleRequest.OP:
             return m.wire(self.sample(m.parse(m.SampleRequest, message)))
-        if op == m.PrepareRequest.OP and self.device == "cpu":
-            return m.wire(self.prepare(m.parse(m.PrepareRequest, message)))
         if op == m.CheckRequest.OP and self.trusted:
             return m.wire(self.check(m.parse(m.CheckRequest, message)))
         if op == m.ProfileRequest.OP:
@@ -305,6 +302,10 @@ class Sampler:
         with integrity.clean_torch():
             return self._inputs(seed)
 
+    def clean_inputs(self, seed: int) -> list:
+        """The sample's inputs for `seed`, drawn with torch as it was (the CPU path's stager, harness.worker.arena)."""
+        return self._clean_inputs(seed)
+
     def _sample_inputs(self, seed: int) -> list:
         """Graph mode: one input set per captured call (drawn one after another from the sample's seed), so that no
         captured call sees the inputs of another; otherwise the sample's one set."""
@@ -336,39 +337,18 @@ class Sampler:
             self.meters[variant] = meter
         return meter
 
-    def prepare(self, req: m.PrepareRequest) -> m.Prepared:
-        """CPU path: the caches flushed first, then the inputs drawn (a thread of the candidate's that found the
-        drawn inputs would otherwise have the whole flush to work on them unseen); the call waits for the
-        SampleRequest, so that the parent's clock around that request holds the call and little else."""
-        changed = self._drop_last()
-        self.ready = None
-        meter = self._meter(req.variant)
-        flush_ms = meter.flush()
-        inputs, pristine = self._draw(req.seed)
-        self.ready = (req.variant, req.seed, inputs, pristine, changed, flush_ms)
-        return m.Prepared(flush_ms)
-
     def _draw(self, seed: int) -> tuple[list, tuple[int, list] | None]:
         with integrity.clean_torch():                      # nothing of the candidate's runs while inputs are made
             inputs = self._sample_inputs(seed)
             return inputs, (snapshot(inputs) if self.defenses else None)
 
     def sample(self, req: m.SampleRequest) -> m.SampleResult:
-        ready, self.ready = self.ready, None
-        flushed_ms = None
-        if ready is not None and ready[:2] == (req.variant, req.seed):
-            _, _, inputs, pristine, changed, flushed_ms = ready
-            meter = self._meter(req.variant)
-        else:
-            changed = self._drop_last()
-            meter = self._meter(req.variant)        # its warm-up calls draw inputs of their own: not beside these
-            inputs, pristine = self._draw(req.seed)
+        changed = self._drop_last()
+        meter = self._meter(req.variant)            # its warm-up calls draw inputs of their own: not beside these
+        inputs, pristine = self._draw(req.seed)
         call = self.calls[req.variant]
         try:
-            if flushed_ms is not None:
-                times, out, used = meter.measure(call, inputs, flushed_ms)
-            else:
-                times, out, used = meter.measure(call, inputs)
+            times, out, used = meter.measure(call, inputs)
         except self.timing.GraphCaptureError as exc:
             return m.SampleResult(0.0, 0.0, 0.0, self.tampered(), f"graph capture failed: {exc}")
         slots = list(out) if getattr(meter, "mode", "") == "graph" else [out]

@@ -286,7 +286,7 @@ def confine_worker(role: str, job: dict[str, Any]) -> dict[str, Any]:
     if current == "off":
         _applied = {"mode": "off", "landlock_abi": None, "filesystem": False, "network": False,
                     "network_via": None, "no_new_privs": False, "scoped": [], "writable": [], "hidden": [],
-                    "error": None, "unconfined_threads": None}
+                    "error": None, "unconfined_threads": None, "privileges": drop_privileges()}
         return _applied
     writable, tmp_parent = worker_paths(role, job, os.environ)
     hide = [str(p) for p in job.get("hide") or [] if isinstance(p, str)]
@@ -303,7 +303,59 @@ def confine_worker(role: str, job: dict[str, Any]) -> dict[str, Any]:
         os.makedirs(path, exist_ok=True)
     _applied = confine(writable, require=current == "require", hide=hide, ncu=ports)
     _applied["mode"] = current
+    _applied["privileges"] = drop_privileges()      # last: the private mount namespace needed CAP_SYS_ADMIN
     return _applied
+
+
+# Capabilities a worker that runs candidate code has no need of, by number (linux/capability.h): with them a process
+# running as root could raise its own scheduling priority over the other side (SYS_NICE), act on the reference's
+# process (SYS_PTRACE), undo its confinement (SYS_ADMIN) or lift its limits (SYS_RESOURCE).
+DROPPED_CAPS = {"CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 21, "CAP_SYS_NICE": 23, "CAP_SYS_RESOURCE": 24}
+_PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+_CAP_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_privileges() -> dict[str, Any]:
+    """No raising of its own priority, no acting on other processes: RLIMIT_RTPRIO and RLIMIT_NICE set to 0 (no
+    real-time policy, no nice below 0 without CAP_SYS_NICE), then DROPPED_CAPS taken out of this thread's bounding,
+    effective, permitted, inheritable and ambient sets, so that nothing it starts gets them back. Threads that
+    exist already keep theirs (the report's `unconfined_threads` counts them); candidate code runs on this one and
+    on those it starts. What was done, for the sandbox report."""
+    import resource
+    report: dict[str, Any] = {"dropped": [], "rlimit_rtprio": None, "rlimit_nice": None, "error": None}
+    errors = []
+    for name, limit in (("rlimit_rtprio", resource.RLIMIT_RTPRIO), ("rlimit_nice", resource.RLIMIT_NICE)):
+        try:
+            resource.setrlimit(limit, (0, 0))
+            report[name] = 0
+        except (OSError, ValueError) as exc:
+            errors.append(f"{name}: {exc}")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    for name, cap in DROPPED_CAPS.items():
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            errors.append(f"bounding set {name}: {os.strerror(ctypes.get_errno())}")
+    header, data = _CapHeader(_CAP_VERSION_3, 0), (_CapData * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        errors.append(f"capget: {os.strerror(ctypes.get_errno())}")
+    else:
+        mask = ~sum(1 << cap for cap in DROPPED_CAPS.values()) & 0xFFFFFFFF
+        for field in ("effective", "permitted", "inheritable"):
+            setattr(data[0], field, getattr(data[0], field) & mask)
+        if libc.capset(ctypes.byref(header), data) != 0:
+            errors.append(f"capset: {os.strerror(ctypes.get_errno())}")
+        else:
+            report["dropped"] = sorted(DROPPED_CAPS)
+    report["error"] = "; ".join(errors) or None
+    return report
 
 
 def cleanup() -> None:

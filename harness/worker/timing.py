@@ -23,8 +23,6 @@ candidate that replaces torch.cuda.Event.elapsed_time or time.perf_counter later
 """
 from __future__ import annotations
 
-import glob
-import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -32,6 +30,7 @@ from typing import Any, Callable
 
 import torch
 
+from harness.worker.flusher import cpu_cache_bytes, flush_bytes  # noqa: F401 - cpu_cache_bytes re-exported
 from harness.shared.stats import (  # noqa: F401 - re-exported
     GRAPH_MAX_REPLAYS, GRAPH_SAMPLE_MS, graph_replays, summarize)
 
@@ -90,23 +89,6 @@ class L2Flusher:
         self.buffer.fill_(0x5A5A5A5A)
 
 
-def cpu_cache_bytes(sysfs: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
-    """The largest data cache the first core sees (its last level), from sysfs; 0 where sysfs says nothing."""
-    largest = 0
-    for index in glob.glob(os.path.join(sysfs, "index*")):
-        try:
-            with open(os.path.join(index, "type")) as f:
-                if f.read().strip() == "Instruction":
-                    continue
-            with open(os.path.join(index, "size")) as f:
-                text = f.read().strip().upper()
-            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-            largest = max(largest, int(text.rstrip("KMG")) * scale)
-        except (OSError, ValueError):
-            continue
-    return largest
-
-
 class HostCacheFlusher:
     """The CPU path's cold sample: writes 2x the last-level cache before the call (32 MiB assumed where sysfs does
     not say; at least 16 MiB, at most 512 MiB), so that a call's inputs, its outputs and the memory the allocator
@@ -116,8 +98,7 @@ class HostCacheFlusher:
     side faster in all nine process pairs; with it (as cold as the GPU path's samples) 1.00, 1.02 and 1.00 (docs/measurements.md)."""
 
     def __init__(self, cache_bytes: int | None = None):
-        size = cpu_cache_bytes() if cache_bytes is None else cache_bytes
-        self.bytes = min(max(2 * (size or 32 << 20), 16 << 20), 512 << 20)
+        self.bytes = flush_bytes(cache_bytes)
         self.buffer = torch.empty(self.bytes // 4, dtype=torch.int32)
         self.value = 0
 
@@ -130,27 +111,23 @@ Call = Callable[[list], Any]
 
 
 class HostClock:
+    """The CPU path's sample in one process (the reference's cold probe, lint): the caches flushed, then the call
+    between perf_counter_ns. A pair's samples are staged instead (harness.worker.arena, timed by the parent)."""
     mode = "host"
     clock = "host"
 
     def __init__(self, flusher: Callable[[], None] | None = None):
         self.flusher = flusher
 
-    def flush(self) -> float:
-        """The cache flush on its own (PrepareRequest); its host time in ms."""
+    def measure(self, call: Call, inputs: list) -> tuple[SampleTimes, Any, list]:
         t0 = _perf_counter_ns()
         if self.flusher is not None:
             self.flusher()
-        return (_perf_counter_ns() - t0) / 1e6
-
-    def measure(self, call: Call, inputs: list, flushed_ms: float | None = None) -> tuple[SampleTimes, Any, list]:
-        """One call; flushed first unless the caller flushed already (`flushed_ms`, its time, is then reported)."""
-        flush_ms = self.flush() if flushed_ms is None else flushed_ms
         t1 = _perf_counter_ns()
         out = call(inputs)
         t2 = _perf_counter_ns()
         ms = (t2 - t1) / 1e6
-        return SampleTimes(ms, ms, flush_ms=flush_ms), out, inputs
+        return SampleTimes(ms, ms, flush_ms=(t1 - t0) / 1e6), out, inputs
 
 
 class ColdCuda:

@@ -1,0 +1,65 @@
+"""A candidate worker cannot raise its scheduling priority (harness.worker.sandbox.drop_privileges), and the parent
+names a worker whose priority was raised all the same (harness.run.scheduling)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness.run import scheduling
+
+LINUX = sys.platform.startswith("linux")
+
+
+def _sleeper() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+
+
+@pytest.mark.skipif(not LINUX, reason="prctl, capset and /proc are Linux's")
+def test_after_the_drop_no_priority_can_be_raised_here_or_on_another_process():
+    target = _sleeper()
+    try:
+        code = f"""
+import os, sys
+from harness.worker.sandbox import drop_privileges
+report = drop_privileges()
+assert report["error"] is None and report["rlimit_rtprio"] == 0 and report["rlimit_nice"] == 0, report
+refused = []
+for attempt in (lambda: os.nice(-5), lambda: os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1)),
+                lambda: os.setpriority(os.PRIO_PROCESS, {target.pid}, -5)):
+    try:
+        attempt()
+    except PermissionError:
+        refused.append(True)
+status = open("/proc/self/status").read()
+eff = int(status.split("CapEff:")[1].split()[0], 16)
+bnd = int(status.split("CapBnd:")[1].split()[0], 16)
+dropped = sum(1 << c for c in (19, 21, 23, 24))
+print(len(refused), eff & dropped, bnd & dropped)
+"""
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["3", "0", "0"]
+        assert scheduling.raised(target.pid, scheduling.lowest_nice(target.pid)) is None
+    finally:
+        target.kill()
+        target.wait()
+
+
+@pytest.mark.skipif(not LINUX or os.geteuid() != 0, reason="raising another process's priority needs root")
+def test_a_raised_nice_value_or_a_realtime_policy_is_named():
+    target = _sleeper()
+    try:
+        baseline = scheduling.lowest_nice(target.pid)
+        assert scheduling.raised(target.pid, baseline) is None
+        os.setpriority(os.PRIO_PROCESS, target.pid, baseline - 3)
+        assert f"nice {baseline - 3}, below the {baseline}" in scheduling.raised(target.pid, baseline)
+        os.setpriority(os.PRIO_PROCESS, target.pid, baseline + 5)      # lowering its own priority: not named
+        assert scheduling.raised(target.pid, baseline) is None
+        os.sched_setscheduler(target.pid, os.SCHED_FIFO, os.sched_param(1))
+        assert "SCHED_FIFO" in scheduling.raised(target.pid, baseline)
+    finally:
+        target.kill()
+        target.wait()
