@@ -270,6 +270,7 @@ def cmd_ci(args: argparse.Namespace, argv: list[str]) -> int:
     cfg = load_run_config(args)
     summary = args.summary or (Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY")
                                else None)
+    ci.check_summary(summary, "--summary" if args.summary else "$GITHUB_STEP_SUMMARY")
     ci.check_outside_baseline(args.baseline, {"--output-dir": Path(cfg.output_dir), "cache_dir": Path(cfg.cache_dir),
                                               "--summary": summary})
     baseline_name, baseline, baseline_meta = ci.load_baseline(args.baseline)     # read now, before any PR code runs
@@ -282,8 +283,7 @@ def cmd_ci(args: argparse.Namespace, argv: list[str]) -> int:
     def publish(text: str) -> None:
         print(text)
         if summary is not None:
-            with open(summary, "a") as f:
-                f.write(text)
+            ci.append_summary(summary, text)
 
     if not selected:
         note = "\n".join(ci.problems_note(problems))

@@ -113,7 +113,8 @@ def test_the_summary_says_when_mains_run_was_on_another_machine():
 def test_a_bad_base_is_one_line(repo):
     root, _, config, _ = repo
     done, _ = ci(root, config, "no-such-ref")
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "ci: git diff" in done.stderr
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "--base no-such-ref: no such branch, tag or commit" in done.stderr
 
 
 def test_the_workflow_calls_the_command():

@@ -647,3 +647,55 @@ def test_a_resumed_run_with_an_infinite_recorded_timeout_is_one_line(run_copy):
     meta["config"]["timeout"] = float("inf")
     (out / rid / "run.json").write_text(json.dumps(meta))           # json writes it as Infinity, which it reads
     _one_line_exit_2(run_cli("--resume", rid, "--output-dir", str(out), timeout=120), "'timeout'", "finite")
+
+
+# ------------------------------------------------------------------------------------------------ ci
+
+
+@pytest.fixture(scope="module")
+def git_tree(tmp_path_factory) -> Path:
+    """A git repository holding a copy of the hostile tree's problem with one candidate, committed."""
+    root = tmp_path_factory.mktemp("ci") / "repo"
+    (root / "problems" / "level1").mkdir(parents=True)
+    (root / "solutions" / "level1" / "001_relu_scale").mkdir(parents=True)
+    shutil.copy(PROBLEM, root / "problems" / "level1" / "001_relu_scale.py")
+    (root / "solutions" / "level1" / "001_relu_scale" / "aa.py").write_text(AA)
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+    return root
+
+
+def _ci(repo: Path, out: Path, *flags: str) -> subprocess.CompletedProcess:
+    return run_cli("ci", "--problems-dir", str(repo / "problems"), "--solutions-dir", str(repo / "solutions"),
+                   "--output-dir", str(out), *flags, timeout=120)
+
+
+@pytest.mark.parametrize("base, words", [
+    ("--output={victim}", "--base --output="),
+    ("-p", "--base -p: not a git ref"),
+    ("nosuchref", "--base nosuchref: no such branch, tag or commit"),
+    ("HEAD~5", "--base HEAD~5: no such branch, tag or commit"),
+])
+def test_a_base_that_is_an_option_or_no_ref_is_one_line_and_writes_nothing(git_tree, tmp_path, base, words):
+    victim = tmp_path / "victim.txt"
+    done = _ci(git_tree, tmp_path / "out", f"--base={base.format(victim=victim)}")
+    _one_line_exit_2(done, words.format(victim=victim))
+    assert not victim.exists() and not (tmp_path / "out").exists()
+    assert "usage: git" not in done.stderr
+
+
+@pytest.mark.parametrize("where", ["flag", "env"])
+def test_a_summary_that_is_a_folder_is_refused_before_anything_runs(git_tree, tmp_path, monkeypatch, where):
+    folder = tmp_path / "summary"
+    folder.mkdir()
+    if where == "env":
+        monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(folder))
+    done = _ci(git_tree, tmp_path / "out", "--base", "HEAD", *(["--summary", str(folder)] if where == "flag" else []))
+    name = "--summary" if where == "flag" else "$GITHUB_STEP_SUMMARY"
+    _one_line_exit_2(done, f"{name} {folder}: not a regular file (a directory)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_summary_in_a_missing_folder_is_refused(git_tree, tmp_path):
+    done = _ci(git_tree, tmp_path / "out", "--base", "HEAD", "--summary", str(tmp_path / "no" / "s.md"))
+    _one_line_exit_2(done, "--summary", "no folder")

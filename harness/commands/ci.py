@@ -20,6 +20,8 @@ only: it is loaded before any candidate or problem code runs, and ci refuses to 
 """
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +32,8 @@ from harness.results import report
 from harness.commands.compare import (BROKEN, SLOWER, Row, compare_runs, fmt_change, load_results, machine_notes,
     machine_of, run_meta)
 from harness.core.discover import Pair
-from harness.core.errors import UsageError
+from harness.core.errors import UsageError, WriteError
+from harness.core.untrusted import kind_of, show_path, show_text
 from harness.results.records import Record, RecordLike, Status, as_records
 
 PASSING = (Status.OK, Status.SKIPPED)
@@ -38,23 +41,71 @@ REGRESSIONS = (SLOWER, BROKEN)
 
 
 def _git(*args: str, cwd: Path) -> str:
-    try:
-        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UsageError(f"ci: git {' '.join(args)}: {exc}") from None
+    done = _run_git(*args, cwd=cwd)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["failed"])[-1]
-        raise UsageError(f"ci: git {' '.join(args)}: {last}")
+        raise UsageError(f"ci: git {' '.join(args)}: {show_text(last)}")
     return done.stdout
+
+
+def _run_git(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"ci: git {' '.join(args)}: {exc}") from None
+
+
+def base_commit(base: str, cwd: Path) -> str:
+    """The commit `base` names in the repository at `cwd`, as its full hash: what the diff is given, so that a
+    --base that reads like an option (`--output=FILE`) never reaches git as one. A UsageError naming --base in one
+    line when it names no commit."""
+    if not base or base.startswith("-"):
+        raise UsageError(f"--base {show_text(base)}: not a git ref (a branch, tag or commit, e.g. origin/main)")
+    done = _run_git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}", cwd=cwd)
+    if done.returncode != 0:
+        raise UsageError(f"--base {show_text(base)}: no such branch, tag or commit in the git repository at "
+                         f"{show_path(cwd)} (fetch it first?)")
+    return done.stdout.strip()
 
 
 def changed_files(base: str, cwd: Path = Path(".")) -> set[Path]:
     """Absolute paths of the files the branch changed since it left `base`, and of uncommitted changes."""
     top = Path(_git("rev-parse", "--show-toplevel", cwd=cwd).strip())
-    names = _git("diff", "--name-only", "--no-renames", f"{base}...HEAD", cwd=cwd).splitlines()
+    names = _git("diff", "--name-only", "--no-renames", f"{base_commit(base, cwd)}...HEAD", cwd=cwd).splitlines()
     for line in _git("status", "--porcelain", "--untracked-files=all", cwd=cwd).splitlines():
         names.append(line[3:].split(" -> ")[-1])        # "XY path" or "R  old -> new"
     return {(top / name.strip().strip('"')).resolve() for name in names if name.strip()}
+
+
+def check_summary(path: Path | None, given_as: str = "--summary") -> None:
+    """Before anything runs: the summary's path (`given_as`: --summary or $GITHUB_STEP_SUMMARY) must be a file ci
+    can append to, or a new file in a folder that exists; a UsageError naming it otherwise (never a traceback
+    after the whole evaluation)."""
+    if path is None:
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if not path.parent.is_dir():
+            raise UsageError(f"{given_as} {show_path(path)}: no folder {show_path(path.parent)} to write it in") \
+                from None
+        return
+    except OSError as exc:
+        raise UsageError(f"{given_as} {show_path(path)}: {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{given_as} {show_path(path)}: not a regular file ({kind_of(mode)}); the summary is "
+                         "appended to a file")
+    if not os.access(path, os.W_OK):
+        raise UsageError(f"{given_as} {show_path(path)}: not writable")
+
+
+def append_summary(path: Path, text: str) -> None:
+    """Append the summary; a write that fails (a full disk) is a WriteError naming the file."""
+    try:
+        with open(path, "a") as f:
+            f.write(text)
+    except OSError as exc:
+        raise WriteError(path, exc) from None
 
 
 def select(pairs: Iterable[Pair], changed: set[Path]) -> list[Pair]:

@@ -7,6 +7,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from harness.core.untrusted import show_path
+
 
 class HarnessError(Exception):
     """Base class for errors the harness reports as one line."""
@@ -29,6 +31,15 @@ def _transposed(a: str, b: str) -> bool:
     diff = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
     return len(a) == len(b) and len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] \
         and a[diff[1]] == b[diff[0]]
+
+
+class WriteError(HarnessError):
+    """A file the harness writes could not be written (a full disk, a file size limit, a read-only folder): named
+    as a failed write, with the path and the system's reason, never blamed on a problem or candidate. Exit 1."""
+
+    def __init__(self, path: Path | str, exc: OSError):
+        super().__init__(f"cannot write {show_path(path)}: {exc.strerror or exc}")
+        self.path, self.reason = path, exc.strerror or str(exc)
 
 
 class OneLineParser(argparse.ArgumentParser):
