@@ -13,8 +13,8 @@ from typing import Any, Callable
 from harness.results import report
 from harness.results.render import config_output_dir as _config_output_dir, render, wide_console, write_site
 from harness.core.config import EXECUTORS, PRECISIONS, TIMING_MODES, Config, load_config
-from harness.core.errors import (HarnessError, OneLineParser, UsageError, interrupted_message, silence_stdout,
-                                 stdout_pipe_closed)
+from harness.core.errors import (HarnessError, OneLineParser, UsageError, interrupted_code, interrupted_message,
+                                 silence_stdout, stdout_pipe_closed, terminate_as_interrupt)
 
 # The subcommands, in the order --help lists them, each with its line there. `run_eval.py` with none is the main run.
 COMMANDS = {
@@ -37,6 +37,11 @@ Body = Callable[[argparse.Namespace, list[str]], int]
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    with terminate_as_interrupt():
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     try:
         code = _dispatch(argv)
         sys.stdout.flush()                         # a closed pipe shows here, not in the interpreter's exit
@@ -53,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt as exc:
         print(interrupted_message(exc), file=sys.stderr)
-        return 130
+        return interrupted_code(exc)
     except SystemExit as exc:                      # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else 2
     except Exception:                              # noqa: BLE001 - the harness itself is broken

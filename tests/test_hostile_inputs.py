@@ -699,3 +699,114 @@ def test_a_summary_that_is_a_folder_is_refused_before_anything_runs(git_tree, tm
 def test_a_summary_in_a_missing_folder_is_refused(git_tree, tmp_path):
     done = _ci(git_tree, tmp_path / "out", "--base", "HEAD", "--summary", str(tmp_path / "no" / "s.md"))
     _one_line_exit_2(done, "--summary", "no folder")
+
+
+# ------------------------------------------------------------------------------------------------ full disk, scratch
+
+
+def _small_files(limit: int = 4096):
+    """A child's file size limit (RLIMIT_FSIZE): every write past `limit` bytes fails as on a full disk."""
+    import resource
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def _run_limited(*args: str, limit: int = 4096) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "run_eval.py"), *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, preexec_fn=_small_files(limit))
+
+
+def _our_scratch() -> set[str]:
+    from harness.run.executors import scratch_root
+    base = scratch_root("x").parent
+    return {p.name for p in base.iterdir() if p.name.startswith("kbharness-")}
+
+
+def test_a_full_disk_stops_a_run_as_a_failed_write_blaming_no_pair(tmp_path):
+    tree = _tree(tmp_path / "tree")
+    config = write_config(tmp_path, tree)
+    before = _our_scratch()
+    for limit, where in ((4096, "run.json"), (65536, "kbharness-")):     # at the run's start; at the probe
+        done = _run_limited("--config", str(config), limit=limit)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        line = done.stderr.strip().splitlines()[-1]
+        assert line.startswith("error: cannot write ") and line.endswith("File too large"), done.stderr
+        assert where in line, line
+    for results in (tmp_path / "results").rglob("results.jsonl"):
+        assert results.read_text() == ""                            # no problem or candidate blamed
+    assert _our_scratch() <= before
+
+
+@pytest.mark.parametrize("argv", [["report", "--html"], ["report", "run1"]])
+def test_a_page_that_cannot_be_written_is_one_line_naming_it(run_copy, argv):
+    out, _ = run_copy
+    done = _run_limited(*argv, "--output-dir", str(out))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: cannot write {out}") and "index.html: File too large" in line, done.stderr
+
+
+def test_import_into_a_full_disk_is_a_failed_write(tmp_path):
+    tree = _kb_checkout(tmp_path / "kb", tmp_path / "none.py")
+    done = _run_limited("import-kernelbench", str(tree), "--problems-dir", str(tmp_path / "p"), limit=100)
+    assert done.returncode == 1 and "error: cannot write" in done.stderr and "File too large" in done.stderr
+
+
+def _stale_scratch(owner: str) -> Path:
+    from harness.run.executors import scratch_root
+    folder = scratch_root(f"test-{os.urandom(4).hex()}")
+    folder.mkdir()
+    (folder / "reference_state.pt").write_bytes(b"x" * 1000)
+    if owner:
+        (folder / "owner").write_text(owner)
+    return folder
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_scratch_of_a_dead_run_is_swept_and_said_and_a_live_one_kept():
+    from harness.run import scratch
+    dead = _stale_scratch(f"{_dead_pid()} 1\n")
+    reused = _stale_scratch(f"{os.getppid()} 1\n")           # a live pid, but not the process that made it
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        live = _stale_scratch(f"{sleeper.pid} {scratch._started(sleeper.pid)}\n")
+        unowned = _stale_scratch("")
+        said: list[str] = []
+        removed = scratch.sweep("x", said.append)
+        assert dead in removed and reused in removed and not dead.exists() and not reused.exists()
+        assert live.exists() and unowned.exists()
+        assert any(str(dead) in line and "is gone" in line for line in said) and len(said) >= 2
+    finally:
+        sleeper.kill()
+        for folder in (live, unowned):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_sigterm_removes_the_run_s_scratch_and_a_later_run_removes_a_killed_one(tmp_path):
+    import signal
+    import time
+    stale = _stale_scratch(f"{_dead_pid()} 1\n")
+    tree = _tree(tmp_path / "tree")
+    config = write_config(tmp_path, tree)
+    before = _our_scratch()
+    proc = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "--config", str(config)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any((Path("/dev/shm") / name / "owner").is_file() and
+                                                  (Path("/dev/shm") / name / "owner").read_text().split()[0]
+                                                  == str(proc.pid) for name in _our_scratch() - before):
+        time.sleep(0.2)
+    time.sleep(3)                                               # into the builds, workers started
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "Traceback" not in stderr, stderr
+    assert "interrupted: finished pairs are in" in stderr
+    assert not stale.exists() and f"removed {stale}" in stderr
+    assert not any((Path("/dev/shm") / name / "owner").is_file() for name in _our_scratch() - before
+                   if name.endswith(tuple(str(p) for p in run_dirs(tmp_path))))
+    (run_dir,) = run_dirs(tmp_path)
+    assert not (Path("/dev/shm") / f"kbharness-{run_dir.name}").exists()

@@ -12,6 +12,7 @@ from harness.core import flags
 from harness.results import fit, report
 from harness.results.fit import Col
 from harness.core.discover import Candidate, Pair, Problem
+from harness.core.untrusted import write_text
 from harness.run import between
 from harness.results.records import Record, RecordLike, Status, as_records
 
@@ -100,8 +101,8 @@ def summary_line(table: list[Row], target: float) -> str:
 def write(path: Path, run_id: str, target: float, table: list[Row], load: dict[str, Any] | None = None,
           why_not: list[str] | None = None) -> None:
     """calibrate-<run>.json: the verdict, the machine's load during the run and why no term was kept (if so)."""
-    path.write_text(json.dumps({"run_id": run_id, "target_rel_ci": target, **verdict(table), "load": load,
-                                "unsound": why_not or [], "rows": [asdict(r) for r in table]}, indent=2) + "\n")
+    write_text(path, json.dumps({"run_id": run_id, "target_rel_ci": target, **verdict(table), "load": load,
+                                 "unsound": why_not or [], "rows": [asdict(r) for r in table]}, indent=2) + "\n")
 
 
 CALIBRATE_COLUMNS = (Col("problem", cut="middle", least=14), Col("speedup", justify="right"),

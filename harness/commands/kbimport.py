@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.core.errors import InputError, OneLineParser, UsageError
+from harness.core.errors import OneLineParser, UsageError, WriteError
 from harness.core.untrusted import ReadError, inside, load_json, read_bytes, show_path
 
 LEVELS = (1, 2, 3)
@@ -103,8 +103,8 @@ def _place(src: Path, dest: Path, report: ImportReport, dry_run: bool, tree: Pat
         if not dry_run:
             dest.parent.mkdir(parents=True, exist_ok=True)
             _write_new(dest, data)
-    except OSError as exc:
-        raise InputError(f"{exc.filename or dest}: cannot copy: {exc.strerror}") from exc
+    except OSError as exc:                          # a full disk, a read-only tree: a failed write, named
+        raise WriteError(exc.filename or dest, exc) from None
     report.copied.append((src, dest))
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from harness.core.config import PRECISIONS, Config, count_flag, load_config
 from harness.core.discover import Pair, check_selection, check_trees, discover
 from harness.core.errors import UsageError
+from harness.core.untrusted import write_text
 from harness.results.parts import ProfileSide
 from harness.results.records import Record, RecordDraft
 from harness.run import ncu
@@ -117,7 +117,7 @@ def _profile(cfg: Config, pairs: list[Pair], found: ncu.Ncu, gpu_list: list[dict
     from harness.results.store import new_run_id
     from harness.run.build import build_all
     from harness.run.evaluate import PairContext
-    from harness.run.executors import scratch_root
+    from harness.run import scratch as scratch_space
     from harness.run.pipeline import make_dir, toolchain_for
     from harness.run.profile import ProfileRun, profile_config, profile_pair, record_path
     from harness.run.schedule import Slot, assign_cpus
@@ -137,22 +137,19 @@ def _profile(cfg: Config, pairs: list[Pair], found: ncu.Ncu, gpu_list: list[dict
     gpu = next(g for g in gpu_list if g["index"] == cfg.gpus[0])
     slot = Slot(f"cuda:{gpu['index']}", gpu["index"], gpu["name"])
     assign_cpus([slot])
-    scratch = scratch_root(run_id)
-    tmp = scratch / "ncu-tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
-    env = worker_env({**slot.env(cfg.cpu_threads), "KB_NCU": f"{ncu.BASE_PORT}:{ncu.PORT_COUNT}",
-                      "KB_NCU_TMP": str(tmp), "TMPDIR": str(tmp)})
-    run = ProfileRun(PairContext(cfg, seed, builds, toolchain, {}, folder / "logs"), found, folder, scratch, env,
-                     Gpu(gpu["index"], gpu["name"]), run_id, args.warmup)
-    try:
+    with scratch_space.owned(run_id, lambda text: console.print(f"warning: {text}", highlight=False)) as scratch:
+        tmp = scratch / "ncu-tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        env = worker_env({**slot.env(cfg.cpu_threads), "KB_NCU": f"{ncu.BASE_PORT}:{ncu.PORT_COUNT}",
+                          "KB_NCU_TMP": str(tmp), "TMPDIR": str(tmp)})
+        run = ProfileRun(PairContext(cfg, seed, builds, toolchain, {}, folder / "logs"), found, folder, scratch,
+                         env, Gpu(gpu["index"], gpu["name"]), run_id, args.warmup)
         for pair in pairs:
             record = profile_pair(pair, run)
-            record_path(run, pair).write_text(json.dumps(record.to_json(), indent=1, default=str) + "\n")
+            write_text(record_path(run, pair), json.dumps(record.to_json(), indent=1, default=str) + "\n")
             if args.json:
                 print(json.dumps(record.to_json(), default=str), flush=True)
             render(record, console)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     console.print(f"profiles: {folder}", highlight=False)
     return 0
 

@@ -1,13 +1,15 @@
 """The harness's exceptions. Library code raises these; only harness.cli turns them into messages and exit codes."""
 import argparse
+import contextlib
 import difflib
 import os
 import select
 import shlex
+import signal
 import sys
+import threading
 from pathlib import Path
-
-from harness.core.untrusted import show_path
+from typing import Iterator
 
 
 class HarnessError(Exception):
@@ -33,13 +35,18 @@ def _transposed(a: str, b: str) -> bool:
         and a[diff[1]] == b[diff[0]]
 
 
-class WriteError(HarnessError):
+class WriteError(HarnessError, OSError):
     """A file the harness writes could not be written (a full disk, a file size limit, a read-only folder): named
-    as a failed write, with the path and the system's reason, never blamed on a problem or candidate. Exit 1."""
+    as a failed write, with the path and the system's reason, never blamed on a problem or candidate. Exit 1. An
+    OSError too (errno, strerror, filename as the failed write's), so a caller that handles one still does."""
 
     def __init__(self, path: Path | str, exc: OSError):
-        super().__init__(f"cannot write {show_path(path)}: {exc.strerror or exc}")
-        self.path, self.reason = path, exc.strerror or str(exc)
+        from harness.core.untrusted import show_path       # here: untrusted raises this class
+        OSError.__init__(self, exc.errno, exc.strerror or str(exc), str(path))
+        self.message = f"cannot write {show_path(path)}: {exc.strerror or exc}"
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -118,19 +125,50 @@ def command_line(args: list[str]) -> str:
     return shlex.join(["python", script, *args])
 
 
-class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C once a run has its folder: the message names the run and how to go on with it. A KeyboardInterrupt,
-    so every handler of one still sees it."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread (terminate_as_interrupt): a KeyboardInterrupt, so it unwinds as Ctrl-C
+    does (workers closed, the run's scratch removed); exit 143, as a process killed by SIGTERM."""
 
-    def __init__(self, message: str):
+    exit_code = 143
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) once a run has its folder: the message names the run and how to go on with it. A
+    KeyboardInterrupt, so every handler of one still sees it."""
+
+    def __init__(self, message: str, exit_code: int = 130):
         super().__init__(message)
-        self.message = message
+        self.message, self.exit_code = message, exit_code
 
 
 def interrupted_message(exc: KeyboardInterrupt) -> str:
     if isinstance(exc, RunInterrupted):
         return exc.message
-    return "interrupted (before any pair ran)"
+    return f"{'terminated' if isinstance(exc, Terminated) else 'interrupted'} (before any pair ran)"
+
+
+def interrupted_code(exc: KeyboardInterrupt) -> int:
+    """130 for Ctrl-C, 143 for SIGTERM."""
+    return getattr(exc, "exit_code", 130)
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """While the block runs (in the main thread), the first SIGTERM raises Terminated there instead of killing the
+    process at once, so cleanup runs (a later one is ignored, so the cleanup is not cut short; SIGKILL remains)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def stdout_pipe_closed() -> bool:

@@ -21,6 +21,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from harness.core.errors import WriteError
+
 SHOWN_VALUE_CHARS = 80
 
 
@@ -146,14 +148,21 @@ def read_source(path: Path | str, limit: int, follow: bool = True) -> str:
 
 def write_bytes(path: Path | str, data: bytes) -> None:
     """Write `path` whole: a temporary file created fresh beside it (O_EXCL, never an existing file or link), then
-    renamed over `path`, which replaces a symlink there instead of writing through it. OSError as os raises it."""
+    renamed over `path`, which replaces a symlink there instead of writing through it. A write that fails (a full
+    disk, a file size limit) is a WriteError naming `path`, an OSError too."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise WriteError(path, exc) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise WriteError(path, exc) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import enum
+import errno
 import hashlib
 import json
 import os
@@ -21,7 +22,7 @@ from typing import Any, Callable, Iterator
 
 from harness import SCHEMA_VERSION
 from harness.results import signing
-from harness.core.errors import InputError, UsageError
+from harness.core.errors import InputError, UsageError, WriteError
 from harness.shared.channel import clean_json
 from harness.results.records import Record, RecordDraft, RecordError
 from harness.results.signing import KeyLookup, RunKey, Verdict
@@ -40,7 +41,10 @@ def _write_atomic(path: Path, data: bytes, digest: bool) -> "FileMark":
     """Write `path` whole through a temporary file and a rename; the mark of what was written, taken from the
     file itself (not from the path afterwards, which someone may already have deleted again)."""
     tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")     # fresh: never a file or link planted there
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise WriteError(path, exc) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -48,8 +52,10 @@ def _write_atomic(path: Path, data: bytes, digest: bool) -> "FileMark":
             os.fsync(f.fileno())
             inode = os.fstat(f.fileno()).st_ino
         os.replace(tmp, path)                   # a link at `path` is replaced, not written through
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):            # a full disk: named as a failed write (exit 1), not a fault
+            raise WriteError(path, exc) from None
         raise
     return FileMark(inode, len(data), hashlib.sha256(data).hexdigest() if digest else None)
 
@@ -249,10 +255,13 @@ class RunStore:
         try:
             if self._results_mark is None or os.fstat(fd).st_ino != self._results_mark.inode:
                 return None
-            os.write(fd, line)
+            if os.write(fd, line) != len(line):        # a short write: the disk or a file size limit is full
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             os.fsync(fd)
             st = os.fstat(fd)
             return FileMark(st.st_ino, st.st_size, None)
+        except OSError as exc:
+            raise WriteError(self.results_path, exc) from None
         finally:
             os.close(fd)
 

@@ -14,8 +14,9 @@ from harness.run.build import Toolchain, build_all
 from harness.core.config import Config, config_to_dict
 from harness.run.resume import pair_keys, resume_note, resume_selection, selection_record
 from harness.core.discover import Pair, check_selection, check_trees, discover, needs_cuda, single_pair
-from harness.core.errors import RunInterrupted, UsageError, command_line
-from harness.run.executors import executor_for, scratch_root
+from harness.core.errors import RunInterrupted, UsageError, command_line, interrupted_code
+from harness.run import scratch as scratch_space
+from harness.run.executors import executor_for
 from harness.run.schedule import Context, Slot
 from harness.core.seeds import RunSeed
 from harness.results.records import now
@@ -143,7 +144,8 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
                                              "started_at": now(), "config": config_to_dict(cfg),
                                              "selection": selection_record(cfg, args), "pairs": pair_keys(pairs),
                                              "seed": seed.record()}, warn)
-    with _resume_hint_on_interrupt(store, cfg, argv):
+    with _resume_hint_on_interrupt(store, cfg, argv), scratch_space.owned(store.run_id, warn) as scratch:
+        scratch_space.probe(store.dir)                     # a full disk stops the run here, named as a failed write
         notice = cpu_notice(pairs, gpu_list) if device == "cpu" else None
         if notice:
             print(notice, file=sys.stderr, flush=True)
@@ -183,8 +185,6 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
                 if args.json:
                     print(json.dumps(record, default=str), flush=True)
 
-            scratch = scratch_root(store.run_id)
-            scratch.mkdir(parents=True, exist_ok=True)
             terms = between_terms(cfg, device, gpu_list)
             if terms is not None:
                 store.update_metadata(between_process={"key": terms.key, "calibrated": bool(terms.calibrated),
@@ -192,14 +192,10 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
             ctx = Context(cfg, store.run_id, toolchain, builds, scratch, store.dir / "logs", emit, seed,
                           started=lambda slot, pair, process: current.started(slot, pair.candidate.id, process),
                           between=terms)
-            try:
-                said = executor.run(pairs, ctx, slots, device, lambda text: console.print(
-                    text, highlight=False, markup=False, soft_wrap=True))
-                if said is not None:
-                    store.update_metadata(**{cfg.executor: said})
-            finally:
-                import shutil
-                shutil.rmtree(scratch, ignore_errors=True)
+            said = executor.run(pairs, ctx, slots, device, lambda text: console.print(
+                text, highlight=False, markup=False, soft_wrap=True))
+            if said is not None:
+                store.update_metadata(**{cfg.executor: said})
         store.update_metadata(finished_at=now(), wall_seconds=round(time.monotonic() - started, 3),
                               ceilings=ctx.ceilings)
         store.finish()                                     # results.jsonl and run.json hold what this run wrote
@@ -218,8 +214,9 @@ def _resume_hint_on_interrupt(store: RunStore, cfg: Config, argv: list[str]):
     """Ctrl-C once the run has its folder: a RunInterrupted that names the run and the command that goes on."""
     try:
         yield
-    except KeyboardInterrupt:
-        raise RunInterrupted(resume_hint(store.run_id, store.results_path, cfg.output_dir, argv)) from None
+    except KeyboardInterrupt as exc:
+        raise RunInterrupted(resume_hint(store.run_id, store.results_path, cfg.output_dir, argv),
+                             interrupted_code(exc)) from None
 
 
 def resume_hint(run_id: str, results_path: Path, output_dir: str, argv: list[str]) -> str:
