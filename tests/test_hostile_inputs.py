@@ -567,7 +567,8 @@ def _hostile_numbers(record: dict) -> None:
 
 @pytest.mark.parametrize("argv", [["report", "run1"], ["report", "run1", "--csv"], ["report", "run1", "--json"],
                                   ["report", "run1", "--kernelbench"], ["report", "--html"],
-                                  ["compare", "run1", "run1"], ["export-kernelbench", "run1", "-o", "-"]])
+                                  ["compare", "run1", "run1"], ["export-kernelbench", "run1", "-o", "-"],
+                                  ["--resume", "run1"]])
 def test_a_number_past_a_float_s_range_in_a_record_is_read_as_no_number(run_copy, argv):
     out, rid = run_copy
     _resigned(out / rid, _hostile_numbers)
