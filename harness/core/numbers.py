@@ -16,13 +16,16 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+MAGNITUDE_LIMIT = 1e100     # no measurement reads past this; arithmetic on a hostile 1.7e308 (x 1.25) overflows
+
+
 def number(value: Any, finite: bool = True) -> float | None:
-    """`value` as a float when is_number(value), else None. With `finite` (the default) NaN and Inf are None too;
-    without it they are the floats they stand for."""
+    """`value` as a float when is_number(value), else None. With `finite` (the default) NaN, Inf and a magnitude past
+    MAGNITUDE_LIMIT are None too; without it they are the floats they stand for."""
     if not is_number(value):
         return None
     value = as_float(value)
-    return value if not finite or math.isfinite(value) else None
+    return value if not finite or abs(value) <= MAGNITUDE_LIMIT else None
 
 
 def as_float(value: int | float | str) -> float:
