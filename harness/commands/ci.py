@@ -32,8 +32,8 @@ from harness.results import report
 from harness.commands.compare import (BROKEN, SLOWER, Row, compare_runs, fmt_change, load_results, machine_notes,
     machine_of, run_meta)
 from harness.core.discover import Pair
-from harness.core.errors import UsageError, WriteError
-from harness.core.untrusted import kind_of, show_path, show_text
+from harness.core.errors import UsageError
+from harness.core.untrusted import WriteError, kind_of, show_path, show_text
 from harness.results.records import Record, RecordLike, Status, as_records
 
 PASSING = (Status.OK, Status.SKIPPED)

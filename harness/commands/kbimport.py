@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.core.errors import OneLineParser, UsageError, WriteError
-from harness.core.untrusted import ReadError, inside, load_json, read_bytes, show_path
+from harness.core.errors import OneLineParser, UsageError
+from harness.core.untrusted import ReadError, WriteError, inside, load_json, read_bytes, show_path
 
 LEVELS = (1, 2, 3)
 LEVEL4_REASON = "level 4 needs network access (HuggingFace models); not imported"

@@ -35,20 +35,6 @@ def _transposed(a: str, b: str) -> bool:
         and a[diff[1]] == b[diff[0]]
 
 
-class WriteError(HarnessError, OSError):
-    """A file the harness writes could not be written (a full disk, a file size limit, a read-only folder): named
-    as a failed write, with the path and the system's reason, never blamed on a problem or candidate. Exit 1. An
-    OSError too (errno, strerror, filename as the failed write's), so a caller that handles one still does."""
-
-    def __init__(self, path: Path | str, exc: OSError):
-        from harness.core.untrusted import show_path       # here: untrusted raises this class
-        OSError.__init__(self, exc.errno, exc.strerror or str(exc), str(path))
-        self.message = f"cannot write {show_path(path)}: {exc.strerror or exc}"
-
-    def __str__(self) -> str:
-        return self.message
-
-
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is a UsageError: one line (with --help pointed at), not the usage block, and a
     mistyped command, choice or flag gets a suggestion. Every command's parser is one of these. `not_here` maps a

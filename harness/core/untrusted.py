@@ -9,7 +9,8 @@
 - `read_bytes`: a file's bytes, only when it is a regular file (never a FIFO that blocks, a device that never
   ends or a directory) and not larger than a limit; `ReadError` says why in words.
 - `write_bytes`: write a file through a fresh temporary file and a rename, so that a symlink planted at the path
-  (or at a predictable temporary name) is replaced, never followed.
+  (or at a predictable temporary name) is replaced, never followed; a write that fails (a full disk) is a
+  `WriteError`, which harness.cli reports as one line naming the file.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import WriteError
+from harness.core.errors import HarnessError
 
 SHOWN_VALUE_CHARS = 80
 
@@ -32,6 +33,19 @@ class ReadError(Exception):
     def __init__(self, why: str):
         super().__init__(why)
         self.why = why
+
+
+class WriteError(HarnessError, OSError):
+    """A file the harness writes could not be written (a full disk, a file size limit, a read-only folder): named
+    as a failed write, with the path and the system's reason, never blamed on a problem or candidate. Exit 1. An
+    OSError too (errno, strerror, filename as the failed write's), so a caller that handles one still does."""
+
+    def __init__(self, path: Path | str, exc: OSError):
+        OSError.__init__(self, exc.errno, exc.strerror or str(exc), str(path))
+        self.message = f"cannot write {show_path(path)}: {exc.strerror or exc}"
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def show_name(name: str) -> str:

@@ -22,11 +22,11 @@ from typing import Any, Callable, Iterator
 
 from harness import SCHEMA_VERSION
 from harness.results import signing
-from harness.core.errors import InputError, UsageError, WriteError
+from harness.core.errors import InputError, UsageError
 from harness.shared.channel import clean_json
 from harness.results.records import Record, RecordDraft, RecordError
 from harness.results.signing import KeyLookup, RunKey, Verdict
-from harness.core.untrusted import ReadError, load_json, read_bytes, read_run_file, show_path
+from harness.core.untrusted import ReadError, WriteError, load_json, read_bytes, read_run_file, show_path
 
 
 def new_run_id() -> str:

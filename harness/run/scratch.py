@@ -11,8 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Callable, Iterator
 
-from harness.core.errors import WriteError
-from harness.core.untrusted import ReadError, read_text, show_path, write_text
+from harness.core.untrusted import ReadError, WriteError, read_text, show_path, write_text
 from harness.run.executors import scratch_root
 
 OWNER = "owner"
