@@ -578,6 +578,17 @@ def test_a_number_past_a_float_s_range_in_a_record_is_read_as_no_number(run_copy
     assert "9999999999" not in done.stdout
 
 
+@pytest.mark.parametrize("argv", [["report", "run1"], ["report", "--html"], ["compare", "run1", "run1"]])
+def test_a_number_past_a_float_s_range_in_run_json_is_read_as_no_number(run_copy, argv):
+    out, rid = run_copy
+    meta = json.loads((out / rid / "run.json").read_text())
+    meta["config"]["timing"]["target_rel_ci"] = HUGE
+    meta["wall_seconds"] = HUGE
+    (out / rid / "run.json").write_text(json.dumps(meta))
+    done = run_cli(*argv, "--output-dir", str(out), timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+
+
 def test_numbers_module_reads_a_huge_integer_as_infinite():
     from harness.core.numbers import number
     assert number(HUGE) is None and number(-HUGE, finite=False) == float("-inf")

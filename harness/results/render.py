@@ -11,6 +11,7 @@ from typing import Any
 
 from harness.results import report
 from harness.core.config import load_config
+from harness.core.numbers import number
 from harness.core.untrusted import show_path, write_text
 
 
@@ -75,7 +76,7 @@ def run_target(meta: Any) -> float | None:
     config = meta.get("config") if isinstance(meta, dict) else None
     timing = config.get("timing") if isinstance(config, dict) else None
     value = timing.get("target_rel_ci") if isinstance(timing, dict) else None
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return number(value)
 
 
 def write_site(output_dir: Path, warn) -> tuple[Path, int]:
