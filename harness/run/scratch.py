@@ -24,7 +24,7 @@ def owned(run_id: str, say: Callable[[str], None]) -> Iterator[Path]:
     """The run's scratch folder for the duration of the block: stale folders of killed runs swept first, the
     folder claimed and probed for room (a WriteError before any pair runs), removed when the block ends however it
     ends."""
-    sweep(run_id, say)
+    sweep(scratch_root(run_id).parent, say)
     folder = claim(run_id)
     try:
         probe(folder)
@@ -48,11 +48,10 @@ def release(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def sweep(run_id: str, say: Callable[[str], None]) -> list[Path]:
-    """Remove the scratch folders of runs whose process is gone, next to where run `run_id`'s goes; each removal
+def sweep(base: Path, say: Callable[[str], None]) -> list[Path]:
+    """Remove the scratch folders in `base` (where runs' scratch goes) of runs whose process is gone; each removal
     is one line to `say`. Returns what was removed."""
-    base = scratch_root(run_id).parent
-    removed = []
+    removed: list[Path] = []
     try:
         entries = [entry for entry in os.scandir(base) if entry.name.startswith(PREFIX)]
     except OSError:
