@@ -22,6 +22,8 @@
 #   first:     the GPU tests, then (with CAL_SECONDS) an A/A calibration of level 1-3's 002 and 003
 #   root:      the tests of the sandbox, the exploits and the process tree as the device's user (root there)
 #   overhead:  benchmarks/sample_overhead.py on three problems (where a sample's harness work goes)
+#   cpu44:     issue 44 on the device's quiet CPU cores: the CPU exploits and privileges tests as root, then the CPU
+#              path's A/A (calibrate of examples/cpu, PROCS process pairs a problem)
 #   kblint:    lint of the imported KernelBench problems (import them here first, into the ignored .kb/:
 #              `python run_eval.py import-kernelbench CHECKOUT --problems-dir .kb/problems`, and carry `.kb`, and
 #              einops as a wheel in `.kbwhl`); `--json` lines are printed as each problem finishes
@@ -55,7 +57,7 @@
 #   profile:   issue 32 part 3: tests/test_profile.py's GPU test, then `run_eval.py profile` on three pairs (a CUDA
 #              level1 candidate, a Triton one, a level2 GEMM epilogue; PROFILE_SELS="SEL SEL ..." for others), their
 #              tables in $out/profile.txt, the reports and records under $out/profile/
-#   usage: bash scripts/gpu_check.sh [first|root|smoke|validate|calibrate|suite|twice|twice-bg|bg|follow|spread|placement|overhead|kblint|tests|multi|cluster|profile]
+#   usage: bash scripts/gpu_check.sh [first|root|cpu44|smoke|validate|calibrate|suite|twice|twice-bg|bg|follow|spread|placement|overhead|kblint|tests|multi|cluster|profile]
 #
 # What things cost on one H200 (2026-11-24): the GPU tests 6-7 min (23 passed, 2 skipped in 460 s on 2026-11-26; 15 of 16 finished in 410 s; after the profiler
 # change below, 17 in 343 s; 17 and 1 skipped in 309 s on 2026-11-25), so `first` needs TESTS_TIMEOUT=450; `root` ~8 min (the
@@ -338,6 +340,16 @@ root)
     export TEST_RUNS_OUT="$out/runs"
     timeout -s INT "${ROOT_TIMEOUT:-560}" python -m pytest -q -rf --tb=short -p no:cacheprovider tests/test_sandbox.py \
         tests/test_exploits.py tests/test_processes.py ${K:+-k "$K"} 2>&1 | tee "$out/root_tests.txt" | tail -n 40
+    ;;
+cpu44)
+    echo "== issue 44 on this machine's quiet CPU: the staged CPU path's exploits and privileges tests (as root here)"
+    export TEST_RUNS_OUT="$out/runs"
+    timeout -s INT "${ROOT_TIMEOUT:-300}" python -m pytest -q -rf --tb=short -p no:cacheprovider tests/test_exploits.py \
+        tests/test_privileges.py ${K:+-k "$K"} 2>&1 | tee "$out/cpu44_tests.txt" | tail -n 30
+    echo "== the CPU path's A/A: calibrate of examples/cpu, ${PROCS:-3} process pairs a problem"
+    timeout -s INT "${CAL_TIMEOUT:-240}" python run_eval.py calibrate --device cpu --problems-dir examples/cpu/problems \
+        --solutions-dir examples/cpu/solutions --processes "${PROCS:-3}" --output-dir "$out/cpu44" \
+        2>&1 | tee "$out/cpu44_calibrate.txt" | tail -n 20
     ;;
 overhead)
     echo "== per-sample harness work, part by part (benchmarks/sample_overhead.py)"

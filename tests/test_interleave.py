@@ -208,7 +208,7 @@ def test_both_sides_are_checked_at_the_same_drawn_positions():
     check_seeds = [sides[CANDIDATE][0] for sides in by_seed.values()]
     assert len(set(check_seeds)) == len(check_seeds)
     full = [seed for seed, sides in by_seed.items() if sides[CANDIDATE][1]]
-    assert len(full) == FULL_CHECKS
+    assert len(full) >= FULL_CHECKS                       # FULL_CHECKS early, more where the pair runs long
     forward = {s for i, (w, v, s) in enumerate(samples_of(world)) if (i // 6) % 2 == 0}
     assert set(full) <= forward
     assert sorted(c for c, f in il.reader.kept if f) == sorted(by_seed[s]["reference"][0] for s in full)

@@ -128,14 +128,18 @@ def test_records_have_the_shape_the_dict_built_record_had(first_run):
 
 # Fields added since that run, each documented in the README's record table (compatible: schema_version stays 2).
 ADDED_SINCE = {"correctness": ("fp64",), "timing": ("between_process", "speedup_ci_rounds", "graph_calls",
-                                                   "graph_calls_capped"), "worker": ("memory",)}
+                                                   "graph_calls_capped"), "worker": ("memory",),
+               "sandbox": ("privileges",), "build.sandbox": ("privileges",)}
 
 
 def _without(record: dict, added: dict) -> dict:
+    """`record` without the keys `added` names under each part (a dotted part: nested)."""
     out = dict(record)
     for part, keys in added.items():
-        if isinstance(out.get(part), dict):
-            out[part] = {k: v for k, v in out[part].items() if k not in keys}
+        head, _, rest = part.partition(".")
+        if isinstance(out.get(head), dict):
+            out[head] = _without(out[head], {rest: keys}) if rest else \
+                {k: v for k, v in out[head].items() if k not in keys}
     return out
 
 

@@ -79,15 +79,34 @@ def test_positions_are_fixed_by_the_seed_and_differ_per_tensor_and_slot():
     assert len(points.output_positions(5, 0, 0, 10)) == 10 and points.output_positions(5, 0, 0, 0) == []
 
 
-def test_graph_samples_read_the_last_captured_call_and_two_drawn_at_random():
-    seen = set()
-    for seed in range(200):
+def test_graph_samples_read_the_last_captured_call_two_drawn_and_any_one_whole():
+    """Points of the last captured call and two others drawn at random; the one listed last (read whole where the
+    sample is checked whole) is any captured call, not only the last."""
+    seen, whole = set(), set()
+    for seed in range(400):
         slots = slots_for(seed, 20)
-        assert slots[-1] == 19 and len(set(slots)) == 3 and slots == sorted(slots)
-        assert slots == slots_for(seed, 20)
-        seen.update(slots[:-1])
-    assert seen == set(range(19))                       # every captured call can be the one read
+        assert 19 in slots and len(set(slots)) == len(slots) and 3 <= len(slots) <= 4
+        assert slots[:-1] == sorted(slots[:-1]) and slots == slots_for(seed, 20)
+        seen.update(slots)
+        whole.add(slots[-1])
+    assert seen == set(range(20)) and whole == set(range(20))   # every captured call can be read, and whole
     assert slots_for(1, 1) == [0]
+
+
+def test_whole_checks_are_spread_over_the_whole_pair():
+    """FULL_CHECKS among the rounds every pair runs, then one in each doubling window up to max_rounds: a check may
+    come in any round of a long pair, and there are only about log2(max_rounds / min_rounds) more."""
+    import random
+    from harness.run.interleave import FULL_CHECKS, full_check_samples
+    rounds_seen = set()
+    for seed in range(2000):
+        chosen = full_check_samples(random.Random(seed), 10, 200, 4)
+        early = [r for r, _ in chosen if r < 10]
+        assert len(early) == FULL_CHECKS and all(0 <= i < 4 for _, i in chosen)
+        windows = [(10, 20), (20, 40), (40, 80), (80, 160), (160, 200)]
+        assert all(sum(lo <= r < hi for r, _ in chosen) == 1 for lo, hi in windows)
+        rounds_seen.update(r for r, _ in chosen)
+    assert rounds_seen >= set(range(10, 200, 7))        # late rounds are as likely a place as any in their window
 
 
 def test_a_raw_copy_round_trips_through_the_tensor_file(tmp_path):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.run import compilecache, defenses, memory, modes, paired, sizes
+from harness.run import compilecache, defenses, memory, modes, paired, sizes, stagedtrials
 from harness.core import flags
 from harness.core.flags import Flag
 from harness.run.build import build_env
@@ -97,7 +97,7 @@ class ReferenceSide:
         cfg = pc.cfg
         started = time.monotonic()
         self.setup_seconds: float | None = None     # its start until `ready`: reported by the first pair it serves
-        self.slot_env, self.problem_id = spares.env, pair.problem_id
+        self.spares, self.problem_id = spares, pair.problem_id
         self._flusher: Worker | None = None         # the CPU path's cache flush (harness.worker.flusher)
         self.worker = spares.take("reference", pc.log_dir / f"{slug(pair.problem_id)}__reference.log")
         probe = pc.seed.stream("probe", pair.problem_id).take(5)
@@ -231,7 +231,8 @@ class ReferenceSide:
         if self._flusher is None or not self._flusher.alive():
             if self._flusher is not None:
                 self._flusher.close()
-            self._flusher = Worker("flusher", self.slot_env, self.pc.log_dir / f"{slug(self.problem_id)}__flusher.log")
+            log = self.pc.log_dir / f"{slug(self.problem_id)}__flusher.log"
+            self._flusher = Worker("flusher", self.spares.env, log)
             self._flusher.send(wire(m.FlusherJob()))
             try:
                 m.parse_reply(self._flusher.recv(time.monotonic() + 60), m.FlusherReady)
@@ -368,7 +369,13 @@ def _drive(worker: Worker, record: RecordDraft, reference: ReferenceSide, inter:
     """Correctness trials, then the timed rounds. Returns what the rounds collected, or None when the record was
     finished here (an incorrect or invalid result; a failure raises CandidateFailed or WorkerExit)."""
     t0 = time.monotonic()
-    outputs, in_place = trials(worker, record, reference, pc.cfg.trials, inter.deadline)
+    if inter.staged:                            # the CPU path: the parent runs them (harness.run.stagedtrials)
+        loaded = trials_reply(worker, record, inter.deadline, m.Loaded)
+        reference.read_derived()                # worked out while the candidate loaded; the pipe is free again
+        outputs, in_place = stagedtrials.run_trials(worker, loaded, reference.ready, inter, pc.cfg.trials,
+                                                    inter.reader.scratch, pc.cfg.defenses), {}
+    else:
+        outputs, in_place = trials(worker, record, reference, pc.cfg.trials, inter.deadline)
     phases["trials"] = time.monotonic() - t0
     missing = sizes.missing_outputs(outputs, reference.ready, pc.cfg.trials)
     if missing:
@@ -430,12 +437,14 @@ def trials(worker: Worker, record: RecordDraft, reference: ReferenceSide, count:
         worker.send({"op": "next"})
 
 
-def trials_reply(worker: Worker, record: RecordDraft, deadline: float) -> m.Outputs | m.TrialOut:
+def trials_reply(worker: Worker, record: RecordDraft, deadline: float,
+                 *expected: type) -> m.Outputs | m.TrialOut | m.Loaded:
     """The candidate's next reply while it runs its trials (the first carries its sandbox's report, for the record):
-    a trial's outputs where they lie, or all its trials' outputs; CandidateFailed for a failure it reports,
-    WorkerExit for anything else."""
+    a trial's outputs where they lie, or all its trials' outputs (`expected`: Loaded on the CPU path, where the
+    parent runs them); CandidateFailed for a failure it reports, WorkerExit for anything else."""
     try:
-        reply = m.parse_reply(worker.recv(deadline), m.TrialOut, m.Outputs, m.Failed, m.HarnessError)
+        reply = m.parse_reply(worker.recv(deadline), *(expected or (m.TrialOut, m.Outputs)), m.Failed,
+                              m.HarnessError)
     except m.ProtocolError as exc:
         raise WorkerExit("protocol", None, f"worker sent {exc}") from None
     if reply.sandbox is not None or record.sandbox is None:

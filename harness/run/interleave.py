@@ -90,6 +90,7 @@ class Interleaver:
         self.staged = False                     # CPU path: the reference stages each sample's inputs (arena)
         self.flusher = flusher                  # CPU path: the process that flushes the caches before each call
         self._nice_at_start: dict[str, int | None] = {}     # each side's lowest nice when the rounds began
+        self._attached: Worker | None = None    # the candidate whose arena the reference stages into
 
     # ------------------------------------------------------------ one side at a time
 
@@ -116,8 +117,13 @@ class Interleaver:
     def _ask(self, worker: Worker, message: Any, reply: type) -> Any:
         """The worker's reply to `message`, as `reply`; CandidateFailed when it reports a failure instead."""
         worker.send(m.wire(message))
+        return self._parsed(worker.recv(self.deadline), reply)
+
+    @staticmethod
+    def _parsed(data: dict, reply: type) -> Any:
+        """A worker's reply as `reply`; CandidateFailed for a failure it reports, WorkerExit for anything else."""
         try:
-            answer = m.parse_reply(worker.recv(self.deadline), reply, m.Failed)
+            answer = m.parse_reply(data, reply, m.Failed)
         except m.ProtocolError as exc:
             raise WorkerExit("protocol", None, f"sent a malformed {reply.KIND!r} reply: {exc}") from None
         if isinstance(answer, m.Failed):
@@ -186,40 +192,61 @@ class Interleaver:
 
     def _staged_call(self, worker: Worker, side: str, variant: str, seed: int,
                      out: Collected) -> tuple[m.SampleResult, float]:
-        """The CPU path's sample: the reference checks the side's previous inputs, flushes the caches and writes
-        this sample's inputs into the side's arena, with the candidate stopped; then the side runs the call alone,
-        and the parent's clock around that request is the sample (the worker reports no time). The side is stopped
-        at once after its reply, for the trusted read (a candidate stays stopped until its next call)."""
-        self._activate(self.reference)
-        staged = self._ask(self.reference, m.StageRequest(side, seed), m.Staged)
-        if staged.error or staged.layout is None:
-            raise WorkerExit("protocol", None, f"the reference could not stage the inputs: {staged.error}")
+        """The CPU path's sample: the reference checks the side's previous inputs and writes this sample's into the
+        side's arena, with the candidate stopped; the flusher flushes the caches with both stopped; then the side
+        runs the call alone, and the parent's clock around that request is the sample (the worker reports no
+        time). The side is stopped at once after its reply, for the trusted read (a candidate stays stopped until
+        its next call)."""
+        staged = self.stage(m.StageRequest(side, seed))
         out.mutated = out.mutated or staged.mutated
-        self.reference.pause()                    # both sides stopped: the one to run wakes inside the clock, so
-        self.active = None                        # nothing it does once it can see the inputs goes untimed
-        flush_ms = self._ask(self.flusher, m.FlushRequest(), m.Flushed).ms if self.flusher is not None else 0.0
-        started = time.perf_counter_ns()          # the parent's clock: out of the workers' reach
-        worker.wake()
-        called = self._ask(worker, m.CallRequest(variant, staged.layout), m.Called)
-        ms = (time.perf_counter_ns() - started) / 1e6
-        worker.pause()
+        called, ms, flush_ms = self.call(worker, variant, staged)
         return m.SampleResult(ms, ms, 0.0, [], outputs=[called.outputs] if called.outputs else [],
                               output_error=called.output_error, not_plain=called.not_plain), flush_ms
 
+    def stage(self, req: m.StageRequest) -> m.Staged:
+        """CPU path: the reference (running alone) stages a call's inputs (StageRequest)."""
+        self._activate(self.reference)
+        staged = self._ask(self.reference, req, m.Staged)
+        if req.seed is None and req.trial is None:
+            return staged
+        if staged.error or staged.layout is None:
+            raise WorkerExit("protocol", None, f"the reference could not stage the inputs: {staged.error}")
+        return staged
+
+    def call(self, worker: Worker, variant: str, staged: m.Staged, label: str = "",
+             flush: bool = True) -> tuple[m.Called, float, float]:
+        """CPU path: the staged call, on the parent's clock: (its reply, its ms, the flush's ms before it). Both
+        sides are stopped, the caches flushed (`flush`, where there is a flusher), and the side to run is woken
+        inside the clock, so that nothing it does once it can see its inputs goes untimed; it is stopped again at
+        once after its reply (the next _activate resumes whichever side it needs)."""
+        self.reference.pause()
+        self.active = None
+        flush_ms = 0.0
+        if flush and self.flusher is not None:
+            flush_ms = self._ask(self.flusher, m.FlushRequest(), m.Flushed).ms
+        request = m.wire(m.CallRequest(variant, staged.layout, staged.manual_seed, label))
+        started = time.perf_counter_ns()          # the parent's clock: out of the workers' reach
+        worker.wake()
+        worker.send(request)
+        reply = worker.recv(self.deadline)
+        ms = (time.perf_counter_ns() - started) / 1e6     # the reply is read and checked outside the clock
+        worker.pause()
+        return self._parsed(reply, m.Called), ms, flush_ms
+
     def _staged_end(self, out: Collected) -> None:
         """The CPU path's last check: the inputs of each side's last sample, as they are now."""
-        self._activate(self.reference)
         for side in ("reference", CANDIDATE):
-            staged = self._ask(self.reference, m.StageRequest(side), m.Staged)
-            out.mutated = out.mutated or staged.mutated
+            out.mutated = self.stage(m.StageRequest(side)).mutated or out.mutated
 
     def attach(self, candidate: Worker) -> None:
-        """CPU path: the reference stages the candidate's samples into `candidate`'s arena from now on."""
-        if self.staged:
+        """CPU path: the reference stages the candidate's calls into `candidate`'s arena from now on (once per
+        candidate worker: its trials, then its rounds)."""
+        if self.staged and self._attached is not candidate:
             self._activate(self.reference)
             attached = self._ask(self.reference, m.ArenaRequest(candidate.arena_path()), m.ArenaSet)
             if attached.error:
                 raise WorkerExit("protocol", None, f"the reference could not open {attached.error}")
+            self._attached = candidate
 
     def _block(self, side: str, variant: str, seeds: list[int], out: Collected, round_samples: dict,
                profile: bool = False) -> None:
@@ -272,9 +299,8 @@ class Interleaver:
         draw = random.Random(self.samples.next())
         self._profile_at = set(draw.sample(halves, min(self.profiles, len(halves))))
         # the timed samples whose outputs are checked whole: forward halves (the reference's block comes first
-        # there, so its output on the same inputs is kept), drawn among the rounds every pair runs
-        full_at = set(draw.sample([(r, i) for r in range(rule.min_rounds) for i in range(self.block)],
-                                  min(FULL_CHECKS, rule.min_rounds * self.block)))
+        # there, so its output on the same inputs is kept), spread over the whole pair (full_check_rounds)
+        full_at = full_check_samples(draw, rule.min_rounds, rule.max_rounds, self.block)
         started = time.monotonic()
         order = [("reference", v) for v in self.variants] + [(CANDIDATE, CANDIDATE)]
         ratios: list[float] = []
@@ -297,6 +323,23 @@ class Interleaver:
                 if self.staged:
                     self._staged_end(out)
                 return out
+
+
+def full_check_samples(draw: random.Random, min_rounds: int, max_rounds: int, block: int) -> set[tuple[int, int]]:
+    """(round, sample in its forward block) of the timed samples checked whole: FULL_CHECKS among the first
+    `min_rounds` rounds (every pair runs those), then one in each window that doubles in length after them
+    ([m, 2m), [2m, 4m), ...) up to `max_rounds`, each at a round and sample drawn from the parent's secret. However
+    long a pair runs, a whole check may come at any time, and there are only about log2(max_rounds / m) more of
+    them: a candidate exact only where it expects to be read whole has nowhere to stop being exact."""
+    m = max(1, min_rounds)
+    first = [(r, i) for r in range(m) for i in range(block)]
+    chosen = set(draw.sample(first, min(FULL_CHECKS, len(first))))
+    start = m
+    while start < max_rounds:
+        end = min(2 * start, max_rounds)
+        chosen.add((draw.randrange(start, end), draw.randrange(block)))
+        start = end
+    return chosen
 
 
 class CandidateFailed(Exception):

@@ -38,13 +38,16 @@ class Checked:
 
 
 def slots_for(check_seed: int, count: int, extra: int = 2) -> list[int]:
-    """Which captured calls' outputs are read (graph mode: `extra` drawn from the check seed, and the last; cold and
-    host samples have one)."""
+    """Which captured calls' outputs are read (graph mode; cold and host samples have one), drawn from the check seed:
+    the last captured call's and `extra` others at points, and listed last the one read whole where the sample is
+    checked whole, any of them, so that no captured call can count on being looked at only at points."""
     if count <= 1:
         return [0]
     import random
-    chosen = random.Random(check_seed).sample(range(count - 1), min(extra, count - 1))
-    return sorted(chosen) + [count - 1]
+    draw = random.Random(check_seed)
+    whole = draw.randrange(count)
+    points_only = set(draw.sample(range(count - 1), min(extra, count - 1))) | {count - 1}
+    return sorted(points_only - {whole}) + [whole]
 
 
 class Reader:
@@ -105,19 +108,10 @@ class Reader:
 
     def _host_full(self, pid: int, exported: list[m.Exported], seed: int) -> m.FileCheck | None:
         """The whole output copied from the candidate's memory into a file, compared by the reference."""
-        entries, shapes, strides, total = [], [], [], 0
-        for e in exported:
-            size = points.SIZES[e.dtype]
-            span = (sum((d - 1) * s for d, s in zip(e.shape, e.strides)) + 1) if points.numel(e.shape) else 0
-            total += span * size
-            if total > FULL_CHECK_BYTES:
-                return None
-            data = peek.read_bytes(pid, e.address, span * size) if span else b""
-            entries.append((e.dtype.replace("torch.", ""), span, data))
-            shapes.append(list(e.shape))
-            strides.append(list(e.strides))
-        from harness.shared.tensorfile import write_raw
-        path = write_raw(entries, os.path.join(self.scratch, f"timed-full-{self.full_checks}.kbt"))
+        copied = copy_out(pid, exported, os.path.join(self.scratch, f"timed-full-{self.full_checks}.kbt"))
+        if copied is None:
+            return None
+        path, shapes, strides, _ = copied
         self.full_checks += 1
         verified = self._on_reference({"op": "verify", "files": [
             {"label": "timed", "path": path, "trial": -1, "shapes": shapes, "strides": strides,
@@ -145,6 +139,36 @@ class Reader:
         self.reference.resume()
         self.reference.send({"op": "peer_close"})
         _parsed(self.reference.recv(time.monotonic() + 60), m.PeerClosed, "peer_close")
+
+
+def _span_bytes(e: m.Exported) -> int:
+    """Bytes from a strided output's first element to its last, inclusive."""
+    size = points.SIZES.get(e.dtype)
+    if size is None:
+        raise peek.PeekError(f"cannot read dtype {e.dtype} from memory")
+    span = (sum((d - 1) * s for d, s in zip(e.shape, e.strides)) + 1) if points.numel(e.shape) else 0
+    return span * size
+
+
+def read_whole(pid: int, exported: list[m.Exported]) -> list[bytes] | None:
+    """Each output's bytes, first element to last, read from process `pid`'s memory (it stopped); None past
+    FULL_CHECK_BYTES in all. PeekError where its memory cannot be read there."""
+    if sum(_span_bytes(e) for e in exported) > FULL_CHECK_BYTES:
+        return None
+    return [peek.read_bytes(pid, e.address, _span_bytes(e)) if _span_bytes(e) else b"" for e in exported]
+
+
+def copy_out(pid: int, exported: list[m.Exported], path: str) -> tuple[str, list, list, list[bytes]] | None:
+    """The whole output copied out of process `pid`'s memory into a raw tensor file at `path` (one flat tensor
+    per output, viewed later with its shape and strides): (path, shapes, strides, the bytes), or None where it
+    is larger than FULL_CHECK_BYTES. PeekError where its memory cannot be read."""
+    from harness.shared.tensorfile import write_raw
+    data = read_whole(pid, exported)
+    if data is None:
+        return None
+    entries = [(e.dtype.replace("torch.", ""), len(d) // points.SIZES[e.dtype], d) for e, d in zip(exported, data)]
+    return (write_raw(entries, path), [list(e.shape) for e in exported], [list(e.strides) for e in exported],
+            data)
 
 
 def _aliased(worker: Worker, result: m.SampleResult) -> str | None:

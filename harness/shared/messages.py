@@ -148,10 +148,11 @@ class ArenaRequest:
 class StageRequest:
     """Reference only (CPU path): check the inputs last written into `side`'s arena ("reference" or "candidate"),
     then draw the inputs for `seed` and write them there (harness.worker.arena.Stager).
-    `seed` None: the check alone (after a side's last sample)."""
+    `seed` and `trial` None: the check alone (after a side's last sample)."""
     OP: ClassVar[str] = "stage"
     side: str
     seed: int | None = None
+    trial: int | None = None    # instead of a seed: correctness trial `trial` (its place in the trial plan)
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,9 @@ class CallRequest:
     OP: ClassVar[str] = "call"
     variant: str
     layout: Layout
+    manual_seed: int | None = None      # a correctness trial's: torch.manual_seed(base + k) first (public, as in
+                                        # KernelBench: a model that draws random numbers draws the reference's)
+    label: str = ""                     # what a failure names: "trial 0", "trial 1 at size 'small'"; "" timed
 
 
 @dataclass(frozen=True)
@@ -414,6 +418,8 @@ class TrialFile:
     path: str
     trial: int
     outputs: list[dict[str, Any]] | None = None
+    shapes: list[list[int]] | None = None       # a file the parent copied out of a CPU candidate's memory: one flat
+    strides: list[list[int]] | None = None      # tensor per output, viewed with these
 
 
 @dataclass(frozen=True)
@@ -480,6 +486,7 @@ class Staged:
     layout: Layout | None = None
     mutated: bool = False       # the inputs staged before these had been changed by the call that read them
     error: str | None = None    # the inputs could not be staged (one line)
+    manual_seed: int | None = None      # a trial's: what the call is made after (CallRequest.manual_seed)
 
 
 @dataclass(frozen=True)
@@ -500,6 +507,17 @@ class Called:
     outputs: list[dict[str, Any]] = field(default_factory=list)     # per output tensor: Exported
     output_error: str | None = None
     not_plain: bool = False
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """CPU path: the candidate worker built ModelNew and serves calls now (its first reply, in place of Outputs: the
+    parent runs the trials as staged calls, harness.run.evaluate)."""
+    KIND: ClassVar[str] = "loaded"
+    param_match: str
+    extensions: list[str]
+    module_mode: str
+    sandbox: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -164,14 +164,16 @@ class Stager:
         held.written = held.pristine = None
         return bool(mutated)
 
-    def stage(self, side: str, seed: int) -> tuple[m.Layout, bool]:
-        """The previous inputs of `side` checked, then the inputs for `seed` drawn and written into its arena: their
-        layout, and whether the previous ones had changed. The flush comes after, from the flusher."""
+    def stage(self, side: str, seed: int, inputs: list | None = None) -> tuple[m.Layout, bool]:
+        """The previous inputs of `side` checked, then the inputs for `seed` (or `inputs`, a trial's) drawn and
+        written into its arena: their layout, and whether the previous ones had changed. The flush comes after,
+        from the flusher."""
         held = self.sides.get(side)
         if held is None:
             raise ArenaError(f"no arena attached for the {side}")
         mutated = self.check(side)
-        inputs = self.draw(seed)
+        if inputs is None:
+            inputs = self.draw(seed)
         held.layout = layout_of(inputs)
         held.written = _write(held.map.grow(held.layout.bytes, extend=True), held.layout, inputs)
         del inputs
@@ -242,8 +244,8 @@ def called(out) -> m.Called:
 class ReferenceStaging:
     """The reference worker's part in staged samples: the stager of both sides, and the executor of its own."""
 
-    def __init__(self, sampler, defenses: bool):
-        self.sampler = sampler
+    def __init__(self, sampler, trials, defenses: bool):
+        self.sampler, self.trials = sampler, trials
         self.stager = Stager(sampler.clean_inputs, defenses)
         self.stager.attach("reference", None)
         self.executor = Executor()
@@ -274,18 +276,29 @@ class ReferenceStaging:
         return m.ArenaSet()
 
     def _stage(self, req: m.StageRequest) -> m.Staged:
-        if req.seed is None:
+        if req.seed is None and req.trial is None:
             return m.Staged(None, self.stager.check(req.side))
         try:
+            if req.trial is not None:
+                return self._stage_trial(req.side, req.trial)
             layout, mutated = self.stager.stage(req.side, req.seed)
         except ArenaError as exc:
             return m.Staged(None, False, str(exc))
         return m.Staged(layout, mutated)
 
+    def _stage_trial(self, side: str, j: int) -> m.Staged:
+        """Correctness trial `j` of the plan: its inputs (drawn from base + k, the trial's public seed) and the seed
+        its call is made after."""
+        if not 0 <= j < len(self.trials.plan):
+            raise ArenaError(f"there is no trial {j}")
+        layout, mutated = self.stager.stage(side, -1, self.trials.inputs(j))
+        return m.Staged(layout, mutated, manual_seed=self.trials.seed + self.trials.plan[j].k)
+
 
 def serve(conn, call, failed) -> None:
-    """The candidate worker's timed samples on the CPU path, until told to exit: each CallRequest runs `call` on the
-    inputs the reference staged in this worker's arena and answers where the output lies (kept until the next
+    """The candidate worker's calls on the CPU path, trials and timed samples alike, until told to exit: each
+    CallRequest runs `call` on the inputs the reference staged in this worker's arena (a trial's after its public
+    torch.manual_seed) and answers where the output lies (kept until the next
     call). `failed(exc)`: what candidate code raising becomes (an exception the caller sends as its failure).
     Size and mode requests are answered and change nothing here: the layout says what the inputs are."""
     executor = Executor()
@@ -297,10 +310,13 @@ def serve(conn, call, failed) -> None:
             req = m.parse(m.CallRequest, message)
             last = None
             try:
+                if req.manual_seed is not None:
+                    import torch
+                    torch.manual_seed(req.manual_seed)
                 last = call(executor.views(req.layout))
                 reply = called(last)
-            except BaseException as exc:               # noqa: BLE001 - candidate code raised under timing
-                raise failed(exc) from None
+            except BaseException as exc:               # noqa: BLE001 - candidate code raised
+                raise failed(exc, req.label or "timing") from None
         elif op == m.SizeRequest.OP:
             reply = m.SizeSet(m.parse(m.SizeRequest, message).size)
         elif op == m.ModeRequest.OP:

@@ -42,8 +42,11 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         apply_memory_share(job.memory_share_bytes, device)
     except Exception as exc:                           # noqa: BLE001 - no cap is no reason to fail the pair
         print(f"kb-harness: device memory share not applied: {describe(exc)}", flush=True)
+    if device == "cpu":
+        _serve_staged(conn, job)
+        return
     try:
-        flusher = sampler.device_buffers(device, job.timing, job.defenses) if device != "cpu" else None
+        flusher = sampler.device_buffers(device, job.timing, job.defenses)
         problem, settings, init, trial_inputs, declared = _problem_side(job, device)
         trace("candidate inputs drawn")
         plan = _plan(declared, job.trials)
@@ -54,6 +57,26 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         conn.send("outputs", param_match=param_match, extensions=log.calls,
                   module_mode="train" if model.training else "eval", **report)
         _serve(conn, model, problem, settings, job, device, declared, flusher)
+    except Failed as f:
+        conn.send("failed", status=f.status, error=f.error, detail=f.detail)
+
+
+def _serve_staged(conn: Conn, job) -> None:
+    """The CPU path: the problem for its settings and init inputs, ModelNew built, then every call the parent asks
+    for, trials and timed samples alike, on inputs the reference stages in this worker's arena (harness.worker.arena).
+    No input is drawn, no output saved and nothing checked here: the parent and the reference do all of it."""
+    from harness.worker import arena
+    from harness.worker.common import pin_for_timing
+    try:
+        problem = load_module("kb_problem", job.problem_path)
+        settings = problem_settings(problem, job.precision)
+        setup_torch(settings)
+        model, log, param_match = _load_candidate(job, "cpu", settings, init_inputs(problem))
+        conn.send("loaded", param_match=param_match, extensions=log.calls,
+                  module_mode="train" if model.training else "eval")
+        trace("candidate loaded")
+        pin_for_timing()                    # on the reference's timing cores, as its sampler's settle() holds it
+        arena.serve(conn, lambda x: model(*x), lambda exc, label: _classify(exc, _NoLog, f"forward ({label})"))
     except Failed as f:
         conn.send("failed", status=f.status, error=f.error, detail=f.detail)
 
@@ -268,13 +291,6 @@ def _serve(conn, model, problem, settings, job, device, sizes: list, flusher) ->
     def call(x: list):
         return model(*x)
 
-    if device == "cpu":                     # the call alone: inputs staged by the reference (harness.worker.arena)
-        from harness.worker import arena
-        from harness.worker.common import pin_for_timing
-        pin_for_timing()                    # on the reference's timing cores, as its sampler's settle() holds it
-        trace("candidate serving staged calls")
-        arena.serve(conn, call, lambda exc: _classify(exc, _NoLog, "forward (timing)"))
-        return
     sampler = Sampler({"candidate": call}, problem, settings, device, job.timing, job.defenses, sizes=sizes,
                       flusher=flusher)
     sampler.settle()

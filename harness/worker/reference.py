@@ -98,7 +98,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     fp64 = _Float64(model, initial_state, trials, device)
     full = _FullCheck(model, initial_state, settings, job.defenses, sampler, memory, device)
     peer = PeerReader() if device != "cpu" else None
-    staging = _staging(sampler, job.defenses, device)
+    staging = _staging(sampler, trials, job.defenses, device)
     while True:
         message = conn.recv()
         op = message.get("op")
@@ -157,12 +157,12 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
             return
 
 
-def _staging(sampler, defenses: bool, device: str):
+def _staging(sampler, trials, defenses: bool, device: str):
     """The CPU path's stager and executor (harness.worker.arena), where this worker has an arena; else None."""
     from harness.worker import arena
     if device != "cpu" or arena.arena_fd() is None:
         return None
-    return arena.ReferenceStaging(sampler, defenses)
+    return arena.ReferenceStaging(sampler, trials, defenses)
 
 
 def _oom_where(exc: BaseException) -> str:
@@ -601,7 +601,7 @@ def _verify_file(item: dict[str, Any], trials: "_Trials", sampler, full: "_FullC
     try:
         large = os.path.getsize(path) > KEEP_BYTES
         outs = read_tensors(path, "cpu" if large else device)
-        if k < 0:
+        if item.get("shapes") is not None:            # copied out of a CPU candidate's memory by the parent
             outs = [t.as_strided(list(shape), list(strides)) for t, shape, strides in
                     zip(outs, item.get("shapes") or [], item.get("strides") or [])]
     except Exception as exc:                           # noqa: BLE001 - a malformed file is a failed check

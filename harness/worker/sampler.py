@@ -417,8 +417,8 @@ class Sampler:
             shapes = [list(t.shape) for t in as_tensor_list(slots[-1])]
         except (ValueError, IndexError) as exc:
             return m.CheckResult("", [], str(exc))
-        if req.keep_full:
-            self.kept[req.check_seed] = (seed, len(slots) - 1)
+        if req.keep_full:                          # the slot listed last is the one read whole (trusted.slots_for)
+            self.kept[req.check_seed] = (seed, req.slots[-1] % len(slots))
         return m.CheckResult(m.pack_floats(values), shapes)
 
 
