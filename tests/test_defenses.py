@@ -30,3 +30,23 @@ def test_custom_kernel_share_warnings(profiles, flags):
         assert "1 of 3 profiled calls" in record.flag_details["no_custom_kernel"]
     if any(isinstance(p, dict) for p in profiles):
         assert record.kernels.profiled_calls == len(profiles)
+
+
+@pytest.mark.parametrize("candidate_dtypes, shapes, failure", [
+    (["torch.float32"], [[4]], None),
+    (["torch.float16"], [[4]], "output dtype ['torch.float16'] != the reference's ['torch.float32']"),
+    (["torch.float32"], [[2, 2]], "output shape [[2, 2]] != the reference's [[4]]"),
+    (None, [[4]], None),                                      # a reply that described no dtype: values decide
+])
+def test_a_timed_output_is_held_to_the_references_dtype_and_shape(candidate_dtypes, shapes, failure):
+    """Values alone could let a timed output in lower precision (float16 values within the tolerance) or another
+    shape pass; the trusted read holds each timed output to the reference's dtype and shape for the same inputs."""
+    from harness.run import defenses
+    from harness.run.interleave import CANDIDATE, Collected
+    from harness.run.trusted import Checked
+    out = Collected()
+    out.checks[7] = {"reference": Checked([1.0, 2.0], [[4]], dtypes=["torch.float32"]),
+                     CANDIDATE: Checked([1.0, 2.0], shapes, dtypes=candidate_dtypes)}
+    checked, full, found = defenses.check_timed_outputs(out, 1e-4, 1e-4)
+    assert checked == 1 and full == []
+    assert found == (failure and f"timed call 0: {failure}")

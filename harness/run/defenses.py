@@ -98,6 +98,8 @@ def check_timed_outputs(out: Collected, atol: float, rtol: float) -> tuple[int, 
             continue                                   # the reference's own read failed: nothing to hold it to
         if cand.shapes != ref.shapes:
             return checked, full, f"timed call {n}: output shape {cand.shapes} != the reference's {ref.shapes}"
+        if cand.dtypes is not None and ref.dtypes is not None and cand.dtypes != ref.dtypes:
+            return checked, full, f"timed call {n}: output dtype {cand.dtypes} != the reference's {ref.dtypes}"
         ok, bad = values_match(cand.values, ref.values, atol, rtol)
         if not ok:
             return checked, full, (f"timed call {n}: {bad} of {len(ref.values)} values read from the output's "

@@ -35,6 +35,7 @@ class Checked:
     error: str | None = None
     full: m.FileCheck | None = None     # the whole-output comparison, where this sample was drawn for one
     aliased: str | None = None          # the output lies in memory the harness gave the call (one line)
+    dtypes: list[str] | None = None     # the dtype of each output of the slot read last, as its reply described it
 
 
 def slots_for(check_seed: int, count: int, extra: int = 2) -> list[int]:
@@ -65,20 +66,23 @@ class Reader:
         own outputs go the same way on the CPU path (both sides stopped and read by the parent, so that neither
         does more between samples than the other); on the GPU the reference reads its own."""
         worker.pause()
+        checked = None
         try:
             if result.output_error or not result.outputs:
                 return Checked([], [], result.output_error or "the sample reply says where no output lies")
             slots = slots_for(check_seed, len(result.outputs))
             if self.device == "cpu":
                 aliased = _aliased(worker, result) if candidate else None
-                checked = self._host(worker.proc.pid, result, check_seed, slots, full and candidate)
-                return dataclasses.replace(checked, aliased=aliased)
-            if candidate:
-                return self._device(result, check_seed, slots, full)
+                checked = dataclasses.replace(self._host(worker.proc.pid, result, check_seed, slots,
+                                                         full and candidate), aliased=aliased)
+            elif candidate:
+                checked = self._device(result, check_seed, slots, full)
         finally:
             if not stay_stopped:
                 worker.resume()
-        return self._check_request(worker, check_seed, slots, full)
+        if checked is None:
+            checked = self._check_request(worker, check_seed, slots, full)
+        return dataclasses.replace(checked, dtypes=_dtypes(result, slots[-1]))
 
     def keep(self, check_seed: int, full: bool) -> None:
         """CPU path: the reference keeps its last output whole for the full check of the candidate's (the values
@@ -139,6 +143,14 @@ class Reader:
         self.reference.resume()
         self.reference.send({"op": "peer_close"})
         _parsed(self.reference.recv(time.monotonic() + 60), m.PeerClosed, "peer_close")
+
+
+def _dtypes(result: m.SampleResult, slot: int) -> list[str] | None:
+    """The dtypes of a sample's outputs (one captured call's), as its reply described them; None where it did not."""
+    try:
+        return [e.dtype for e in _exported(result.outputs[slot])]
+    except (m.ProtocolError, IndexError):
+        return None
 
 
 def _span_bytes(e: m.Exported) -> int:
