@@ -2,7 +2,8 @@
 and nothing else).
 
 Before every staged sample the parent asks this process, which holds no torch, no problem and no candidate code,
-to write twice the last-level cache on the pair's timing cores. Both sides' calls then start from the same state:
+to write twice the last-level cache, and enough to empty each core's own caches from every core of the pair's
+slot. Both sides' calls then start from the same state:
 their inputs, their own code and data, and the memory their allocator hands out all come from memory, and the
 core last ran this process, not the one about to be timed (a side that had just staged its own inputs started
 warmer than one woken from a stop). The candidate's process cannot touch the flush, skip it or work behind it.
@@ -45,27 +46,47 @@ def flush_bytes(cache_bytes: int | None = None) -> int:
     return min(max(2 * (size or ASSUMED_CACHE), MIN_BYTES), MAX_BYTES)
 
 
-class Flush:
-    """A buffer of flush_bytes(), written whole with a new value every time (no write can be skipped)."""
+PRIVATE_BYTES = 8 << 20          # more than any core's own L1 and L2 (1-2 MiB on current x86 server cores)
 
-    def __init__(self, nbytes: int):
+
+class Flush:
+    """A buffer of flush_bytes(), written with a new value every time (no write can be skipped): whole from the
+    first of `cores` (the shared last-level cache), then PRIVATE_BYTES of it from each other one, so that no core
+    the timed side may run on keeps its own caches warm (a last-level cache that is not inclusive leaves the other
+    cores' L1 and L2 as they were)."""
+
+    def __init__(self, nbytes: int, cores: list[int] | None = None):
         self.nbytes = nbytes
         self.buffer = (ctypes.c_char * nbytes)()
         self.value = 0
+        self.cores = cores or []
 
     def __call__(self) -> float:
         """One flush; its time in ms."""
         t0 = time.perf_counter_ns()
         self.value = (self.value % 255) + 1
-        ctypes.memset(self.buffer, self.value, self.nbytes)
+        for i, core in enumerate(self.cores or [None]):
+            if core is not None:
+                try:
+                    os.sched_setaffinity(0, {core})
+                except OSError:
+                    continue                        # a core this process may not use: its caches are not ours
+            ctypes.memset(self.buffer, self.value, self.nbytes if i == 0 else min(self.nbytes, PRIVATE_BYTES))
         return (time.perf_counter_ns() - t0) / 1e6
 
 
+def slot_cores() -> list[int]:
+    """The cores the pair's workers run on (KB_CPUS), else those this process may use."""
+    try:
+        return sorted({int(c) for c in os.environ.get("KB_CPUS", "").split(",") if c.strip()}) or \
+            sorted(os.sched_getaffinity(0))
+    except (ValueError, OSError, AttributeError):
+        return []
+
+
 def run(conn, data: dict[str, Any]) -> None:
-    from harness.worker.common import pin_for_timing
     job = m.parse(m.FlusherJob, data)
-    pin_for_timing()                                # the timed sides' cores: the caches those calls will use
-    flush = Flush(job.nbytes or flush_bytes())
+    flush = Flush(job.nbytes or flush_bytes(), slot_cores())   # every core the timed sides may run on
     flush()                                         # its pages faulted in before the first sample
     conn.send("flusher_ready", nbytes=flush.nbytes)
     while True:
