@@ -4,8 +4,9 @@ candidate's process runs the call and nothing else).
 Every worker is started with an arena: a memfd the parent creates (harness.run.workerproc.Worker), sealed against
 shrinking, inherited at KB_ARENA_FD. The reference worker, a process where candidate code never runs, is the
 *stager* of both sides of a pair: for each sample it checks that the previous sample's inputs are as it wrote them
-(`mutates_inputs`), flushes the caches, draws the sample's inputs from its seed and writes them into the arena of
-the side that is to run (its own, or the candidate's, opened through the parent's /proc/<pid>/fd/<n>). The side
+(`mutates_inputs`), draws the sample's inputs from its seed and writes them into the arena of the side that is to
+run (its own, or the candidate's, opened through the parent's /proc/<pid>/fd/<n>); then the flusher process
+(harness.worker.flusher) flushes the caches, both sides stopped. The side
 that runs is an *executor*: it maps its arena and, on the parent's "call now" (messages.CallRequest, which names
 no seed), views the inputs where the layout says they lie, calls, and answers where its output lies. The parent's
 clock around that request is the sample's time; the executor reports no time, draws nothing and checks nothing.
@@ -118,11 +119,12 @@ class Executor:
         return req
 
     def views(self, layout: m.Layout) -> list:
-        """The call's inputs: the same views as the last call's where the layout is the same (the values in them
-        are this sample's: the stager wrote them), so that making them costs both sides nothing per sample."""
+        """The call's inputs, fresh tensor objects over the arena every call (a call that changes its input's
+        shape or strides in place changes nothing for the next), the arena's views themselves made once per
+        layout (the values in them are this sample's: the stager wrote them)."""
         if layout != self.layout:
             self.inputs, self.layout = _tensors(self.map.grow(layout.bytes), layout), layout
-        return list(self.inputs)
+        return [x.as_strided(x.shape, x.stride()) if hasattr(x, "as_strided") else x for x in self.inputs]
 
 
 def arena_fd() -> int | None:
