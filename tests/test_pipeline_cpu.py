@@ -123,7 +123,10 @@ def test_records_have_the_shape_the_dict_built_record_had(first_run):
     same = [s for s in new if new[s]["status"] == old[s]["status"]]
     assert len(same) >= 12, {s: (old[s]["status"], new[s]["status"]) for s in new}
     for solution in same:
-        assert _shape(_without(new[solution], ADDED_SINCE), top=True) == _shape(old[solution], top=True), solution
+        record = _without(new[solution], ADDED_SINCE)
+        if old[solution]["sandbox"] is None:    # it dies or hangs in its first call: on the CPU path its Loaded
+            record["sandbox"] = None            # reply (with the sandbox's report) came before that call
+        assert _shape(record, top=True) == _shape(old[solution], top=True), solution
 
 
 # Fields added since that run, each documented in the README's record table (compatible: schema_version stays 2).

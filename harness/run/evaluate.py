@@ -286,7 +286,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
     phases["baseline_before"] = time.monotonic() - started
     t_start = time.monotonic()
     worker = spares.take("candidate", pc.log_dir / f"{slug(pair.candidate.id)}.log")
-    worker.send(wire(candidate_job(pair, pc, reference, device, pair_dir)))
+    worker.send(wire(candidate_job(pair, pc, reference, device, pair_dir, staged=inter.staged)))
     phases["start"] = time.monotonic() - t_start
     collected = None
     try:
@@ -328,7 +328,8 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
         record.worker.device_usable_after = reference.healthy()
 
 
-def candidate_job(pair: Pair, pc: PairContext, reference: ReferenceSide, device: str, pair_dir: Path) -> CandidateJob:
+def candidate_job(pair: Pair, pc: PairContext, reference: ReferenceSide, device: str, pair_dir: Path,
+                  staged: bool = False) -> CandidateJob:
     """The candidate worker's job for `pair` (its build's extension folder, its own Triton cache in `pair_dir`, the
     reference's mode, state and memory plan); `run_eval.py profile` sends the same one."""
     cfg = pc.cfg
@@ -338,7 +339,7 @@ def candidate_job(pair: Pair, pc: PairContext, reference: ReferenceSide, device:
         str(pair.problem.path.resolve()), build.candidate_path, device, pc.seed.base, cfg.trials,
         reference.mode.spec(cfg, [CANDIDATE]), str(pair_dir), str(reference.state_path),
         cfg.defenses, cfg.precision, hide=hidden_from_candidates(cfg.cache_dir), env=env,
-        memory_share_bytes=reference.plan.candidate if reference.plan else None)
+        memory_share_bytes=reference.plan.candidate if reference.plan else None, staged=staged)
 
 
 def _worker_ended(record: RecordDraft, exc: WorkerExit, reference: ReferenceSide, worker: Worker,

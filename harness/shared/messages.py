@@ -69,6 +69,8 @@ class CandidateJob:
     hide: list[str] = field(default_factory=list)          # folders the sandbox makes unreadable (run keys)
     env: dict[str, str] = field(default_factory=dict)
     memory_share_bytes: int | None = None   # its device memory cap (memplan.PairPlan.candidate; None: none)
+    staged: bool = False            # CPU path: build ModelNew, say Loaded, then only answer staged calls
+                                    # (harness.worker.arena); else run the trials itself (GPU, run_eval.py profile)
 
 
 @dataclass(frozen=True)

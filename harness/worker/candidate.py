@@ -42,7 +42,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         apply_memory_share(job.memory_share_bytes, device)
     except Exception as exc:                           # noqa: BLE001 - no cap is no reason to fail the pair
         print(f"kb-harness: device memory share not applied: {describe(exc)}", flush=True)
-    if device == "cpu":
+    if job.staged:
         _serve_staged(conn, job)
         return
     try:
