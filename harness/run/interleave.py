@@ -299,7 +299,7 @@ class Interleaver:
         draw = random.Random(self.samples.next())
         self._profile_at = set(draw.sample(halves, min(self.profiles, len(halves))))
         # the timed samples whose outputs are checked whole: forward halves (the reference's block comes first
-        # there, so its output on the same inputs is kept), spread over the whole pair (full_check_rounds)
+        # there, so its output on the same inputs is kept), spread over the whole pair (full_check_samples)
         full_at = full_check_samples(draw, rule.min_rounds, rule.max_rounds, self.block)
         started = time.monotonic()
         order = [("reference", v) for v in self.variants] + [(CANDIDATE, CANDIDATE)]

@@ -6,6 +6,9 @@ memplan.KEEP_BYTES they are drawn one trial at a time instead, with torch as it 
 (integrity.clean_torch, as every timed sample's are). The expected outputs never enter this process: the outputs
 are written to files that the reference worker compares. Its device memory is capped at the share the parent's plan
 left it (CandidateJob.memory_share_bytes, memplan): running out of it is the candidate's `oom`.
+
+On the CPU path (CandidateJob.staged) none of that runs here: the worker builds ModelNew, says so and then only
+answers calls on inputs the reference writes into its arena (harness.worker.arena, harness.run.stagedtrials).
 """
 from __future__ import annotations
 
