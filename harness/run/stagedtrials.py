@@ -40,9 +40,9 @@ def run_trials(worker: Worker, loaded: m.Loaded, ready: m.Ready, inter: Interlea
         if called.output_error or not called.outputs:
             raise CandidateFailed(m.Failed("incorrect", f"{text}: {called.output_error or 'no output'}"))
         exported = _exported(called.outputs)
-        try:
+        try:           # (an OSError writing the copy is the harness's, not the candidate's: it goes up as it is)
             copied = copy_out(worker.proc.pid, exported, os.path.join(scratch, f"{label}.kbt"))
-        except (peek.PeekError, OSError) as exc:
+        except peek.PeekError as exc:
             raise CandidateFailed(m.Failed("incorrect", f"{text}: its output could not be read: {exc}")) from None
         if copied is None:
             raise WorkerExit("protocol", None, f"{text}: an output larger than the parent copies")
