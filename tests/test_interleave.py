@@ -53,6 +53,7 @@ class FakeWorker:
         self.paused = False
 
     wake = resume
+    freeze = pause
 
     def arena_path(self) -> str:
         return f"/proc/1/fd/{self.name}"

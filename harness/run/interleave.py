@@ -217,8 +217,8 @@ class Interleaver:
              flush: bool = True) -> tuple[m.Called, float, float]:
         """CPU path: the staged call, on the parent's clock: (its reply, its ms, the flush's ms before it). Both
         sides are stopped, the caches flushed (`flush`, where there is a flusher), and the side to run is woken
-        inside the clock, so that nothing it does once it can see its inputs goes untimed; it is stopped again at
-        once after its reply (the next _activate resumes whichever side it needs)."""
+        inside the clock, so that nothing it does once it can see its inputs goes untimed; the clock ends once it is
+        stopped again, right after its reply (the next _activate resumes whichever side it needs)."""
         self.reference.pause()
         self.active = None
         flush_ms = 0.0
@@ -229,6 +229,7 @@ class Interleaver:
         worker.wake()
         worker.send(request)
         reply = worker.recv(self.deadline)
+        worker.freeze()                           # work left running past its reply is inside the clock too
         ms = (time.perf_counter_ns() - started) / 1e6     # the reply is read and checked outside the clock
         worker.pause()
         return self._parsed(reply, m.Called), ms, flush_ms

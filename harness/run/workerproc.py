@@ -459,6 +459,18 @@ class Worker:
                 pass
         self._stopped = set()
 
+    def freeze(self) -> None:
+        """SIGSTOP to its process group and the escaped descendants already known, and nothing else: one or two
+        system calls, so that the parent's clock around a staged call can end after the stop (work left running
+        past the reply is then inside the clock); pause() then stops whatever else belongs to it."""
+        if self.proc.returncode is not None:
+            return
+        for pid in self._strays | {-self.proc.pid}:         # -pid: its process group
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def kill(self) -> None:
         """SIGKILL to every process of this worker (containment.sweep: group, tree, tagged, strays), reap it."""
         self.killed = True
