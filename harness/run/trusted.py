@@ -158,16 +158,16 @@ def _span_bytes(e: m.Exported) -> int:
     size = points.SIZES.get(e.dtype)
     if size is None:
         raise peek.PeekError(f"cannot read dtype {e.dtype} from memory")
-    span = (sum((d - 1) * s for d, s in zip(e.shape, e.strides)) + 1) if points.numel(e.shape) else 0
-    return span * size
+    return points.span(e.shape, e.strides) * size
 
 
 def read_whole(pid: int, exported: list[m.Exported]) -> list[bytes] | None:
     """Each output's bytes, first element to last, read from process `pid`'s memory (it stopped); None past
     FULL_CHECK_BYTES in all. PeekError where its memory cannot be read there."""
-    if sum(_span_bytes(e) for e in exported) > FULL_CHECK_BYTES:
+    sizes = [_span_bytes(e) for e in exported]
+    if sum(sizes) > FULL_CHECK_BYTES:
         return None
-    return [peek.read_bytes(pid, e.address, _span_bytes(e)) if _span_bytes(e) else b"" for e in exported]
+    return [peek.read_bytes(pid, e.address, n) if n else b"" for e, n in zip(exported, sizes)]
 
 
 def copy_out(pid: int, exported: list[m.Exported], path: str) -> tuple[str, list, list, list[bytes]] | None:
@@ -191,8 +191,7 @@ def _aliased(worker: Worker, result: m.SampleResult) -> str | None:
         ranges = peek.mappings_of(worker.proc.pid, os.fstat(worker.arena_fd).st_ino)
         for slot in result.outputs:
             for j, e in enumerate(_exported(slot)):
-                span = points.numel(e.shape) and (sum((d - 1) * s for d, s in zip(e.shape, e.strides)) + 1)
-                if peek.overlaps(e.address, span * points.SIZES.get(e.dtype, 1), ranges):
+                if peek.overlaps(e.address, _span_bytes(e), ranges):
                     return f"output {j} ({e.dtype.replace('torch.', '')}, shape {list(e.shape)}) lies in its inputs' arena"
     except (peek.PeekError, OSError, m.ProtocolError):
         return None                                 # the read says what is wrong with the reply

@@ -54,6 +54,13 @@ def numel(shape: list[int]) -> int:
     return math.prod(shape) if shape else 1
 
 
+def span(shape: list[int], strides: list[int]) -> int:
+    """Elements from a strided tensor's first element to its last, inclusive (0 for an empty tensor)."""
+    if not numel(shape):
+        return 0
+    return sum((d - 1) * s for d, s in zip(shape, strides)) + 1
+
+
 def offsets(shape: list[int], strides: list[int], flat: list[int]) -> list[int]:
     """Element offsets (from the first element) of row-major flat indices under `strides`."""
     if len(shape) != len(strides):

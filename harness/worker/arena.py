@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.shared import messages as m
+from harness.shared.points import span
 
 ALIGN = 64                       # every tensor starts on a cache line of its own
 GROWTH = 1 << 20                 # an arena grows in whole MiB (fewer remaps when a size changes a little)
@@ -36,13 +37,6 @@ class ArenaError(Exception):
 
 def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
-
-
-def _span(shape: list[int], strides: list[int]) -> int:
-    """Elements from a strided tensor's first to its last element, inclusive (0 for an empty tensor)."""
-    if any(d == 0 for d in shape):
-        return 0
-    return sum((d - 1) * s for d, s in zip(shape, strides)) + 1
 
 
 def plain_value(value: Any) -> bool:
@@ -86,7 +80,7 @@ def _tensors(mapped: mmap.mmap, layout: m.Layout) -> list:
             continue
         dtype = getattr(torch, entry.dtype)
         size = torch.empty((), dtype=dtype).element_size()
-        count = _span(entry.shape, entry.strides)
+        count = span(entry.shape, entry.strides)
         raw = base[entry.offset:entry.offset + count * size]
         if raw.numel() != count * size:
             raise ArenaError(f"input {len(out)} lies past the arena's end")
@@ -217,7 +211,7 @@ def layout_of(inputs: list) -> m.Layout:
             dtype = str(x.dtype).replace("torch.", "")
             at = _round_up(at, ALIGN)
             entries.append(m.LayoutEntry(dtype, list(x.shape), strides, at))
-            at += _span(list(x.shape), strides) * x.element_size()
+            at += span(list(x.shape), strides) * x.element_size()
         elif plain_value(x):
             entries.append(m.LayoutEntry("", value=list(x) if isinstance(x, tuple) else x,
                                          tuple=isinstance(x, tuple)))
@@ -231,7 +225,7 @@ def _dense(x) -> bool:
     """Whether a tensor's own strides can be kept in the arena: every element at a place of its own and no gaps
     (a permuted or transposed tensor; not an expanded, negatively strided or sliced one)."""
     shape, strides = list(x.shape), list(x.stride())
-    return all(s >= 1 for s, d in zip(strides, shape) if d > 1) and _span(shape, strides) == x.numel()
+    return all(s >= 1 for s, d in zip(strides, shape) if d > 1) and span(shape, strides) == x.numel()
 
 
 def _write(mapped: mmap.mmap, layout: m.Layout, inputs: list) -> list:
