@@ -75,3 +75,37 @@ def test_a_realtime_policy_is_named():
     finally:
         target.kill()
         target.wait()
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.skipif(not LINUX, reason="process states are read from /proc")
+def test_a_helper_outside_the_process_group_is_stopped_with_the_call():
+    """The cheat: a candidate starts a helper in a session of its own (outside its process group) that finishes the
+    output after the reply, while the parent still has to scan /proc for it. The parent's stop at the end of a
+    staged call (Worker.freeze) stops everything its wake continued, the helper included, before the clock ends."""
+    import subprocess as sp
+    from harness.run.workerproc import Worker
+    worker = Worker.__new__(Worker)
+    worker.proc = sp.Popen(["sleep", "30"], start_new_session=True)      # the worker: its own group
+    helper = sp.Popen(["sleep", "30"], start_new_session=True)           # escaped from that group
+    try:
+        worker._stopped, worker._strays, worker._woken = {helper.pid}, set(), set()
+        for pid in (worker.proc.pid, helper.pid):
+            os.kill(pid, 19)                                             # as pause() left them (SIGSTOP)
+        worker.wake()
+        assert {_state(worker.proc.pid), _state(helper.pid)} <= {"S", "R"}
+        worker.freeze()
+        for _ in range(100):
+            if _state(worker.proc.pid) == _state(helper.pid) == "T":
+                break
+            import time
+            time.sleep(0.01)
+        assert _state(worker.proc.pid) == "T" and _state(helper.pid) == "T"
+    finally:
+        for proc in (worker.proc, helper):
+            proc.kill()
+            proc.wait()

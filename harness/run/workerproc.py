@@ -332,6 +332,7 @@ class Worker:
         self.killed = False                 # the harness ended it (kill(), timeout): its exit is no fault
         self._strays: set[int] = set()      # escaped descendants attributed to this worker (pause/resume cache)
         self._stopped: set[int] = set()
+        self._woken: set[int] = set()       # what wake() continued: freeze() stops the same
         try:
             self.sink = LogSink(log_path, out_r)
         except BaseException:
@@ -450,24 +451,23 @@ class Worker:
     def wake(self) -> None:
         """SIGCONT to what pause() stopped, and nothing else: no /proc scan (a stopped process starts nothing), so
         that waking a side inside a timed bracket costs a few system calls on both sides."""
-        if self.proc.returncode is not None:
-            return
-        for pid in self._stopped | {-self.proc.pid}:        # -pid: its process group
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except (ProcessLookupError, PermissionError):
-                pass
+        self._woken = self._stopped
+        self._signal_known(self._woken, signal.SIGCONT)
         self._stopped = set()
 
     def freeze(self) -> None:
-        """SIGSTOP to its process group and the escaped descendants already known, and nothing else: one or two
-        system calls, so that the parent's clock around a staged call can end after the stop (work left running
-        past the reply is then inside the clock); pause() then stops whatever else belongs to it."""
+        """SIGSTOP to everything wake() woke (its process group, the processes of its tree outside the group, the
+        escaped descendants already known) and nothing else: a few system calls, so that the parent's clock around
+        a staged call can end after the stop (work left running past the reply is then inside the clock); pause()
+        then stops whatever else belongs to it."""
+        self._signal_known(self._woken | self._strays, signal.SIGSTOP)
+
+    def _signal_known(self, pids: set[int], sig: int) -> None:
         if self.proc.returncode is not None:
             return
-        for pid in self._strays | {-self.proc.pid}:         # -pid: its process group
+        for pid in pids | {-self.proc.pid}:                 # -pid: its process group
             try:
-                os.kill(pid, signal.SIGSTOP)
+                os.kill(pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
 
