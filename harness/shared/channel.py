@@ -51,10 +51,14 @@ class LineReader:
 
     def __init__(self, fd: int):
         self.fd = fd
-        self.buffer = b""
+        self.buffer = bytearray()     # grown in place and scanned once: reading a line is linear in its length
 
     def read(self, deadline: float | None) -> dict[str, Any]:
-        while b"\n" not in self.buffer:
+        scanned = 0
+        while (end := self.buffer.find(b"\n", scanned)) < 0:
+            scanned = len(self.buffer)
+            if scanned > MAX_MESSAGE_BYTES:             # refused before the rest of it is read
+                raise ChannelProtocolError("message larger than 16 MiB")
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready, _, _ = select.select([self.fd], [], [], remaining)
             if not ready:
@@ -63,12 +67,13 @@ class LineReader:
             if not chunk:
                 raise ChannelClosed()
             self.buffer += chunk
-            if len(self.buffer) > MAX_MESSAGE_BYTES:
-                raise ChannelProtocolError("message larger than 16 MiB")
-        line, self.buffer = self.buffer.split(b"\n", 1)
+        if end > MAX_MESSAGE_BYTES:                 # this line alone, not the next message read in the same chunk
+            raise ChannelProtocolError("message larger than 16 MiB")
+        line = self.buffer[:end]
+        del self.buffer[:end + 1]
         try:
             message = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):        # RecursionError: JSON nested deeper than the parser's stack
             raise ChannelProtocolError("a line that is not JSON") from None
         if not isinstance(message, dict):
             raise ChannelProtocolError("a JSON value that is not an object")
