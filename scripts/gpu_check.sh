@@ -52,6 +52,17 @@
 #   follow:    until $W/out/bg.done appears or FOLLOW_SECONDS (570) pass, copy $W/out and its log into
 #              $OUT/snap.tgz every 15 s (what a call cut short still returns); the next device command is `follow`
 #              again, made within the machine's 30 s idle release
+#   scaling:   issue 45 item 1, benchmarks/scaling.py: level 2's 40 honest candidates (SCALE_ARGS for others, e.g.
+#              "--pairs 32"), --compile-modes none, on local:1, local:2, dask:2, local:4, dask:4 (those this machine
+#              has; SCALE_SETTINGS=local:1,dask:2 for others), built once up front; the table of evaluate-phase
+#              seconds, parallel efficiency and agreement with local:1. The runs stay in results/scaling while the
+#              machine is held: a call runs the settings that fit into SCALE_SECONDS (500) and the next call the
+#              rest; or all at once in the background: BG="scripts/gpu_check.sh scaling" SCALE_SECONDS=1500 ... bg,
+#              then `follow`. dask from .whl, as `suite`
+#   throughput: issue 45 item 3, benchmarks/agent_throughput.py on GPU 0: COUNT (32) variants of level2/014's
+#              Triton candidate through harness.api.iter_evaluate, against a loop of KernelBench's
+#              eval_kernel_against_ref (carry .kbsrc and the wheels in .whl, from `python
+#              benchmarks/vs_kernelbench.py --pack`); THROUGHPUT_ARGS (e.g. "--order ours-first", "--candidate P")
 # Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out. The device returns at most 8
 # files: end a device command with `cd $OUT && tar czf /tmp/all.tgz . && rm -rf $OUT/* && mv /tmp/all.tgz $OUT/`.
 #   profile:   issue 32 part 3: tests/test_profile.py's GPU test, then `run_eval.py profile` on three pairs (a CUDA
@@ -540,5 +551,23 @@ profile)
         echo "$sel: rc $?"
     done
     cat "$out/profile.txt"
+    ;;
+scaling)
+    # issue 45 item 1: see the header; SCALE_SECONDS bounds this call, the runs already in results/scaling stay
+    py=$(python -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+    wheels=$(ls .whl/*.whl 2>/dev/null | grep -E -- "-(py2\.py3|py3|$py)-[^-]+-[^-]+\.whl$")   # this Python's
+    if [ -n "$wheels" ]; then                           # dask.distributed is not in the image: carry .whl
+        python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            $wheels && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    fi
+    timeout -s INT $(( ${SCALE_SECONDS:-500} + 60 )) python benchmarks/scaling.py --deadline-s "${SCALE_SECONDS:-500}" \
+        ${SCALE_SETTINGS:+--settings "$SCALE_SETTINGS"} ${SCALE_ARGS:-} --json "$out/scaling.json" 2>&1 \
+        | tee "$out/scaling.txt"
+    tar czf "$out/scaling_runs.tgz" -C results scaling/selection.json scaling/runs 2>/dev/null
+    ;;
+throughput)
+    # issue 45 item 3: see the header; both sides on GPU 0, one after the other (KernelBench first)
+    timeout -s INT "${THROUGHPUT_TIMEOUT:-560}" python benchmarks/agent_throughput.py --count "${COUNT:-32}" \
+        --wheels .whl --json "$out/throughput.json" ${THROUGHPUT_ARGS:-} 2>&1 | grep -v "━" | tee "$out/throughput.txt"
     ;;
 esac
