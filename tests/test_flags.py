@@ -92,7 +92,7 @@ def test_table_properties():
         assert flags.get(f.name) is f and str(f) == f.name
     warnings = {f.name: f.ranked for f in FLAGS if not f.invalidates}
     assert warnings == {"noisy": True, "little_custom_work": True, "no_custom_kernel": False,
-                        "degenerate_problem": False, "harness_oom": False}
+                        "degenerate_problem": False, "harness_oom": False, "harness_write": False}
     assert set(flags.RETRIED) == {"interference", "timing_inconsistent"}
     with pytest.raises(ValueError):
         Flag("x", "y", invalidates=False, retry=True)

@@ -734,9 +734,9 @@ def _our_scratch() -> set[str]:
 
 
 def test_a_full_disk_stops_a_run_as_a_failed_write_blaming_no_pair(tmp_path):
+    from harness.run.executors import scratch_root
     tree = _tree(tmp_path / "tree")
     config = write_config(tmp_path, tree)
-    before = _our_scratch()
     for limit, where in ((4096, "run.json"), (65536, "kbharness-")):     # at the run's start; at the probe
         done = _run_limited("--config", str(config), limit=limit)
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
@@ -745,7 +745,106 @@ def test_a_full_disk_stops_a_run_as_a_failed_write_blaming_no_pair(tmp_path):
         assert where in line, line
     for results in (tmp_path / "results").rglob("results.jsonl"):
         assert results.read_text() == ""                            # no problem or candidate blamed
-    assert _our_scratch() <= before
+    runs = run_dirs(tmp_path)                     # these runs' own scratch (a test beside it may be running one)
+    assert len(runs) == 2 and not any(scratch_root(run.name).exists() for run in runs)
+
+
+MIB = 1 << 20
+BIG = PROBLEM.read_text().replace("rows, cols = 256, 1024", "rows, cols = 1024, 1024")        # 4 MiB in, 4 out
+WIDE = BIG.replace("return torch.relu(x) * self.scale", "return torch.relu(x).repeat(1024, 1) * self.scale").replace(
+    "rows, cols = 1024, 1024", "rows, cols = 1, 1024")                                  # 4 KiB in, 4 MiB out
+WEIGHTS = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def get_inputs():
+    return [torch.randn(4, 1024)]
+
+
+def get_init_inputs():
+    return [1024]
+"""                                                                              # 4 MiB of weights to save
+LIAR = AA.replace("return torch.relu(x) * self.scale",
+                  "raise OSError(28, 'No space left on device (SIGBUS, File too large)')")
+CHATTY = AA.replace("self.scale = scale", "self.scale = scale\n        print('x' * 3 * 2 ** 20)")
+
+
+def _write_fault_tree(root: Path) -> Path:
+    """Three problems whose pairs need files past 2 MiB, each written by someone else: the reference worker's
+    arena for 4 MiB of inputs, the parent's copy of 4 MiB of outputs, the reference worker's torch.save of 4 MiB
+    of weights; a problem that fits, with a control, a candidate that raises a write error of its own, and one
+    whose 3 MiB of output overrun its log."""
+    same = {text: {"aa": text.replace("class Model(", "class ModelNew(")} for text in (WIDE, WEIGHTS)}
+    for name, problem, candidates in (("001_big", BIG, {"aa": AA}), ("002_wide", WIDE, same[WIDE]),
+                                      ("003_weights", WEIGHTS, same[WEIGHTS]),
+                                      ("004_fits", PROBLEM.read_text(), {"aa": AA, "liar": LIAR, "chatty": CHATTY})):
+        (root / "problems" / "level1").mkdir(parents=True, exist_ok=True)
+        (root / "problems" / "level1" / f"{name}.py").write_text(problem)
+        folder = root / "solutions" / "level1" / name
+        folder.mkdir(parents=True)
+        for candidate, text in candidates.items():
+            (folder / f"{candidate}.py").write_text(text)
+    return root
+
+
+def test_a_failed_write_inside_a_pair_is_the_harness_s_and_the_run_goes_on(tmp_path):
+    """Past the start's probe, a write that fails while a pair runs (a file size limit here; a full /dev/shm the
+    same) is `skipped` with `harness_write`, naming the folder and the system's reason, whoever wrote: the
+    reference worker (its arena, its torch.save at the problem's setup) or the parent (a copy of the outputs).
+    Before, these read `crashed` and the problem's `load_error`. A candidate that only says a write failed is not
+    believed, and a worker log that cannot be written is one warning: the run goes on."""
+    tree = _write_fault_tree(tmp_path / "tree")
+    config = write_config(tmp_path, tree)
+    done = _run_limited("--config", str(config), limit=2 * MIB)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    (run_dir,) = run_dirs(tmp_path)
+    records = {r["solution"]: r for r in map(json.loads, (run_dir / "results.jsonl").read_text().splitlines())}
+    for name in ("001_big", "002_wide", "003_weights"):
+        record = records[f"level1/{name}/aa"]
+        assert record["status"] == "skipped" and record["flags"] == ["harness_write"], (name, record["error"])
+        assert record["error"].startswith("harness_write: cannot write "), record["error"]
+        assert "File too large" in record["error"] and record["flag_details"]["harness_write"] == record["error"]
+    assert records["level1/004_fits/aa"]["status"] == "ok", records["level1/004_fits/aa"]["error"]
+    liar = records["level1/004_fits/liar"]
+    assert liar["status"] == "runtime_error" and "harness_write" not in liar["flags"], liar["error"]
+    assert records["level1/004_fits/chatty"]["status"] == "ok", records["level1/004_fits/chatty"]["error"]
+    said = [line for line in done.stderr.splitlines() if line.startswith("warning: cannot write ")]
+    assert len(set(said)) == len(said) and any("004_fits__chatty.log: File too large" in line for line in said)
+    assert all(line.endswith("(the run goes on)") for line in said), done.stderr    # its build's log, if built
+
+
+def test_an_append_that_fails_leaves_no_torn_line(tmp_path):
+    """results.jsonl filled up mid-line: the append is undone, so a reader (or a resumed run's next append) meets
+    only whole lines, and the failure is one WriteError naming the file."""
+    script = f"""
+import json, sys
+sys.path.insert(0, {str(REPO)!r})
+from harness.core.untrusted import WriteError
+from harness.results.store import RunStore
+store = RunStore.create(__import__("pathlib").Path({str(tmp_path)!r}), {{"config": {{}}}})
+record = {{"schema_version": 2, "run_id": store.run_id, "problem": "level1/x", "solution": "level1/x/c",
+          "status": "ok", "correct": True, "flags": [], "error": "e" * 3000, "speedup": 1.0, "device": "cpu"}}
+try:
+    for i in range(100):
+        store.append({{**record, "solution": f"level1/x/c{{i}}"}})
+except WriteError as exc:
+    print(exc)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          preexec_fn=_small_files(10000))
+    assert done.stdout.startswith("cannot write ") and "results.jsonl: File too large" in done.stdout, done
+    (results,) = tmp_path.rglob("results.jsonl")
+    data = results.read_bytes()
+    assert data and data.endswith(b"\n") and all(json.loads(line) for line in data.splitlines())
 
 
 @pytest.mark.parametrize("argv", [["report", "--html"], ["report", "run1"]])

@@ -76,11 +76,15 @@ DEGENERATE_PROBLEM = _warning(
 HARNESS_OOM = _warning(
     "harness_oom", "the harness could not fit this problem in the memory budget; the candidate is not blamed",
     ranked=False)
+HARNESS_WRITE = _warning(
+    "harness_write", "the harness could not write a file this pair needs (a full disk or a file size limit); the "
+                     "candidate is not blamed", ranked=False)
 
 FLAGS: tuple[Flag, ...] = (
     MUTATES_INPUTS, OUTPUT_CHANGED_UNDER_TIMING, UNSYNCHRONIZED_WORK, TAMPERED_TIMER, FASTER_THAN_PHYSICS,
     OUTPUT_NOT_PLAIN_TENSOR, INTERFERENCE, REDUCED_PRECISION, TIMING_INCONSISTENT, ALIASED_OUTPUT,
     SCHEDULING_CHANGED, NOISY, NO_CUSTOM_KERNEL, LITTLE_CUSTOM_WORK, DEGENERATE_PROBLEM, HARNESS_OOM,
+    HARNESS_WRITE,
 )
 BY_NAME: dict[str, Flag] = {f.name: f for f in FLAGS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)

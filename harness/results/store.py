@@ -252,15 +252,23 @@ class RunStore:
             fd = os.open(self.results_path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
+        size = None
         try:
-            if self._results_mark is None or os.fstat(fd).st_ino != self._results_mark.inode:
+            st = os.fstat(fd)
+            if self._results_mark is None or st.st_ino != self._results_mark.inode:
                 return None
-            if os.write(fd, line) != len(line):        # a short write: the disk or a file size limit is full
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            size = st.st_size
+            view = memoryview(line)
+            while view:                     # after a short write, the next one says why (a full disk, a size limit)
+                written = os.write(fd, view)
+                if not written:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                view = view[written:]
             os.fsync(fd)
             st = os.fstat(fd)
             return FileMark(st.st_ino, st.st_size, None)
         except OSError as exc:
+            _cut_back(fd, size)                     # no torn line for a reader, or a resumed run's next append
             raise WriteError(self.results_path, exc) from None
         finally:
             os.close(fd)
@@ -336,6 +344,16 @@ class RunStore:
     def _write_meta(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         self._meta_mark = write_json_atomic(self.run_json, self._meta)
+
+
+def _cut_back(fd: int, size: int | None) -> None:
+    """A failed append's part undone: the file cut back to `size`, where it ended before (best effort)."""
+    if size is None:
+        return
+    try:
+        os.ftruncate(fd, size)
+    except OSError:
+        pass
 
 
 def check_run_id(run_id: str) -> None:

@@ -117,7 +117,7 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
     from harness.run.progress import Current
     from harness.results.render import render, wide_console
     console = wide_console(stderr=True)
-    from harness.run.workerproc import set_worker_memory_gb
+    from harness.run.workerproc import set_worker_memory_gb, unlogged
     set_worker_memory_gb(cfg.worker_memory_gb)         # the memory cap of every worker this run starts
     gpu_list = meta.gpus()
     device, slots = resolve_slots(cfg, gpu_list, gpus_given=getattr(args, "gpus", None) is not None)
@@ -176,6 +176,8 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
             current = Current(progress, eval_task, cfg.timing.processes)
 
             def emit(record: dict[str, Any]) -> None:
+                for failed in unlogged():
+                    warn(f"{failed}; that worker's output from there on is dropped (the run goes on)")
                 store.append(record)
                 records_out.append(record)
                 if on_record is not None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.run import defenses
+from harness.run import defenses, scratch
 from harness.core import flags
 from harness.run import merge as processes
 from harness.run.between import Terms
@@ -221,6 +221,30 @@ def _load_sensitive(record: RecordDraft) -> str | None:
     return flags.retryable(record.flags)
 
 
+WRITE_FAULTS = (Status.CRASHED, Status.LOAD_ERROR, Status.RUNTIME_ERROR, Status.INCORRECT)   # what one became
+
+
+def write_fault(record: RecordDraft, folder: Path, footprint: int | None = None) -> RecordDraft:
+    """`record`, `skipped` and flagged `harness_write` when its pair failed because the harness could not write in
+    `folder` (the problem's scratch; issue 49): a write of the parent's there failed (scratch.own_failure), or
+    the failure's words name a failed write and the parent cannot now write there what the pair needs
+    (scratch.room: `footprint`, one trial's files, or more than a file a worker left cut short). Without it, a
+    write of the reference worker's that failed (its arena, its torch.save) read `crashed`, or the problem's
+    `load_error`."""
+    own = scratch.own_failure(folder)
+    if record.status not in WRITE_FAULTS:
+        return record
+    worker = record.worker.log_tail if record.worker is not None else None
+    detail = record.error_detail if isinstance(record.error_detail, str) else None
+    said = scratch.names_a_failed_write(record.error, detail, worker)
+    cause = own or (scratch.room(folder, scratch.need(folder, footprint)) if said else None)
+    if cause is None:
+        return record
+    finish(record, Status.SKIPPED, f"harness_write: {cause}" + ("" if own else f"; the pair ended: {record.error}"))
+    defenses.flag(record, flags.HARNESS_WRITE, record.error)
+    return record
+
+
 def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorkers, outlook: Outlook) -> None:
     runnable = []
     for pair in group:
@@ -273,7 +297,7 @@ def _one_process(pairs: list[Pair], ctx: Context, slot: Slot, spares: SpareWorke
             outlook.pairs_left = len(pairs) - i - 1
             record = _base_record(pair, ctx, slot)
             if reference.error is not None:
-                deliver(pair, reference.failed(record))
+                deliver(pair, write_fault(reference.failed(record), problem_dir))
                 continue
             ctx.started(slot.name, pair, process)
             run_pair(pair, record, reference, pc, slot.device, problem_dir, spares, process=process)
@@ -283,6 +307,7 @@ def _one_process(pairs: list[Pair], ctx: Context, slot: Slot, spares: SpareWorke
                 record = _base_record(pair, ctx, slot)
                 run_pair(pair, record, reference, pc, slot.device, problem_dir, spares, attempt=1, process=process)
                 record.retried = Retried(reason, first.flag_detail(reason))
+            write_fault(record, problem_dir, reference.ready.footprint_bytes if reference.ready else None)
             if reference.ready is not None and reference.ready.lint.degenerate:
                 defenses.flag(record, flags.DEGENERATE_PROBLEM, "; ".join(reference.ready.lint.reasons))
             deliver(pair, record)

@@ -2,12 +2,19 @@
 process. The folder holds an `owner` file naming that process (pid and start time, so a reused pid is not taken
 for it); the run removes the folder when it ends, Ctrl-C and SIGTERM included (harness.cli turns SIGTERM into an
 interrupt), and a later run removes a folder whose owner is gone (a run killed with SIGKILL), saying so. A folder
-without an owner file, or another user's, is left alone: nothing says whose it is."""
+without an owner file, or another user's, is left alone: nothing says whose it is.
+
+A pair that failed because a write in the scratch folder failed (a full /dev/shm or disk, a file size limit) is
+the harness's fault, not the pair's: what the parent saw fail (failed_write) and whether the parent can write what
+the pair needs (room) are here; harness.run.schedule makes such a record `skipped` with `harness_write`."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import resource
 import shutil
+import threading
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -119,3 +126,76 @@ def _alive_without_proc(pid: int) -> str:
     except OSError:
         pass
     return "?"
+
+
+# ---------------------------------------------------------------- a pair's failed write
+
+# What a failed pair's record says when a write failed: the system's words for a full disk, a quota, a file size
+# limit or a read-only file system; SIGBUS (a store into a mapped file that a full tmpfs cannot back); SIGXFSZ; and
+# torch.save's zip writer, which says neither ("[enforce fail at inline_container.cc:...] unexpected pos").
+# Only a lead: a failure is the harness's when the parent itself cannot write what the pair needs there (room), so
+# that a candidate that merely prints these words is not believed.
+WRITE_FAILED = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)) + (
+    "SIGBUS", "SIGXFSZ", "PytorchStreamWriter", "inline_container.cc")
+
+_failed: dict[str, WriteError] = {}     # a pair's folder -> the parent's own write there that failed (failed_write)
+_failed_lock = threading.Lock()         # slots are threads
+
+
+def failed_write(path: Path | str, exc: OSError) -> WriteError:
+    """The parent's own write of `path` in a pair's scratch failed (harness.run.trusted.copy_out): a WriteError
+    naming it, noted for own_failure()."""
+    error = WriteError(path, exc)
+    with _failed_lock:
+        _failed[os.path.dirname(os.path.abspath(path))] = error
+    return error
+
+
+def own_failure(folder: Path) -> WriteError | None:
+    """The parent's failed write noted for `folder` or a folder inside it (a pair's), taken off the notes."""
+    base = os.path.abspath(folder)
+    with _failed_lock:
+        found = [_failed.pop(k) for k in list(_failed) if k == base or k.startswith(base + os.sep)]
+    return found[0] if found else None
+
+
+def names_a_failed_write(*texts: str | None) -> bool:
+    """Whether a failure's words (its error, detail, log tail) say that a write failed (WRITE_FAILED)."""
+    return any(words in text for text in texts if text for words in WRITE_FAILED)
+
+
+def room(folder: Path, need: int) -> WriteError | None:
+    """A WriteError naming `folder` when the parent could not write a file of `need` bytes in it now: past its
+    file size limit (the workers inherit it), more than the file system has free, or a small write fails there
+    (probe). Nothing of `need` is written: a GPU problem's trial may be many GiB of RAM-backed /dev/shm."""
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY and need > limit:
+        return WriteError(folder, OSError(errno.EFBIG, f"{os.strerror(errno.EFBIG)} (a file of {need:,} bytes is "
+                                                       f"past the file size limit, {limit:,})"))
+    try:
+        stat = os.statvfs(folder)
+    except OSError as exc:
+        return WriteError(folder, exc)
+    free = stat.f_bavail * stat.f_frsize
+    if free < need:
+        return WriteError(folder, OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({free:,} bytes free, a "
+                                                        f"file of {need:,} does not fit)"))
+    try:
+        probe(folder)
+    except WriteError as exc:
+        return exc
+    return None
+
+
+def need(folder: Path, footprint: int | None) -> int:
+    """What a pair's files in `folder` take at least: one trial's inputs, outputs, parameters and buffers
+    (`footprint`, where the reference said), and a byte more than the largest file a worker left there (a write
+    that failed leaves its file cut short)."""
+    largest = 0
+    for root, _, names in os.walk(folder):
+        for name in names:
+            try:
+                largest = max(largest, os.lstat(os.path.join(root, name)).st_size)
+            except OSError:
+                pass
+    return max(PROBE_BYTES, footprint or 0, largest + 1)

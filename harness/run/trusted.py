@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.shared import messages as m
-from harness.run import peek
+from harness.run import peek, scratch
 from harness.shared import points
 from harness.run.workerproc import Worker, WorkerExit
 
@@ -173,14 +173,18 @@ def read_whole(pid: int, exported: list[m.Exported]) -> list[bytes] | None:
 def copy_out(pid: int, exported: list[m.Exported], path: str) -> tuple[str, list, list, list[bytes]] | None:
     """The whole output copied out of process `pid`'s memory into a raw tensor file at `path` (one flat tensor
     per output, viewed later with its shape and strides): (path, shapes, strides, the bytes), or None where it
-    is larger than FULL_CHECK_BYTES. PeekError where its memory cannot be read."""
+    is larger than FULL_CHECK_BYTES. PeekError where its memory cannot be read; a WriteError (the harness's, noted
+    for the pair's verdict: schedule.write_fault) where the file cannot be written."""
     from harness.shared.tensorfile import write_raw
     data = read_whole(pid, exported)
     if data is None:
         return None
     entries = [(e.dtype.replace("torch.", ""), len(d) // points.SIZES[e.dtype], d) for e, d in zip(exported, data)]
-    return (write_raw(entries, path), [list(e.shape) for e in exported], [list(e.strides) for e in exported],
-            data)
+    try:
+        written = write_raw(entries, path)
+    except OSError as exc:
+        raise scratch.failed_write(path, exc) from None
+    return written, [list(e.shape) for e in exported], [list(e.strides) for e in exported], data
 
 
 def _aliased(worker: Worker, result: m.SampleResult) -> str | None:

@@ -19,6 +19,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from harness.core.untrusted import WriteError
 from harness.results.records import Status
 from harness.shared import containment
 from harness.shared.channel import (ChannelClosed, ChannelProtocolError, ChannelTimeout, LineReader, encode, write_all)
@@ -140,6 +141,17 @@ class _Spawner:
 _spawner = _Spawner()
 
 
+_unlogged: list[WriteError] = []    # logs that could not be written, since unlogged() was last asked
+
+
+def unlogged() -> list[WriteError]:
+    """The worker logs that could not be written (a full disk, a file size limit) since the last call: for the run
+    to say, once each."""
+    found = _unlogged[:]
+    del _unlogged[:len(found)]
+    return found
+
+
 class LogSink:
     """One worker's stdout and stderr: a pipe the parent drains (the log pump thread, or flush()) into a file of
     bounded size. A pipe, not the file itself, because a child writing to fd 1/2 from C could not be capped."""
@@ -156,6 +168,8 @@ class LogSink:
         self.size = os.fstat(self.out).st_size
         self.marker_len = 0
         self.dropped = 0
+        self.write_error: WriteError | None = None  # the log could not be written (a full disk, a file size
+                                                    # limit): the pipe is still drained, what it held dropped
 
     def pump(self, budget: int = 8 << 20) -> bool:
         """Move what the pipe holds into the file (at most `budget` bytes); False once the pipe is closed."""
@@ -174,13 +188,19 @@ class LogSink:
             return self.fd is not None
 
     def _write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            n = os.write(self.out, view)
-            view = view[n:]
-        self.size += len(data)
-        if self.size > LOG_CAP_BYTES:
-            self._compact()
+        if self.write_error is not None:
+            return
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(self.out, view)
+                view = view[n:]
+            self.size += len(data)
+            if self.size > LOG_CAP_BYTES:
+                self._compact()
+        except OSError as exc:                          # a worker that cannot be logged still runs (log_tail says)
+            self.write_error = WriteError(self.path, exc)
+            _unlogged.append(self.write_error)
 
     def _compact(self) -> None:
         head_len = min(LOG_HEAD_BYTES, self.size)
@@ -498,15 +518,18 @@ class Worker:
         return code
 
     def log_tail(self, limit: int = 2000) -> str:
+        """The end of the worker's log; where the log could not be written, a last line saying so."""
         self.sink.flush()
+        failed = self.sink.write_error
+        note = f"\n[kb-harness: {failed}; this worker's output after that was dropped]" if failed else ""
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(0, os.SEEK_END)
                 size = f.tell()
                 f.seek(max(0, size - limit))
-                return f.read().decode(errors="replace")
+                return f.read().decode(errors="replace") + note
         except OSError:
-            return ""
+            return note.lstrip()
 
 
 def same_role_again(role: str) -> tuple[str, ...]:
