@@ -22,6 +22,8 @@
 #   first:     the GPU tests, then (with CAL_SECONDS) an A/A calibration of level 1-3's 002 and 003
 #   root:      the tests of the sandbox, the exploits and the process tree as the device's user (root there)
 #   overhead:  benchmarks/sample_overhead.py on three problems (where a sample's harness work goes)
+#   stage44:   issue 44's GPU half: staged samples on two honest pairs and the gpu_tree candidates, then the GPU
+#              tests (K selects; SMOKE_ONLY=1 for the pairs alone)
 #   cpu44:     issue 44 on the device's quiet CPU cores: the CPU exploits and privileges tests as root, then the CPU
 #              path's A/A (calibrate of examples/cpu, PROCS process pairs a problem)
 #   kblint:    lint of the imported KernelBench problems (import them here first, into the ignored .kb/:
@@ -68,7 +70,7 @@
 #   profile:   issue 32 part 3: tests/test_profile.py's GPU test, then `run_eval.py profile` on three pairs (a CUDA
 #              level1 candidate, a Triton one, a level2 GEMM epilogue; PROFILE_SELS="SEL SEL ..." for others), their
 #              tables in $out/profile.txt, the reports and records under $out/profile/
-#   usage: bash scripts/gpu_check.sh [first|root|cpu44|smoke|validate|calibrate|suite|twice|twice-bg|bg|follow|spread|placement|overhead|kblint|tests|multi|cluster|profile]
+#   usage: bash scripts/gpu_check.sh [first|root|stage44|cpu44|smoke|validate|calibrate|suite|twice|twice-bg|bg|follow|spread|placement|overhead|kblint|tests|multi|cluster|profile]
 #
 # What things cost on one H200 (2026-11-24): the GPU tests 6-7 min (23 passed, 2 skipped in 460 s on 2026-11-26; 15 of 16 finished in 410 s; after the profiler
 # change below, 17 in 343 s; 17 and 1 skipped in 309 s on 2026-11-25), so `first` needs TESTS_TIMEOUT=450; `root` ~8 min (the
@@ -351,6 +353,24 @@ root)
     export TEST_RUNS_OUT="$out/runs"
     timeout -s INT "${ROOT_TIMEOUT:-560}" python -m pytest -q -rf --tb=short -p no:cacheprovider tests/test_sandbox.py \
         tests/test_exploits.py tests/test_processes.py ${K:+-k "$K"} 2>&1 | tee "$out/root_tests.txt" | tail -n 40
+    ;;
+stage44)
+    # issue 44's GPU half: a smoke of staged samples (inputs written by the reference into device memory the
+    # candidate maps, the L2 flush and the mutation check in the reference), cold and graph mode, an exploit set;
+    # then (unless SMOKE_ONLY) the GPU tests K selects
+    echo "== staged GPU samples: two honest pairs, cold (GEMM) and graph (elementwise), and the gpu_tree candidates"
+    export TEST_RUNS_OUT="$out/runs"
+    for sel in level2/001_gemm_relu_scale level1/018_relu; do
+        timeout -s INT "${SMOKE_TIMEOUT:-150}" python run_eval.py --compile-modes none --output-dir "$out/smoke" \
+            --problem "$sel" 2>&1 | grep -v "━" | tail -n 12
+    done
+    timeout -s INT "${SMOKE_TIMEOUT:-200}" python run_eval.py --compile-modes none --output-dir "$out/tree" \
+        --problems-dir tests/fixtures/gpu_tree/problems --solutions-dir tests/fixtures/gpu_tree/solutions \
+        2>&1 | grep -v "━" | tail -n 25
+    if [ -z "${SMOKE_ONLY:-}" ]; then
+        timeout -s INT "${TESTS_TIMEOUT:-330}" python -m pytest -q -rf --tb=short -m gpu tests/ ${K:+-k "$K"} 2>&1 \
+            | tee "$out/gpu_tests.txt" | tail -n 40
+    fi
     ;;
 cpu44)
     echo "== issue 44 on this machine's quiet CPU: the staged CPU path's exploits and privileges tests (as root here)"

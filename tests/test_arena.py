@@ -23,7 +23,7 @@ def staged(monkeypatch):
         x = torch.randn(4, 6, generator=g)
         made = [x.t(), torch.randn(3, generator=g).expand(2, 3), 7, (1, 2), torch.arange(5)]
         inputs["sets"].append(made)
-        return made
+        return [made]                   # the sample's input sets: one (graph mode on the GPU: one per captured call)
 
     stager = arena.Stager(draw, defenses=True)
     stager.attach("reference", None)

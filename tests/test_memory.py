@@ -257,14 +257,16 @@ def test_budget_is_the_flag_or_the_card():
 def test_a_large_elementwise_problem_fits_an_80_gb_card_within_the_target():
     plan = memplan.plan_pair(80 * GIB, 3, RELU)
     assert plan.error is None and plan.fp64 is None                    # room for the float64 checks too
-    assert plan.reference + plan.candidate + 3 * memplan.CONTEXT_BYTES == 80 * GIB
+    assert plan.reference + plan.candidate + plan.arena + 3 * memplan.CONTEXT_BYTES == 80 * GIB
+    assert plan.arena == RELU.inputs and plan.record()["arena_bytes"] == plan.arena   # staged inputs, either side
+    assert memplan.plan_pair(80 * GIB, 3, RELU, staged=False).arena == 0     # timing.staged_gpu off: none
     assert plan.candidate >= plan.candidate_need
     cold = memplan.plan_pair(80 * GIB, 3, RELU, fp64=False)
     # without float64, what each side is planned to hold is within 2x the eager peak + 1.5 GiB together
     assert memplan.reference_need(RELU) + memplan.candidate_need(RELU) <= 2 * RELU.eager_peak + 2 * GIB
     assert cold.reference_need == memplan.reference_need(RELU)
     # the room beyond both needs is split evenly: in an A/A pair both allocators work under caps of one size
-    assert cold.reference == cold.candidate == (80 * GIB - 3 * memplan.CONTEXT_BYTES) // 2
+    assert cold.reference == cold.candidate == (80 * GIB - 3 * memplan.CONTEXT_BYTES - cold.arena) // 2
 
 
 def test_each_side_gets_at_least_its_need_and_half_the_room_where_the_other_leaves_it():
@@ -272,13 +274,14 @@ def test_each_side_gets_at_least_its_need_and_half_the_room_where_the_other_leav
     assert memplan.even_share(usable, GIB, GIB) == usable // 2
     assert memplan.even_share(usable, 20 * GIB, GIB) == 20 * GIB                # the reference needs more than half
     assert memplan.even_share(usable, GIB, 20 * GIB) == usable - 20 * GIB      # the candidate does
-    plan = memplan.plan_pair(20 * GIB, 2, RELU)                     # the float64 reference: 10.25 of 19 GiB
-    assert plan.fp64 is None and plan.reference == plan.reference_need > (usable - 4 * GIB) // 2
-    assert plan.candidate == usable - 4 * GIB - plan.reference >= plan.candidate_need
+    plan = memplan.plan_pair(23 * GIB, 2, RELU)     # the float64 reference: 10.25 of the 19.5 GiB beside the contexts
+    room = 23 * GIB - 2 * memplan.CONTEXT_BYTES - plan.arena        # ... and the inputs' arena (2.5 GiB)
+    assert plan.fp64 is None and plan.reference == plan.reference_need > room // 2
+    assert plan.candidate == room - plan.reference >= plan.candidate_need
 
 
 def test_float64_is_skipped_and_said_where_it_does_not_fit():
-    plan = memplan.plan_pair(14 * GIB, 2, RELU)
+    plan = memplan.plan_pair(15 * GIB, 2, RELU)
     assert plan.error is None
     assert plan.fp64.startswith("skipped: needs ") and ", budget " in plan.fp64 and "GiB" in plan.fp64
     assert plan.reference_need == memplan.reference_need(RELU)
@@ -311,7 +314,8 @@ def test_graph_calls_are_capped_by_what_a_call_holds():
     assert uncapped.graph_calls == 20 and uncapped.graph_capped is None
     tight = memplan.plan_pair(3 * GIB + GIB // 2, 2, mid, graph_calls=20)   # what is left beside the cold needs
     assert tight.error is None and tight.graph_calls == 1 and tight.graph_capped.startswith("1 of 20")
-    assert tight.reference + tight.candidate + 2 * memplan.CONTEXT_BYTES == tight.budget
+    assert tight.reference + tight.candidate + tight.arena + 2 * memplan.CONTEXT_BYTES == tight.budget
+    assert tight.arena == mid.inputs * tight.graph_calls
 
 
 def test_needs_from_the_references_report():

@@ -22,8 +22,8 @@ class FakeInterleaver:
     def set_mode(self, worker, mode, replays=1, graph_calls=0):
         self.told.append((mode, replays))
 
-    def use_mode(self, calls_per_sample, prepared_apart):
-        self.calls_per_sample, self.prepare = calls_per_sample, prepared_apart
+    def use_mode(self, calls_per_sample, prepared_apart, flushed=True):
+        self.calls_per_sample, self.prepare, self.flushed = calls_per_sample, prepared_apart, flushed
 
     def reference_blocks(self, count):
         if self.block_ms is None:
@@ -45,6 +45,10 @@ def test_graph_sizes_its_replays_once_then_a_sample_is_calls_times_replays():
     assert isinstance(mode, modes.Graph) and mode.sized and mode.sized > 1
     assert inter.told == [("graph", 1), ("graph", mode.sized)]
     assert inter.calls_per_sample == 20 * mode.sized and inter.prepare is False
+    assert inter.flushed is False                       # hot: a flusher (staged_gpu) only runs before each call
+    staged = FakeInterleaver(block_ms=0.02)
+    mode.prepare("ref", staged, cfg(graph_calls=20, staged_gpu=True))
+    assert staged.prepare is True                       # staged by the reference (timing.staged_gpu)
     again = FakeInterleaver(block_ms=None)              # sized already: no sizing block, no capture asked
     assert mode.prepare("ref", again, cfg(graph_calls=20)) == mode and again.told == [("graph", mode.sized)]
     record = mode.record(cfg(graph_calls=20))
@@ -63,10 +67,12 @@ def test_a_reference_that_cannot_be_captured_goes_cold_for_the_problem_and_says_
     assert mode.record(cfg())["graph_error"] == "reference: capture failed"
 
 
-def test_host_mode_prepares_apart_and_cold_flushes_per_config():
-    inter = FakeInterleaver(block_ms=1.0)
-    modes.Host().prepare("ref", inter, cfg())
-    assert inter.prepare is True and inter.calls_per_sample == 1
+def test_host_mode_stages_cold_with_staged_gpu_and_cold_flushes_per_config():
+    for mode, config, staged in ((modes.Host(), cfg(), True), (modes.Cold(), cfg(), False),
+                                 (modes.Cold(), cfg(staged_gpu=True), True)):
+        inter = FakeInterleaver(block_ms=1.0)
+        mode.prepare("ref", inter, config)
+        assert inter.prepare is staged and inter.calls_per_sample == 1
     assert modes.Cold().record(cfg(flush_l2=False))["l2_flush"] is False
     assert modes.Host().spec(cfg(), ["eager"]).mode == "host"
 

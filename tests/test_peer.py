@@ -127,11 +127,10 @@ def test_past_max_mappings_the_oldest_is_closed_through_the_driver(driver):
     assert driver.closed[-1] == addresses[3]
 
 
-@pytest.mark.xfail(strict=True, reason="peer.py bug (not fixed here, peer.py is not this change's): the mapping "
-                   "evicted is the oldest opened, not the least recently used. A request whose first output hits "
-                   "the oldest mapping and whose next output needs a new one closes the first output's memory "
-                   "before it is read (reference.py maps all of a request's outputs, then reads them)")
 def test_a_mapping_used_by_the_request_being_read_is_not_the_one_closed(driver):
+    """The mapping closed when the table is full is the least recently used: a request whose first output hits the
+    oldest mapping and whose next needs a new one keeps the first (the reference maps a request's outputs, then
+    reads them)."""
     reader = PeerReader()
     for i in range(MAX_MAPPINGS):
         reader._map(handle(i))

@@ -48,6 +48,9 @@ class TimingConfig:
                                         # else a default; harness.run.between) | off
     sizes: str = "main"                 # problems with several sizes (SIZES): main = time the main size only,
                                         # all = time every size too (correctness runs on every size either way)
+    staged_gpu: bool = False            # GPU: the reference stages every timed sample's inputs in device memory the
+                                        # candidate maps, a flusher process flushes the L2 (issue 44; the CPU path
+                                        # always stages); off: each side draws, flushes and checks in its own process
 
     def rounds_floor(self) -> int:
         """min_rounds, raised so that a deprecated `samples` still means at least that many samples per side."""

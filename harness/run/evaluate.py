@@ -104,7 +104,8 @@ class ReferenceSide:
         self.worker.send(wire(ReferenceJob(
             str(pair.problem.path.resolve()), device, pc.seed.base, cfg.trials, self.mode.spec(cfg, [EAGER]),
             list(cfg.timing.compile_modes), probe, str(problem_dir), cfg.defenses, cfg.precision,
-            cfg.gpu_memory_gb, 2,             # CUDA contexts: the pair's two (a spare holds none before its job)
+            cfg.gpu_memory_gb, 3 if device != "cpu" and cfg.timing.staged_gpu else 2,     # CUDA contexts: the
+            # pair's two and a staged GPU's flusher (a spare holds none before its job)
             env=compilecache.reference_env(cfg.cache_dir, pc.toolchain))))
         try:
             message = self.worker.recv(time.monotonic() + cfg.reference_timeout)
@@ -224,16 +225,18 @@ class ReferenceSide:
             raise WorkerExit("protocol", None, f"reference answered {request} with {exc}") from None
 
     def flusher(self) -> Worker | None:
-        """The CPU path's flusher on this slot (started at the problem's first pair, kept for the rest); None on
-        the GPU, or where timing.flush_l2 is off."""
-        if self.device != "cpu" or not self.pc.cfg.timing.flush_l2:
+        """The flusher on this slot (started at the problem's first pair, kept for the rest): the CPU path's cache
+        flush where timing.flush_l2 is on; with timing.staged_gpu the GPU's L2 flush, or in graph mode (or with
+        timing.flush_l2 off) the switch of CUDA context before every call (harness.worker.flusher); else None."""
+        timing = self.pc.cfg.timing
+        if not (timing.flush_l2 if self.device == "cpu" else timing.staged_gpu):
             return None
         if self._flusher is None or not self._flusher.alive():
             if self._flusher is not None:
                 self._flusher.close()
             log = self.pc.log_dir / f"{slug(self.problem_id)}__flusher.log"
             self._flusher = Worker("flusher", self.spares.env, log)
-            self._flusher.send(wire(m.FlusherJob()))
+            self._flusher.send(wire(m.FlusherJob(device=self.device)))
             try:
                 m.parse_reply(self._flusher.recv(time.monotonic() + 60), m.FlusherReady)
             except m.ProtocolError as exc:
@@ -268,7 +271,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
     inter = Interleaver(reference.worker, reference.variants, cfg.timing.block_samples,
                         pc.seed.stream("samples", *tags), pc.seed.stream("checks", *tags), deadline,
                         cfg.timing.block_warmup, defenses.PROFILED_CALLS if cfg.defenses else 0, spares,
-                        Reader(reference.worker, device, str(pair_dir), deadline))
+                        Reader(reference.worker, device, str(pair_dir), deadline), device=device)
     try:
         inter.flusher = reference.flusher()
         reference.mode = reference.mode.prepare(reference.worker, inter, cfg)
@@ -331,7 +334,8 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
 def candidate_job(pair: Pair, pc: PairContext, reference: ReferenceSide, device: str, pair_dir: Path,
                   staged: bool = False) -> CandidateJob:
     """The candidate worker's job for `pair` (its build's extension folder, its own Triton cache in `pair_dir`, the
-    reference's mode, state and memory plan); `run_eval.py profile` sends the same one."""
+    reference's mode, state and memory plan); `run_eval.py profile` sends the same one, unstaged. `staged`: its
+    samples are staged by the reference (on the CPU its trials too)."""
     cfg = pc.cfg
     build = pc.builds[pair.candidate.id]
     env = {**build_env(Path(build.build_dir), pc.toolchain), "TRITON_CACHE_DIR": str(pair_dir / "triton")}
@@ -339,7 +343,8 @@ def candidate_job(pair: Pair, pc: PairContext, reference: ReferenceSide, device:
         str(pair.problem.path.resolve()), build.candidate_path, device, pc.seed.base, cfg.trials,
         reference.mode.spec(cfg, [CANDIDATE]), str(pair_dir), str(reference.state_path),
         cfg.defenses, cfg.precision, hide=hidden_from_candidates(cfg.cache_dir), env=env,
-        memory_share_bytes=reference.plan.candidate if reference.plan else None, staged=staged)
+        memory_share_bytes=reference.plan.candidate if reference.plan else None, staged=staged and device == "cpu",
+        staged_samples=staged and device != "cpu")
 
 
 def _worker_ended(record: RecordDraft, exc: WorkerExit, reference: ReferenceSide, worker: Worker,
@@ -370,7 +375,7 @@ def _drive(worker: Worker, record: RecordDraft, reference: ReferenceSide, inter:
     """Correctness trials, then the timed rounds. Returns what the rounds collected, or None when the record was
     finished here (an incorrect or invalid result; a failure raises CandidateFailed or WorkerExit)."""
     t0 = time.monotonic()
-    if inter.staged:                            # the CPU path: the parent runs them (harness.run.stagedtrials)
+    if inter.staged and not inter.on_device:    # the CPU path: the parent runs them (harness.run.stagedtrials)
         loaded = trials_reply(worker, record, inter.deadline, m.Loaded)
         reference.read_derived()                # worked out while the candidate loaded; the pipe is free again
         outputs, in_place = stagedtrials.run_trials(worker, loaded, reference.ready, inter, pc.cfg.trials,

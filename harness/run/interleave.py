@@ -74,8 +74,10 @@ class Collected:
 class Interleaver:
     def __init__(self, reference: Worker, variants: list[str], block: int, samples: SeedStream,
                  checks: SeedStream, deadline: float, warmup: int = 0, profiles: int = 0,
-                 spares: SpareWorkers | None = None, reader: Reader | None = None, flusher: Worker | None = None):
+                 spares: SpareWorkers | None = None, reader: Reader | None = None, flusher: Worker | None = None,
+                 device: str = "cpu"):
         self.reference, self.variants, self.block, self.warmup = reference, variants, block, warmup
+        self.device = device
         self.spares = spares                    # the slot's spare workers: stopped while a side is timed
         self.profiles = profiles                # round halves, drawn at random, after which both sides profile a call
         self._profile_at: set[tuple[int, int]] = set()
@@ -87,8 +89,9 @@ class Interleaver:
         self.calls_per_sample = 1               # graph mode: a sample replays graph_calls x graph_replays calls
         self.reader = reader                    # reads each side's timed outputs (harness.run.trusted)
         self.full_seeds: set[int] = set()       # samples whose outputs are checked whole (drawn in rounds())
-        self.staged = False                     # CPU path: the reference stages each sample's inputs (arena)
-        self.flusher = flusher                  # CPU path: the process that flushes the caches before each call
+        self.staged = False                     # the reference stages each sample's inputs (arena)
+        self.flushed = True                     # the flusher empties the caches before each staged call
+        self.flusher = flusher                  # the process that flushes the caches before each staged call
         self._nice_at_start: dict[str, int | None] = {}     # each side's lowest nice when the rounds began
         self._attached: Worker | None = None    # the candidate whose arena the reference stages into
 
@@ -130,10 +133,12 @@ class Interleaver:
             raise CandidateFailed(answer)
         return answer
 
-    def use_mode(self, calls_per_sample: int, staged: bool) -> None:
-        """What a sample stands for from now on (harness.run.modes): calls per sample, and whether the reference
-        stages every sample's inputs in the arena of the side that runs it (the CPU path, harness.worker.arena)."""
-        self.calls_per_sample, self.staged = calls_per_sample, staged
+    def use_mode(self, calls_per_sample: int, staged: bool, flushed: bool = True) -> None:
+        """What a sample stands for from now on (harness.run.modes): calls per sample, whether the reference
+        stages every sample's inputs in the arena of the side that runs it (harness.worker.arena), and whether the
+        flusher empties the caches before each call (else, on the GPU, it only runs before it: graph mode's hot
+        samples, or timing.flush_l2 off)."""
+        self.calls_per_sample, self.staged, self.flushed = calls_per_sample, staged, flushed
 
     def candidate_gone(self, deadline: float) -> None:
         """The candidate worker is closed: reference blocks alone from here, until `deadline`."""
@@ -155,8 +160,7 @@ class Interleaver:
         candidate stopped (trusted.Reader), or from the reference itself."""
         flush_ms = None
         if self.staged:
-            result, flush_ms = self._staged_call(worker, side, variant, seed, out)
-            bracket_ms = result.ms
+            result, bracket_ms, flush_ms = self._staged_call(worker, side, variant, seed, out)
         else:
             started = time.perf_counter_ns()          # the parent's clock: out of the workers' reach
             result = self._ask(worker, m.SampleRequest(variant, seed), m.SampleResult)
@@ -191,17 +195,32 @@ class Interleaver:
         out.checks.setdefault(seed, {})[side] = checked
 
     def _staged_call(self, worker: Worker, side: str, variant: str, seed: int,
-                     out: Collected) -> tuple[m.SampleResult, float]:
-        """The CPU path's sample: the reference checks the side's previous inputs and writes this sample's into the
-        side's arena, with the candidate stopped; the flusher flushes the caches with both stopped; then the side
-        runs the call alone, and the parent's clock around that request is the sample (the worker reports no
-        time). The side is stopped at once after its reply, for the trusted read (a candidate stays stopped until
-        its next call)."""
+                     out: Collected) -> tuple[m.SampleResult, float, float | None]:
+        """A staged sample: the reference checks the side's previous inputs and writes this sample's into the side's
+        arena, with the candidate stopped, and the caches are flushed by trusted code (the CPU path's flusher
+        process with both stopped; on the GPU the reference's L2 write, before a cold sample); then the side runs
+        the call alone. On the CPU the parent's clock around that request is the sample (the worker reports no
+        time); on the GPU the call's own CUDA events are, and the parent's clock checks them. The side is stopped
+        at once after its reply, for the trusted read (a candidate stays stopped until its next call). Returns the
+        sample, the parent's clock around it, and the flush's time."""
         staged = self.stage(m.StageRequest(side, seed))
         out.mutated = out.mutated or staged.mutated
+        out.changed_after_return = out.changed_after_return or staged.changed_after_return
+        if self.on_device:
+            called, bracket_ms, flush_ms = self.call(worker, variant, staged)
+            if called.capture_error:
+                return m.SampleResult(0.0, 0.0, 0.0, [], called.capture_error), bracket_ms, flush_ms
+            return m.SampleResult(called.ms, called.host_ms, called.lag_ms, [], outputs=called.slots or
+                                  ([called.outputs] if called.outputs else []), output_error=called.output_error,
+                                  not_plain=called.not_plain), bracket_ms, flush_ms
         called, ms, flush_ms = self.call(worker, variant, staged)
         return m.SampleResult(ms, ms, 0.0, [], outputs=[called.outputs] if called.outputs else [],
-                              output_error=called.output_error, not_plain=called.not_plain), flush_ms
+                              output_error=called.output_error, not_plain=called.not_plain), ms, flush_ms
+
+    @property
+    def on_device(self) -> bool:
+        """The GPU path (its staged samples are timed by the call's CUDA events)."""
+        return self.device != "cpu"
 
     def stage(self, req: m.StageRequest) -> m.Staged:
         """CPU path: the reference (running alone) stages a call's inputs (StageRequest)."""
@@ -213,18 +232,19 @@ class Interleaver:
             raise WorkerExit("protocol", None, f"the reference could not stage the inputs: {staged.error}")
         return staged
 
-    def call(self, worker: Worker, variant: str, staged: m.Staged, label: str = "",
-             flush: bool = True) -> tuple[m.Called, float, float]:
-        """CPU path: the staged call, on the parent's clock: (its reply, its ms, the flush's ms before it). Both
-        sides are stopped, the caches flushed (`flush`, where there is a flusher), and the side to run is woken
+    def call(self, worker: Worker, variant: str, staged: m.Staged, label: str = "", flush: bool = True,
+             profile: bool = False) -> tuple[m.Called, float, float]:
+        """The staged call, on the parent's clock: (its reply, its ms, the flush's ms before it). Both sides are
+        stopped, the caches flushed (`flush`, where there is a flusher), and the side to run is woken
         inside the clock, so that nothing it does once it can see its inputs goes untimed; the clock ends once it is
-        stopped again, right after its reply (the next _activate resumes whichever side it needs)."""
+        stopped again, right after its reply (the next _activate resumes whichever side it needs). `profile`: the
+        call under the profiler instead (GPU; its reply's `profile`)."""
         self.reference.pause()
         self.active = None
         flush_ms = 0.0
         if flush and self.flusher is not None:
-            flush_ms = self._ask(self.flusher, m.FlushRequest(), m.Flushed).ms
-        request = m.wire(m.CallRequest(variant, staged.layout, staged.manual_seed, label))
+            flush_ms = self._ask(self.flusher, m.FlushRequest(not self.flushed), m.Flushed).ms
+        request = m.wire(m.CallRequest(variant, staged.layout, staged.manual_seed, label, profile))
         started = time.perf_counter_ns()          # the parent's clock: out of the workers' reach
         worker.wake()
         worker.send(request)
@@ -237,14 +257,17 @@ class Interleaver:
     def _staged_end(self, out: Collected) -> None:
         """The CPU path's last check: the inputs of each side's last sample, as they are now."""
         for side in ("reference", CANDIDATE):
-            out.mutated = self.stage(m.StageRequest(side)).mutated or out.mutated
+            staged = self.stage(m.StageRequest(side))
+            out.mutated = staged.mutated or out.mutated
+            out.changed_after_return = staged.changed_after_return or out.changed_after_return
 
     def attach(self, candidate: Worker) -> None:
         """CPU path: the reference stages the candidate's calls into `candidate`'s arena from now on (once per
         candidate worker: its trials, then its rounds)."""
         if self.staged and self._attached is not candidate:
             self._activate(self.reference)
-            attached = self._ask(self.reference, m.ArenaRequest(candidate.arena_path()), m.ArenaSet)
+            path = "" if self.on_device else candidate.arena_path()     # GPU: device memory the reference allocates
+            attached = self._ask(self.reference, m.ArenaRequest(path), m.ArenaSet)
             if attached.error:
                 raise WorkerExit("protocol", None, f"the reference could not open {attached.error}")
             self._attached = candidate
@@ -262,13 +285,24 @@ class Interleaver:
         if self._nice_at_start and out.scheduling is None:
             found = scheduling.raised(worker.proc.pid, self._nice_at_start.get(side))
             out.scheduling = found and f"{side}: {found}"
-        if profile and variant in (EAGER, CANDIDATE) and self.staged:    # the CPU path profiles nothing, and no
-            (out.profiles if side == CANDIDATE else out.reference_profiles).append(None)   # seed leaves for it
-        elif profile and variant in (EAGER, CANDIDATE):     # both sides, so that whatever a profiler leaves behind
-            t0 = time.perf_counter()
-            profiled = self._ask(worker, m.ProfileRequest(seeds[0], variant), m.ProfileResult)   # costs both
+        if profile and variant in (EAGER, CANDIDATE):     # both sides, so that whatever a profiler leaves behind
+            t0 = time.perf_counter()                        # costs both (the CPU path profiles nothing: None)
+            found = self._profile(worker, side, variant, seeds[0], out)
             out.profile_seconds += time.perf_counter() - t0
-            (out.profiles if side == CANDIDATE else out.reference_profiles).append(profiled.profile)
+            (out.profiles if side == CANDIDATE else out.reference_profiles).append(found)
+
+    def _profile(self, worker: Worker, side: str, variant: str, seed: int, out: Collected) -> m.Profile | None:
+        """One call of `side` under the profiler, on inputs staged from `seed` (the GPU's staged path: its stage
+        checks the block's last sample as any stage does), or drawn by the worker (unstaged); None on the CPU path."""
+        if self.staged and not self.on_device:
+            return None
+        if not self.staged:
+            return self._ask(worker, m.ProfileRequest(seed, variant), m.ProfileResult).profile
+        staged = self.stage(m.StageRequest(side, seed))
+        out.mutated = out.mutated or staged.mutated
+        out.changed_after_return = out.changed_after_return or staged.changed_after_return
+        called, _, _ = self.call(worker, variant, staged, flush=False, profile=True)
+        return called.profile
 
     def _seeds(self) -> list[int]:
         return self.samples.take(self.warmup + self.block)

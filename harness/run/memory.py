@@ -29,7 +29,7 @@ def plan(reference: Any) -> memplan.PairPlan | None:
     cfg = reference.pc.cfg
     contexts = memory.get("cuda_contexts") if isinstance(memory.get("cuda_contexts"), int) else 2
     found = memplan.plan_pair(budget, contexts, needs, cfg.timing.graph_calls if reference.mode.NAME == "graph" else 0,
-                              fp64=cfg.defenses)
+                              fp64=cfg.defenses, staged=cfg.timing.staged_gpu)
     if found.error:
         return found
     reference.worker.send({"op": "budget", "share_bytes": found.reference, "fp64": found.fp64})

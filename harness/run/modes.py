@@ -17,7 +17,7 @@ from harness.shared.stats import graph_replays
 @dataclass(frozen=True)
 class Mode:
     NAME: ClassVar[str] = ""
-    STAGED: ClassVar[bool] = False               # the CPU path: inputs staged by the reference (harness.worker.arena)
+    STAGED: ClassVar[bool] = False               # inputs staged by the reference (harness.worker.arena) always
     FLUSHED: ClassVar[bool] = True               # a sample starts from flushed caches (with timing.flush_l2)
     error: str | None = None                     # why a faster mode was given up for this problem
 
@@ -35,8 +35,17 @@ class Mode:
         """Tell the reference worker this mode and the Interleaver what a sample is; returns the mode the problem
         goes on with (graph: sized, or cold where the reference cannot be captured)."""
         inter.set_mode(reference, self.NAME, self.replays())
-        inter.use_mode(self.calls_per_sample(cfg), self.STAGED)
+        inter.use_mode(self.calls_per_sample(cfg), self.staged(cfg), self.flushed(cfg))
         return self
+
+    def staged(self, cfg: Config) -> bool:
+        """Whether the reference stages every sample's inputs (harness.worker.arena): always on the CPU path, on
+        the GPU with timing.staged_gpu."""
+        return self.STAGED or cfg.timing.staged_gpu
+
+    def flushed(self, cfg: Config) -> bool:
+        """Whether a sample starts from flushed caches (the flusher's whole write before each call)."""
+        return bool(cfg.timing.flush_l2 and self.FLUSHED)
 
     def fallback(self, error: str) -> "Mode":
         return self
@@ -46,7 +55,7 @@ class Mode:
         return self
 
     def record(self, cfg: Config) -> dict[str, Any]:
-        return {"mode": self.NAME, "l2_flush": bool(cfg.timing.flush_l2 and self.FLUSHED),
+        return {"mode": self.NAME, "l2_flush": self.flushed(cfg),
                 "graph_replays": None, "graph_error": self.error, "graph_calls": None, "graph_calls_capped": None}
 
 
@@ -97,7 +106,7 @@ class Graph(Mode):
                 return self.fallback(f"reference: {fell.error}").prepare(reference, inter, cfg)
             return sized.prepare(reference, inter, cfg)
         inter.set_mode(reference, self.NAME, self.replays(), calls)
-        inter.use_mode(self.calls_per_sample(cfg), self.STAGED)
+        inter.use_mode(self.calls_per_sample(cfg), self.staged(cfg), self.flushed(cfg))
         return self
 
     def capped(self, graph_calls: int, why: str | None) -> Mode:

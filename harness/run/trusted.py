@@ -125,7 +125,7 @@ class Reader:
     def _device(self, result: m.SampleResult, seed: int, slots: list[int], full: bool) -> Checked:
         request = m.ReadRequest([result.outputs[k] for k in slots], seed, slots, full)
         read = self._on_reference(m.wire(request), m.ReadResult, "a read")
-        return Checked(_values(read, "a read"), read.shapes, read.error, read.full)
+        return Checked(_values(read, "a read"), read.shapes, read.error, read.full, aliased=read.aliased)
 
     def _on_reference(self, message: dict[str, Any], reply: type, what: str) -> Any:
         """One request to the reference worker (stopped while the candidate is timed), resumed for it and stopped

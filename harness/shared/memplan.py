@@ -14,7 +14,8 @@ reference (its CUDA context, for the profiler's warm-up); each holds a CUDA cont
   candidate  needs at least what the same timing path needs (an A/A pair: the reference's own sample peak) and
              its correctness trials (an eager call, plus the trials' inputs where they are small enough to keep);
 
-each side gets its need, and the room beyond both is shared so that both caps are half the budget where the needs
+and beside both, outside either allocator, the arena in which the reference stages each sample's inputs for the side
+that runs it (arena_bytes; harness.worker.arena). Each side gets its need, and the room beyond both is shared so that both caps are half the budget where the needs
 allow (even_share: two allocators under caps of one size behave alike); a pair whose two needs do not fit is not
 run: the candidate is not blamed for memory the harness lacks (`harness_oom`, harness.core.flags)."""
 from __future__ import annotations
@@ -63,6 +64,13 @@ def per_graph_call(inputs: int, outputs: int) -> int:
     """Device bytes one captured call costs in graph mode: its static input copy, the fresh inputs copied into it,
     their pristine copy (the mutation check) and its static output."""
     return 3 * inputs + outputs
+
+
+def arena_bytes(inputs: int, calls: int = 0) -> int:
+    """The staged samples' arena (harness.worker.arena): device memory the reference allocates outside its
+    allocator, one input set (graph mode: one per captured call), where it stages the inputs of whichever side runs
+    next (the two never run at once)."""
+    return max(1, calls) * inputs
 
 
 def graph_calls_cap(wanted: int, inputs: int, outputs: int, room: int = GRAPH_BYTES) -> int:
@@ -116,11 +124,13 @@ class PairPlan:
     fp64: str | None            # None: the float64 checks fit; else "skipped: needs X GiB, budget Y GiB"
     error: str | None           # the pair does not fit the budget: "harness_oom: ..." (None: it does)
     reference_need: int = 0     # the least the reference's share must be (float64 included where it runs)
+    arena: int = 0              # the staged samples' arena, beside both shares (arena_bytes)
 
     def record(self) -> dict:
         """The plan as a record shows it (`worker.memory`)."""
         return {"budget_bytes": self.budget, "reference_share_bytes": self.reference,
-                "candidate_share_bytes": self.candidate, "cuda_contexts": self.contexts, "fp64": self.fp64 or "run"}
+                "candidate_share_bytes": self.candidate, "arena_bytes": self.arena, "cuda_contexts": self.contexts,
+                "fp64": self.fp64 or "run"}
 
 
 def _sample_need(needs: Needs) -> int:
@@ -157,10 +167,14 @@ def candidate_need(needs: Needs, graph_calls: int = 0) -> int:
     return max(_sample_need(needs), trials, graph) + HEADROOM_BYTES
 
 
-def plan_pair(budget: int, contexts: int, needs: Needs, graph_calls: int = 0, fp64: bool = True) -> PairPlan:
+def plan_pair(budget: int, contexts: int, needs: Needs, graph_calls: int = 0, fp64: bool = True,
+              staged: bool = True) -> PairPlan:
     """The split of `budget` between the two sides of a pair. `graph_calls`: timing.graph_calls when the pair is
-    timed in graph mode (0: cold); `fp64`: whether the float64 checks are wanted (the defenses on)."""
-    usable = budget - contexts * CONTEXT_BYTES
+    timed in graph mode (0: cold); `fp64`: whether the float64 checks are wanted (the defenses on); `staged`: the
+    reference stages each sample's inputs in an arena (always on the CPU path, on the GPU with timing.staged_gpu),
+    outside either share: it comes off the budget first."""
+    arena = arena_bytes(needs.inputs) if staged else 0
+    usable = budget - contexts * CONTEXT_BYTES - arena
     calls, capped = 0, None
     if graph_calls:
         room = (usable - reference_need(needs) - candidate_need(needs)) // 2     # what graph mode may add, per side
@@ -169,6 +183,9 @@ def plan_pair(budget: int, contexts: int, needs: Needs, graph_calls: int = 0, fp
         if calls < graph_calls:
             capped = (f"{calls} of {graph_calls} calls captured: each holds "
                       f"{gib(per_graph_call(needs.inputs, needs.outputs))} on each side")
+        if staged:
+            usable -= arena_bytes(needs.inputs, calls) - arena
+            arena = arena_bytes(needs.inputs, calls)
     ref, cand = reference_need(needs, calls), candidate_need(needs, calls)
     note = None
     if fp64:
@@ -178,16 +195,17 @@ def plan_pair(budget: int, contexts: int, needs: Needs, graph_calls: int = 0, fp
         else:
             note = f"skipped: needs {gib(with64)}, budget {gib(max(0, usable - cand))}"
     error = None
-    if needs.eager_peak > usable:
+    beside = budget - contexts * CONTEXT_BYTES
+    if needs.eager_peak > beside:
         error = (f"harness_oom: the problem's eager forward needs {gib(needs.eager_peak)}, budget {gib(budget)} "
-                 f"({gib(usable)} beside {contexts} CUDA contexts)")
+                 f"({gib(beside)} beside {contexts} CUDA contexts)")
     elif ref + cand > usable:
-        error = (f"harness_oom: the pair needs {gib(ref + cand + contexts * CONTEXT_BYTES)} (reference {gib(ref)}, "
-                 f"candidate {gib(cand)}, {contexts} CUDA contexts {gib(contexts * CONTEXT_BYTES)}), "
-                 f"budget {gib(budget)}{_draw_note(needs)}")
+        error = (f"harness_oom: the pair needs {gib(ref + cand + arena + contexts * CONTEXT_BYTES)} (reference "
+                 f"{gib(ref)}, candidate {gib(cand)}, the inputs' arena {gib(arena)}, {contexts} CUDA contexts "
+                 f"{gib(contexts * CONTEXT_BYTES)}), budget {gib(budget)}{_draw_note(needs)}")
     share = ref if error else even_share(usable, ref, cand)
     return PairPlan(budget, contexts, share, max(0, usable - share), cand, calls or graph_calls, capped, note, error,
-                    ref)
+                    ref, arena)
 
 
 def _draw_note(needs: Needs) -> str:

@@ -71,6 +71,8 @@ class CandidateJob:
     memory_share_bytes: int | None = None   # its device memory cap (memplan.PairPlan.candidate; None: none)
     staged: bool = False            # CPU path: build ModelNew, say Loaded, then only answer staged calls
                                     # (harness.worker.arena); else run the trials itself (GPU, run_eval.py profile)
+    staged_samples: bool = False    # GPU: after its trials, time only calls on inputs the reference staged in device
+                                    # memory it shares (harness.worker.arena); else the sampler's own samples
 
 
 @dataclass(frozen=True)
@@ -97,9 +99,11 @@ class LintJob:
 
 @dataclass(frozen=True)
 class FlusherJob:
-    """Starts the CPU path's flusher (harness.worker.flusher): `nbytes` written before every staged sample (0: twice
-    the last-level cache)."""
+    """Starts the flusher (harness.worker.flusher): `nbytes` written before every staged sample (0: twice the
+    last-level cache, or on the GPU twice the L2, at least 128 MiB); `device`: "cpu", or the GPU ("cuda:0") whose L2
+    it writes from a CUDA context of its own."""
     nbytes: int = 0
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -133,9 +137,15 @@ class LayoutEntry:
 
 @dataclass(frozen=True)
 class Layout:
-    """Where a staged sample's inputs lie in the arena, and how many bytes the arena holds."""
+    """Where a staged sample's inputs lie in the arena, and how many bytes the arena holds. On the GPU the arena is
+    device memory the reference allocated: `handle` is its allocation's CUDA IPC handle (base64; "" for the
+    reference's own arena and on the CPU) and `base` the arena's byte offset in that allocation. `sets`: graph mode's
+    input sets, one per captured call, one after another (`entries` holds all of them)."""
     entries: list[LayoutEntry]
     bytes: int
+    handle: str = ""
+    base: int = 0
+    sets: int = 1
 
 
 @dataclass(frozen=True)
@@ -148,7 +158,7 @@ class ArenaRequest:
 
 @dataclass(frozen=True)
 class StageRequest:
-    """Reference only (CPU path): check the inputs last written into `side`'s arena ("reference" or "candidate"),
+    """Reference only (staged samples): check the inputs last written into `side`'s arena ("reference" or "candidate"),
     then draw the inputs for `seed` and write them there (harness.worker.arena.Stager).
     `seed` and `trial` None: the check alone (after a side's last sample)."""
     OP: ClassVar[str] = "stage"
@@ -159,8 +169,11 @@ class StageRequest:
 
 @dataclass(frozen=True)
 class FlushRequest:
-    """The flusher: write its buffer whole now (the caches of the timing cores emptied of everything else)."""
+    """The flusher: write its buffer whole now (the caches of the timing cores, or the GPU's L2, emptied of everything
+    else); `hot` (the GPU's graph mode, or timing.flush_l2 off): a few bytes only, so that the side about to run
+    still starts right after another CUDA context ran, as it does after a flush."""
     OP: ClassVar[str] = "flush"
+    hot: bool = False
 
 
 @dataclass(frozen=True)
@@ -173,6 +186,7 @@ class CallRequest:
     manual_seed: int | None = None      # a correctness trial's: torch.manual_seed(base + k) first (public, as in
                                         # KernelBench: a model that draws random numbers draws the reference's)
     label: str = ""                     # what a failure names: "trial 0", "trial 1 at size 'small'"; "" timed
+    profile: bool = False               # GPU: the call under the profiler instead (untimed; Called.profile)
 
 
 @dataclass(frozen=True)
@@ -298,6 +312,7 @@ class ReadResult:
     shapes: list[list[int]]
     error: str | None = None    # its memory could not be read (one line): a failed check
     full: FileCheck | None = None       # with `full`: ok, reason, max_abs_err, fp64 errors (sent as a dict)
+    aliased: str | None = None  # an output lies in the arena the reference staged its inputs in (one line)
 
 
 @dataclass(frozen=True)
@@ -489,6 +504,7 @@ class Staged:
     mutated: bool = False       # the inputs staged before these had been changed by the call that read them
     error: str | None = None    # the inputs could not be staged (one line)
     manual_seed: int | None = None      # a trial's: what the call is made after (CallRequest.manual_seed)
+    changed_after_return: bool = False  # GPU: the side's last output, read again now, differs from the trusted read
 
 
 @dataclass(frozen=True)
@@ -509,6 +525,13 @@ class Called:
     outputs: list[dict[str, Any]] = field(default_factory=list)     # per output tensor: Exported
     output_error: str | None = None
     not_plain: bool = False
+    # the GPU's staged samples: the call's own CUDA events (the parent's clock around the request checks them)
+    ms: float = 0.0
+    host_ms: float = 0.0
+    lag_ms: float = 0.0
+    slots: list[list[dict[str, Any]]] = field(default_factory=list)     # graph mode: every captured call's outputs
+    capture_error: str | None = None    # graph mode: the call cannot be captured (the pair goes back to cold)
+    profile: Profile | None = None    # a profiled call's (CallRequest.profile)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ answers calls on inputs the reference writes into its arena (harness.worker.aren
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Any
@@ -49,7 +50,8 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         _serve_staged(conn, job)
         return
     try:
-        flusher = sampler.device_buffers(device, job.timing, job.defenses)
+        flusher = sampler.device_buffers(device, dataclasses.replace(job.timing, flush_l2=False)
+                                         if job.staged_samples else job.timing, job.defenses)
         problem, settings, init, trial_inputs, declared = _problem_side(job, device)
         trace("candidate inputs drawn")
         plan = _plan(declared, job.trials)
@@ -59,7 +61,11 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         trace("candidate trials")
         conn.send("outputs", param_match=param_match, extensions=log.calls,
                   module_mode="train" if model.training else "eval", **report)
-        _serve(conn, model, problem, settings, job, device, declared, flusher)
+        del trial_inputs
+        if job.staged_samples:
+            _serve_staged_device(conn, model, job, device)
+        else:
+            _serve(conn, model, problem, settings, job, device, declared, flusher)
     except Failed as f:
         conn.send("failed", status=f.status, error=f.error, detail=f.detail)
 
@@ -82,6 +88,24 @@ def _serve_staged(conn: Conn, job) -> None:
         arena.serve(conn, lambda x: model(*x), lambda exc, label: _classify(exc, _NoLog, f"forward ({label})"))
     except Failed as f:
         conn.send("failed", status=f.status, error=f.error, detail=f.detail)
+
+
+def _serve_staged_device(conn: Conn, model, job, device: str) -> None:
+    """The GPU's timed samples (CandidateJob.staged_samples): every call on inputs the reference staged in device
+    memory it shares with this worker (harness.worker.arena), timed with CUDA events; no input drawn, no flush, no
+    check here. Settled first as the reference's sampler settles (harness.worker.sampler.Sampler.settle)."""
+    import torch
+    from harness.worker import arena, cudadriver
+    from harness.worker.common import pin_for_timing
+    pin_for_timing()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    if cudadriver.set_persisting_l2_limit is not None:
+        cudadriver.set_persisting_l2_limit(0)
+    spec = job.timing
+    calls = arena.DeviceCalls(device, spec.warmup, spec.mode, spec.graph_replays, spec.graph_calls)
+    trace("candidate settled")
+    arena.serve(conn, lambda x: model(*x), lambda exc, label: _classify(exc, _NoLog, f"forward ({label})"), calls)
 
 
 def _problem_side(job, device):

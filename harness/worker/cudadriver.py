@@ -14,6 +14,10 @@ ctypes stands between them and the driver. Module globals, watched by harness.wo
   open_handle(handle) -> (address, nbytes) | CUresult
                                                     cuIpcOpenMemHandle + cuMemGetAddressRange (the reference)
   close_handle(address)                             cuIpcCloseMemHandle
+  mem_alloc(nbytes) -> address | None, CUresult    cuMemAlloc: device memory of its own, outside torch's
+                                                    allocator (the staged samples' arena, harness.worker.arena:
+                                                    an IPC handle to it maps nothing else of the process's)
+  mem_free(address)                                 cuMemFree
 
 Each returns the driver's CUresult (0 = success). Runs only inside worker processes.
 """
@@ -27,6 +31,7 @@ IPC_HANDLE_BYTES = 64
 
 copy_dtoh = synchronize = reset_persisting_l2 = set_persisting_l2_limit = None
 export = open_handle = close_handle = None
+mem_alloc = mem_free = None
 
 
 class _IpcHandle(ctypes.Structure):
@@ -35,6 +40,7 @@ class _IpcHandle(ctypes.Structure):
 
 def bind() -> None:
     global copy_dtoh, synchronize, reset_persisting_l2, set_persisting_l2_limit, export, open_handle, close_handle
+    global mem_alloc, mem_free
     lib = ctypes.CDLL("libcuda.so.1")
     copy = lib.cuMemcpyDtoH_v2
     copy.argtypes, copy.restype = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t], ctypes.c_int
@@ -47,6 +53,22 @@ def bind() -> None:
     copy_dtoh, synchronize, reset_persisting_l2 = copy, sync, reset
     set_persisting_l2_limit = lambda nbytes: limit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, nbytes)   # noqa: E731
     export, open_handle, close_handle = _ipc(lib)
+    mem_alloc, mem_free = _memory(lib)
+
+
+def _memory(lib):
+    u64 = ctypes.c_uint64
+    alloc = lib.cuMemAlloc_v2
+    alloc.argtypes, alloc.restype = [ctypes.POINTER(u64), ctypes.c_size_t], ctypes.c_int
+    free = lib.cuMemFree_v2
+    free.argtypes, free.restype = [u64], ctypes.c_int
+
+    def mem_alloc_(nbytes: int):
+        address = u64()
+        result = alloc(ctypes.byref(address), nbytes)
+        return (address.value, 0) if result == 0 else (None, result)
+
+    return mem_alloc_, lambda address: free(address)
 
 
 def _ipc(lib):

@@ -1,12 +1,18 @@
-"""The CPU path's cache flush, in a process of its own (README, Hardening: the candidate's process runs the call
-and nothing else).
+"""The cache flush before every staged sample, in a process of its own (README, Hardening: the candidate's process
+runs the call and nothing else).
 
 Before every staged sample the parent asks this process, which holds no torch, no problem and no candidate code,
-to write twice the last-level cache, and enough to empty each core's own caches from every core of the pair's
-slot. Both sides' calls then start from the same state:
-their inputs, their own code and data, and the memory their allocator hands out all come from memory, and the
-core last ran this process, not the one about to be timed (a side that had just staged its own inputs started
-warmer than one woken from a stop). The candidate's process cannot touch the flush, skip it or work behind it.
+to empty the caches: on the CPU path it writes twice the last-level cache, and enough to empty each core's own
+caches from every core of the pair's slot; on the GPU it writes twice the L2 (at least 128 MiB) from a CUDA context
+of its own, through the driver (ctypes on libcuda, no torch), after making lines a call marked persisting normal
+again. Both sides' calls then start from the same state: on the CPU their inputs, their own code and data, and the
+memory their allocator hands out all come from memory, and the core last ran this process, not the one about to be
+timed (a side that had just staged its own inputs started warmer than one woken from a stop); on the GPU each call
+is the first work of its context after another context's (the reference, which stages every sample's inputs,
+would otherwise run its own calls with no switch of context before them and the candidate's after one: 0.25-0.3 ms
+of unexplained time per candidate sample, and a 1.33x A/A on a memory-bound call, on an H100). In graph mode, whose
+samples are hot, the flusher writes a few bytes only, for that switch. The candidate's process cannot touch the
+flush, skip it or work behind it.
 
 Runs only inside its worker process.
 """
@@ -84,14 +90,73 @@ def slot_cores() -> list[int]:
         return []
 
 
+GPU_MIN_BYTES = 128 << 20       # the GPU flush: twice the L2, at least this
+CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38
+
+
+class DeviceFlushError(Exception):
+    """The driver refused a step of the GPU flusher's setup or flush (message says which)."""
+
+
+class DeviceFlush:
+    """The GPU's L2 flush from a context of this process's own, through the CUDA driver: a write of max(2 x L2,
+    GPU_MIN_BYTES) with a new value every time, after cuCtxResetPersistingL2Cache; or, `hot`, of 4 bytes."""
+
+    def __init__(self, ordinal: int, nbytes: int = 0):
+        lib = ctypes.CDLL("libcuda.so.1")
+        u64 = ctypes.c_uint64
+        lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(u64), ctypes.c_size_t]
+        lib.cuMemsetD32_v2.argtypes = [u64, ctypes.c_uint, ctypes.c_size_t]
+        self.lib = lib
+        self._check(lib.cuInit(0), "cuInit")
+        device, context, l2 = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_int()
+        self._check(lib.cuDeviceGet(ctypes.byref(device), ordinal), "cuDeviceGet")
+        self._check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), "cuDevicePrimaryCtxRetain")
+        self._check(lib.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+        self._check(lib.cuDeviceGetAttribute(ctypes.byref(l2), CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device),
+                    "cuDeviceGetAttribute")
+        self.nbytes = (nbytes or max(2 * l2.value, GPU_MIN_BYTES)) // 4 * 4
+        self.address = u64()
+        self._check(lib.cuMemAlloc_v2(ctypes.byref(self.address), self.nbytes), "cuMemAlloc")
+        self.value = 0
+
+    def _check(self, result: int, what: str) -> None:
+        if result != 0:
+            raise DeviceFlushError(f"{what} failed (CUresult {result})")
+
+    def __call__(self, hot: bool = False) -> float:
+        """One flush (or, `hot`, a 4-byte write), finished on the device; its time in ms."""
+        t0 = time.perf_counter_ns()
+        self.value = (self.value + 1) & 0x7FFFFFFF
+        if not hot:
+            self.lib.cuCtxResetPersistingL2Cache()      # best effort: a GPU without persisting lines has none
+        self._check(self.lib.cuMemsetD32_v2(self.address, self.value, 1 if hot else self.nbytes // 4),
+                    "cuMemsetD32")
+        self._check(self.lib.cuCtxSynchronize(), "cuCtxSynchronize")
+        return (time.perf_counter_ns() - t0) / 1e6
+
+
+def _ordinal(device: str) -> int:
+    """The device index in "cuda:N" (0 for "cuda": each worker sees only its slot's GPU)."""
+    _, _, index = device.partition(":")
+    return int(index) if index.isdigit() else 0
+
+
 def run(conn, data: dict[str, Any]) -> None:
     job = m.parse(m.FlusherJob, data)
-    flush = Flush(job.nbytes or flush_bytes(), slot_cores())   # every core the timed sides may run on
-    flush()                                         # its pages faulted in before the first sample
-    conn.send("flusher_ready", nbytes=flush.nbytes)
+    if job.device == "cpu":
+        host = Flush(job.nbytes or flush_bytes(), slot_cores())   # every core the timed sides may run on
+        flush = lambda hot: host()                  # noqa: E731 - the CPU path has no hot samples
+        nbytes = host.nbytes
+    else:
+        device = DeviceFlush(_ordinal(job.device), job.nbytes)
+        flush, nbytes = device, device.nbytes
+    flush(False)                                    # its pages faulted in before the first sample
+    conn.send("flusher_ready", nbytes=nbytes)
     while True:
         message = conn.recv()
         if message.get("op") != m.FlushRequest.OP:
             return
-        reply = m.wire(m.Flushed(flush()))
+        req = m.parse(m.FlushRequest, message)
+        reply = m.wire(m.Flushed(flush(req.hot)))
         conn.send(reply.pop("kind"), **reply)

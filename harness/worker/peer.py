@@ -36,10 +36,32 @@ class _Interface:
 class PeerReader:
     def __init__(self) -> None:
         self.mapped: dict[str, tuple[int, int]] = {}        # handle (base64) -> (address here, nbytes)
+        self.last_read: tuple[list, int, list[float]] | None = None     # ([(Exported, slot)], check seed, values)
+
+    def remember(self, read: list[tuple[list, int]], seed: int, values: list[float]) -> None:
+        """The outputs just read (per slot, as the reply described them) and their values, to be read again at the
+        candidate's next stage (mapped again then, should their mapping have been closed since)."""
+        self.last_read = (read, seed, values)
+
+    def changed_since_read(self) -> bool:
+        """Whether the outputs read last hold other values now, at the same positions (work the candidate left
+        running past its reply, on a stream of its own, finished later); then they are forgotten."""
+        if self.last_read is None:
+            return False
+        read, seed, values = self.last_read
+        self.last_read = None
+        try:
+            again: list[float] = []
+            for exported, slot in read:
+                again += slot_values([self.tensor(e) for e in exported], seed, slot)
+        except (PeerError, RuntimeError, ValueError, TypeError, KeyError):
+            return True                     # its memory went away: not the values it handed over
+        return not points.same(again, values)
 
     def _map(self, handle: str) -> tuple[int, int]:
-        found = self.mapped.get(handle)
+        found = self.mapped.pop(handle, None)
         if found is not None:
+            self.mapped[handle] = found         # the most recently used last: the oldest use is closed first
             return found
         if cudadriver.open_handle is None:
             raise PeerError("the CUDA driver's IPC functions are not bound in the reference")
@@ -77,6 +99,7 @@ class PeerReader:
         return raw.view(torch_dtype).as_strided(shape, strides)
 
     def close(self) -> None:
+        self.last_read = None
         for handle in list(self.mapped):
             self._close_one(handle)
 

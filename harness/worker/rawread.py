@@ -118,6 +118,13 @@ def _check(result: int, what: str) -> None:
         raise RawReadError(f"{what} failed (CUresult {result})")
 
 
+def address_of(t: Any) -> int:
+    """The address of a tensor's first element (the accessor bound at start)."""
+    if _data_ptr is None:
+        raise RawReadError("raw reads were not bound at worker start")
+    return _data_ptr(t)
+
+
 def export(outs: list) -> list[dict[str, Any]]:
     """Where each output tensor lies (messages.Exported, as dicts), for the trusted side to read: on the host its
     address in this process; on the device the IPC handle of the allocation that holds it and its offset there

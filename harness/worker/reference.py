@@ -98,7 +98,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     fp64 = _Float64(model, initial_state, trials, device)
     full = _FullCheck(model, initial_state, settings, job.defenses, sampler, memory, device)
     peer = PeerReader() if device != "cpu" else None
-    staging = _staging(sampler, trials, job.defenses, device)
+    staging = _staging(sampler, trials, job.defenses, device, peer)
     while True:
         message = conn.recv()
         op = message.get("op")
@@ -120,7 +120,8 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
                 conn.send("budget", share_bytes=memory.share, fp64=memory.fp64_note)
                 trace("reference budget")
             elif op == m.ReadRequest.OP and peer is not None:
-                reply = m.wire(_read_peer(peer, m.parse(m.ReadRequest, message), sampler, full))
+                arena = staging.stager.shared.handles() if staging is not None and staging.stager.shared else set()
+                reply = m.wire(_read_peer(peer, m.parse(m.ReadRequest, message), sampler, full, arena))
                 conn.send(reply.pop("kind"), **reply)
             elif op == "peer_close":
                 if peer is not None:
@@ -157,12 +158,13 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
             return
 
 
-def _staging(sampler, trials, defenses: bool, device: str):
-    """The CPU path's stager and executor (harness.worker.arena), where this worker has an arena; else None."""
+def _staging(sampler, trials, defenses: bool, device: str, peer: PeerReader | None):
+    """The stager of both sides and the executor of its own (harness.worker.arena): on the CPU where this worker
+    has an arena (a memfd), on the GPU in device memory of its own."""
     from harness.worker import arena
-    if device != "cpu" or arena.arena_fd() is None:
+    if device == "cpu" and arena.arena_fd() is None:
         return None
-    return arena.ReferenceStaging(sampler, trials, defenses)
+    return arena.ReferenceStaging(sampler, trials, defenses, device, peer)
 
 
 def _oom_where(exc: BaseException) -> str:
@@ -614,17 +616,27 @@ def _verify_file(item: dict[str, Any], trials: "_Trials", sampler, full: "_FullC
     return {"label": label, **result, "outputs": outs}
 
 
-def _read_peer(peer: PeerReader, req, sampler, full: "_FullCheck"):
+def _read_peer(peer: PeerReader, req, sampler, full: "_FullCheck", arena: set[str] = frozenset()):
     """A GPU candidate's timed output, read through its IPC handles at the drawn positions (and whole with
-    `full`), while the candidate is stopped (messages.ReadRequest)."""
+    `full`), while the candidate is stopped (messages.ReadRequest). An output described by a handle of the arena
+    this worker staged the inputs in (`arena`) lies in memory the harness gave the call: `aliased`, not read."""
     from harness.shared import messages as m
+    for exported in req.outputs:
+        for j, e in enumerate(exported):
+            if isinstance(e, dict) and e.get("handle") in arena:
+                return m.ReadResult("", [], "its output lies in the inputs' arena",
+                                    aliased=f"output {j} ({str(e.get('dtype')).replace('torch.', '')}, shape "
+                                            f"{e.get('shape')}) lies in its inputs' arena")
     try:
         values: list[float] = []
         shapes: list[list[int]] = []
+        read = []
         for slot, exported in zip(req.slots, req.outputs):
             outs = [peer.tensor(e) for e in exported]
             values += slot_values(outs, req.check_seed, slot)
             shapes = [list(t.shape) for t in outs]
+            read.append((exported, slot))
+        peer.remember(read, req.check_seed, values)
         checked = full.compare(outs, sampler.kept.pop(req.check_seed, None)) if req.full and req.outputs else None
     except (PeerError, RuntimeError, ValueError, TypeError, KeyError) as exc:
         return m.ReadResult("", [], f"its memory could not be read: {describe(exc)}")

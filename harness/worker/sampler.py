@@ -302,9 +302,12 @@ class Sampler:
         with integrity.clean_torch():
             return self._inputs(seed)
 
-    def clean_inputs(self, seed: int) -> list:
-        """The sample's inputs for `seed`, drawn with torch as it was (the CPU path's stager, harness.worker.arena)."""
-        return self._clean_inputs(seed)
+    def clean_input_sets(self, seed: int) -> list[list]:
+        """The sample's input sets for `seed`, drawn with torch as it was (the stager's, harness.worker.arena): graph
+        mode's one per captured call on the device, else the one."""
+        with integrity.clean_torch():
+            drawn = self._sample_inputs(seed)
+        return drawn if self.mode == "graph" and self.device != "cpu" else [drawn]
 
     def _sample_inputs(self, seed: int) -> list:
         """Graph mode: one input set per captured call (drawn one after another from the sample's seed), so that no
@@ -422,6 +425,16 @@ class Sampler:
         return m.CheckResult(m.pack_floats(values), shapes)
 
 
+_outside = [0, 0]               # device bytes held outside torch's allocator now (the arena), and the most at once
+
+
+def held_outside(delta: int) -> None:
+    """`delta` bytes of device memory taken (or, negative, given back) outside torch's allocator: the staged
+    samples' arena (harness.worker.arena), which peak_memory adds to the allocator's peaks."""
+    _outside[0] += delta
+    _outside[1] = max(_outside)
+
+
 _RETRY_KEYS = ("num_alloc_retries", "num_ooms")
 _retries_before = {key: 0 for key in _RETRY_KEYS}     # the counts when the pairs' cap was applied (count_retries)
 
@@ -436,7 +449,8 @@ def count_retries(device: str) -> None:
 
 
 def peak_memory(device: str) -> dict[str, Any]:
-    """This process's peak of device memory so far (torch's allocator: allocated and reserved), and how often its
+    """This process's peak of device memory so far (torch's allocator: allocated and reserved; with the arena's
+    staged inputs, held outside it), and how often its
     allocator met its cap since count_retries (else since the process began): `alloc_retries` (it freed its cache
     and asked again, a device-wide synchronisation) and `ooms` (it gave up, and the caller, e.g. cuDNN choosing a
     plan with a smaller workspace, caught it); {} on the CPU."""
@@ -445,8 +459,10 @@ def peak_memory(device: str) -> dict[str, Any]:
     import torch
     stats = torch.cuda.memory_stats()
     retries, ooms = (int(stats.get(key, 0)) - _retries_before[key] for key in _RETRY_KEYS)
-    return {"peak_allocated_bytes": int(torch.cuda.max_memory_allocated()),
-            "peak_reserved_bytes": int(torch.cuda.max_memory_reserved()), "alloc_retries": retries, "ooms": ooms}
+    arena = _outside[1]                 # the staged inputs' device memory, outside the allocator (the reference's)
+    return {"peak_allocated_bytes": int(torch.cuda.max_memory_allocated()) + arena,
+            "peak_reserved_bytes": int(torch.cuda.max_memory_reserved()) + arena, "alloc_retries": retries,
+            "ooms": ooms}
 
 
 def _clone_all(inputs: list) -> list:
