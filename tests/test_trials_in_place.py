@@ -115,3 +115,19 @@ def test_trial_files_and_in_place_checks_keep_the_trials_order():
     reference.verify = lambda on_file: [m.FileCheck(False, f.label, "from its file") for f in on_file]
     checks = reference.checks(files, in_place)
     assert [(c.label, c.ok) for c in checks] == [("trial0", True), ("trial1", False), ("trial2", True)]
+
+
+@pytest.mark.parametrize("status, device, verdict", [
+    ("incorrect", "cuda", "incorrect"), ("runtime_error", "cuda", "runtime_error"), ("oom", "cuda", "oom"),
+    ("skipped", "cpu", "skipped"),              # an extension with CUDA sources on the CPU path
+    ("skipped", "cuda", "crashed"), ("ok", "cuda", "crashed"), ("timeout", "cpu", "crashed"),
+    ("invalid", "cuda", "crashed"), ("fast", "cuda", "crashed")])
+def test_a_candidate_reports_only_the_statuses_a_candidate_can_earn(status, device, verdict):
+    """A candidate that reaches its message pipe cannot give its pair a status only the harness gives (`skipped`
+    passes `ci`): such a report is `crashed`, saying what it claimed."""
+    from harness.run.evaluate import candidate_failed
+    record = RecordDraft(run_id="r", problem="level1/p", solution="level1/p/c", device=device)
+    candidate_failed(record, m.Failed(status, "it says so"), device)
+    assert record.status == verdict, record.error
+    if verdict == "crashed":
+        assert "which only the harness gives" in record.error and repr(status) in record.error

@@ -299,7 +299,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
     except WorkerExit as exc:
         _worker_ended(record, exc, reference, worker, cfg.timeout)
     except CandidateFailed as failed:
-        candidate_failed(record, failed.reply)
+        candidate_failed(record, failed.reply, device)
     except Exception as exc:                           # noqa: BLE001 - one pair's fault must not end the run
         record.error_detail = traceback.format_exc()[-4000:]
         finish(record, Status.CRASHED, f"harness fault while evaluating this pair: {type(exc).__name__}: {exc}")
@@ -359,14 +359,22 @@ def _worker_ended(record: RecordDraft, exc: WorkerExit, reference: ReferenceSide
         finish(record, status_of(exc), f"{exc.detail}; last output: {last_line(worker.log_tail())}")
 
 
-def candidate_failed(record: RecordDraft, reply: m.Failed) -> None:
-    """The verdict the candidate worker reported for itself (its code raised, did not build or load)."""
-    try:
-        status = Status(reply.status)
-    except ValueError:
-        finish(record, Status.CRASHED, f"worker reported the unknown status {reply.status!r}: {reply.error}")
+# What a candidate worker may say of itself: its code raised, did not build or load, or computed the wrong thing;
+# `skipped` only on the CPU path (an extension with CUDA sources). Anything else it sends (`ok`, `skipped` on the GPU,
+# `timeout`...) is a status only the parent may give: a candidate that reached its message pipe could otherwise report
+# its own pair `skipped`, which `ci` lets pass.
+CANDIDATE_STATUSES = (Status.COMPILE_ERROR, Status.LOAD_ERROR, Status.RUNTIME_ERROR, Status.OOM, Status.INCORRECT)
+
+
+def candidate_failed(record: RecordDraft, reply: m.Failed, device: str) -> None:
+    """The verdict the candidate worker reported for itself (its code raised, did not build or load), where it is
+    one a candidate can earn (CANDIDATE_STATUSES); else `crashed`, saying so."""
+    allowed = CANDIDATE_STATUSES + ((Status.SKIPPED,) if device == "cpu" else ())
+    if reply.status not in {s.value for s in allowed}:
+        finish(record, Status.CRASHED, f"the candidate worker reported the status {str(reply.status)[:40]!r}, which "
+                                       f"only the harness gives: {str(reply.error)[:300]}")
         return
-    finish(record, status, reply.error)
+    finish(record, Status(reply.status), reply.error)
     record.error_detail = reply.detail
 
 

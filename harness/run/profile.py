@@ -131,13 +131,13 @@ def _pair(pair: Pair, run: ProfileRun, record: RecordDraft, reference: Reference
         record.precision = Precision(cfg.precision, ready.dtype, ready.dtype_source)
         reply = _one_call(worker, CANDIDATE, pair, run, deadline)
         if isinstance(reply, m.Failed):
-            candidate_failed(record, reply)
+            candidate_failed(record, reply, run.device)
         elif failing:
             finish(record, Status.INCORRECT, f"{failing[0].label}: {failing[0].reason}")
         else:
             finish(record, Status.OK)
     except CandidateFailed as failed:
-        candidate_failed(record, failed.reply)
+        candidate_failed(record, failed.reply, run.device)
     except WorkerExit as exc:
         if status_of(exc) is Status.TIMEOUT:
             finish(record, Status.TIMEOUT, f"killed after the pair timeout of {cfg.timeout:g} s")
