@@ -99,7 +99,7 @@ def test_exploits_on_the_gpu(tmp_path, staged):
                 "fill_checked_points": "invalid", "precision_when_timed": "invalid", "skip_captured_calls": "ok"}
     if staged:
         expected.update({name: "ok" for name in STAGED_GAINS_NOTHING}, arena_watcher="invalid",
-                        alias_view="invalid")
+                        alias_view="invalid", frames_and_instances="invalid")
     # compute_on_read and read_points_only forge torch's reads of an output whose memory never holds the answer:
     # on the CPU path their trial files (written through torch) pass and the timed reads of raw memory catch them
     # (`invalid`); on the GPU the reference reads each trial's output where it lies, so trial 0 fails (`incorrect`).
@@ -129,6 +129,7 @@ def test_exploits_on_the_gpu(tmp_path, staged):
             assert records[name]["speedup_ci"][0] < 1.5, (name, records[name]["speedup"], records[name]["speedup_ci"])
         assert "timing_inconsistent" in records["arena_watcher"]["flags"], records["arena_watcher"]["error"]
         assert "aliased_output" in records["alias_view"]["flags"], records["alias_view"]["error"]
+        assert "mutates_inputs" in records["frames_and_instances"]["flags"], records["frames_and_instances"]["error"]
 
 
 @pytest.mark.parametrize("staged", [False, True], ids=["in_process", "staged"])
