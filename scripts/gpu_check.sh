@@ -72,20 +72,10 @@
 #              tables in $out/profile.txt, the reports and records under $out/profile/
 #   usage: bash scripts/gpu_check.sh [first|root|stage44|cpu44|smoke|validate|calibrate|suite|twice|twice-bg|bg|follow|spread|placement|overhead|kblint|tests|multi|cluster|profile]
 #
-# What things cost on one H200 (2026-11-24): the GPU tests 6-7 min (23 passed, 2 skipped in 460 s on 2026-11-26; 15 of 16 finished in 410 s; after the profiler
-# change below, 17 in 343 s; 17 and 1 skipped in 309 s on 2026-11-25), so `first` needs TESTS_TIMEOUT=450; `root` ~8 min (the
-# exploit fixture alone 235 s there: the CPU path flushes 512 MiB before every sample on that host's large L3); lint of the
-# 250 KernelBench problems ~8 min with --per-gpu 6; the suite with torch.compile baselines ~25 s a pair after ~4 min of builds on a fresh machine; an A/A
-# pair 8-36 s (level 1 ~25 s: 19 pairs in 480 s, so `calibrate` over the whole suite is 35-40 min in one process pair
-# each, three times that with --processes 3; split it by LEVEL and PROBLEM; since the profiler's start no longer
-# imports torch._inductor, PROCS=3 runs 30-55 s a problem, 9-11 problems a 420-545 s call; with the timing-core
-# pin 25-45 s, 10-15 problems a 370-545 s call, builds included; the last 69 problems took 5 calls of 350-560 s);
-# the suite with COMPILE=none ~18 s a pair after 217 s of builds (39 candidates in 920 s, two calls); an honest pair 8-48 s
-# (large elementwise outputs go through tensor files: up to 11 s of trials); a fresh machine builds all 39 candidates in
-# ~4 min (16 jobs), so a whole-suite run does not fit one command there: split it by LEVEL, and make the calls back
-# to back (a machine held warm keeps .cache, and the builds in it, between calls). The suite with PROCS=3 and the
-# default compile baseline (2026-11-25): 30-65 s a pair on some machines, 80-120 s on others (level1), plus ~1 min
-# of builds a run; both runs of issue 8's same-machine check fit ~7 level1 pairs into a machine's 30 minutes held.
+# What the phases cost, and so how to split the work into device commands (the figures: docs/measurements.md,
+# "Figures that were in code comments"): the GPU tests need TESTS_TIMEOUT=450 in `first`; `calibrate` over the whole
+# suite, or a whole-suite run on a fresh machine (its builds first), does not fit one command: split it by LEVEL and
+# PROBLEM, and make the calls back to back (a machine held warm keeps .cache, and the builds in it, between calls).
 set -uo pipefail
 phase=${1:-smoke}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

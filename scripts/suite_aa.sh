@@ -8,7 +8,7 @@
 #      LEVELS (default level2 level3 level1), the workers tracing their stages (KB_TRACE=1).
 #      LEVELS entries are a level or LEVEL:GLOB (e.g. "level1:*0[3-6]?_*"), each with @N for N process pairs
 #      instead of one (e.g. "level2@2", written to aa-p2/).
-#   3. with BIAS=1 first: the transposed convolutions whose one-process-pair A/A read 1.06-1.07 on 2026-11-26
+#   3. with BIAS=1 first: the transposed convolutions whose one-process-pair A/A read above 1.0
 #      (level2/040, level1/016), in 4 process pairs each under --gpu-memory-gb 24, with the reference capped at its
 #      need (a copy of this tree as it was before memplan.even_share) and with this tree (docs/suite-aa-h200.md);
 #      then with TESTS=1 the GPU-marked tests (gpu_tests.txt).
@@ -18,7 +18,7 @@ out=${OUT:?}
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1
 if [ -n "${BIAS:-}" ]; then
-    # the same tree with the reference's cap at its need (memplan.even_share returning it), as before 2026-11-26
+    # the same tree with the reference's cap at its need (memplan.even_share returning it), as before the even share
     tight=/tmp/tight && rm -rf "$tight" && mkdir -p "$tight" && cp -r harness run_eval.py config.yaml problems \
         solutions "$tight"/ && sed -i 's/^    return max(ref, min(usable \/\/ 2, usable - cand))$/    return ref/' \
         "$tight/harness/shared/memplan.py" && grep -q "^    return ref$" "$tight/harness/shared/memplan.py" \

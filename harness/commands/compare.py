@@ -41,17 +41,16 @@ VERDICTS = (SLOWER, BROKEN, FASTER, FIXED, SAME, FAILING, ONLY_A, ONLY_B)
 GATING = (SLOWER, BROKEN)                 # verdicts that make the exit code 1
 DEFAULT_TOLERANCE = 0.02
 # Timer floors further apart than this (relative) are named, where GPU uuids cannot tell the machines apart: a weak
-# hint, since one H200 machine's processes read about 6 or about 11 us (2026-11-25, docs/candidates-h200.md).
+# hint, since the processes of one machine can read timer floors far apart (docs/measurements.md).
 FLOOR_APART = 0.25
-# The CPU path's noise floor (docs/measurements.md; README: The CPU path's defaults). Twelve runs of examples/cpu on a shared 2-core box
-# (2026-11-25): the A/A pairs read 0.947-1.059 (sd 2.7% on the log scale, so two runs' readings differ with an sd of
-# 3.8%), and the CI rule alone called 11 of their 198 run pairs FASTER or SLOWER (changes of 3.2-8.2%); the same C++
-# candidates' speedups moved by up to 67% from run to run (92 of 155 run pairs called), tracking their reference's
-# own median (the same code in both runs; memory-bound, slowed by other processes' memory traffic, while the
-# compute-bound candidate was not), or, once, a run whose median of round ratios lay 39% from the ratio of its
-# sides' medians. Without --min-change, a pair measured on the CPU in either run reads FASTER or SLOWER only when its
-# change exceeds CPU_MIN_CHANGE (about 2 sd of two A/A readings' difference) plus how far the reference's own median
-# moved plus the larger estimator gap of the two records: none of those 353 run pairs did (a rule chosen on them).
+# The CPU path's noise floor (README: The CPU path's defaults). On a shared CPU an A/A pair's reading moves by a few
+# percent from run to run, more than its CI says, so the CI rule alone calls some A/A run pairs FASTER or SLOWER; a
+# candidate's speedup moves with its reference's own median (a memory-bound reference slowed by other processes'
+# memory traffic while a compute-bound candidate is not), and a run's median of round ratios can lie far from the
+# ratio of its sides' medians. Without --min-change, a pair measured on the CPU in either run reads FASTER or SLOWER
+# only when its change exceeds CPU_MIN_CHANGE (about 2 sd of two A/A readings' difference) plus how far the
+# reference's own median moved plus the larger estimator gap of the two records. The runs this rule was chosen on,
+# and their figures: docs/measurements.md.
 CPU_MIN_CHANGE = 0.08
 
 _STYLE = {SLOWER: "bold red", BROKEN: "bold red", FASTER: "green", FIXED: "green", SAME: "", FAILING: "dim",
@@ -251,7 +250,7 @@ def compare_runs(records_a: Iterable[RecordLike], records_b: Iterable[RecordLike
 @dataclass(frozen=True)
 class Machine:
     """Where a run's pairs ran, as far as its files say: the uuids of the GPUs its records name (run.json's gpus,
-    from nvidia-smi; None when run.json has none, as runs before 2026-11-25 do not) and the median
+    from nvidia-smi; None when run.json has none, as runs recorded before it listed them do not) and the median
     timer floor over its records (two CUDA events, or host clock reads, around an empty call: the host's speed)."""
     on_gpu: bool
     gpu_uuids: frozenset[str] | None

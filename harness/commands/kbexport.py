@@ -2,8 +2,8 @@
 counted the way KernelBench counts them.
 
 * `run_eval.py export-kernelbench RUN_ID` writes, for the candidates that came from one KernelBench run folder of one
-  level (`solutions/kernelbench-level<L>/<NNN>_<Name>/<run>_sample_<S>.py`, see harness/kbimport.py), the files of a
-  KernelBench checkout (relative to `--kb-root`, default the current directory), as KernelBench's
+  level (`solutions/kernelbench-level<L>/<NNN>_<Name>/<run>_sample_<S>.py`, see harness/commands/kbimport.py), the
+  files of a KernelBench checkout (relative to `--kb-root`, default the current directory), as KernelBench's
   scripts/benchmark_eval_analysis.py finds them:
   - `runs/<run_name>/eval_results.json`, as scripts/eval_from_generations.py writes it: keyed by problem id P (the
     number of `NNN_Name`, as a string), each a list of samples `{"sample_id", "compiled", "correctness",

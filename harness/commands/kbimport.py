@@ -8,7 +8,8 @@ PATH is one of two layouts, told apart by the files it holds:
 * a KernelBench run folder (`PATH/level_<L>_problem_<P>_sample_<S>_kernel.py`): each kernel becomes the candidate
   `solutions/kernelbench-level<L>/<problem stem>/<run folder name>_sample_<S>.py` of the imported problem number P;
   KernelBench's own `eval_results.json` there is counted in the summary, its verdicts are not imported (the
-  kernels are re-evaluated; `run_eval.py export-kernelbench` writes ours in its format, see harness/kbexport.py).
+  kernels are re-evaluated; `run_eval.py export-kernelbench` writes ours in its format, see
+  harness/commands/kbexport.py).
 
 Nothing is ever overwritten: an existing identical file is left as it is (re-importing is a no-op), an existing
 different one is reported as skipped. Nothing here imports or runs the copied code.

@@ -1,5 +1,5 @@
 """`run_eval.py lint [selection]`: check that each problem is worth benchmarking, in worker processes (the parent
-imports no problem code), on the GPU where there is one. See harness/workers/lint.py for the checks."""
+imports no problem code), on the GPU where there is one. See harness/worker/lint.py for the checks."""
 from __future__ import annotations
 
 import argparse

@@ -59,7 +59,7 @@ class TimingConfig:
         return max(self.min_rounds, -(-self.samples // (2 * self.block_samples)))
 
 
-# The CPU path's own timing defaults (README: The CPU path's defaults; measured on 2 cores, 2026-11-25): what
+# The CPU path's own timing defaults (README: The CPU path's defaults; the runs behind them: docs/measurements.md): what
 # `cpu_timing` holds when no config file sets it. A key the config file sets under `timing` (and no `cpu_timing`
 # section) or a flag sets wins over these.
 CPU_TIMING: dict[str, Any] = {"target_rel_ci": 0.05, "max_pair_seconds": 8.0, "compile_modes": ()}

@@ -5,8 +5,8 @@ through `matplotlib.figure.Figure` (no pyplot, so no GUI backend and no global f
 from a record is HTML-escaped (records come from untrusted candidates), and any field may be missing or null (schema
 1 records have no CI, CPU records have no `performance`). Records are `Record`s or their JSON objects; a JSON object
 that does not read as a Record (a caller may hand in anything) is still shown, as far as it can be read. What is
-shown is worked out in harness/standings.py (controls, standings, each problem's best over the runs); this module
-only lays it out: tables that fit their column down to an 800 px window (CIs on a line of their own, long names
+shown is worked out in harness/results/standings.py (controls, standings, each problem's best over the runs); this
+module only lays it out: tables that fit their column down to an 800 px window (CIs on a line of their own, long names
 broken at / _ -, a column left out when every cell of it is empty), speedups coloured by their verdict against
 1.0, history newest first.
 """

@@ -1,5 +1,5 @@
 """What a run leaves for people to read: the terminal table and summary, `leaderboard.md` and the HTML pages
-(`<run>/index.html`, and `<output-dir>/index.html` across runs, harness/html_report.py). Used by the run, `report`,
+(`<run>/index.html`, and `<output-dir>/index.html` across runs, harness/results/html.py). Used by the run, `report`,
 `lint` and `compare`; imports nothing of the CLI, which sits on top."""
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Stage 6, store: <output-dir>/<run-id>/run.json (metadata, written atomically) and results.jsonl (one line per
 pair, appended and fsync'ed as each pair ends, so a killed run loses nothing it finished). The parent keeps its own
 copy of both and writes them again if anyone else deletes, truncates or appends to them during the run. Each line
-is signed with the run's key (harness/signing.py), which only the parent holds; `check_lines` is the one reader
-of results.jsonl (report, compare, --resume): it reads each line as a typed `Record` (harness/records.py, which
+is signed with the run's key (harness/results/signing.py), which only the parent holds; `check_lines` is the one reader
+of results.jsonl (report, compare, --resume): it reads each line as a typed `Record` (harness/results/records.py, which
 checks schema_version, the required fields and their types), and skips, naming file:line, a line that is not a
 record, not signed by the run, or a second line for the same (problem, solution)."""
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Two processes running the same code differ by a bias of their own that no number of rounds inside one pair averages
 away (harness.run.paired.combine): a pair measured in one process pair (`timing.processes: 1`, the default) has a CI
-from its rounds alone, which missed 1.0 for about a quarter of A/A pairs on the H100. Each such CI is widened on the
-log scale by a term for that bias:
+from its rounds alone, which missed 1.0 for far more than 5% of A/A pairs (docs/measurements.md). Each such CI is
+widened on the log scale by a term for that bias:
 
     half = sqrt(half_rounds**2 + (1.96 * rel_sd)**2)
 
@@ -28,11 +28,11 @@ from harness.run.paired import Estimate
 FILE = "between_process.json"
 COVERAGE = 0.975                # of the calibrating process pairs' CIs; above 0.95 so that a new pair meets 95%
 Z95 = 1.96
-# Before this machine is calibrated: what the H100/H200 A/A passes showed between process pairs (0.3-0.6% for
-# GPU-bound calls, 1-3% for launch-bound ones; the CPU path's runs read sd 2.7% run to run): docs/measurements.md.
+# Before this machine is calibrated: about what the A/A passes showed between process pairs, per mode (GPU-bound
+# cold calls spread least, launch-bound graph ones and the CPU path more): docs/measurements.md.
 DEFAULT_REL_SD = {"cold": 0.006, "graph": 0.015, "host": 0.02}
 # A mode calibrated from fewer process pairs than this never reads below its default: three readings that all held
-# 1.0 (the H200's one-problem calibrate in the GPU tests) say 0%, which no default run should trust.
+# 1.0 (a one-problem calibrate, as the GPU tests run) say 0%, which no default run should trust.
 MIN_READINGS = 30
 
 

@@ -63,7 +63,7 @@ def git_info() -> dict[str, Any]:
 @functools.lru_cache(maxsize=1)
 def torch_versions() -> dict[str, Any]:
     """torch.__version__ and torch.version.cuda as `import torch` gives them. The parent needs nothing else of
-    torch, and importing it was ~1 s of every run's start on the 2-core CI box, before its first worker started:
+    torch, and importing it was a large part of every run's start, before its first worker started:
     they are read from torch's version.py (two literal assignments) without importing torch, which is imported
     only where that file cannot be read that way."""
     if "torch" not in sys.modules:

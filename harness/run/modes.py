@@ -3,7 +3,12 @@
 told (`spec`), how the reference is made ready for it (`prepare`), what one sample stands for (`calls_per_sample`),
 where it falls back to (`fallback`) and what the record says of it (`record`).
 
-Adding a mode is a class here, a row in MODES and its measurement object in harness.worker.timing."""
+Adding a mode touches several files: a class here and its row in MODES; its measurement object and its branch of
+`measurement` in harness.worker.timing; its name in TIMING_MODES (harness.core.config), for a user to ask for it; its
+row of DEFAULT_REL_SD (harness.run.between), else it gets the largest; and, for a mode whose sample holds more than
+one call as graph's does, the branches on "graph" in harness.worker.sampler, harness.worker.arena and
+harness.run.memory. The messages (harness.shared.messages) carry the mode by name: only the comment on
+TimingSpec.mode, which lists the names, changes there."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace

@@ -70,8 +70,8 @@ def t95(df: int) -> float:
 
 def combine(estimates: list[Estimate]) -> Estimate:
     """One speedup from the estimates of several process pairs (timing.processes), as pyperf does with processes:
-    two processes running the same code differ by a bias of their own (on the H200, 0.3-0.6% for GPU-bound calls and
-    1-3% for launch-bound ones such as a GRU), which no number of rounds inside one pair averages away.
+    two processes running the same code differ by a bias of their own (larger for launch-bound calls such as a GRU
+    than for GPU-bound ones; docs/measurements.md), which no number of rounds inside one pair averages away.
 
     The value is the geometric mean of the pairs' estimates (each process pair weighs the same, however many rounds
     it took). Its CI is Student's t with n - 1 degrees of freedom on the log scale, with the standard error taken
@@ -165,14 +165,13 @@ def consistency(reference_unexplained: list[float], candidate_unexplained: list[
     difference of the two medians, with the noise taken from the reference's unexplained times alone (its process
     runs no candidate code, so a candidate cannot widen the allowance by adding noise of its own).
 
-    `overhead_share` is 0 on the GPU: there the two processes' per-sample work agreed to within ~0.3 ms (one pair
-    in 30 A/A and honest pairs: 0.8 ms on 4.7 ms of reported time), and any share of a ~2 ms overhead would let a
-    forger hide a tiny call's whole time (a 100x forged report on a 0.015 ms call hides 0.3 ms a sample). On the
-    CPU path (OVERHEAD_SHARE_CPU) two processes differ by more: inputs are drawn and compared on the host, and
-    where the scheduler puts each process matters (1.5 ms on 4.3 ms seen on a 16-core VM). The CPU path's cache
-    flush (2x the last-level cache, up to 512 MiB) is apart: one fill of memory, the same work in both processes
-    (on the H200's host, 64-84 ms a sample, where 25% of it let a forger hide 20 ms a sample; the two sides of the
-    exploit tests' pairs there were -6.1 to +3.3 ms apart, inside four standard errors of that flush's jitter)."""
+    `overhead_share` is 0 on the GPU: there the two processes' per-sample work agrees closely, and any share of the
+    per-sample overhead would let a forger hide a tiny call's whole time (a 100x forged report on a 0.015 ms call
+    hides 0.3 ms a sample). On the CPU path (OVERHEAD_SHARE_CPU) two processes differ by more: inputs are drawn and
+    compared on the host, and where the scheduler puts each process matters. The CPU path's cache flush (2x the
+    last-level cache, up to 512 MiB) is apart: one fill of memory, the same work in both processes, long enough on a
+    large cache that a share of it would let a forger hide milliseconds a sample; the two sides differ in it by its
+    jitter, which the four standard errors cover. The figures behind this: docs/measurements.md."""
     ref, cand = statistics.median(reference_unexplained), statistics.median(candidate_unexplained)
     reported = statistics.median(candidate_reported)
     sigma = statistics.median(abs(x - ref) for x in reference_unexplained) * 1.4826

@@ -36,9 +36,9 @@ class Slot:
     def timing_cpus(self, cpu_threads: int = 1) -> tuple[int, ...]:
         """The cores a GPU slot's workers' threads are held to while timed: the first `cpu_threads` of the slot's,
         the same ones for both sides (harness.worker.common.pin_for_timing). Empty on the CPU path: there the
-        timed call runs on the core itself, and with both sides held to one core a 0.07 ms call read 44-49%
-        slower interleaved than alone on the 2-core CI box (likely each finding the other's data in the core's
-        caches after every switch), which the interference check took for a cheat."""
+        timed call runs on the core itself, and with both sides held to one core a short call ran far slower
+        interleaved than alone (likely each finding the other's data in the core's caches after every switch),
+        which the interference check took for a cheat (docs/measurements.md)."""
         return self.cpus[:max(1, cpu_threads)] if self.gpu is not None else ()
 
     def spare_cpus(self, cpu_threads: int = 1) -> tuple[int, ...]:

@@ -36,12 +36,12 @@ ENV_WHITELIST = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "CUDA_HOME"
 
 # The same heap behaviour in every worker, whatever its history. glibc's mmap threshold is otherwise dynamic: it
 # rises only once a process has freed a large mmapped block, so two processes running identical code could
-# differ in whether each call's output pages are fresh (a page fault per 4 KiB: an A/A pair read 0.35x on the
-# CPU) or reused from the heap. Fixed at glibc's ceiling (32 MiB), with no trimming of the heap below 256 MiB.
+# differ in whether each call's output pages are fresh (a page fault per 4 KiB, enough to put an A/A pair on the CPU
+# far from 1.0) or reused from the heap. Fixed at glibc's ceiling (32 MiB), with no trimming of the heap below 256 MiB.
 # And the heap on transparent huge pages where the kernel allows them (`madvise` or `always`; glibc >= 2.35, older
 # ones ignore it): after the CPU path's cache flush, a sample's inputs on 4 KiB pages likely cost a page walk each,
-# and how much varied from process to process (on a 2-core KVM box, A/A process pairs read up to 1.75, the
-# candidate side faster in 20 of 20; with huge pages both ways, docs/measurements.md).
+# and how much varied from process to process, enough to read one side of A/A process pairs faster every time
+# (docs/measurements.md).
 MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456:glibc.malloc.hugetlb=1"
 
 # A worker's log keeps its first LOG_HEAD_BYTES and, once it passes LOG_CAP_BYTES, only its last
@@ -543,7 +543,7 @@ class SpareWorkers:
     Every job still gets a process of its own that no earlier job has touched. `quiet`: the spares import on
     cores no timed thread uses (KB_SPARE_CPUS, harness.worker.common.hold_spare_cores) and go on while a side is
     timed; otherwise they are stopped then (pause), and a pair whose untimed parts are shorter than an import
-    waits for the rest of it at its reference's start (5 s of every other problem's setup on the H200 box).
+    waits for the rest of it at its reference's start (seconds of a problem's setup).
 
     `upcoming(role)`: after a job of `role` is handed out, the roles whose next job is sure to come (the caller's
     foresight, e.g. harness.run.schedule.Outlook); a spare is started for each that has none. The default
@@ -579,8 +579,8 @@ class SpareWorkers:
 
     def pause(self) -> None:
         """SIGSTOP the spares while a side is timed: a spare importing torch would compete with the timed process
-        for the host (on a 2-core machine it slowed the reference's blocks during a pair by half, and the honest
-        pair read `interference`). They go on importing when the timing stops (resume). Called at every switch
+        for the host (on a machine of few cores it slowed the reference's blocks during a pair so much that an
+        honest pair read `interference`). They go on importing when the timing stops (resume). Called at every switch
         of the timed side: only a spare started since the last call is signalled. Quiet spares go on."""
         if self.quiet:
             return

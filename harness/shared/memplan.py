@@ -24,15 +24,14 @@ from dataclasses import dataclass
 
 GIB = 1 << 30
 MIB = 1 << 20
-CONTEXT_BYTES = GIB // 2        # one process's CUDA context (outside torch's allocator; ~0.3-0.5 GiB on an H100)
+CONTEXT_BYTES = GIB // 2        # one process's CUDA context (outside torch's allocator), rounded up
 CHUNK_BYTES = 32 * MIB          # compares, checksums and float64 errors run in flat slices of this many bytes
 KEEP_BYTES = 256 * MIB          # trial tensors stay on the device while all of them together are at most this
 HEADROOM_BYTES = 256 * MIB      # per side: allocator rounding and what a measured peak did not see
 GRAPH_BYTES = GIB               # per side: graph mode's captured calls' inputs and outputs together, at most this
-# A sample's inputs up to this are copied for the mutation check; larger: checksums, twice a sample. Pairs with 1-6
-# GiB of inputs spent ~130 ms a sample on them on an H200 (2026-11-25); on an H100 (2026-11-26) 2.5 GiB took 29 ms
-# and 6 GiB 42 ms (docs/measurements.md). Raised to 8 GiB, the reference's planned share no longer held its samples
-# (harness_oom on level1/035-039): the plan must count the copies first (issue 29).
+# A sample's inputs up to this are copied for the mutation check; larger: checksums, twice a sample, which cost tens
+# of milliseconds a sample on GiBs of inputs (docs/measurements.md). Raised to 8 GiB, the reference's planned share
+# no longer held its samples (harness_oom): the plan must count the copies first (issue 29).
 PRISTINE_BYTES = 256 * MIB
 
 

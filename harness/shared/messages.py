@@ -2,8 +2,10 @@
 
 Requests go parent -> worker (they carry `op`), replies worker -> parent (they carry `kind`). `wire(msg)` makes the
 dict the channel sends; `parse(cls, dict)` checks a received dict field by field against the dataclass (a worker
-is untrusted: a wrong type is a protocol error, never a crash of the parent). A new timing mode or baseline is a
-field or a message here, and nowhere else in the protocol.
+is untrusted: a wrong type is a protocol error, never a crash of the parent). A timing mode travels by name
+(`TimingSpec.mode`, `ModeRequest.mode`) and a torch.compile baseline as a `compile:<mode>` name in
+`TimingSpec.variants`, so a new one needs no new message here; the files a new timing mode does touch are listed in
+harness.run.modes.
 """
 from __future__ import annotations
 

@@ -29,9 +29,9 @@ def main(argv: list[str]) -> None:
     if role != "flusher":               # the flusher holds no torch (harness.worker.flusher)
         import torch  # noqa: F401 - before the job arrives: a spare worker pays for this while it waits
     if role in ("candidate", "build"):
-        # and for this (0.1 s on the CI box; it pulls in setuptools), which install_extension_hooks needs after the
-        # job: it reads no variable the job sets at import (TORCH_EXTENSIONS_DIR, MAX_JOBS and TORCH_CUDA_ARCH_LIST
-        # are read when an extension is built or loaded), and it touches no GPU
+        # and for this (it pulls in setuptools), which install_extension_hooks needs after the job: it reads no
+        # variable the job sets at import (TORCH_EXTENSIONS_DIR, MAX_JOBS and TORCH_CUDA_ARCH_LIST are read when an
+        # extension is built or loaded), and it touches no GPU
         import torch.utils.cpp_extension  # noqa: F401
     common.trace(f"{role} imported")
     job = conn.recv()                   # nothing touches the GPU before this: a spare holds no CUDA context

@@ -140,8 +140,8 @@ def pin_for_timing() -> list[int] | None:
     where there are none to hold to. Both sides of a pair do it before timing starts, so each side's timed thread
     runs on the same core as the other's. With a slot's whole share of cores to choose from, the scheduler leaves
     each process on a core of its own for seconds at a time, and on a shared machine one core can be slower than
-    another for that long (steal time, a busy sibling thread): on the H200 box, 31 of 129 A/A process pairs had a
-    run of 5 or more rounds more than 2% off 1.0 on one side before this pin, 1 of 162 after it (docs/measurements.md)."""
+    another for that long (steal time, a busy sibling thread), which put runs of rounds off 1.0 on one side of A/A
+    process pairs; with this pin they are rare (docs/measurements.md)."""
     return _hold_threads("KB_TIMING_CPUS")
 
 
@@ -279,7 +279,7 @@ def _short_paths(line: str) -> str:
 
 
 # Modules that take a second or more to import; a trace line names those first imported during its stage (a lazy
-# import inside torch, such as unravel_index's of sympy, cost each reference 1.8 s on the H200 box).
+# import inside torch, such as unravel_index's of sympy, can cost each reference seconds).
 _HEAVY = ("sympy", "torch._dynamo", "torch._inductor", "triton", "numpy", "scipy")
 _heavy_seen: set[str] = set()
 
@@ -308,7 +308,7 @@ def _device_memory() -> str:
 
 def warm_profiler() -> None:
     """A process's first CUDA trace costs more than the later ones (CUPTI starting; through torch.profiler it also
-    imported torch._inductor: 3.5-5.9 s on the H200, see profiling.cuda_trace). Both roles pay it before their timed
+    imported torch._inductor, which takes seconds: profiling.cuda_trace). Both roles pay it before their timed
     rounds (KB_WARM_PROFILER, set on GPU slots with the defenses on), so the first profiled call does not stall a
     round and both sides run the rounds with the profiler in the same state. After the job arrives: it starts the
     process's CUDA context, which a spare must not do while another process is timed. A failure only means the

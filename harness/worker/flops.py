@@ -3,7 +3,7 @@ mode of our own.
 
 torch's FlopCounterMode counts the same way (ops it has no formula for are decomposed, the rest run and are
 counted; higher-order ops are not), but entering any TorchDispatchMode whose `__torch_dispatch__` is wrapped by
-`torch._disable_dynamo` imports torch._dynamo first: 1-3 s a process (3.2 s on the 2-core CI box), which every
+`torch._disable_dynamo` imports torch._dynamo first, seconds a process (docs/measurements.md), which every
 reference worker paid before its first pair could be checked. This mode says it needs no such wrapping (it never
 runs under torch.compile), so counting costs what the forward costs. Counts match FlopCounterMode's
 (tests/test_flops.py)."""

@@ -9,10 +9,10 @@ again. Both sides' calls then start from the same state: on the CPU their inputs
 memory their allocator hands out all come from memory, and the core last ran this process, not the one about to be
 timed (a side that had just staged its own inputs started warmer than one woken from a stop); on the GPU each call
 is the first work of its context after another context's (the reference, which stages every sample's inputs,
-would otherwise run its own calls with no switch of context before them and the candidate's after one: 0.25-0.3 ms
-of unexplained time per candidate sample, and a 1.33x A/A on a memory-bound call, on an H100). In graph mode, whose
-samples are hot, the flusher writes a few bytes only, for that switch. The candidate's process cannot touch the
-flush, skip it or work behind it.
+would otherwise run its own calls with no switch of context before them and the candidate's after one, which gave
+the candidate's samples unexplained time of their own and put an A/A pair of a memory-bound call far from 1.0:
+docs/measurements.md). In graph mode, whose samples are hot, the flusher writes a few bytes only, for that switch.
+The candidate's process cannot touch the flush, skip it or work behind it.
 
 Runs only inside its worker process.
 """

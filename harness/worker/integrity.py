@@ -76,7 +76,7 @@ def clean_torch():
     on the way out. A namespace nothing changed costs one pass in C over its names, comparing by identity (never
     a value's own __eq__, which a candidate's object may answer as it likes); so does one changed the same way as
     at the last call (_differences), so that a candidate which replaced a name pays no more a sample than one
-    which did not: a walk in Python over torch's ~1500 names each sample (0.2 ms on the 2-core CI box) reads as
+    which did not: a walk in Python over torch's ~1500 names each sample (a fraction of a millisecond) reads as
     time the candidate hid from its report (`timing_inconsistent`)."""
     undo: list[tuple[Any, str, Any]] = []
     for index, (ns, saved, added_count) in enumerate(_torch_saved):

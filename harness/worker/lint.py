@@ -36,7 +36,7 @@ def _positions(shape: tuple, device) -> tuple | None:
 
 def _unravel(flat, shape: tuple) -> tuple:
     """torch.unravel_index's indices, without its first call's import of sympy and torch.fx's symbolic shapes
-    (0.4 s on the CI box, 1.8 s of every reference's setup on the H200 box)."""
+    (up to seconds of every reference's setup; docs/measurements.md)."""
     index = []
     for size in reversed(shape):
         index.append(flat % size)
@@ -61,8 +61,8 @@ def _sampled(outs: list, refs: list) -> tuple[list, list] | None:
 def _passes(outs, refs, atol, rtol, device=None) -> bool:
     """Whether `outs` pass against `refs` at every position. A sample of positions first: where it fails, so does
     the whole, and a non-degenerate problem's checks (all of them fail) cost a sample each instead of a pass over
-    its outputs each (4.5 s of a reference's setup on the H200's level 1 problems with 1-2.5 GiB outputs, which lie
-    on the host; issue 29); the full comparison runs only where the sample passed."""
+    its outputs each (seconds of a reference's setup where GiBs of outputs lie on the host; issue 29); the full
+    comparison runs only where the sample passed."""
     from harness.worker.verify import compare_outputs
     sample = _sampled(outs, refs)
     if sample is not None and not compare_outputs(*sample, atol, rtol, device=device)["ok"]:

@@ -68,7 +68,7 @@ def ncu_call(call: Callable[[list], Any], inputs: list, warmup: int, device: str
 def cuda_trace():
     """A trace of CUDA activity only, through the autograd profiler that torch.profiler.profile wraps. Not through
     torch.profiler.profile itself: its start asks `hasattr(torch, "_inductor")`, which imports torch._inductor,
-    torch._dynamo and sympy (a worker's first trace took 3.5-5.9 s that way on the H200, 0.02 s through here:
+    torch._dynamo and sympy (seconds of a worker's first trace that way, next to nothing through here:
     benchmarks/profiler_start.py)."""
     from torch.autograd.profiler import profile
     return profile(use_cpu=False, use_device="cuda", use_kineto=True)

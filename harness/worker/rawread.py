@@ -12,7 +12,7 @@ imported, and tensor accessors taken from torch's C base class, which Python cod
                      parent (harness.run.peek) or the reference worker (harness.worker.peer), at positions drawn
                      after the reply (harness.shared.points).
 
-Both workers do the same per-sample work; harness.integrity watches this module's globals like the rest of the
+Both workers do the same per-sample work; harness.worker.integrity watches this module's globals like the rest of the
 timing path. Runs only inside worker processes.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ _string_at = ctypes.string_at
 _create_buffer = ctypes.create_string_buffer
 _urandom = os.urandom
 _b64encode = base64.b64encode
-# bound by bind(), each a module global so that harness.integrity sees one replaced
+# bound by bind(), each a module global so that harness.worker.integrity sees one replaced
 _data_ptr = _stride = _numel = _element_size = _storage = _storage_ptr = _storage_nbytes = None
 _shape = _dtype = _is_cuda = None
 

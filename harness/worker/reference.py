@@ -287,8 +287,8 @@ class _Trials:
     def recompute(self, model) -> None:
         """Large outputs of a model whose forward leaves its state as it found it (_prepare checks): the trials
         past 0 keep no copy of their output, trial 0 none past the setup (settle_first); expected_for computes it
-        again, from the trial's seed, when its check comes. A 2.5 GiB output's copy to the host at setup and back
-        for its check took ~0.8 s a trial on the H200; the forward takes milliseconds."""
+        again, from the trial's seed, when its check comes. A large output's copy to the host at setup and back
+        for its check costs far more a trial than the forward does (docs/measurements.md)."""
         self.forward = model
 
     def expected_for(self, k: int) -> list:
@@ -318,7 +318,7 @@ class _Trials:
     def settle_first(self) -> None:
         """Once the setup's checks are done with trial 0's large outputs: dropped where they can be computed again
         (recompute), else moved to the host. Kept on the device until then, they cost no copy to the host (nor
-        back for each candidate's first check: ~1 s a pair for a 2.5 GiB output on the H100)."""
+        back for each candidate's first check, a large part of a pair's time for GiBs of output)."""
         if self.keep_outputs or not self.expected or self.expected[0] is None:
             return
         self.expected[0] = None if self.forward is not None else [t.to("cpu") for t in self.expected[0]]
@@ -381,8 +381,8 @@ class _Float64:
     (`fp64_max_abs_err`, the reduced-precision check). Where the trials' outputs are small they stay on the device
     for the reference's life; where they are large, only until the first candidate's trial 0 is measured, then
     they are dropped and computed again for the next candidate's (within the float64 share the plan gave the
-    reference), instead of going to the host and back (5 GiB each way for a 2.5 GiB float32 output: ~3 s of the
-    first trial's check on the H200)."""
+    reference), instead of going to the host and back (twice the float32 output's bytes each way: seconds of the
+    first trial's check for a large output)."""
 
     def __init__(self, model, initial_state, trials: "_Trials", device: str):
         self.model, self.initial_state, self.trials, self.device = model, initial_state, trials, device

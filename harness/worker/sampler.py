@@ -205,8 +205,8 @@ def device_buffers(device: str, spec: m.TimingSpec, defenses: bool):
     """A worker's long-lived timing buffers, made first thing, before the problem's inputs and outputs: the cold
     samples' flusher (its L2-sized buffer; returned, None where `spec` does not flush) and the checksum's weights.
     Made after them, they were carved out of a freed input's cached segment, which then stayed reserved around them:
-    a reference with 1 GiB of inputs held ~1 GiB more than it had allocated and outgrew its planned share at its first
-    paired sample (`harness_oom`, H200, 2026-11-26)."""
+    a reference held about its inputs' size more than it had allocated and outgrew its planned share at its first
+    paired sample (`harness_oom`)."""
     from harness.worker import timing
     flusher = timing.make_flusher(device, cudadriver.reset_persisting_l2) if spec.flush_l2 else None
     if defenses and device != "cpu":

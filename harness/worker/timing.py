@@ -93,9 +93,9 @@ class HostCacheFlusher:
     """The CPU path's cold sample: writes 2x the last-level cache before the call (32 MiB assumed where sysfs does
     not say; at least 16 MiB, at most 512 MiB), so that a call's inputs, its outputs and the memory the allocator
     hands it come from memory on both sides, not from whatever each process's heap history left in the caches.
-    Without it, the same 0.08 ms elementwise call ran 10-30% faster in a process whose allocator gave it memory
-    the caches still held: its A/A `calibrate` on the 2-core CI box read 1.08-1.20 in three runs, the candidate
-    side faster in all nine process pairs; with it (as cold as the GPU path's samples) 1.00, 1.02 and 1.00 (docs/measurements.md)."""
+    Without it, a short call ran faster in a process whose allocator gave it memory the caches still held, and an
+    A/A `calibrate` read one side faster in every process pair; with it (as cold as the GPU path's samples) it reads
+    1.0 (docs/measurements.md)."""
 
     def __init__(self, cache_bytes: int | None = None):
         self.bytes = flush_bytes(cache_bytes)
@@ -204,7 +204,7 @@ _warm_up_streams: dict = {}
 def _warm_up_stream(device: torch.device) -> torch.cuda.Stream:
     """The one side stream a process warms its captured calls up on: a fresh stream per capture made cuBLAS keep a
     workspace of its own for each (32 MiB on Hopper), so a reference that captured once per pair grew by that much
-    a pair until it outgrew its planned share (graph capture `OutOfMemoryError` on the H200, 2026-11-26)."""
+    a pair until it outgrew its planned share (graph capture's `OutOfMemoryError`)."""
     stream = _warm_up_streams.get(device)
     if stream is None:
         stream = _warm_up_streams[device] = torch.cuda.Stream(device)
