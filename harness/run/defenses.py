@@ -118,8 +118,8 @@ def check_timed_precision(record: RecordDraft, full: list[m.FileCheck], ready: m
     """`reduced_precision` from the timed outputs checked whole, by the rule of check_precision (a candidate
     that computes in fp32 during its trials and in lower precision once timed)."""
     for result in full:
-        excess = precision_excess(_number(result.fp64_max_abs_err), _number(result.fp64_reference_max_abs_err),
-                                  _number(result.fp64_output_scale), ready)
+        excess = precision_verdict(_number(result.fp64_max_abs_err), _number(result.fp64_reference_max_abs_err),
+                                   _number(result.fp64_output_scale), signatures_of(result), ready)
         if excess:
             flag(record, flags.REDUCED_PRECISION, f"timed call checked whole: {excess}")
             return
@@ -171,17 +171,19 @@ PRECISION_FACTOR = 64         # the most a candidate's float64 error may exceed 
 FP32_EPS = 2.0 ** -23
 
 
-def check_precision(record: RecordDraft, ready: m.Ready, derived: m.Derived) -> None:
-    """`reduced_precision` for an fp32 problem that does not allow TF32, when the candidate's error against the
-    float64 reference (trial 0) is more than PRECISION_FACTOR times eager fp32's own error (or, where eager is
-    exact, than that many fp32 roundings of the output's largest value): TF32 (~2^13 times fp32's error), bf16
-    or fp16 arithmetic hidden inside a loose tolerance. An honest fp32 kernel that sums in another order stays
-    well inside the factor."""
+def check_precision(record: RecordDraft, ready: m.Ready, derived: m.Derived,
+                    signatures: dict[str, Any] | None = None) -> None:
+    """`reduced_precision` for an fp32 problem that does not allow TF32, by precision_verdict on trial 0: the
+    candidate's error against the float64 reference more than PRECISION_FACTOR times eager fp32's own (or, where
+    eager is exact, than that many fp32 roundings of the output's largest value): bf16 or fp16 arithmetic, TF32
+    where K is moderate, hidden inside a loose tolerance; or an error that carries TF32's or split bf16's
+    signature (`signatures`: trial 0's, from the reference's check), at any K. An honest fp32 kernel that sums in
+    another order stays well inside the factor and shares none of either signature (docs/precision.md)."""
     corr = record.correctness
     if corr is None:
         return
-    excess = precision_excess(_number(corr.fp64_max_abs_err), _number(corr.fp64_reference_max_abs_err),
-                              _number(derived.fp64_output_scale), ready)
+    excess = precision_verdict(_number(corr.fp64_max_abs_err), _number(corr.fp64_reference_max_abs_err),
+                               _number(derived.fp64_output_scale), signatures, ready)
     if excess:
         flag(record, flags.REDUCED_PRECISION, excess)
 
@@ -196,6 +198,42 @@ def precision_excess(cand: float | None, eager: float | None, scale: float | Non
         return None
     return (f"its error against float64 ({cand:.3g}) is {cand / floor:.0f}x eager fp32's ({floor:.3g}); an fp32 "
             f"problem without ALLOW_TF32 allows at most {PRECISION_FACTOR}x")
+
+
+SIGNATURE_SHARE = 0.1        # the least share of a scheme's own error in a candidate's that flags (docs/precision.md)
+SIGNATURE_Z = 6.0             # and how far that share must stand from 0, in its standard errors
+SCHEME_NAMES = {"tf32:a": "TF32 on the input (left) operand", "tf32:b": "TF32 on the weight (right) operand",
+                "bf16x3": "split bf16 (hi*hi + hi*lo + lo*hi)", "bf16x3:rz": "split bf16 by truncation"}
+
+
+def signatures_of(result: m.FileCheck | None) -> dict[str, Any] | None:
+    """A check's `precision_signature` (scheme -> {'share', 'z', 'ratio'}), where the reference sent one."""
+    return getattr(result, "precision_signature", None)     # a FileCheck field once the reference sends it
+
+
+def signature_excess(signatures: dict[str, Any] | None, ready: m.Ready) -> str | None:
+    """Why the candidate's error against float64 carries a reduced-precision scheme's own error (`signatures`:
+    scheme -> {'share', 'z', 'ratio'}, harness.worker.verify.precision_signature); None when none does, or it
+    cannot be told (no figures, no matmul, a signature of zero)."""
+    if ready.dtype != "float32" or ready.allow_tf32 or not isinstance(signatures, dict):
+        return None
+    for scheme, figures in signatures.items():
+        if not isinstance(figures, dict):
+            continue
+        share, z = _number(figures.get("share")), _number(figures.get("z"))
+        if share is None or z is None or math.isnan(share) or math.isnan(z):
+            continue
+        if abs(share) >= SIGNATURE_SHARE and abs(z) >= SIGNATURE_Z:
+            return (f"{share:.2f} of its error against float64 is the error {SCHEME_NAMES.get(scheme, scheme)} "
+                    f"gives (z {z:.0f}); fp32 arithmetic in any order shares none of it")
+    return None
+
+
+def precision_verdict(cand: float | None, eager: float | None, scale: float | None,
+                      signatures: dict[str, Any] | None, ready: m.Ready) -> str | None:
+    """The reduced-precision rule (docs/precision.md): an error beyond PRECISION_FACTOR times eager fp32's, or one
+    that carries a reduced-precision scheme's signature. Why, or None."""
+    return precision_excess(cand, eager, scale, ready) or signature_excess(signatures, ready)
 
 
 def check_physics(record: RecordDraft, work: m.Work | None, ceilings: dict[str, float]) -> None:
@@ -243,6 +281,7 @@ class Evidence:
     after: list[float] = field(default_factory=list)
     calls_per_sample: int = 1
     ceilings: dict[str, float] = field(default_factory=dict)
+    signatures: dict[str, Any] | None = None    # trial 0's precision_signature, from the reference's check
 
 
 Check = Callable[[Evidence], None]
@@ -267,7 +306,7 @@ def trial_flags(ev: Evidence) -> None:
 
 @defense
 def trial_precision(ev: Evidence) -> None:
-    check_precision(ev.record, ev.ready, ev.derived)
+    check_precision(ev.record, ev.ready, ev.derived, ev.signatures)
 
 
 @defense

@@ -207,3 +207,89 @@ def all_finite(outs: list, chunk_bytes: int | None = None, device: Any = None) -
                 if not bool(torch.isfinite(part.to(where)).all()):
                     return False
     return True
+
+
+# ---------------------------------------------------------------- reduced-precision signature (docs/precision.md)
+
+SIGNATURE_ELEMENTS = 1 << 20    # output elements a signature is measured on (24 MiB kept): more only narrows a narrow z
+
+
+def sample_index(shapes: list, count: int = SIGNATURE_ELEMENTS, offset: int = 0, device: Any = None) -> list:
+    """Flat indices into each of outputs of `shapes`, for at most `count` elements in all: every element where
+    there are no more, else every stride-th of the outputs laid end to end, from `offset` modulo the stride (a
+    secret offset: a candidate cannot tell which elements are measured, nor leave a fraction of them out)."""
+    sizes = [math.prod(shape) for shape in shapes]
+    stride = max(1, -(-sum(sizes) // max(1, count)))
+    first, base, found = offset % stride, 0, []
+    for size in sizes:
+        start = (first - base) % stride
+        found.append(torch.arange(start, size, stride, device=device))
+        base += size
+    return found
+
+
+def take(outs: list, sample: list, device: Any = None) -> list:
+    """Each output's elements at its flat indices in `sample`, as 1-D float64 on `device` (default: the output's),
+    without a copy of the whole of a non-contiguous output."""
+    taken = []
+    for t, idx in zip(outs, sample):
+        idx = idx.to(t.device)
+        flat = t.reshape(-1)[idx] if t.is_contiguous() else t[torch.unravel_index(idx, tuple(t.shape))]
+        taken.append(flat.to(t.device if device is None else torch.device(device), torch.float64))
+    return taken
+
+
+def rounding_error(emulated: list, exact: list) -> list:
+    """A scheme's own error, emulated - exact, as float32 (a signature needs ~1% of its value, not float64's
+    digits): on `take`n samples, or whole outputs."""
+    return [(t.to(r.device, torch.float64) - r.to(torch.float64)).to(torch.float32) for t, r in zip(emulated, exact)]
+
+
+def precision_signature(outs: list, exact: list, signature: list, chunk_bytes: int | None = None,
+                        device: Any = None) -> dict[str, float] | None:
+    """How much of a candidate's error against float64, e = out - exact, is a rounding scheme's own error s
+    (`signature`: rounding_error of the float64 forward with the scheme's rounded operands, harness.worker.precision):
+    the least-squares share beta = <e, s> / <s, s> (1 for a candidate that rounds as the scheme does, 0 for fp32
+    arithmetic in any order, whose error does not follow the operands' dropped bits), its z = beta / se, with
+    se = sqrt(sum (e - beta s)^2 s^2) / <s, s> (robust to unequal variances), and `ratio` = |e| / |s|. Elements
+    where e or s is not finite are left out. None where the signature is zero or the outputs do not match in
+    count or shape. In float64 on `device` (default: each reference's), a piece at a time."""
+    if not (len(outs) == len(exact) == len(signature)):
+        return None
+    sums = [0.0] * 6                                   # es, ss, ee, eess, esss, ssss
+    limit = max(1, (chunk_bytes or CHUNK_BYTES) // 8)
+    for o, r, t in zip(outs, exact, signature):
+        if not (o.shape == r.shape == t.shape):
+            return None
+        where = r.device if device is None else torch.device(device)
+        for _, prefix, span in pieces(tuple(r.shape), limit):
+            e = piece(o, prefix, span).to(where, torch.float64) - piece(r, prefix, span).to(where, torch.float64)
+            s = piece(t, prefix, span).to(where, torch.float64)
+            keep = torch.isfinite(e) & torch.isfinite(s)
+            e, s = e[keep], s[keep]
+            s2 = s * s
+            for n, v in enumerate((e * s, s2, e * e, e * e * s2, e * s * s2, s2 * s2)):
+                sums[n] += float(v.sum())
+            del e, s, s2, keep
+    es, ss, ee, eess, esss, ssss = sums
+    if not ss > 0:
+        return None
+    beta = es / ss
+    var = max(0.0, eess - 2 * beta * esss + beta * beta * ssss) / (ss * ss)
+    z = beta / math.sqrt(var) if var > 0 else (math.inf if beta else 0.0)
+    return {"share": beta, "z": z, "ratio": math.sqrt(ee / ss)}
+
+
+def signature_figures(outs: list, exact: list, signatures: dict[str, list], sample: list,
+                      device: Any = None) -> dict[str, Any] | None:
+    """A candidate's precision_signature for each scheme: `outs` whole, `exact` (float64) and `signatures`
+    (rounding_error) at `sample`. None where there are no signatures or the outputs do not fit the sample."""
+    if not signatures or len(outs) != len(sample):
+        return None
+    try:
+        got = take(outs, sample, device)
+    except torch.OutOfMemoryError:
+        raise
+    except (IndexError, RuntimeError, ValueError):                # an output of another size than the sample's
+        return None
+    return {scheme: precision_signature(got, exact, sig) for scheme, sig in signatures.items()}

@@ -1,0 +1,158 @@
+"""The reduced-precision signatures (docs/precision.md): the model's float64 forward with the operands of every
+matmul and convolution rounded as a reduced-precision kernel rounds them, so that the reference can ask how much of
+a candidate's error against float64 is that rounding's (harness.worker.verify.precision_signature).
+
+The schemes, named in SCHEMES:
+- `tf32:a`, `tf32:b`: one operand (a: the input of linear and convolutions, the left one of a matmul; b: the weight,
+  the right one) rounded to nearest (ties to even) at 10 explicit mantissa bits, the products summed exactly. A TF32
+  kernel rounds both and carries both signatures; one that splits an operand into two TF32 parts (2xTF32) one. They
+  are kept apart because a pooled output averages one of them away (docs/precision.md);
+- `bf16x3`: each operand split as hi = bf16(x), lo = bf16(x - hi), both to nearest, and the product taken as
+  hi*hi + hi*lo + lo*hi (the lo*lo term dropped), summed exactly;
+- `bf16x3:rz`: the same split by truncation (masking the low 16 bits, the cheap way in a kernel), whose dropped
+  bits are other bits than the rounded split's.
+The sums are exact (float64 over float32-sized operands), so the emulated output differs from the float64 reference
+only by the operands' rounding: that difference is the scheme's signature, which no summation order of fp32
+arithmetic reproduces. Runs in the reference worker only, where candidate code never runs; the mode intercepts the
+model's own calls while it is active and nothing else.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+TF32_BITS = 10                 # explicit mantissa bits a TF32 operand keeps
+BF16_BITS = 7                  # and a bfloat16 one
+
+_BITS = {torch.float64: (torch.int64, 52), torch.float32: (torch.int32, 23)}
+
+
+def round_mantissa(x: torch.Tensor, bits: int, truncate: bool = False) -> torch.Tensor:
+    """`x` (float32 or float64) with `bits` explicit mantissa bits, to nearest with ties to even (`truncate`:
+    toward zero), in its own dtype; NaN and Inf as they were. A float32 value rounded in float64 rounds as in
+    float32 (the exponent range aside)."""
+    int_type, total = _BITS[x.dtype]
+    drop = total - bits
+    raw = x.contiguous().view(int_type)
+    if not truncate:
+        raw = raw + ((1 << (drop - 1)) - 1) + ((raw >> drop) & 1)
+    out = (raw & ~((1 << drop) - 1)).view(x.dtype)
+    return torch.where(torch.isfinite(x), out, x)
+
+
+def split(x: torch.Tensor, bits: int, truncate: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hi, lo): hi = x at `bits` mantissa bits, lo = (x - hi) at `bits` (x - hi is exact in x's dtype)."""
+    hi = round_mantissa(x, bits, truncate)
+    return hi, round_mantissa(x - hi, bits, truncate)
+
+
+# The product operands of each op the mode rounds (positions in args, with the keyword names they may come by),
+# and how its additive term (a bias, or addmm's input) is left out of a correction term.
+_BIAS, _BETA = "bias", "beta"
+_PAIRS: dict[Any, tuple[tuple[int, str], tuple[int, str], str | None]] = {}
+for _f in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.__rmatmul__, torch.mm,
+           torch.Tensor.mm, torch.bmm, torch.Tensor.bmm, torch.mv, torch.Tensor.mv, torch.dot, torch.Tensor.dot,
+           torch.inner, torch.tensordot):
+    _PAIRS[_f] = ((0, "input"), (1, "other"), None)
+for _f in (F.linear, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d):
+    _PAIRS[_f] = ((0, "input"), (1, "weight"), _BIAS)
+for _f in (torch.addmm, torch.Tensor.addmm, torch.baddbmm, torch.Tensor.baddbmm, torch.addbmm, torch.addmv):
+    _PAIRS[_f] = ((1, "mat1"), (2, "mat2"), _BETA)
+
+
+def _tf32(call: Callable, a: torch.Tensor, b: torch.Tensor, which: str) -> torch.Tensor:
+    """One operand rounded as TF32 (`which`: "a", the input or left operand; "b", the weight or right one): a
+    kernel that rounds both carries both signatures, one that splits the other operand (2xTF32) one of them."""
+    if which == "a":
+        return call(round_mantissa(a, TF32_BITS), b, True)
+    return call(a, round_mantissa(b, TF32_BITS), True)
+
+
+def _kept(x: torch.Tensor, truncate: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hi + lo, lo) of split(x, BF16_BITS), with two copies of x alive at most beside it."""
+    rest = x - round_mantissa(x, BF16_BITS, truncate)   # exact: x - hi
+    lo = round_mantissa(rest, BF16_BITS, truncate)
+    rest -= lo                                          # what the split drops
+    return x - rest, lo
+
+
+def _bf16x3(call: Callable, a: torch.Tensor, b: torch.Tensor, truncate: bool) -> torch.Tensor:
+    """hi*hi + hi*lo + lo*hi as (hi + lo) * (hi + lo) - lo*lo: two exact products instead of three."""
+    a_kept, a_lo = _kept(a, truncate)
+    b_kept, b_lo = _kept(b, truncate)
+    out = call(a_kept, b_kept, True)
+    del a_kept, b_kept
+    return out - call(a_lo, b_lo, False)
+
+
+_SCHEME: dict[str, Callable] = {
+    "tf32:a": lambda call, a, b: _tf32(call, a, b, "a"),
+    "tf32:b": lambda call, a, b: _tf32(call, a, b, "b"),
+    "bf16x3": lambda call, a, b: _bf16x3(call, a, b, False),
+    "bf16x3:rz": lambda call, a, b: _bf16x3(call, a, b, True),      # split by truncation (masking the low bits)
+}
+SCHEMES = tuple(_SCHEME)
+
+
+class Rounded(TorchFunctionMode):
+    """While active, each matmul-like op (matmul, mm, bmm, mv, dot, einsum of two operands, linear, addmm and
+    kin, convolutions and transposed convolutions) computes with its floating operands rounded by `scheme`;
+    `rounded` counts the calls it changed. Meant for a float64 forward: its sums are then exact at float32 sizes."""
+
+    def __init__(self, scheme: str):
+        super().__init__()
+        self.scheme = _SCHEME[scheme]
+        self.rounded = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func is torch.einsum:
+            return self._einsum(args, kwargs)
+        pair = _PAIRS.get(func)
+        if pair is None:
+            return func(*args, **kwargs)
+        (i, ni), (j, nj), additive = pair
+        args = list(args)
+        a, b = _arg(args, kwargs, i, ni), _arg(args, kwargs, j, nj)
+        if not (_floating(a) and _floating(b)):
+            return func(*args, **kwargs)
+
+        def call(x, y, keep_additive: bool):
+            new_args, new_kwargs = list(args), dict(kwargs)
+            _set(new_args, new_kwargs, i, ni, x)
+            _set(new_args, new_kwargs, j, nj, y)
+            if not keep_additive and additive == _BIAS:
+                _set(new_args, new_kwargs, 2, _BIAS, None)
+            elif not keep_additive and additive == _BETA:
+                new_kwargs[_BETA] = 0
+            return func(*new_args, **new_kwargs)
+
+        self.rounded += 1
+        return self.scheme(call, a, b)
+
+    def _einsum(self, args, kwargs):
+        equation, operands = args[0], list(args[1:])
+        if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+            operands = list(operands[0])
+        if len(operands) != 2 or not all(_floating(t) for t in operands):
+            return torch.einsum(*args, **kwargs)
+        self.rounded += 1
+        return self.scheme(lambda x, y, _keep: torch.einsum(equation, x, y), *operands)
+
+
+def _arg(args: list, kwargs: dict, i: int, name: str):
+    return args[i] if i < len(args) else kwargs.get(name)
+
+
+def _set(args: list, kwargs: dict, i: int, name: str, value) -> None:
+    if i < len(args):
+        args[i] = value
+    else:
+        kwargs[name] = value
+
+
+def _floating(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.dtype in _BITS

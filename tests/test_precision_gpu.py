@@ -1,0 +1,39 @@
+"""The reduced-precision rule on the GPU (docs/precision.md; skipped where there is no CUDA device): a TF32 matmul
+and a 3xBF16 split product inside the tolerance are `reduced_precision`, an honest fp32 matmul is `ok`.
+
+Runs run_eval.py on tests/fixtures/gpu_tree's 002_square_matmul_fp32 alone (2048^3, tolerance loose enough that
+TF32 passes it). split_bf16's error is inside the 64x magnitude rule: it is caught by its signature, which needs
+the reference worker to send `precision_signature` with trial 0's check (docs/precision.md, Wiring)."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import FIXTURES, cuda_available, json_records, run_cli, write_config
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")]
+
+
+@pytest.fixture(scope="module")
+def precision_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("precision_gpu")
+    config = write_config(tmp, FIXTURES / "gpu_tree")
+    done = run_cli("--config", str(config), "--device", "cuda", "--json", "--timeout", "60", "--timing-mode", "cold",
+                   "--problem", "*002_square_matmul_fp32")
+    assert done.returncode == 0, done.stderr
+    return json_records(done.stdout)
+
+
+@pytest.mark.parametrize("candidate", ["tf32_matmul", "split_bf16"])
+def test_reduced_precision_inside_the_tolerance_is_flagged(precision_run, candidate):
+    record = precision_run[candidate]
+    assert record["correctness"]["trials_passed"] == record["correctness"]["trials"], record["error"]
+    assert record["status"] == "invalid" and "reduced_precision" in record["flags"], (record["error"],
+                                                                                       record["correctness"])
+
+
+def test_honest_fp32_is_not_flagged(precision_run):
+    record = precision_run["honest_fp32"]
+    assert record["status"] == "ok", (record["error"], record["flags"])
+    assert "reduced_precision" not in record["flags"]
+    corr = record["correctness"]
+    assert corr["fp64_max_abs_err"] <= 8 * corr["fp64_reference_max_abs_err"], corr
