@@ -96,7 +96,8 @@ def test_exploits_on_the_gpu(tmp_path, staged):
                 "patch_reference": "ok", "reduced_mantissa": "invalid", "forge_sample_times": "invalid",
                 "patch_sampler": "invalid", "compute_on_read": "incorrect", "read_points_only": "incorrect",
                 "thread_when_timed": "invalid", "precompute_at_inputs": "invalid", "precompute_in_torch": "ok",
-                "fill_checked_points": "invalid", "precision_when_timed": "invalid", "skip_captured_calls": "ok"}
+                "fill_checked_points": "invalid", "precision_when_timed": "invalid", "skip_captured_calls": "ok",
+                "split_bf16": "invalid"}
     if staged:
         expected.update({name: "ok" for name in STAGED_GAINS_NOTHING}, arena_watcher="invalid",
                         alias_view="invalid", frames_and_instances="invalid")

@@ -208,7 +208,7 @@ SCHEME_NAMES = {"tf32:a": "TF32 on the input (left) operand", "tf32:b": "TF32 on
 
 def signatures_of(result: m.FileCheck | None) -> dict[str, Any] | None:
     """A check's `precision_signature` (scheme -> {'share', 'z', 'ratio'}), where the reference sent one."""
-    return getattr(result, "precision_signature", None)     # a FileCheck field once the reference sends it
+    return result.precision_signature if result is not None else None
 
 
 def signature_excess(signatures: dict[str, Any] | None, ready: m.Ready) -> str | None:

@@ -406,7 +406,9 @@ def _drive(worker: Worker, record: RecordDraft, reference: ReferenceSide, inter:
     if sizes.several(ready):
         record.sizes = sizes.results(results, ready)
     record.precision = Precision(pc.cfg.precision, ready.dtype, ready.dtype_source)
-    evidence = defenses.Evidence(record, ready, reference.derived, pc.cfg.timing, reference.device, outputs)
+    trial0 = next((r for r in results if r.label == "trial0"), None)
+    evidence = defenses.Evidence(record, ready, reference.derived, pc.cfg.timing, reference.device, outputs,
+                                 signatures=defenses.signatures_of(trial0))
     defenses.run(defenses.AFTER_TRIALS[:1], evidence, pc.cfg.defenses)      # the trials' own flags
     failing = [r for r in results if not r.ok]
     if failing:

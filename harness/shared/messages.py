@@ -356,6 +356,7 @@ class Derived:
     fp64_reference_max_abs_err: float | None = None     # eager's own error against the float64 reference
     fp64_output_scale: float | None = None  # the largest |value| of the float64 reference's outputs
     fp64: str | None = None                 # why there is no float64 reference ("skipped: needs X GiB, budget Y GiB")
+    signature: str | None = None            # why no reduced-precision signature is measured (docs/precision.md)
 
 
 # ---------------------------------------------------------------- replies to jobs and other requests (worker -> parent)
@@ -490,6 +491,7 @@ class FileCheck:
     fp64_max_abs_err: Any = None
     fp64_reference_max_abs_err: Any = None
     fp64_output_scale: Any = None
+    precision_signature: dict[str, Any] | None = None   # scheme -> {share, z, ratio} (docs/precision.md)
     first_mismatch: dict[str, Any] | None = None    # free-form: where and what (index, got, expected)
 
 

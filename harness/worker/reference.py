@@ -139,6 +139,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
                     outs = result.pop("outputs", None)
                     if outs is not None and item["trial"] == 0 and fp64.wanted():
                         result["fp64_max_abs_err"] = fp64.max_abs_err(outs)
+                        result["precision_signature"] = fp64.signature(outs)
                     if outs is not None and not result["ok"] and item["trial"] >= 0:
                         result["hint"] = hints.explain(int(item["trial"]), outs, verify)
                     del outs
@@ -364,11 +365,13 @@ def _derive(model, trials: "_Trials", defenses: bool, device: str, flops: bool, 
         trace("reference flops")
     expected64, note = None, memory.fp64_note
     if note is None:
+        fp64.make_signatures()                      # first: one float64 forward on the device at a time
         expected64, note = fp64.make()
     fp64.outputs, fp64.made = expected64, expected64 is not None
     exact = expected64 is not None
     derived = m.Derived(work, max_abs_diff64(trials.expected_for(0), expected64, device=device) if exact else None,
-                        max_magnitude(expected64, device=device) if exact else None, fp64=note)
+                        max_magnitude(expected64, device=device) if exact else None, fp64=note,
+                        signature=fp64.signature_note if exact else note)
     if device != "cpu":
         import torch
         torch.cuda.synchronize()
@@ -388,14 +391,39 @@ class _Float64:
         self.model, self.initial_state, self.trials, self.device = model, initial_state, trials, device
         self.outputs: list | None = None               # _derive's, or made again for a later candidate
         self.made = False                              # whether _derive made them (the plan and the ops allow it)
+        self.sample: list | None = None                # the elements the signatures are measured on (docs/precision.md)
+        self.emulated: dict[str, list] = {}            # scheme -> its float64 outputs at `sample`, until make()
+        self.exact: list | None = None                 # the float64 outputs at `sample`
+        self.signatures: dict[str, list] = {}          # scheme -> its own error at `sample` (verify.rounding_error)
+        self.signature_note: str | None = None         # why there are none
 
     def wanted(self) -> bool:
         """Whether each candidate's trial 0 is measured against them."""
         return self.made
 
+    def make_signatures(self) -> None:
+        """Each reduced-precision scheme's float64 outputs on trial 0's inputs, at a secret sample: before make()."""
+        import secrets
+        self.emulated, self.sample, self.signature_note = _emulated(
+            self.model, self.initial_state, lambda: self.trials.inputs(0), secrets.randbelow(1 << 30))
+
     def make(self) -> tuple[list | None, str | None]:
-        """The float64 reference on trial 0's inputs: (outputs, None), or (None, why not)."""
-        return _float64_reference(self.model, self.initial_state, lambda: self.trials.inputs(0))
+        """The float64 reference on trial 0's inputs: (outputs, None), or (None, why not). The first time, each
+        scheme's own error at the sample too (verify.rounding_error)."""
+        from harness.worker.verify import rounding_error, take
+        outs, note = _float64_reference(self.model, self.initial_state, lambda: self.trials.inputs(0))
+        if outs is not None and self.emulated:
+            self.exact = take(outs, self.sample)
+            self.signatures = {s: rounding_error(e, self.exact) for s, e in self.emulated.items()}
+        self.emulated = {}
+        return outs, note
+
+    def signature(self, outs: list) -> dict[str, Any] | None:
+        """Trial 0's share of each scheme's signature (verify.signature_figures), or None."""
+        from harness.worker.verify import signature_figures
+        if not self.signatures:
+            return None
+        return signature_figures(outs, self.exact, self.signatures, self.sample, device=self.device)
 
     def max_abs_err(self, outs: list) -> float | None:
         from harness.worker.verify import max_abs_diff64
@@ -467,11 +495,34 @@ def _work(model, inputs, footprint: int) -> dict[str, Any]:
     return m.Work(flops, footprint)
 
 
-def _float64_reference(model, initial_state, draw, host: bool = False) -> tuple[list | None, str | None]:
+def _emulated(model, initial_state, draw, offset: int) -> tuple[dict[str, list], list | None, str | None]:
+    """Each reduced-precision scheme's float64 outputs on the inputs `draw()` returns (harness.worker.precision: the
+    float64 forward with its matmul and convolution operands rounded as the scheme rounds them), kept only at a
+    strided sample of the elements (verify.sample_index from `offset`): ({scheme: sampled outputs}, the sample,
+    None), or ({}, None, why not). One float64 forward at a time (docs/precision.md)."""
+    from harness.worker import precision
+    from harness.worker.verify import sample_index, take
+    found, sample = {}, None
+    for scheme in precision.SCHEMES:
+        mode = precision.Rounded(scheme)
+        outs, note = _float64_reference(model, initial_state, draw, mode=mode)
+        if outs is None:
+            return {}, None, note
+        if not mode.rounded:
+            return {}, None, "skipped: no matmul or convolution"
+        if sample is None:
+            sample = sample_index([tuple(t.shape) for t in outs], offset=offset, device=outs[0].device)
+        found[scheme] = take(outs, sample)
+        del outs
+    return found, sample, None
+
+
+def _float64_reference(model, initial_state, draw, host: bool = False, mode=None) -> tuple[list | None, str | None]:
     """The reference computed in float64 on the inputs `draw()` returns, to show how far fp32 results, the
     reference's and the candidate's, are from the exact function; (outputs, None), or (None, why not). The float32
     inputs go before the float64 forward runs; `host`: the outputs are moved to the host (compared a slice at a
     time on the device)."""
+    import contextlib
     import copy
     import torch
     try:
@@ -485,7 +536,8 @@ def _float64_reference(model, initial_state, draw, host: bool = False) -> tuple[
             x64.append(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x)
             del x
         torch.manual_seed(0)
-        out = as_tensor_list(model64(*x64))
+        with mode if mode is not None else contextlib.nullcontext():      # precision.Rounded: a scheme's forward
+            out = as_tensor_list(model64(*x64))
         del model64, x64
         return ([t.to("cpu") for t in out] if host else out), None
     except Exception as exc:                           # noqa: BLE001 - some ops have no float64 kernel
@@ -661,10 +713,12 @@ class _FullCheck:
         seed, slot = kept
         draw = lambda: self.sampler.inputs_for(seed, slot)          # noqa: E731
         self.sampler.last = None           # its own last sample's output (checked at its CheckRequest): room for this
-        exact, note, large = None, None, False
+        exact, note, large, emulated, sample = None, None, False, {}, None
         if self.defenses and self.settings.dtype == "float32":
             note = self.memory.fp64_note
             if note is None:
+                import secrets
+                emulated, sample, _ = _emulated(self.model, self.initial_state, draw, secrets.randbelow(1 << 30))
                 large = tensor_bytes(outs) > KEEP_BYTES
                 exact, note = _float64_reference(self.model, self.initial_state, draw, host=large)
         inputs = draw()
@@ -676,6 +730,11 @@ class _FullCheck:
             result.update(fp64_max_abs_err=verify.max_abs_diff64(outs, exact, device=self.device),
                           fp64_reference_max_abs_err=verify.max_abs_diff64(expected, exact, device=self.device),
                           fp64_output_scale=verify.max_magnitude(exact, device=self.device))
+            if emulated:
+                exact_s = verify.take(exact, sample, device=self.device)
+                signatures = {s: verify.rounding_error(e, exact_s) for s, e in emulated.items()}
+                result["precision_signature"] = verify.signature_figures(outs, exact_s, signatures, sample,
+                                                                         device=self.device)
         elif note is not None:
             result["fp64"] = note
         if exact is not None and large and self.device != "cpu":
