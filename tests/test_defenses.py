@@ -50,3 +50,25 @@ def test_a_timed_output_is_held_to_the_references_dtype_and_shape(candidate_dtyp
     checked, full, found = defenses.check_timed_outputs(out, 1e-4, 1e-4)
     assert checked == 1 and full == []
     assert found == (failure and f"timed call 0: {failure}")
+
+
+@pytest.mark.parametrize("candidate, reference, failure", [
+    ([6, 1], [6, 1], None),                                   # contiguous, like the reference
+    ([1, 4], [6, 1], None),                                   # transposed: no element shares memory
+    ([0, 1], [6, 1], "output 0's strides [0, 1] for shape [4, 6] let its elements share memory (the "
+                     "reference's [6, 1] do not)"),           # one row computed, expanded over the batch
+    ([1, 1], [6, 1], "output 0's strides [1, 1] for shape [4, 6] let its elements share memory (the "
+                     "reference's [6, 1] do not)"),           # an as_strided view folded onto itself
+    ([0, 1], [0, 1], None),                                   # the reference's own output is expanded too
+])
+def test_a_timed_output_may_not_fold_its_elements_onto_each_other(candidate, reference, failure):
+    """Issue 48 item 2: values read at points can be right in an output that computed one row and expanded it
+    (a stride of 0) while the reference materialised every row; the timed output's strides are held to that."""
+    from harness.run import defenses
+    from harness.run.interleave import CANDIDATE, Collected
+    from harness.run.trusted import Checked
+    out = Collected()
+    out.checks[7] = {"reference": Checked([1.0], [[4, 6]], layouts=[([4, 6], reference)]),
+                     CANDIDATE: Checked([1.0], [[4, 6]], layouts=[([4, 6], candidate)])}
+    checked, full, found = defenses.check_timed_outputs(out, 1e-4, 1e-4)
+    assert checked == 1 and found == (failure and f"timed call 0: {failure}")

@@ -36,6 +36,7 @@ class Checked:
     full: m.FileCheck | None = None     # the whole-output comparison, where this sample was drawn for one
     aliased: str | None = None          # the output lies in memory the harness gave the call (one line)
     dtypes: list[str] | None = None     # the dtype of each output of the slot read last, as its reply described it
+    layouts: list[tuple[list[int], list[int]]] | None = None    # and each one's (shape, strides)
 
 
 def slots_for(check_seed: int, count: int, extra: int = 2) -> list[int]:
@@ -82,7 +83,7 @@ class Reader:
                 worker.resume()
         if checked is None:
             checked = self._check_request(worker, check_seed, slots, full)
-        return dataclasses.replace(checked, dtypes=_dtypes(result, slots[-1]))
+        return dataclasses.replace(checked, dtypes=_dtypes(result, slots[-1]), layouts=_layouts(result, slots[-1]))
 
     def keep(self, check_seed: int, full: bool) -> None:
         """CPU path: the reference keeps its last output whole for the full check of the candidate's (the values
@@ -149,6 +150,14 @@ def _dtypes(result: m.SampleResult, slot: int) -> list[str] | None:
     """The dtypes of a sample's outputs (one captured call's), as its reply described them; None where it did not."""
     try:
         return [e.dtype for e in _exported(result.outputs[slot])]
+    except (m.ProtocolError, IndexError):
+        return None
+
+
+def _layouts(result: m.SampleResult, slot: int) -> list[tuple[list[int], list[int]]] | None:
+    """The shape and strides of a sample's outputs (one captured call's), as its reply described them."""
+    try:
+        return [(list(e.shape), list(e.strides)) for e in _exported(result.outputs[slot])]
     except (m.ProtocolError, IndexError):
         return None
 

@@ -61,6 +61,19 @@ def span(shape: list[int], strides: list[int]) -> int:
     return sum((d - 1) * s for d, s in zip(shape, strides)) + 1
 
 
+def overlapping(shape: list[int], strides: list[int]) -> bool:
+    """Whether a strided layout may give two elements one address: taken dimension by dimension from the smallest
+    stride, each must step past everything the smaller ones span (a stride of 0, an expanded or an as_strided view
+    that folds onto itself). A layout that passes is certainly free of overlap; a few exotic ones that interleave
+    their dimensions fail it, which is why callers compare with the reference's layout."""
+    reach = 0
+    for size, stride in sorted((p for p in zip(shape, strides) if p[0] > 1), key=lambda p: abs(p[1])):
+        if abs(stride) <= reach:
+            return True
+        reach += (size - 1) * abs(stride)
+    return False
+
+
 def offsets(shape: list[int], strides: list[int], flat: list[int]) -> list[int]:
     """Element offsets (from the first element) of row-major flat indices under `strides`."""
     if len(shape) != len(strides):
