@@ -197,9 +197,8 @@ class Interleaver:
     def _staged_call(self, worker: Worker, side: str, variant: str, seed: int,
                      out: Collected) -> tuple[m.SampleResult, float, float | None]:
         """A staged sample: the reference checks the side's previous inputs and writes this sample's into the side's
-        arena, with the candidate stopped, and the caches are flushed by trusted code (the CPU path's flusher
-        process with both stopped; on the GPU the reference's L2 write, before a cold sample); then the side runs
-        the call alone. On the CPU the parent's clock around that request is the sample (the worker reports no
+        arena, with the candidate stopped, and the flusher process empties the caches with both stopped (on the GPU
+        an L2 write before a cold sample, a few bytes before a graph one); then the side runs the call alone. On the CPU the parent's clock around that request is the sample (the worker reports no
         time); on the GPU the call's own CUDA events are, and the parent's clock checks them. The side is stopped
         at once after its reply, for the trusted read (a candidate stays stopped until its next call). Returns the
         sample, the parent's clock around it, and the flush's time."""
