@@ -24,6 +24,8 @@
 #   overhead:  benchmarks/sample_overhead.py on three problems (where a sample's harness work goes)
 #   stage44:   issue 44's GPU half: staged samples on two honest pairs and the gpu_tree candidates, then the GPU
 #              tests (K selects; SMOKE_ONLY=1 for the pairs alone)
+#   exec44:    issue 44's reference executor: A/A of short problems on the default and the staged GPU path, back to
+#              back (PROCS process pairs, EXEC_PROBLEMS="level:glob ..."), then the GPU tests (K; SMOKE_ONLY=1: not)
 #   cpu44:     issue 44 on the device's quiet CPU cores: the CPU exploits and privileges tests as root, then the CPU
 #              path's A/A (calibrate of examples/cpu, PROCS process pairs a problem)
 #   kblint:    lint of the imported KernelBench problems (import them here first, into the ignored .kb/:
@@ -70,7 +72,7 @@
 #   profile:   issue 32 part 3: tests/test_profile.py's GPU test, then `run_eval.py profile` on three pairs (a CUDA
 #              level1 candidate, a Triton one, a level2 GEMM epilogue; PROFILE_SELS="SEL SEL ..." for others), their
 #              tables in $out/profile.txt, the reports and records under $out/profile/
-#   usage: bash scripts/gpu_check.sh [first|root|stage44|cpu44|smoke|validate|calibrate|suite|twice|twice-bg|bg|follow|spread|placement|overhead|kblint|tests|multi|cluster|profile]
+#   usage: bash scripts/gpu_check.sh [first|root|stage44|exec44|cpu44|smoke|validate|calibrate|suite|twice|twice-bg|bg|follow|spread|placement|overhead|kblint|tests|multi|cluster|profile]
 #
 # What the phases cost, and so how to split the work into device commands (the figures: docs/measurements.md,
 # "Figures that were in code comments"): the GPU tests need TESTS_TIMEOUT=450 in `first`; `calibrate` over the whole
@@ -358,6 +360,32 @@ stage44)
         --problems-dir tests/fixtures/gpu_tree/problems --solutions-dir tests/fixtures/gpu_tree/solutions \
         2>&1 | grep -v "━" | tail -n 25
     if [ -z "${SMOKE_ONLY:-}" ]; then
+        timeout -s INT "${TESTS_TIMEOUT:-330}" python -m pytest -q -rf --tb=short -m gpu tests/ ${K:+-k "$K"} 2>&1 \
+            | tee "$out/gpu_tests.txt" | tail -n 40
+    fi
+    ;;
+exec44)
+    # issue 44, the reference's executor: A/A of short problems on one GPU, back to back, on the default (in-process)
+    # path and on the staged path (timing.staged_gpu in a config of its own), PROCS (2) process pairs a problem;
+    # then (unless SMOKE_ONLY) the GPU tests K selects, their runs kept under $out/runs
+    staged_cfg=/tmp/staged_gpu.yaml
+    sed 's/^  staged_gpu: false/  staged_gpu: true/' config.yaml > "$staged_cfg"
+    grep -q '^  staged_gpu: true' "$staged_cfg" || { echo "config.yaml has no 'staged_gpu: false' line"; exit 1; }
+    for path in default staged; do
+        cfgs=(); [ "$path" = staged ] && cfgs=(--config "$staged_cfg")
+        echo "== A/A, $path path: the gpu_tree fixtures and ${EXEC_PROBLEMS:-level1 018/019/026, level2 001}"
+        timeout -s INT "${CAL_TIMEOUT:-150}" python run_eval.py calibrate "${cfgs[@]}" --compile-modes none \
+            --processes "${PROCS:-2}" --problems-dir tests/fixtures/gpu_tree/problems \
+            --solutions-dir tests/fixtures/gpu_tree/solutions --output-dir "$out/cal_tree_$path" 2>&1 \
+            | grep -v "━" | tail -n 8
+        for sel in ${EXEC_PROBLEMS:-level1:018_* level1:019_* level1:026_* level2:001_*}; do
+            timeout -s INT "${CAL_TIMEOUT:-150}" python run_eval.py calibrate "${cfgs[@]}" --compile-modes none \
+                --processes "${PROCS:-2}" --level "${sel%%:*}" --problem "${sel#*:}" \
+                --output-dir "$out/cal_${path}" 2>&1 | grep -v "━" | grep -E "^(level|0|problem)" | tail -n 3
+        done
+    done
+    if [ -z "${SMOKE_ONLY:-}" ]; then
+        export TEST_RUNS_OUT="$out/runs"
         timeout -s INT "${TESTS_TIMEOUT:-330}" python -m pytest -q -rf --tb=short -m gpu tests/ ${K:+-k "$K"} 2>&1 \
             | tee "$out/gpu_tests.txt" | tail -n 40
     fi

@@ -121,7 +121,7 @@ class FakeReader:
         assert candidate == (worker.name == CANDIDATE)
         return Checked([1.0], [[4]], self.error if candidate else None)
 
-    def keep(self, check_seed: int, full: bool) -> None:
+    def keep(self, worker, check_seed: int, full: bool, slot: int = 0) -> None:
         self.kept.append((check_seed, full))
 
 
@@ -300,7 +300,7 @@ def test_cpu_path_stages_every_sample_in_the_trusted_worker():
     out = il.rounds(candidate, RULE)
     assert {m["op"] for m in candidate.requests} == {"call"}                 # nothing but "call now"
     assert not any("seed" in m for m in candidate.requests)
-    assert reference.requests[0] == {"op": "arena", "path": candidate.arena_path()}
+    assert reference.requests[0] == {"op": "arena", "path": candidate.arena_path(), "side": "candidate"}
     events = world.events
     calls = [i for i, e in enumerate(events) if e[0] == "call"]
     assert len(calls) == sum(len(r[v]) for r in out.rounds for v in r) + 4 * len(out.rounds) * il.warmup

@@ -63,6 +63,25 @@ def test_a_raised_nice_value_is_named():
         target.wait()
 
 
+@pytest.mark.skipif(not LINUX, reason="/proc is Linux's")
+def test_a_lowered_priority_of_the_reference_executor_is_named():
+    """Any process of the same user may lower another's priority (a higher nice value, SCHED_IDLE): done to the
+    reference's executor, it would make the candidate read faster, so the parent names it there."""
+    target = _sleeper()
+    try:
+        baseline = scheduling.lowest_nice(target.pid)
+        assert scheduling.lowered(target.pid, baseline) is None
+        os.setpriority(os.PRIO_PROCESS, target.pid, baseline + 4)
+        assert f"nice {baseline + 4}, above the {baseline}" in scheduling.lowered(target.pid, baseline)
+        os.setpriority(os.PRIO_PROCESS, target.pid, baseline)
+        assert scheduling.lowered(target.pid, baseline) is None
+        os.sched_setscheduler(target.pid, os.SCHED_IDLE, os.sched_param(0))
+        assert "SCHED_IDLE" in scheduling.lowered(target.pid, baseline)
+    finally:
+        target.kill()
+        target.wait()
+
+
 @pytest.mark.skipif(not LINUX or os.geteuid() != 0, reason="a real-time policy needs root")
 def test_a_realtime_policy_is_named():
     target = _sleeper()

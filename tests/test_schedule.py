@@ -80,3 +80,12 @@ def test_spares_are_started_only_for_jobs_that_will_come():
     assert set(outlook.upcoming("candidate")) == {"reference", "candidate"}
     outlook.processes_after, more[0] = 0, True                    # another problem may come to this slot
     assert set(outlook.upcoming("candidate")) == {"reference", "candidate"}
+
+    # a staged path's pairs take a reference executor each (harness.run.reference_executor) before the candidate
+    outlook = Outlook(lambda: False, pairs_left=2, executor=True)
+    assert set(outlook.upcoming("reference")) == {"candidate", "executor"}
+    outlook.pairs_left = 1
+    assert outlook.upcoming("executor") == ("candidate",)           # its pair's candidate is still to come
+    assert set(outlook.upcoming("candidate")) == {"candidate", "executor"}
+    outlook.pairs_left = 0
+    assert outlook.upcoming("executor") == ("candidate",) and outlook.upcoming("candidate") == ()

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.run import compilecache, defenses, memory, modes, paired, sizes, stagedtrials
+from harness.run import compilecache, defenses, memory, modes, paired, reference_executor, sizes, stagedtrials
 from harness.core import flags
 from harness.core.flags import Flag
 from harness.run.build import build_env
@@ -104,8 +104,8 @@ class ReferenceSide:
         self.worker.send(wire(ReferenceJob(
             str(pair.problem.path.resolve()), device, pc.seed.base, cfg.trials, self.mode.spec(cfg, [EAGER]),
             list(cfg.timing.compile_modes), probe, str(problem_dir), cfg.defenses, cfg.precision,
-            cfg.gpu_memory_gb, 3 if device != "cpu" and cfg.timing.staged_gpu else 2,     # CUDA contexts: the
-            # pair's two and a staged GPU's flusher (a spare holds none before its job)
+            cfg.gpu_memory_gb, 4 if device != "cpu" and cfg.timing.staged_gpu else 2,     # CUDA contexts: the
+            # pair's two, and a staged GPU's flusher and reference executor (a spare holds none before its job)
             env=compilecache.reference_env(cfg.cache_dir, pc.toolchain))))
         try:
             message = self.worker.recv(time.monotonic() + cfg.reference_timeout)
@@ -275,16 +275,22 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
     try:
         inter.flusher = reference.flusher()
         reference.mode = reference.mode.prepare(reference.worker, inter, cfg)
+        if inter.staged:
+            inter.attach_executor(_start_executor(pair, pc, reference, device, pair_dir, spares, deadline))
         try:
             before = inter.reference_blocks(cfg.timing.baseline_blocks)
         except GraphFallback as fell:       # its capture for this pair failed: cold for the rest of the problem
             inter.release()
             reference.mode = reference.mode.fallback(f"{fell.side}: {fell.error}").prepare(reference.worker, inter, cfg)
             before = inter.reference_blocks(cfg.timing.baseline_blocks)
-    except WorkerExit as exc:
-        memory.reference_lost(record, reference.worker, f"reference side: {exc.detail}; last output: "
-                                                        f"{last_line(reference.worker.log_tail())}")
+    except (WorkerExit, reference_executor.ExecutorFailed) as exc:
+        if isinstance(exc, WorkerExit):
+            memory.reference_lost(record, reference.worker, f"reference side: {exc.detail}; last output: "
+                                                            f"{last_line(reference.worker.log_tail())}")
+        else:
+            finish(record, Status.CRASHED, f"harness fault: {exc}")
         record.worker = WorkerRun(None, 0.0, None, device_usable_after=False)
+        _close_executor(inter)
         return
     phases["baseline_before"] = time.monotonic() - started
     t_start = time.monotonic()
@@ -323,12 +329,36 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
         shutil.rmtree(pair_dir, ignore_errors=True)
     if collected is not None and record.status is None:
         _conclude(record, reference, inter, collected, before, pc, phases)
+    _close_executor(inter)
     record.worker.phases = {k: round(v, 3) for k, v in phases.items()}
     record.worker.phases["total"] = round(time.monotonic() - started, 3)
     if record.status is not Status.OK:
         record.worker.log_tail = worker.log_tail()
     if record.status in (Status.CRASHED, Status.TIMEOUT, Status.OOM, Status.RUNTIME_ERROR):
         record.worker.device_usable_after = reference.healthy()
+
+
+def _start_executor(pair: Pair, pc: PairContext, reference: ReferenceSide, device: str, pair_dir: Path,
+                    spares: SpareWorkers, deadline: float) -> Worker:
+    """The pair's reference executor (harness.run.reference_executor), its model built."""
+    cfg = pc.cfg
+    scratch = pair_dir / "reference-executor"
+    scratch.mkdir(parents=True, exist_ok=True)
+    work = reference_executor.job(str(pair.problem.path.resolve()), device, pc.seed.base,
+                                  reference.mode.spec(cfg, [EAGER]), str(scratch), str(reference.state_path),
+                                  cfg.defenses, cfg.precision, hidden_from_candidates(cfg.cache_dir))
+    return reference_executor.start(spares, pc.log_dir / f"{slug(pair.candidate.id)}__reference-executor.log", work,
+                                    deadline)
+
+
+def _close_executor(inter: Interleaver) -> None:
+    """The pair's reference executor closed, once the reference forgot its arena (nothing where it had none)."""
+    try:
+        executor = inter.detach_executor()
+    except WorkerExit:
+        executor, inter.executor = inter.executor, None     # the reference is gone: the next use says so
+    if executor is not None:
+        executor.close()
 
 
 def candidate_job(pair: Pair, pc: PairContext, reference: ReferenceSide, device: str, pair_dir: Path,

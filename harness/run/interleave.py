@@ -27,7 +27,7 @@ from harness.run import scheduling
 from harness.run.paired import StopRule, should_stop
 from harness.run.workerproc import SpareWorkers, Worker, WorkerExit
 from harness.core.seeds import SeedStream
-from harness.run.trusted import Checked, Reader
+from harness.run.trusted import Checked, Reader, slots_for
 
 CANDIDATE = "candidate"
 EAGER = "eager"
@@ -92,16 +92,19 @@ class Interleaver:
         self.staged = False                     # the reference stages each sample's inputs (arena)
         self.flushed = True                     # the flusher empties the caches before each staged call
         self.flusher = flusher                  # the process that flushes the caches before each staged call
-        self._nice_at_start: dict[str, int | None] = {}     # each side's lowest nice when the rounds began
+        self._nice_at_start: dict[int, int | None] = {}     # each worker's lowest nice when the rounds began
         self._attached: Worker | None = None    # the candidate whose arena the reference stages into
+        self.executor: Worker | None = None     # the reference's executor (harness.run.reference_executor): it runs
+                                                # the eager samples where the reference stages them
+        self._executor_nice: int | None = None  # its lowest nice when attached, before the candidate started
 
     # ------------------------------------------------------------ one side at a time
 
     def _activate(self, worker: Worker) -> None:
         if self.active is worker:
             return
-        for other in (self.reference, self.candidate):
-            if other is not None and other is not worker:
+        for other in self._workers():
+            if other is not worker:
                 other.pause()
         if self.spares is not None:
             self.spares.pause()
@@ -110,12 +113,27 @@ class Interleaver:
 
     def release(self) -> None:
         """Both sides (and the spares) running again (to verify, profile or close)."""
-        for worker in (self.reference, self.candidate):
-            if worker is not None:
-                worker.resume()
+        for worker in self._workers():
+            worker.resume()
         if self.spares is not None:
             self.spares.resume()
         self.active = None
+
+    def _workers(self) -> list[Worker]:
+        return [w for w in (self.reference, self.executor, self.candidate) if w is not None]
+
+    def worker_of(self, side: str, variant: str) -> Worker:
+        """The process that runs `variant`'s samples: the candidate's; the reference's eager samples in its executor
+        where it has one; the reference's other variants (torch.compile baselines) in the reference worker."""
+        if side == CANDIDATE:
+            if self.candidate is None:
+                raise WorkerExit("protocol", None, "no candidate worker")
+            return self.candidate
+        return self.executor if self.executor is not None and variant == EAGER else self.reference
+
+    def _stage_side(self, worker: Worker, side: str) -> str:
+        """The stager's name for the arena `worker` reads (harness.worker.arena.SIDES)."""
+        return "executor" if worker is self.executor and worker is not None else side
 
     def _ask(self, worker: Worker, message: Any, reply: type) -> Any:
         """The worker's reply to `message`, as `reply`; CandidateFailed when it reports a failure instead."""
@@ -149,7 +167,10 @@ class Interleaver:
         self._ask(worker, m.SizeRequest(size), m.SizeSet)
 
     def set_mode(self, worker: Worker, mode: str, graph_replays: int = 1, graph_calls: int = 0) -> None:
+        """`worker` times its samples in `mode` from now on; the reference's executor follows the reference."""
         self._ask(worker, m.ModeRequest(mode, graph_replays, graph_calls), m.ModeSet)
+        if worker is self.reference and self.executor is not None:
+            self._ask(self.executor, m.ModeRequest(mode, graph_replays, graph_calls), m.ModeSet)
 
     # ------------------------------------------------------------ blocks
 
@@ -186,9 +207,9 @@ class Interleaver:
         if self.reader is None:
             raise WorkerExit("protocol", None, "no reader for the outputs")
         checked = self.reader.read(worker, side == CANDIDATE, result, check_seed, full,
-                                   stay_stopped=self.staged and side == CANDIDATE)
+                                   stay_stopped=self.staged and (side == CANDIDATE or worker is self.executor))
         if side != CANDIDATE:
-            self.reader.keep(check_seed, full)
+            self.reader.keep(worker, check_seed, full, slots_for(check_seed, len(result.outputs))[-1])
         if checked.error:
             out.output_errors.append(f"timed call ({side}): {checked.error}")
         out.aliased = out.aliased or checked.aliased
@@ -198,11 +219,11 @@ class Interleaver:
                      out: Collected) -> tuple[m.SampleResult, float, float | None]:
         """A staged sample: the reference checks the side's previous inputs and writes this sample's into the side's
         arena, with the candidate stopped, and the flusher process empties the caches with both stopped (on the GPU
-        an L2 write before a cold sample, a few bytes before a graph one); then the side runs the call alone. On the CPU the parent's clock around that request is the sample (the worker reports no
-        time); on the GPU the call's own CUDA events are, and the parent's clock checks them. The side is stopped
+        an L2 write before a cold sample, a few bytes before a graph one); then the side runs the call alone. On the
+        CPU the parent's clock around that request is the sample (the worker reports no time); on the GPU the call's own CUDA events are, and the parent's clock checks them. The side is stopped
         at once after its reply, for the trusted read (a candidate stays stopped until its next call). Returns the
         sample, the parent's clock around it, and the flush's time."""
-        staged = self.stage(m.StageRequest(side, seed))
+        staged = self.stage(m.StageRequest(self._stage_side(worker, side), seed))
         out.mutated = out.mutated or staged.mutated
         out.changed_after_return = out.changed_after_return or staged.changed_after_return
         if self.on_device:
@@ -255,7 +276,7 @@ class Interleaver:
 
     def _staged_end(self, out: Collected) -> None:
         """The CPU path's last check: the inputs of each side's last sample, as they are now."""
-        for side in ("reference", CANDIDATE):
+        for side in ("reference", CANDIDATE) + (("executor",) if self.executor is not None else ()):
             staged = self.stage(m.StageRequest(side))
             out.mutated = staged.mutated or out.mutated
             out.changed_after_return = staged.changed_after_return or out.changed_after_return
@@ -271,9 +292,29 @@ class Interleaver:
                 raise WorkerExit("protocol", None, f"the reference could not open {attached.error}")
             self._attached = candidate
 
+    def attach_executor(self, executor: Worker) -> None:
+        """The reference's eager samples run in `executor` from now on (harness.run.reference_executor), on inputs
+        the reference stages into its arena (CPU: its memfd; GPU: the one device arena, mapped by its handle)."""
+        self._activate(self.reference)
+        attached = self._ask(self.reference, m.ArenaRequest("" if self.on_device else executor.arena_path(),
+                                                            "executor"), m.ArenaSet)
+        if attached.error:
+            raise WorkerExit("protocol", None, f"the reference could not open {attached.error}")
+        self.executor = executor
+        self._executor_nice = scheduling.lowest_nice(executor.proc.pid)    # before any candidate code exists
+
+    def detach_executor(self) -> Worker | None:
+        """The executor is done (the pair's last reference blocks ran): the reference forgets its arena; returns it,
+        for the caller to close."""
+        executor, self.executor = self.executor, None
+        if executor is not None and self.reference.alive():
+            self._activate(self.reference)
+            self._ask(self.reference, m.ArenaRequest("", "executor"), m.ArenaSet)
+        return executor
+
     def _block(self, side: str, variant: str, seeds: list[int], out: Collected, round_samples: dict,
                profile: bool = False) -> None:
-        worker = self.candidate if side == CANDIDATE else self.reference
+        worker = self.worker_of(side, variant)
         t0 = time.perf_counter()
         self._activate(worker)
         out.switch_seconds += time.perf_counter() - t0
@@ -282,8 +323,11 @@ class Interleaver:
             timed = i >= self.warmup
             self._sample(worker, side, variant, seed, out, times if timed else None)
         if self._nice_at_start and out.scheduling is None:
-            found = scheduling.raised(worker.proc.pid, self._nice_at_start.get(side))
-            out.scheduling = found and f"{side}: {found}"
+            baseline = self._nice_at_start.get(worker.proc.pid)
+            found = scheduling.raised(worker.proc.pid, baseline)
+            if found is None and worker is self.executor:
+                found = scheduling.lowered(worker.proc.pid, baseline)
+            out.scheduling = found and f"{'the reference executor' if worker is self.executor else side}: {found}"
         if profile and variant in (EAGER, CANDIDATE):     # both sides, so that whatever a profiler leaves behind
             t0 = time.perf_counter()                        # costs both (the CPU path profiles nothing: None)
             found = self._profile(worker, side, variant, seeds[0], out)
@@ -297,7 +341,7 @@ class Interleaver:
             return None
         if not self.staged:
             return self._ask(worker, m.ProfileRequest(seed, variant), m.ProfileResult).profile
-        staged = self.stage(m.StageRequest(side, seed))
+        staged = self.stage(m.StageRequest(self._stage_side(worker, side), seed))
         out.mutated = out.mutated or staged.mutated
         out.changed_after_return = out.changed_after_return or staged.changed_after_return
         called, _, _ = self.call(worker, variant, staged, flush=False, profile=True)
@@ -324,8 +368,9 @@ class Interleaver:
         from harness.run.paired import round_ratio
         self.candidate = candidate
         self.attach(candidate)
-        self._nice_at_start = {"reference": scheduling.lowest_nice(self.reference.proc.pid),
-                               CANDIDATE: scheduling.lowest_nice(candidate.proc.pid)}
+        self._nice_at_start = {w.proc.pid: scheduling.lowest_nice(w.proc.pid) for w in self._workers()}
+        if self.executor is not None:
+            self._nice_at_start[self.executor.proc.pid] = self._executor_nice
         out = Collected()
         # `profiles` round halves drawn among those every pair runs, after whose blocks each side profiles one
         # call: the candidate cannot tell which of its calls will be looked at, nor that one was until it ran

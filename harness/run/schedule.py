@@ -103,11 +103,15 @@ class Outlook:
     more_groups: Callable[[], bool]
     pairs_left: int = 0             # pairs of the current reference process whose candidate is not yet taken
     processes_after: int = 0        # process pairs of the current problem after this one (timing.processes)
+    executor: bool = False          # each pair also takes a reference executor (harness.run.reference_executor)
 
     def upcoming(self, role: str) -> tuple[str, ...]:
+        pair = ("candidate", "executor") if self.executor else ("candidate",)
         if self.processes_after > 0 or self.more_groups():
-            return ("reference", "candidate")
-        return ("candidate",) if self.pairs_left > 0 else ()
+            return ("reference",) + pair
+        if role == "executor":          # taken before its pair's candidate: that one is still to come
+            return ("candidate",)
+        return pair if self.pairs_left > 0 else ()
 
 
 def serve_slot(slot: Slot, ctx: Context, next_group: Callable[[], list[Pair] | None],
@@ -116,7 +120,7 @@ def serve_slot(slot: Slot, ctx: Context, next_group: Callable[[], list[Pair] | N
     every problem group next_group() hands out until it says None, with the slot's spare workers (`spares`, kept by
     the caller, or the slot's own, closed at the end). `more_groups`: whether next_group() may hand out another
     group after the current one (the slot's own spares are started only for jobs that will come: Outlook)."""
-    outlook = Outlook(more_groups)
+    outlook = Outlook(more_groups, executor=slot.gpu is None or ctx.cfg.timing.staged_gpu)
     own = spares is None
     spares = slot_spares(ctx, slot, outlook.upcoming) if own else spares
     try:

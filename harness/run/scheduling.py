@@ -5,7 +5,10 @@ so a candidate cannot give its threads a real-time policy or a nice value below 
 parent checks that it did not all the same (a kernel or a sandbox mode that let it): every thread of a worker's
 process tree is read from /proc at the end of each block, and one whose policy is real-time or whose nice value is
 below the lowest its worker had when the rounds began is named. A side that lowers its own priority only slows
-itself and is not named. Linux only; elsewhere nothing is read and nothing is named.
+itself and is not named; but the reference's executor, which runs nothing but the problem's own Model, is named
+when its priority was lowered (a nice value above its baseline, SCHED_BATCH or SCHED_IDLE): any process of the same
+user may do that to it, the candidate's included, and a slower reference reads as a faster candidate. Linux only;
+elsewhere nothing is read and nothing is named.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import os
 from harness.shared import containment
 
 REALTIME = {1: "SCHED_FIFO", 2: "SCHED_RR", 6: "SCHED_DEADLINE"}
+BACKGROUND = {3: "SCHED_BATCH", 5: "SCHED_IDLE"}
 _NICE, _RT_PRIORITY, _POLICY = 16, 37, 38        # fields of /proc/<pid>/task/<tid>/stat after the ')' (19, 40, 41)
 
 
@@ -48,4 +52,14 @@ def raised(pid: int, baseline: int | None) -> str | None:
             return f"thread {tid} runs under {REALTIME.get(policy, f'policy {policy}')} (priority {rt_priority})"
         if baseline is not None and nice < baseline:
             return f"thread {tid} runs at nice {nice}, below the {baseline} its worker started the rounds with"
+    return None
+
+
+def lowered(pid: int, baseline: int | None) -> str | None:
+    """Why a worker's scheduling was lowered since its baseline (one line), or None."""
+    for tid, nice, _, policy in threads(pid):
+        if policy in BACKGROUND:
+            return f"thread {tid} runs under {BACKGROUND[policy]}"
+        if baseline is not None and nice > baseline:
+            return f"thread {tid} runs at nice {nice}, above the {baseline} its worker started the rounds with"
     return None

@@ -65,7 +65,8 @@ class Reader:
         """One side's output at the drawn positions (and the candidate's whole with `full`), its worker stopped
         (and left stopped with `stay_stopped`: the CPU path's candidate, until its next call). The reference's
         own outputs go the same way on the CPU path (both sides stopped and read by the parent, so that neither
-        does more between samples than the other); on the GPU the reference reads its own."""
+        does more between samples than the other); on the GPU the reference reads its own, and its executor's as
+        it reads the candidate's (harness.run.reference_executor)."""
         worker.pause()
         checked = None
         try:
@@ -78,6 +79,9 @@ class Reader:
                                                          full and candidate), aliased=aliased)
             elif candidate:
                 checked = self._device(result, check_seed, slots, full)
+            elif worker is not self.reference:          # the reference's executor: read, never remembered
+                checked = dataclasses.replace(self._device(result, check_seed, slots, False, remember=False),
+                                              aliased=None)
         finally:
             if not stay_stopped:
                 worker.resume()
@@ -85,10 +89,18 @@ class Reader:
             checked = self._check_request(worker, check_seed, slots, full)
         return dataclasses.replace(checked, dtypes=_dtypes(result, slots[-1]), layouts=_layouts(result, slots[-1]))
 
-    def keep(self, check_seed: int, full: bool) -> None:
-        """CPU path: the reference keeps its last output whole for the full check of the candidate's (the values
-        the parent read are what it compares at points)."""
-        if full and self.device == "cpu":
+    def keep(self, worker: Worker, check_seed: int, full: bool, slot: int = 0) -> None:
+        """The reference keeps what it needs to recompute its output of the sample `worker` just ran on the
+        reference's side, for the full check of the candidate's on the same inputs: the seed and captured call
+        `slot` of its executor's sample (KeepRequest), or on the CPU path its own last output (the values the
+        parent read are what it compares at points; on the GPU the reference's own read keeps it)."""
+        if not full:
+            return
+        if worker is not self.reference:
+            kept = self._on_reference(m.wire(m.KeepRequest(check_seed, slot)), m.Kept, "a keep")
+            if kept.error:
+                raise WorkerExit("protocol", None, f"the reference could not keep a sample: {kept.error}")
+        elif self.device == "cpu":
             self._check_request(self.reference, check_seed, [0], True)
 
     def _check_request(self, reference: Worker, check_seed: int, slots: list[int], full: bool) -> Checked:
@@ -123,8 +135,9 @@ class Reader:
              "check_seed": seed}]}, m.Verified, "a verify")
         return verified.results[0] if verified.results else None
 
-    def _device(self, result: m.SampleResult, seed: int, slots: list[int], full: bool) -> Checked:
-        request = m.ReadRequest([result.outputs[k] for k in slots], seed, slots, full)
+    def _device(self, result: m.SampleResult, seed: int, slots: list[int], full: bool,
+                remember: bool = True) -> Checked:
+        request = m.ReadRequest([result.outputs[k] for k in slots], seed, slots, full, remember)
         read = self._on_reference(m.wire(request), m.ReadResult, "a read")
         return Checked(_values(read, "a read"), read.shapes, read.error, read.full, aliased=read.aliased)
 

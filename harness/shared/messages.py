@@ -75,6 +75,9 @@ class CandidateJob:
                                     # (harness.worker.arena); else run the trials itself (GPU, run_eval.py profile)
     staged_samples: bool = False    # GPU: after its trials, time only calls on inputs the reference staged in device
                                     # memory it shares (harness.worker.arena); else the sampler's own samples
+    executor: bool = False          # the reference's executor (harness.run.executor): `candidate_path` is the problem
+                                    # and its Model is built as a candidate's ModelNew is, with the reference's state;
+                                    # no trials, only staged calls (the reference's eager samples, CPU and GPU alike)
 
 
 @dataclass(frozen=True)
@@ -152,10 +155,11 @@ class Layout:
 
 @dataclass(frozen=True)
 class ArenaRequest:
-    """Reference only (CPU path): stage the candidate's samples into the arena at `path` (the parent's
-    /proc/<pid>/fd/<n> of the candidate worker's memfd) from now on; "" forgets it."""
+    """Reference only: stage the samples of `side` into the arena at `path` (CPU: the parent's /proc/<pid>/fd/<n> of
+    that worker's memfd; "" forgets it) from now on; on the GPU the one device arena of every side (path "")."""
     OP: ClassVar[str] = "arena"
     path: str
+    side: str = "candidate"                     # or "executor": the reference's executor (harness.run.executor)
 
 
 @dataclass(frozen=True)
@@ -214,6 +218,7 @@ class ReadRequest:
     check_seed: int
     slots: list[int] = field(default_factory=lambda: [0])
     full: bool = False                          # also the whole output of the last slot listed
+    remember: bool = True                       # read again at the candidate's next stage (False: the executor's)
 
 
 @dataclass(frozen=True)
@@ -547,6 +552,22 @@ class Loaded:
     extensions: list[str]
     module_mode: str
     sandbox: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class KeepRequest:
+    """Reference only, after a sample of its executor (harness.run.executor) drawn for the full check: keep that
+    sample's seed and captured call `slot`, to recompute the reference's output on the same inputs when the
+    candidate's whole output is compared (as CheckRequest.keep_full does after one of its own samples)."""
+    OP: ClassVar[str] = "keep"
+    check_seed: int
+    slot: int = 0
+
+
+@dataclass(frozen=True)
+class Kept:
+    KIND: ClassVar[str] = "kept"
+    error: str | None = None
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,11 @@ GROWTH = 1 << 20                 # an arena grows in whole MiB (fewer remaps whe
 ARENA_VAR = "KB_ARENA_FD"
 
 
+REFERENCE, EXECUTOR, CANDIDATE = "reference", "executor", "candidate"
+SIDES = (REFERENCE, EXECUTOR, CANDIDATE)   # whose arena the stager writes: its own (its compile baselines), the
+                                           # reference's executor's (its eager samples), the candidate's
+
+
 class ArenaError(Exception):
     """The arena cannot hold or show a sample's inputs (message says why)."""
 
@@ -370,7 +375,7 @@ class Stager:
 
     def own_bytes(self, layout: m.Layout):
         """The reference's own arena (on the GPU the one arena), for its executor."""
-        return self.sides["reference"].memory.grow(layout.bytes)
+        return self.sides[REFERENCE].memory.grow(layout.bytes)
 
     def close(self, side: str) -> None:
         """`side` forgotten (its arena closed; the GPU's one arena stays for the next pair)."""
@@ -507,7 +512,7 @@ class ReferenceStaging:
         self.sampler, self.trials, self.device, self.peer = sampler, trials, device, peer
         on_device = device != "cpu"
         self.stager = Stager(sampler.clean_input_sets, defenses, device=on_device)
-        self.stager.attach("reference", None)
+        self.stager.attach(REFERENCE, None)
         self.executor = Executor(bytes_of=self.stager.own_bytes) if on_device else Executor()
         self.calls = DeviceCalls(device, sampler.spec.warmup) if on_device else None
 
@@ -520,10 +525,21 @@ class ReferenceStaging:
             return m.wire(self._stage(m.parse(m.StageRequest, message)))
         if op == m.CallRequest.OP:
             return m.wire(self._call(self.executor.request(message)))
+        if op == m.KeepRequest.OP:
+            return m.wire(self._keep(m.parse(m.KeepRequest, message)))
         return None
 
+    def _keep(self, req: m.KeepRequest) -> m.Kept:
+        """The executor's last sample kept for the full check (its seed and captured call), as Sampler.check keeps
+        one of this worker's own: the reference's output is recomputed here from them when it is compared."""
+        held = self.stager.sides.get(EXECUTOR)
+        if held is None or held.seed is None or held.seed < 0:
+            return m.Kept("no sample of the executor to keep")
+        self.sampler.kept[req.check_seed] = (held.seed, req.slot)
+        return m.Kept()
+
     def _call(self, req: m.CallRequest) -> m.Called:
-        seed = self.stager.sides["reference"].seed
+        seed = self.stager.sides[REFERENCE].seed
         call = self.sampler.calls[req.variant]
         if self.calls is None:
             self.sampler.last = None                    # checked already: room for this one's
@@ -541,16 +557,18 @@ class ReferenceStaging:
 
     def _arena(self, req: m.ArenaRequest) -> m.ArenaSet:
         try:
+            if req.side not in SIDES:
+                raise ArenaError(f"no side {req.side!r}")
             if req.path or self.device != "cpu":
-                self.stager.attach("candidate", req.path)
+                self.stager.attach(req.side, req.path)
             else:
-                self.stager.close("candidate")
+                self.stager.close(req.side)
         except (OSError, ArenaError) as exc:
-            return m.ArenaSet(f"the candidate's arena: {exc}")
+            return m.ArenaSet(f"the {req.side}'s arena: {exc}")
         return m.ArenaSet()
 
     def _stage(self, req: m.StageRequest) -> m.Staged:
-        changed = bool(req.side != "reference" and self.peer is not None and self.peer.changed_since_read())
+        changed = bool(req.side == CANDIDATE and self.peer is not None and self.peer.changed_since_read())
         if req.seed is None and req.trial is None:
             return m.Staged(None, self.stager.check(req.side), changed_after_return=changed)
         try:

@@ -9,6 +9,9 @@ left it (CandidateJob.memory_share_bytes, memplan): running out of it is the can
 
 On the CPU path (CandidateJob.staged) none of that runs here: the worker builds ModelNew, says so and then only
 answers calls on inputs the reference writes into its arena (harness.worker.arena, harness.run.stagedtrials).
+
+The reference's executor (CandidateJob.executor, harness.run.executor) is this worker with the problem's own Model
+for ModelNew: it builds it, says so and only answers staged calls, on the CPU and the GPU alike.
 """
 from __future__ import annotations
 
@@ -46,8 +49,8 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         apply_memory_share(job.memory_share_bytes, device)
     except Exception as exc:                           # noqa: BLE001 - no cap is no reason to fail the pair
         print(f"kb-harness: device memory share not applied: {describe(exc)}", flush=True)
-    if job.staged:
-        _serve_staged(conn, job)
+    if job.staged or job.executor:
+        _serve_staged(conn, job, device)
         return
     try:
         flusher = sampler.device_buffers(device, dataclasses.replace(job.timing, flush_l2=False)
@@ -70,20 +73,24 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         conn.send("failed", status=f.status, error=f.error, detail=f.detail)
 
 
-def _serve_staged(conn: Conn, job) -> None:
-    """The CPU path: the problem for its settings and init inputs, ModelNew built, then every call the parent asks
-    for, trials and timed samples alike, on inputs the reference stages in this worker's arena (harness.worker.arena).
-    No input is drawn, no output saved and nothing checked here: the parent and the reference do all of it."""
+def _serve_staged(conn: Conn, job, device: str) -> None:
+    """The CPU path and the reference's executor: the problem for its settings and init inputs, the model built,
+    then every call the parent asks for on inputs the reference stages in this worker's arena (harness.worker.arena):
+    on the CPU trials and timed samples alike, on the GPU (the executor) timed samples. No input is drawn, no output
+    saved and nothing checked here: the parent and the reference do all of it."""
     from harness.worker import arena
     from harness.worker.common import pin_for_timing
     try:
         problem = load_module("kb_problem", job.problem_path)
         settings = problem_settings(problem, job.precision)
         setup_torch(settings)
-        model, log, param_match = _load_candidate(job, "cpu", settings, init_inputs(problem))
+        model, log, param_match = _load_candidate(job, device, settings, init_inputs(problem))
         conn.send("loaded", param_match=param_match, extensions=log.calls,
                   module_mode="train" if model.training else "eval")
         trace("candidate loaded")
+        if device != "cpu":
+            _serve_staged_device(conn, model, job, device)
+            return
         pin_for_timing()                    # on the reference's timing cores, as its sampler's settle() holds it
         arena.serve(conn, lambda x: model(*x), lambda exc, label: _classify(exc, _NoLog, f"forward ({label})"))
     except Failed as f:
@@ -177,9 +184,10 @@ def _load_candidate(job, device, settings, init):
     if log.compile_errors:                             # a failed build the candidate caught and hid
         line, detail = compiler_summary(log.compile_errors[-1])
         raise Failed("compile_error", line, detail)
-    model_cls = getattr(module, "ModelNew", None)
+    name = "Model" if job.executor else "ModelNew"     # the executor builds the problem's own
+    model_cls = getattr(module, name, None)
     if model_cls is None:
-        raise Failed("load_error", "the candidate defines no ModelNew")
+        raise Failed("load_error", f"the candidate defines no {name}")
     torch.manual_seed(job.seed)
     try:
         model = model_cls(*init)

@@ -126,8 +126,8 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
             elif op == "peer_close":
                 if peer is not None:
                     peer.close()
-                if staging is not None:
-                    staging.stager.close("candidate")
+                if staging is not None:                    # (the executor's arena stays: the pair's last
+                    staging.stager.close("candidate")      # reference blocks come after this)
                 sampler.kept.clear()
                 conn.send("peer_closed")
             elif op == "verify":
@@ -688,7 +688,8 @@ def _read_peer(peer: PeerReader, req, sampler, full: "_FullCheck", arena: set[st
             values += slot_values(outs, req.check_seed, slot)
             shapes = [list(t.shape) for t in outs]
             read.append((exported, slot))
-        peer.remember(read, req.check_seed, values)
+        if req.remember:                               # the candidate's: read again at its next stage
+            peer.remember(read, req.check_seed, values)
         checked = full.compare(outs, sampler.kept.pop(req.check_seed, None)) if req.full and req.outputs else None
     except (PeerError, RuntimeError, ValueError, TypeError, KeyError) as exc:
         return m.ReadResult("", [], f"its memory could not be read: {describe(exc)}")

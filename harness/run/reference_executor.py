@@ -1,0 +1,55 @@
+"""The reference's executor: the process that runs the reference's eager samples (README, Hardening).
+
+On a staged path (the CPU always; the GPU with timing.staged_gpu) the reference worker draws every sample's inputs,
+writes them into the arena of the side that runs it, and checks them after the call. If it also ran its own timed
+calls, its call would follow its own staging work in the same process, while the candidate's follows a flush and
+nothing else of its own: on the 2-core CI box that alone read identical code 8-18% slower on the candidate's side
+(docs/measurements.md, "The reference's executor"). So the reference's eager call runs in a process of its own,
+started, confined and served exactly as the candidate's (harness.worker.candidate, role `executor`), with the
+problem's own Model built as a candidate's ModelNew is and the reference's parameters copied in. The two timed
+processes then differ by their code alone; the reference worker stages, checks and keeps its own process for
+what only trusted code may do (trials' expected outputs, float64, full checks, torch.compile baselines).
+
+One executor a pair, fresh like the candidate's worker, taken from the slot's spares (role `executor`) and closed
+after the pair's last reference blocks.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.run.workerproc import SpareWorkers, Worker, WorkerExit
+from harness.shared import messages as m
+
+ROLE = "executor"
+
+
+class ExecutorFailed(Exception):
+    """The executor could not build the problem's Model (one line): the harness's fault, never the candidate's."""
+
+
+def job(problem_path: str, device: str, seed: int, timing: m.TimingSpec, scratch: str, state_path: str,
+        defenses: bool, precision: str | None, hide: list[str]) -> m.CandidateJob:
+    """The executor's job: the problem as the candidate file (its Model, not a ModelNew), no trials, staged calls;
+    the rest as the candidate's job says it (harness.run.evaluate.candidate_job)."""
+    return m.CandidateJob(problem_path, problem_path, device, seed, 0, timing, scratch, state_path, defenses,
+                          precision, hide=hide, executor=True)
+
+
+def start(spares: SpareWorkers, log_path: Path, work: m.CandidateJob, deadline: float) -> Worker:
+    """The executor worker with its model built (its Loaded read). ExecutorFailed where it said it could not build
+    it, WorkerExit where it ended or said anything else; the worker is closed then."""
+    worker = spares.take(ROLE, log_path)
+    try:
+        worker.send(m.wire(work))
+        try:
+            reply = m.parse_reply(worker.recv(deadline), m.Loaded, m.Failed, m.HarnessError)
+        except m.ProtocolError as exc:
+            raise WorkerExit("protocol", None, f"the reference's executor sent {exc}") from None
+        if isinstance(reply, m.Failed):
+            raise ExecutorFailed(f"the reference's executor: {reply.status}: {reply.error}")
+        if isinstance(reply, m.HarnessError):
+            raise ExecutorFailed(f"the reference's executor: {reply.error}")
+    except BaseException:
+        worker.close()
+        raise
+    return worker
