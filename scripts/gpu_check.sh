@@ -25,7 +25,8 @@
 #   stage44:   issue 44's GPU half: staged samples on two honest pairs and the gpu_tree candidates, then the GPU
 #              tests (K selects; SMOKE_ONLY=1 for the pairs alone)
 #   exec44:    issue 44's reference executor: A/A of short problems on the default and the staged GPU path, back to
-#              back (PROCS process pairs, EXEC_PROBLEMS="level:glob ..."), then the GPU tests (K; SMOKE_ONLY=1: not)
+#              back (PATHS="default staged", PROCS process pairs, EXEC_PROBLEMS="level:glob ...", CAL_ARGS added to
+#              each calibrate), then the GPU tests (K; SMOKE_ONLY=1: not)
 #   cpu44:     issue 44 on the device's quiet CPU cores: the CPU exploits and privileges tests as root, then the CPU
 #              path's A/A (calibrate of examples/cpu, PROCS process pairs a problem)
 #   kblint:    lint of the imported KernelBench problems (import them here first, into the ignored .kb/:
@@ -371,16 +372,16 @@ exec44)
     staged_cfg=/tmp/staged_gpu.yaml
     sed 's/^  staged_gpu: false/  staged_gpu: true/' config.yaml > "$staged_cfg"
     grep -q '^  staged_gpu: true' "$staged_cfg" || { echo "config.yaml has no 'staged_gpu: false' line"; exit 1; }
-    for path in default staged; do
+    for path in ${PATHS:-default staged}; do
         cfgs=(); [ "$path" = staged ] && cfgs=(--config "$staged_cfg")
         echo "== A/A, $path path: the gpu_tree fixtures and ${EXEC_PROBLEMS:-level1 018/019/026, level2 001}"
         timeout -s INT "${CAL_TIMEOUT:-150}" python run_eval.py calibrate "${cfgs[@]}" --compile-modes none \
-            --processes "${PROCS:-2}" --problems-dir tests/fixtures/gpu_tree/problems \
+            --processes "${PROCS:-2}" ${CAL_ARGS:-} --problems-dir tests/fixtures/gpu_tree/problems \
             --solutions-dir tests/fixtures/gpu_tree/solutions --output-dir "$out/cal_tree_$path" 2>&1 \
             | grep -v "━" | tail -n 8
         for sel in ${EXEC_PROBLEMS:-level1:018_* level1:019_* level1:026_* level2:001_*}; do
             timeout -s INT "${CAL_TIMEOUT:-150}" python run_eval.py calibrate "${cfgs[@]}" --compile-modes none \
-                --processes "${PROCS:-2}" --level "${sel%%:*}" --problem "${sel#*:}" \
+                --processes "${PROCS:-2}" ${CAL_ARGS:-} --level "${sel%%:*}" --problem "${sel#*:}" \
                 --output-dir "$out/cal_${path}" 2>&1 | grep -v "━" | grep -E "^(level|0|problem)" | tail -n 3
         done
     done

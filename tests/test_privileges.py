@@ -66,17 +66,20 @@ def test_a_raised_nice_value_is_named():
 @pytest.mark.skipif(not LINUX, reason="/proc is Linux's")
 def test_a_lowered_priority_of_the_reference_executor_is_named():
     """Any process of the same user may lower another's priority (a higher nice value, SCHED_IDLE): done to the
-    reference's executor, it would make the candidate read faster, so the parent names it there."""
+    reference's executor, it would make the candidate read faster, so the parent names it there, for the threads
+    the executor had when it was started (a thread started later under SCHED_IDLE, as a library may, is not named)."""
     target = _sleeper()
     try:
-        baseline = scheduling.lowest_nice(target.pid)
-        assert scheduling.lowered(target.pid, baseline) is None
-        os.setpriority(os.PRIO_PROCESS, target.pid, baseline + 4)
-        assert f"nice {baseline + 4}, above the {baseline}" in scheduling.lowered(target.pid, baseline)
-        os.setpriority(os.PRIO_PROCESS, target.pid, baseline)
+        baseline = scheduling.settings(target.pid)
+        assert target.pid in baseline and scheduling.lowered(target.pid, baseline) is None
+        nice = baseline[target.pid][0]
+        os.setpriority(os.PRIO_PROCESS, target.pid, nice + 4)
+        assert f"nice {nice + 4}, above the {nice}" in scheduling.lowered(target.pid, baseline)
+        os.setpriority(os.PRIO_PROCESS, target.pid, nice)
         assert scheduling.lowered(target.pid, baseline) is None
         os.sched_setscheduler(target.pid, os.SCHED_IDLE, os.sched_param(0))
         assert "SCHED_IDLE" in scheduling.lowered(target.pid, baseline)
+        assert scheduling.lowered(target.pid, {}) is None         # not a thread of the baseline: not judged
     finally:
         target.kill()
         target.wait()

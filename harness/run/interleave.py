@@ -96,7 +96,7 @@ class Interleaver:
         self._attached: Worker | None = None    # the candidate whose arena the reference stages into
         self.executor: Worker | None = None     # the reference's executor (harness.run.reference_executor): it runs
                                                 # the eager samples where the reference stages them
-        self._executor_nice: int | None = None  # its lowest nice when attached, before the candidate started
+        self._executor_threads: dict[int, tuple[int, int]] = {}     # its threads' (nice, policy) when attached
 
     # ------------------------------------------------------------ one side at a time
 
@@ -301,7 +301,7 @@ class Interleaver:
         if attached.error:
             raise WorkerExit("protocol", None, f"the reference could not open {attached.error}")
         self.executor = executor
-        self._executor_nice = scheduling.lowest_nice(executor.proc.pid)    # before any candidate code exists
+        self._executor_threads = scheduling.settings(executor.proc.pid)    # before any candidate code exists
 
     def detach_executor(self) -> Worker | None:
         """The executor is done (the pair's last reference blocks ran): the reference forgets its arena; returns it,
@@ -326,7 +326,7 @@ class Interleaver:
             baseline = self._nice_at_start.get(worker.proc.pid)
             found = scheduling.raised(worker.proc.pid, baseline)
             if found is None and worker is self.executor:
-                found = scheduling.lowered(worker.proc.pid, baseline)
+                found = scheduling.lowered(worker.proc.pid, self._executor_threads)
             out.scheduling = found and f"{'the reference executor' if worker is self.executor else side}: {found}"
         if profile and variant in (EAGER, CANDIDATE):     # both sides, so that whatever a profiler leaves behind
             t0 = time.perf_counter()                        # costs both (the CPU path profiles nothing: None)
@@ -369,8 +369,6 @@ class Interleaver:
         self.candidate = candidate
         self.attach(candidate)
         self._nice_at_start = {w.proc.pid: scheduling.lowest_nice(w.proc.pid) for w in self._workers()}
-        if self.executor is not None:
-            self._nice_at_start[self.executor.proc.pid] = self._executor_nice
         out = Collected()
         # `profiles` round halves drawn among those every pair runs, after whose blocks each side profiles one
         # call: the candidate cannot tell which of its calls will be looked at, nor that one was until it ran

@@ -6,7 +6,7 @@ parent checks that it did not all the same (a kernel or a sandbox mode that let 
 process tree is read from /proc at the end of each block, and one whose policy is real-time or whose nice value is
 below the lowest its worker had when the rounds began is named. A side that lowers its own priority only slows
 itself and is not named; but the reference's executor, which runs nothing but the problem's own Model, is named
-when its priority was lowered (a nice value above its baseline, SCHED_BATCH or SCHED_IDLE): any process of the same
+when a thread it had when it was started runs at a lower priority (a higher nice value, SCHED_BATCH or SCHED_IDLE): any process of the same
 user may do that to it, the candidate's included, and a slower reference reads as a faster candidate. Linux only;
 elsewhere nothing is read and nothing is named.
 """
@@ -55,11 +55,21 @@ def raised(pid: int, baseline: int | None) -> str | None:
     return None
 
 
-def lowered(pid: int, baseline: int | None) -> str | None:
-    """Why a worker's scheduling was lowered since its baseline (one line), or None."""
+def settings(pid: int) -> dict[int, tuple[int, int]]:
+    """tid -> (nice, policy) of every thread of a worker's tree now (its baseline, for `lowered`)."""
+    return {tid: (nice, policy) for tid, nice, _, policy in threads(pid)}
+
+
+def lowered(pid: int, baseline: dict[int, tuple[int, int]]) -> str | None:
+    """Why a thread that the worker had at its baseline (`settings`) runs at a lower priority now (a higher nice
+    value, or SCHED_BATCH or SCHED_IDLE where it had neither), one line; or None. Threads started since are not
+    judged: a library may start its own under SCHED_IDLE (seen on the GPU)."""
     for tid, nice, _, policy in threads(pid):
-        if policy in BACKGROUND:
+        if tid not in baseline:
+            continue
+        was_nice, was_policy = baseline[tid]
+        if policy in BACKGROUND and was_policy not in BACKGROUND:
             return f"thread {tid} runs under {BACKGROUND[policy]}"
-        if baseline is not None and nice > baseline:
-            return f"thread {tid} runs at nice {nice}, above the {baseline} its worker started the rounds with"
+        if nice > was_nice:
+            return f"thread {tid} runs at nice {nice}, above the {was_nice} it had when its worker was started"
     return None
