@@ -12,7 +12,6 @@ Records come back typed, as harness.results.records.Record (what `report` and `c
 pair (without its signature), for anything else or for logging as JSON."""
 from __future__ import annotations
 
-import argparse
 import queue
 import re
 import tempfile
@@ -23,6 +22,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, Union
 from harness.core.config import load_config
 from harness.core.discover import Pair, single_pair
 from harness.core.errors import UsageError
+from harness.core.request import RunRequest
 from harness.results.records import Record
 
 Problem = Union[str, Path]                      # a Path: the problem's file; a str: its source
@@ -50,9 +50,8 @@ def evaluate(problem: Problem, candidates: Candidates, *, config: str | Path | N
     from harness.run.pipeline import run_pipeline
     with tempfile.TemporaryDirectory(prefix="kb-api-") as tmp:
         pairs = make_pairs(Path(tmp), problem, candidates, name)
-        args = argparse.Namespace(resume=None, json=False, gpus=None, add_new=False,
-                                  problem_file=pairs[0].problem.path, solution_file=None)
-        run_pipeline(cfg, args, ["api", pairs[0].problem_id], pairs=pairs, conclude=lambda store: 0, on_record=take)
+        request = RunRequest(("api", pairs[0].problem_id), problem_file=pairs[0].problem.path)
+        run_pipeline(cfg, request, pairs=pairs, conclude=lambda store: 0, on_record=take)
     return got
 
 

@@ -8,13 +8,17 @@ import json
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from harness.results import report
 from harness.results.render import config_output_dir as _config_output_dir, render, wide_console, write_site
-from harness.core.config import EXECUTORS, PRECISIONS, TIMING_MODES, Config, load_config
+from harness.core.config import EXECUTORS, PRECISIONS, TIMING_MODES, Config, flatten, load_config
 from harness.core.errors import (HarnessError, OneLineParser, UsageError, interrupted_code, interrupted_message,
                                  silence_stdout, stdout_pipe_closed, terminate_as_interrupt)
+from harness.core.request import RunRequest
+
+if TYPE_CHECKING:
+    from harness.run.resume import GivenFlag
 
 # The subcommands, in the order --help lists them, each with its line there. `run_eval.py` with none is the main run.
 COMMANDS = {
@@ -220,29 +224,79 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
-def load_run_config(args: argparse.Namespace) -> Config:
-    from harness.run.resume import flag_names, resumed_config
-    path = args.config
+def flag_keys(parser: argparse.ArgumentParser, overrides: Callable[[argparse.Namespace], dict[str, Any]]
+              ) -> dict[str, tuple[str, list[str]]]:
+    """dest -> (flag, the dotted config keys it sets), found by passing one flag at a time through `overrides`:
+    a flag added to the parser and to `overrides` is covered without a table here."""
+    actions = {a.dest: a for a in parser._actions if a.option_strings}
+    mapping: dict[str, tuple[str, list[str]]] = {}
+    for dest, action in actions.items():
+        marker = object()
+        ns = argparse.Namespace(**{d: None for d in actions})
+        setattr(ns, dest, marker)
+        try:
+            flat = flatten(overrides(ns))
+        except Exception:                                   # noqa: BLE001 - an override that transforms its value
+            flat = {}
+        mapping[dest] = (max(action.option_strings, key=len), [k for k, v in flat.items() if v is marker])
+    return mapping
+
+
+def flag_names(parser: argparse.ArgumentParser, overrides: Callable[[argparse.Namespace], dict[str, Any]]
+               ) -> dict[str, str]:
+    """dotted config key -> the flag that sets it ('timing.samples' -> '--samples')."""
+    return {key: flag for flag, keys in flag_keys(parser, overrides).values() for key in keys}
+
+
+def _given_flags(args: argparse.Namespace) -> list[GivenFlag]:
+    """The main run's flags given on this command line, each with the config overrides it makes on its own (what
+    --resume matches against the run's record)."""
+    from harness.run.resume import GivenFlag
+
+    def alone(dest: str) -> dict[str, Any]:
+        return _overrides(argparse.Namespace(**{k: (v if k == dest else None) for k, v in vars(args).items()}))
+
+    given = []
+    for dest, (flag, keys) in flag_keys(_run_parser(), _overrides).items():
+        value = getattr(args, dest, None)
+        if value is not None and value is not False:
+            given.append(GivenFlag(flag, dest, value, alone(dest) if keys else None))
+    return given
+
+
+def _config_file(path: Path | None) -> Path | None:
+    """--config, or ./config.yaml where it exists."""
     if path is None and Path("config.yaml").is_file():
-        path = Path("config.yaml")
-    elif path is not None and not path.is_file():
+        return Path("config.yaml")
+    if path is not None and not path.is_file():
         raise UsageError(f"{path}: no such config file")
-    if getattr(args, "add_new", False) and args.resume is None:
+    return path
+
+
+def load_run(args: argparse.Namespace, argv: Sequence[str] = ()) -> tuple[Config, RunRequest]:
+    """The parsed flags of a run (the main run, calibrate, ci) as the run layer takes them: its Config and its
+    RunRequest (`argv`: the command as run.json records it). The one place a Namespace becomes them."""
+    if (args.problem_file is None) != (args.solution_file is None):
+        raise UsageError("--problem-file and --solution-file go together")
+    path = _config_file(args.config)
+    if args.add_new and args.resume is None:
         raise UsageError("--add-new goes with --resume RUN_ID (it adds pairs to that run); a new run takes every "
                          "selected pair")
-    if args.resume is not None:             # the run's own config and selection; today's only say where it is
-        output_dir = Path(args.output_dir or (load_config(path, {}).output_dir if path else "results"))
-        return resumed_config(args, _run_parser(), _overrides, output_dir)
-    return load_config(path, _overrides(args), flag_names(_run_parser(), _overrides))
+    request = RunRequest(tuple(argv), args.problem_file, args.solution_file, resume=args.resume,
+                         add_new=bool(args.add_new), json=args.json, gpus_given=args.gpus is not None)
+    names = flag_names(_run_parser(), _overrides)
+    if request.resume is None:
+        return load_config(path, _overrides(args), names), request
+    output_dir = Path(args.output_dir or (load_config(path, {}).output_dir if path else "results"))
+    from harness.run.resume import resumed_config   # the run's own config and selection; today's say where it is
+    return resumed_config(request, _given_flags(args), names, output_dir)
 
 
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     """The main run: every selected pair (argv: as given, for run.json)."""
-    if (args.problem_file is None) != (args.solution_file is None):
-        raise UsageError("--problem-file and --solution-file go together")
-    cfg = load_run_config(args)
+    cfg, request = load_run(args, argv)
     from harness.run.pipeline import run_pipeline  # here, not above: --help and usage errors stay quick
-    return run_pipeline(cfg, args, argv)
+    return run_pipeline(cfg, request)
 
 
 def ci_arguments(p: argparse.ArgumentParser) -> None:
@@ -272,7 +326,7 @@ def cmd_ci(args: argparse.Namespace, argv: list[str]) -> int:
     from harness.commands import ci
     from harness.core.discover import discover
     from harness.results.records import as_records
-    cfg = load_run_config(args)
+    cfg, request = load_run(args, ["ci", *argv])
     summary = args.summary or (Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY")
                                else None)
     ci.check_summary(summary, "--summary" if args.summary else "$GITHUB_STEP_SUMMARY")
@@ -307,7 +361,7 @@ def cmd_ci(args: argparse.Namespace, argv: list[str]) -> int:
         return verdict.exit_code
 
     from harness.run.pipeline import run_pipeline
-    return run_pipeline(cfg, args, ["ci", *argv], pairs=selected, conclude=conclude)
+    return run_pipeline(cfg, request, pairs=selected, conclude=conclude)
 
 
 def calibrate_arguments(p: argparse.ArgumentParser) -> None:
@@ -342,14 +396,14 @@ def cmd_calibrate(args: argparse.Namespace, argv: list[str]) -> int:
     from harness.core.discover import check_problem_selection, discover
     if args.compile_modes is None:
         args.compile_modes = "none"
-    cfg = load_run_config(args)
+    cfg, request = load_run(args, ["calibrate", *argv])
     if args.forget:
         return _forget_term(cfg)
     if (args.processes is None and args.resume is None and cfg.timing.processes < CALIBRATE_PROCESSES
             and not _machine_calibrated(cfg)):
-        argv = [*argv, "--processes", str(CALIBRATE_PROCESSES)]     # in run.json's argv too, for --resume
         args.processes = CALIBRATE_PROCESSES
-        cfg = load_run_config(args)
+        argv = [*argv, "--processes", str(CALIBRATE_PROCESSES)]     # in run.json's argv too, for --resume
+        cfg, request = load_run(args, ["calibrate", *argv])
     problems, _ = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, "*")
     if not problems:
         check_problem_selection(Path(cfg.problems_dir), cfg.level, cfg.problem)
@@ -384,7 +438,7 @@ def cmd_calibrate(args: argparse.Namespace, argv: list[str]) -> int:
 
     from harness.run.pipeline import run_pipeline
     try:
-        return run_pipeline(cfg, args, ["calibrate", *argv], pairs=calibrate.aa_pairs(problems), conclude=conclude)
+        return run_pipeline(cfg, request, pairs=calibrate.aa_pairs(problems), conclude=conclude)
     finally:
         watch.stop()
 

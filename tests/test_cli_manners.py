@@ -233,7 +233,7 @@ def test_new_command_selects_the_new_candidate(tmp_path, monkeypatch):
     assert args[:4] == ["--problems-dir", "my problems", "--solutions-dir", "my solutions"]
     monkeypatch.chdir(work)
     parsed = cli._run_parser().parse_args(args)
-    cfg = cli.load_run_config(parsed)
+    cfg, _ = cli.load_run(parsed)
     _, pairs = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate)
     assert [p.candidate.id for p in pairs] == ["level1/001_linear_relu/my_kernel"]
     assert pairs[0].problem is not None

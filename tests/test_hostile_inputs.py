@@ -614,8 +614,7 @@ def test_ci_baseline_with_a_huge_number_is_read_without_a_fault(run_copy):
 def test_an_unbounded_number_in_a_flag_is_exit_2_naming_it(tmp_path, flags, words):
     from harness.core.config import load_config
     from harness.core.errors import UsageError
-    from harness.run.resume import flag_names
-    from harness.cli import _overrides, _run_parser, build_parser
+    from harness.cli import _overrides, _run_parser, build_parser, flag_names
     args = build_parser().parse_args(flags)
     with pytest.raises(UsageError) as caught:
         load_config(None, _overrides(args), flag_names(_run_parser(), _overrides))

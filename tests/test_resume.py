@@ -12,9 +12,10 @@ import pytest
 from harness import cli
 from harness.core.config import config_to_dict, load_config
 from harness.core.errors import InputError, UsageError
+from harness.core.request import RunRequest
 from harness.results.signing import KeyFileError
 from harness.results.store import RunStore
-from harness.run.resume import FREE_FLAGS, flag_keys, flag_names, resumed_config, selection_record
+from harness.run.resume import FREE_FLAGS, selection_record
 
 PARSER = cli._run_parser()
 
@@ -32,8 +33,8 @@ def record_run(tmp: Path, *argv: str, config: dict | None = None, drop: str | No
               "cache_dir": str(tmp / "cache"), "device": "cpu", "trials": 3, **(config or {})}
     path.write_text("".join(f"{k}: {v}\n" for k, v in values.items()))
     args = parse("--config", str(path), *argv)
-    cfg = cli.load_run_config(args)
-    meta = {"config": config_to_dict(cfg), "selection": selection_record(cfg, args)}
+    cfg, request = cli.load_run(args)
+    meta = {"config": config_to_dict(cfg), "selection": selection_record(cfg, request)}
     meta.pop(drop, None)
     out = tmp / "results"
     store = RunStore.create(out, meta)
@@ -41,17 +42,17 @@ def record_run(tmp: Path, *argv: str, config: dict | None = None, drop: str | No
 
 
 def resume(out: Path, run_id: str, *argv: str):
-    args = parse("--resume", run_id, *argv)
-    return resumed_config(args, PARSER, cli._overrides, out), args
+    """The resumed run's Config and RunRequest, as `run_eval.py --resume RUN_ID --output-dir OUT *argv` has them."""
+    return cli.load_run(parse("--resume", run_id, "--output-dir", str(out), *argv))
 
 
 def test_every_flag_that_sets_the_config_is_matched_against_the_record():
     """A flag is checked on --resume through the config keys it sets, found by passing it through the CLI's own
     overrides: a flag added there is covered. Only where-and-how flags and the pair files set none."""
-    keys = flag_keys(PARSER, cli._overrides)
+    keys = cli.flag_keys(PARSER, cli._overrides)
     uncovered = {dest for dest, (_, set_keys) in keys.items() if not set_keys}
     assert uncovered <= set(FREE_FLAGS) | {"problem_file", "solution_file"}, uncovered
-    names = flag_names(PARSER, cli._overrides)
+    names = cli.flag_names(PARSER, cli._overrides)
     assert names["trials"] == "--trials" and names["timing.samples"] == "--samples"
     assert names["timing.target_rel_ci"] == "--target-rel-ci" and names["timing.mode"] == "--timing-mode"
     assert names["timing.compile_modes"] == "--compile-modes" and names["problems_dir"] == "--problems-dir"
@@ -67,11 +68,11 @@ def test_resume_takes_the_recorded_config_and_selection(tmp_path, monkeypatch):
     elsewhere.mkdir()
     (elsewhere / "config.yaml").write_text("trials: 9\nproblems_dir: other\n")    # today's config: not read
     monkeypatch.chdir(elsewhere)
-    cfg, args = resume(out, run_id)
+    cfg, request = resume(out, run_id)
     assert cfg.trials == 4 and cfg.timing.target_rel_ci == 0.2 and cfg.candidate == "cpp*"
     assert cfg.problems_dir == str(tmp_path / "problems") and cfg.cache_dir == str(tmp_path / "cache")
     assert cfg.output_dir == str(out)
-    assert args.problem_file is None and args.solution_file is None
+    assert request.problem_file is None and request.solution_file is None
 
 
 def test_where_and_how_flags_apply_and_the_recorded_values_are_accepted(tmp_path):
@@ -114,14 +115,14 @@ def test_a_pair_run_resumes_with_its_files(tmp_path):
     """A run of one pair (--problem-file, --solution-file) records both as absolute paths; the resume sets them."""
     problem, solution = tmp_path / "p.py", tmp_path / "s.py"
     out, run_id = record_run(tmp_path, "--problem-file", str(problem), "--solution-file", str(solution))
-    _, args = resume(out, run_id)
-    assert (args.problem_file, args.solution_file) == (problem, solution)
+    _, request = resume(out, run_id)
+    assert (request.problem_file, request.solution_file) == (problem, solution)
 
 
 def test_selection_paths_are_recorded_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = load_config(None, {"problems_dir": "mine/problems", "level": "1"})
-    recorded = selection_record(cfg, parse("--problem-file", "p.py", "--solution-file", "s.py"))
+    recorded = selection_record(cfg, RunRequest(problem_file=Path("p.py"), solution_file=Path("s.py")))
     assert recorded["problems_dir"] == str(tmp_path / "mine" / "problems")
     assert recorded["problem_file"] == str(tmp_path / "p.py") and recorded["level"] == "1"
 
@@ -180,4 +181,4 @@ def test_a_finished_run_recorded_before_its_pair_list_gains_no_pair():
 
 def test_add_new_goes_with_resume(tmp_path):
     with pytest.raises(UsageError, match="--add-new goes with --resume"):
-        cli.load_run_config(parse("--add-new", "--problems-dir", str(tmp_path)))
+        cli.load_run(parse("--add-new", "--problems-dir", str(tmp_path)))

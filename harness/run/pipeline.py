@@ -1,13 +1,12 @@
 """A run, stage by stage: resolve the device, discover, build, execute, store, report."""
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from harness.run import between, compilecache, meta
 from harness.run.build import Toolchain, build_all
@@ -15,6 +14,7 @@ from harness.core.config import Config, config_to_dict
 from harness.run.resume import pair_keys, resume_note, resume_selection, selection_record
 from harness.core.discover import Pair, check_selection, check_trees, discover, needs_cuda, single_pair
 from harness.core.errors import RunInterrupted, UsageError, command_line, interrupted_code
+from harness.core.request import RunRequest
 from harness.run import scratch as scratch_space
 from harness.run.executors import executor_for
 from harness.run.schedule import Context, Slot
@@ -67,9 +67,10 @@ def between_terms(cfg: Config, device: str, gpu_list: list[dict[str, Any]]) -> b
     return between.load(cfg.cache_dir, between.machine_key(device, gpu_list, meta.torch_versions()["torch"]))
 
 
-def select_pairs(cfg: Config, args: argparse.Namespace) -> list[Pair]:
-    if args.problem_file is not None:
-        return [single_pair(args.problem_file, args.solution_file)]
+def select_pairs(cfg: Config, request: RunRequest) -> list[Pair]:
+    """The request's one pair (--problem-file, --solution-file), or what the config's trees, level and globs select."""
+    if request.problem_file is not None:
+        return [single_pair(request.problem_file, request.solution_file)]
     check_trees(Path(cfg.problems_dir), Path(cfg.solutions_dir))
     _, pairs = discover(Path(cfg.problems_dir), Path(cfg.solutions_dir), cfg.level, cfg.problem, cfg.candidate,
                         warn=stderr_warning)
@@ -109,42 +110,33 @@ def prepare_compile_cache(cfg: Config, toolchain: Toolchain, warn: Callable[[str
         warn(said)
 
 
-def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: list[Pair] | None = None,
+def run_pipeline(cfg: Config, request: RunRequest, pairs: list[Pair] | None = None,
                  conclude: Callable[[RunStore], int] | None = None,
                  on_record: Callable[[dict[str, Any]], None] | None = None) -> int:
-    """A run over the selected pairs (or `pairs`, e.g. calibrate's A/A pairs); `conclude` renders and chooses the
-    exit code instead of the default table; `on_record` is handed each record as it is stored (harness.api)."""
-    from harness.run.progress import Current
-    from harness.results.render import render, wide_console
+    """A run over the pairs `request` selects (or `pairs`, e.g. calibrate's A/A pairs); `conclude` renders and
+    chooses the exit code instead of the default table; `on_record` is handed each record as it is stored
+    (harness.api)."""
+    from harness.results.render import wide_console
+    from harness.run.workerproc import set_worker_memory_gb
     console = wide_console(stderr=True)
-    from harness.run.workerproc import set_worker_memory_gb, unlogged
     set_worker_memory_gb(cfg.worker_memory_gb)         # the memory cap of every worker this run starts
     gpu_list = meta.gpus()
-    device, slots = resolve_slots(cfg, gpu_list, gpus_given=getattr(args, "gpus", None) is not None)
+    device, slots = resolve_slots(cfg, gpu_list, gpus_given=request.gpus_given)
     cfg = cfg.for_device(device)                        # the CPU path's timing defaults (cpu_timing); recorded
-    pairs = select_pairs(cfg, args) if pairs is None else pairs
-    output_dir = Path(cfg.output_dir)
+    pairs = select_pairs(cfg, request) if pairs is None else pairs
     make_dir(Path(cfg.cache_dir) / "builds", "cache_dir")
 
-    def warn(message: str) -> None:
-        console.print(f"warning: {message}", highlight=False, markup=False, soft_wrap=True)
+    def say(text: str) -> None:
+        console.print(text, highlight=False, markup=False, soft_wrap=True)
 
-    if args.resume:
-        store = RunStore.resume(output_dir, args.resume, warn)
-        resumed = resume_selection(pairs, store.metadata(), store.done_keys(), bool(getattr(args, "add_new", False)))
-        pairs = resumed.todo
-        note = resume_note(resumed, store.run_id)
-        if note:
-            console.print(note, highlight=False, markup=False, soft_wrap=True)
-        seed = RunSeed.resumed(store.metadata().get("seed"), cfg.seed)
-        store.update_metadata(resumed_at=[*store.metadata().get("resumed_at", []), now()], pairs=resumed.keys)
+    def warn(message: str) -> None:
+        say(f"warning: {message}")
+
+    if request.resume:
+        store, pairs, seed = _resumed_store(cfg, request, pairs, say, warn)
     else:
-        seed = RunSeed.resolve(cfg.seed)
-        store = RunStore.create(output_dir, {**meta.collect(["run_eval.py", *argv], gpu_list), "device": device,
-                                             "started_at": now(), "config": config_to_dict(cfg),
-                                             "selection": selection_record(cfg, args), "pairs": pair_keys(pairs),
-                                             "seed": seed.record()}, warn)
-    with _resume_hint_on_interrupt(store, cfg, argv), scratch_space.owned(store.run_id, warn) as scratch:
+        store, seed = _new_store(cfg, request, pairs, device, gpu_list, warn)
+    with _resume_hint_on_interrupt(store, cfg, request.argv), scratch_space.owned(store.run_id, warn) as scratch:
         scratch_space.probe(store.dir)                     # a full disk stops the run here, named as a failed write
         notice = cpu_notice(pairs, gpu_list) if device == "cpu" else None
         if notice:
@@ -156,63 +148,111 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, argv: list[str], pairs: 
         started = time.monotonic()
         toolchain = toolchain_for(device, cfg, gpu_list)
         prepare_compile_cache(cfg, toolchain, warn)
-        records_out: list[dict[str, Any]] = []
         with _progress(console) as progress:
-            build_task = progress.add_task("build", total=len(pairs))
-
-            def built(result) -> None:
-                if result.warning:
-                    warn(result.warning)
-                progress.advance(build_task)
-
-            builds = build_all(pairs, Path(cfg.cache_dir) / "builds", toolchain, cfg.build_jobs(), cfg.build_timeout,
-                               seed.base, on_done=lambda pair, result: built(result))
-            progress.update(build_task, completed=len(pairs))
-            store.update_metadata(builds_compiled=sum(1 for b in builds.values() if not b.cached and not b.static),
-                                  builds_cached=sum(1 for b in builds.values() if b.cached),
-                                  builds_skipped=sum(1 for b in builds.values() if b.static),
-                                  build_seconds=round(time.monotonic() - started, 1))
-            eval_task = progress.add_task("evaluate", total=len(pairs))
-            current = Current(progress, eval_task, cfg.timing.processes)
-
-            def emit(record: dict[str, Any]) -> None:
-                for failed in unlogged():
-                    warn(f"{failed}; that worker's output from there on is dropped (the run goes on)")
-                store.append(record)
-                records_out.append(record)
-                if on_record is not None:
-                    on_record(record)
-                current.finished(record.get("solution"))
-                progress.advance(eval_task)
-                if args.json:
-                    print(json.dumps(record, default=str), flush=True)
-
+            builds = _build_stage(cfg, pairs, toolchain, seed, store, progress, warn, started)
+            emitter = _Emitter(store, progress, progress.add_task("evaluate", total=len(pairs)), cfg, warn,
+                             request.json, on_record)
             terms = between_terms(cfg, device, gpu_list)
             if terms is not None:
                 store.update_metadata(between_process={"key": terms.key, "calibrated": bool(terms.calibrated),
                                                        "run_id": (terms.calibrated or {}).get("run_id")})
-            ctx = Context(cfg, store.run_id, toolchain, builds, scratch, store.dir / "logs", emit, seed,
-                          started=lambda slot, pair, process: current.started(slot, pair.candidate.id, process),
-                          between=terms)
-            said = executor.run(pairs, ctx, slots, device, lambda text: console.print(
-                text, highlight=False, markup=False, soft_wrap=True))
+            ctx = Context(cfg, store.run_id, toolchain, builds, scratch, store.dir / "logs", emitter.emit, seed,
+                          started=emitter.started, between=terms)
+            said = executor.run(pairs, ctx, slots, device, say)
             if said is not None:
                 store.update_metadata(**{cfg.executor: said})
         store.update_metadata(finished_at=now(), wall_seconds=round(time.monotonic() - started, 3),
                               ceilings=ctx.ceilings)
         store.finish()                                     # results.jsonl and run.json hold what this run wrote
-        if args.json:
-            from harness.results import report
-            for line in report.summary_lines(report.aggregate(store.records())):
-                console.print(line, highlight=False)
-        if conclude is not None:
-            return conclude(store)
-        render(store.records(), store, json_mode=False, console=None if args.json else wide_console())
-        return 0
+        return _conclude(store, request, conclude, console)
+
+
+def _conclude(store: RunStore, request: RunRequest, conclude: Callable[[RunStore], int] | None, console) -> int:
+    """The finished run shown (with --json: its summary lines after the JSON lines), or the caller's `conclude`."""
+    from harness.results.render import render, wide_console
+    if request.json:
+        from harness.results import report
+        for line in report.summary_lines(report.aggregate(store.records())):
+            console.print(line, highlight=False)
+    if conclude is not None:
+        return conclude(store)
+    render(store.records(), store, json_mode=False, console=None if request.json else wide_console())
+    return 0
+
+
+def _resumed_store(cfg: Config, request: RunRequest, pairs: list[Pair], say: Callable[[str], None],
+                   warn: Callable[[str], None]) -> tuple[RunStore, list[Pair], RunSeed]:
+    """--resume: the run's folder, the pairs it still has to evaluate (with --add-new the new ones) and its seed."""
+    store = RunStore.resume(Path(cfg.output_dir), request.resume, warn)
+    resumed = resume_selection(pairs, store.metadata(), store.done_keys(), request.add_new)
+    note = resume_note(resumed, store.run_id)
+    if note:
+        say(note)
+    seed = RunSeed.resumed(store.metadata().get("seed"), cfg.seed)
+    store.update_metadata(resumed_at=[*store.metadata().get("resumed_at", []), now()], pairs=resumed.keys)
+    return store, resumed.todo, seed
+
+
+def _new_store(cfg: Config, request: RunRequest, pairs: list[Pair], device: str, gpu_list: list[dict[str, Any]],
+               warn: Callable[[str], None]) -> tuple[RunStore, RunSeed]:
+    """A new run's folder, its run.json saying what it runs, where and with what, and its seed."""
+    seed = RunSeed.resolve(cfg.seed)
+    store = RunStore.create(Path(cfg.output_dir), {
+        **meta.collect(["run_eval.py", *request.argv], gpu_list), "device": device, "started_at": now(),
+        "config": config_to_dict(cfg), "selection": selection_record(cfg, request), "pairs": pair_keys(pairs),
+        "seed": seed.record()}, warn)
+    return store, seed
+
+
+def _build_stage(cfg: Config, pairs: list[Pair], toolchain: Toolchain, seed: RunSeed, store: RunStore, progress,
+                 warn: Callable[[str], None], started: float) -> dict:
+    """Every pair's candidate built (or found in the cache), with a progress bar; the counts go in run.json."""
+    task = progress.add_task("build", total=len(pairs))
+
+    def built(result) -> None:
+        if result.warning:
+            warn(result.warning)
+        progress.advance(task)
+
+    builds = build_all(pairs, Path(cfg.cache_dir) / "builds", toolchain, cfg.build_jobs(), cfg.build_timeout,
+                       seed.base, on_done=lambda pair, result: built(result))
+    progress.update(task, completed=len(pairs))
+    store.update_metadata(builds_compiled=sum(1 for b in builds.values() if not b.cached and not b.static),
+                          builds_cached=sum(1 for b in builds.values() if b.cached),
+                          builds_skipped=sum(1 for b in builds.values() if b.static),
+                          build_seconds=round(time.monotonic() - started, 1))
+    return builds
+
+
+class _Emitter:
+    """Where each record goes as its pair ends: the store, the caller's on_record, the progress bar, and stdout as
+    a JSON line with --json."""
+
+    def __init__(self, store: RunStore, progress, task, cfg: Config, warn: Callable[[str], None], json_lines: bool,
+                 on_record: Callable[[dict[str, Any]], None] | None) -> None:
+        from harness.run.progress import Current
+        self.store, self.progress, self.task, self.warn = store, progress, task, warn
+        self.json_lines, self.on_record = json_lines, on_record
+        self.current = Current(progress, task, cfg.timing.processes)
+
+    def started(self, slot: str, pair: Pair, process: int) -> None:
+        self.current.started(slot, pair.candidate.id, process)
+
+    def emit(self, record: dict[str, Any]) -> None:
+        from harness.run.workerproc import unlogged
+        for failed in unlogged():
+            self.warn(f"{failed}; that worker's output from there on is dropped (the run goes on)")
+        self.store.append(record)
+        if self.on_record is not None:
+            self.on_record(record)
+        self.current.finished(record.get("solution"))
+        self.progress.advance(self.task)
+        if self.json_lines:
+            print(json.dumps(record, default=str), flush=True)
 
 
 @contextlib.contextmanager
-def _resume_hint_on_interrupt(store: RunStore, cfg: Config, argv: list[str]):
+def _resume_hint_on_interrupt(store: RunStore, cfg: Config, argv: Sequence[str]):
     """Ctrl-C once the run has its folder: a RunInterrupted that names the run and the command that goes on."""
     try:
         yield
@@ -221,13 +261,14 @@ def _resume_hint_on_interrupt(store: RunStore, cfg: Config, argv: list[str]):
                              interrupted_code(exc)) from None
 
 
-def resume_hint(run_id: str, results_path: Path, output_dir: str, argv: list[str]) -> str:
+def resume_hint(run_id: str, results_path: Path, output_dir: str, argv: Sequence[str]) -> str:
     """What Ctrl-C prints: where the finished pairs are and the command that runs the rest (`argv`: the run's, with
     its subcommand first for calibrate and ci)."""
     said = f"interrupted: finished pairs are in {results_path}"
-    if argv[:1] == ["ci"]:                      # ci selects from git and takes no --resume
+    first = argv[0] if argv else None
+    if first == "ci":                           # ci selects from git and takes no --resume
         return f"{said} (run {run_id})"
-    command = [*(["calibrate"] if argv[:1] == ["calibrate"] else []), "--resume", run_id]
+    command = [*(["calibrate"] if first == "calibrate" else []), "--resume", run_id]
     if Path(output_dir) != Path("results"):
         command += ["--output-dir", str(output_dir)]
     return f"{said}; continue with: {command_line(command)}"

@@ -9,15 +9,14 @@ never a pair the run did not have (a candidate written since it started). `--add
 and says which."""
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
-
-from dataclasses import dataclass
+from typing import Any, Sequence
 
 from harness.core.config import Config, config_from_dict, config_to_dict, flatten, load_config, merge_overrides
 from harness.core.discover import Pair
 from harness.core.errors import InputError, UsageError
+from harness.core.request import RunRequest
 from harness.results.signing import key_to_resume
 
 FREE_FLAGS = ("resume", "add_new", "output_dir", "json", "config", "jobs", "gpus", "timeout", "strict", "help")
@@ -25,48 +24,35 @@ RUNTIME_KEYS = ("output_dir", "jobs", "gpus", "timeout")
 SELECTION_KEYS = ("problems_dir", "solutions_dir", "level", "problem", "candidate", "problem_file", "solution_file")
 PATH_KEYS = ("problems_dir", "solutions_dir", "problem_file", "solution_file")
 
-Overrides = Callable[[argparse.Namespace], dict[str, Any]]
+
+@dataclass(frozen=True)
+class GivenFlag:
+    """A flag given with --resume, as harness.cli lists them: `flag` as typed ('--samples'), `dest` its name here
+    (FREE_FLAGS, SELECTION_KEYS), `value` as parsed, `sets` the config overrides it makes on its own (None: it
+    sets no config key)."""
+    flag: str
+    dest: str
+    value: Any
+    sets: dict[str, Any] | None = None
 
 
-def selection_record(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
+def selection_record(cfg: Config, request: RunRequest) -> dict[str, Any]:
     """What a run evaluates, for run.json: directories and files as absolute paths, so a resume from another
     working directory finds the same trees."""
     def path(value: Any) -> str | None:
         return None if value is None else str(Path(value).resolve())
     return {"problems_dir": path(cfg.problems_dir), "solutions_dir": path(cfg.solutions_dir), "level": cfg.level,
             "problem": cfg.problem, "candidate": cfg.candidate,
-            "problem_file": path(getattr(args, "problem_file", None)),
-            "solution_file": path(getattr(args, "solution_file", None))}
+            "problem_file": path(request.problem_file), "solution_file": path(request.solution_file)}
 
 
-def flag_keys(parser: argparse.ArgumentParser, overrides: Overrides) -> dict[str, tuple[str, list[str]]]:
-    """dest -> (flag, the dotted config keys it sets), found by passing one flag at a time through `overrides`:
-    a flag added to the parser and to `overrides` is covered without a table here."""
-    actions = {a.dest: a for a in parser._actions if a.option_strings}
-    mapping: dict[str, tuple[str, list[str]]] = {}
-    for dest, action in actions.items():
-        marker = object()
-        ns = argparse.Namespace(**{d: None for d in actions})
-        setattr(ns, dest, marker)
-        try:
-            flat = flatten(overrides(ns))
-        except Exception:                                   # noqa: BLE001 - an override that transforms its value
-            flat = {}
-        mapping[dest] = (max(action.option_strings, key=len), [k for k, v in flat.items() if v is marker])
-    return mapping
-
-
-def flag_names(parser: argparse.ArgumentParser, overrides: Overrides) -> dict[str, str]:
-    """dotted config key -> the flag that sets it ('timing.samples' -> '--samples')."""
-    return {key: flag for flag, keys in flag_keys(parser, overrides).values() for key in keys}
-
-
-def resumed_config(args: argparse.Namespace, parser: argparse.ArgumentParser, overrides: Overrides,
-                   output_dir: Path) -> Config:
-    """The run's recorded config and selection (args.problem_file/solution_file are set from it); --output-dir,
-    --jobs, --gpus and --timeout apply; another flag that differs from the recorded value is a UsageError."""
+def resumed_config(request: RunRequest, given: Sequence[GivenFlag], flags: dict[str, str],
+                   output_dir: Path) -> tuple[Config, RunRequest]:
+    """The run's recorded config, and `request` with the run's recorded pair files; --output-dir, --jobs, --gpus
+    and --timeout apply; another flag that differs from the recorded value is a UsageError (`flags`: dotted config
+    key -> its flag, for the messages)."""
     from harness.results.store import RunStore
-    store = RunStore.open(output_dir, args.resume)
+    store = RunStore.open(output_dir, request.resume)
     meta = store.metadata()
     recorded = meta.get("config")
     if not isinstance(recorded, dict):
@@ -76,28 +62,25 @@ def resumed_config(args: argparse.Namespace, parser: argparse.ArgumentParser, ov
     selection = meta.get("selection")
     if not isinstance(selection, dict):                     # a run recorded before "selection" existed
         selection = {k: getattr(base, k) for k in SELECTION_KEYS[:5]}
-    flags = flag_names(parser, overrides)
-    for dest, (flag, keys) in flag_keys(parser, overrides).items():
-        value = getattr(args, dest, None)
-        if dest in FREE_FLAGS or value is None or value is False:
-            continue
-        if dest in SELECTION_KEYS:
-            _check_selection(flag, dest, value, selection.get(dest))
-        elif keys:
-            _check_config(flag, value, _single(args, dest, overrides), base, flags)
-    runtime = {k: v for k, v in flatten(overrides(args)).items() if k in RUNTIME_KEYS}
+    _check_given(given, selection, base, flags)
+    runtime = {k: v for g in given for k, v in flatten(g.sets or {}).items() if k in RUNTIME_KEYS}
     runtime["output_dir"] = str(output_dir)
     load_config(None, runtime, flags)                       # a bad --jobs/--gpus/--timeout names its flag
     chosen = {k: selection[k] for k in SELECTION_KEYS[:5] if k in selection and selection[k] is not None}
     cfg = config_from_dict(merge_overrides({**recorded, **chosen}, runtime), f"{store.run_json} (recorded config)")
-    for key in ("problem_file", "solution_file"):
-        setattr(args, key, None if selection.get(key) is None else Path(selection[key]))
-    return cfg
+    files = {k: None if selection.get(k) is None else Path(selection[k]) for k in ("problem_file", "solution_file")}
+    return cfg, replace(request, **files)
 
 
-def _single(args: argparse.Namespace, dest: str, overrides: Overrides) -> dict[str, Any]:
-    ns = argparse.Namespace(**{k: (v if k == dest else None) for k, v in vars(args).items()})
-    return overrides(ns)
+def _check_given(given: Sequence[GivenFlag], selection: dict[str, Any], base: Config, flags: dict[str, str]) -> None:
+    """Each given flag that is not a where-and-how flag against what the run recorded."""
+    for g in given:
+        if g.dest in FREE_FLAGS:
+            continue
+        if g.dest in SELECTION_KEYS:
+            _check_selection(g.flag, g.dest, g.value, selection.get(g.dest))
+        elif g.sets is not None:
+            _check_config(g.flag, g.value, g.sets, base, flags)
 
 
 def _check_config(flag: str, value: Any, single: dict[str, Any], base: Config, flags: dict[str, str]) -> None:
