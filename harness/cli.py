@@ -325,7 +325,6 @@ def cmd_ci(args: argparse.Namespace, argv: list[str]) -> int:
     import os
     from harness.commands import ci
     from harness.core.discover import discover
-    from harness.results.records import as_records
     cfg, request = load_run(args, ["ci", *argv])
     summary = args.summary or (Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY")
                                else None)
@@ -352,7 +351,7 @@ def cmd_ci(args: argparse.Namespace, argv: list[str]) -> int:
         return 0
 
     def conclude(store) -> int:
-        records = as_records(store.records())
+        records = store.records()
         verdict = ci.judge(records, baseline)
         from harness.results.render import run_target
         machines = [*ci.machine_lines(baseline, baseline_meta, records, store.metadata()),
@@ -518,7 +517,7 @@ def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
         return 0
     if args.jsonl:
         for record in records:
-            print(json.dumps(record))
+            print(json.dumps(record.to_json()))
         return 0
     if args.kernelbench:
         from harness.commands.kbexport import report_kernelbench

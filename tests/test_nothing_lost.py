@@ -274,7 +274,7 @@ def test_store_notices_tampering_and_rewrites_from_its_own_copy(tmp_path, target
     meta = json.loads(store.run_json.read_text())
     assert meta["config"] == {"trials": 1} and meta["finished_at"] == "now"
     assert (other / "results.jsonl").read_text() == "not ours\n"                   # other runs: never touched
-    assert store.records() == lines_of(store.results_path)
+    assert [r.to_json() for r in store.records()] == lines_of(store.results_path)
 
 
 def test_store_without_tampering_says_nothing(tmp_path):

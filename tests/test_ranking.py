@@ -17,7 +17,6 @@ from conftest import REPO, run_cli
 from harness.commands import ci
 from harness.core import ranking
 from harness.core.discover import discover
-from harness.results.records import as_records
 from harness.results.store import RunStore
 
 EXAMPLES = REPO / "examples" / "cpu"
@@ -137,7 +136,7 @@ def test_compare_and_ci_read_the_same(run):
     assert {r["solution"] for r in rows if r["a"]["ranked"]} == RANKED
     lines = [line for line in done.stderr.splitlines() if line.startswith(("A ", "B "))]
     assert len(lines) == 2 and all(summary_figures(line) == EXPECTED for line in lines)
-    records = as_records(RunStore.open(out, run_id).records())
+    records = RunStore.open(out, run_id).records()
     verdict = ci.judge(records, None)
     assert verdict.exit_code == 0 and not verdict.unranked            # a control is not a flagged candidate
     assert summary_figures(ci.markdown(records, verdict, run_id, None)) == EXPECTED

@@ -157,3 +157,63 @@ def test_a_draft_is_stored_as_its_json(tmp_path):
     written = json.loads(line)
     assert {k: v for k, v in written.items() if k != "hmac"} == draft.to_json()
     assert Record.from_json(written, "x").status is Status.OK
+
+
+# ---------------------------------------------------------------- the store gives Records
+
+V1 = {"schema_version": 1, "run_id": "20250101-000000-0001", "problem": "level1/001_x", "solution": "level1/001_x/c",
+      "status": "ok", "correct": True, "flags": [], "error": None, "speedup": 1.23, "device": "cpu"}
+
+
+def test_the_store_gives_old_run_folders_records_typed(old_runs):
+    """RunStore.records() of a folder written before the record was typed, and of a schema 1 one (no CI, no
+    signature): Records, each one's JSON its line as it is on disk."""
+    v1 = old_runs / V1["run_id"]
+    v1.mkdir()
+    (v1 / "run.json").write_text(json.dumps({"schema_version": 1, "run_id": V1["run_id"]}))
+    (v1 / "results.jsonl").write_text(json.dumps(V1) + "\n")
+    from harness.results.store import RunStore
+    for run in [*RUNS.values(), V1["run_id"]]:
+        records = RunStore.open(old_runs, run).records()
+        lines = [json.loads(line) for line in (old_runs / run / "results.jsonl").read_text().splitlines()]
+        assert records and all(isinstance(r, Record) for r in records)
+        assert [r.to_json() for r in records] == lines
+    (old,) = RunStore.open(old_runs, V1["run_id"]).records()
+    assert old.schema_version == 1 and old.speedup == 1.23 and old.speedup_ci is None and old.status is Status.OK
+
+
+def test_report_jsonl_prints_old_lines_as_it_always_did(old_runs, capsys):
+    """`report --jsonl` prints each record's JSON object as json.dumps printed the dict read from its line."""
+    for run in RUNS.values():
+        assert main(["report", run, "--output-dir", str(old_runs), "--jsonl"]) == 0
+        lines = (old_runs / run / "results.jsonl").read_text().splitlines()
+        assert capsys.readouterr().out.splitlines() == [json.dumps(json.loads(line)) for line in lines]
+
+
+def test_the_store_gives_a_current_run_records_typed(tmp_path):
+    """A run written now: append hands back the Record its signed line reads as, which is what records() gives,
+    while the run writes and when it is read again; to_json is a copy, so the record stays as it was read."""
+    from harness.results.store import RunStore
+    store = RunStore.create(tmp_path / "results", {"config": {"cache_dir": str(tmp_path / "cache")}})
+    draft = finish(new_record("level1/001_x", "level1/001_x/c", "cpu", store.run_id), Status.OK)
+    draft.speedup, draft.speedup_ci = float("nan"), [1.0, 2.0]
+    appended = store.append(draft)
+    store.finish()
+    reread = RunStore.open(tmp_path / "results", store.run_id).records()
+    assert isinstance(appended, Record) and store.records() == reread == [appended]
+    assert appended.speedup is None and appended.speedup_ci == (1.0, 2.0) and appended.run_id == store.run_id
+    (line,) = store.results_path.read_text().splitlines()
+    assert appended.to_json() == json.loads(line) and appended.to_json()["speedup"] == "nan"
+    appended.to_json()["status"] = "crashed"
+    assert appended.to_json()["status"] == "ok" and store.done_keys() == {("level1/001_x", "level1/001_x/c")}
+
+
+def test_the_store_refuses_a_record_that_would_not_read_back(tmp_path):
+    """A draft never finished (no status) is a RecordError at append, and nothing is written."""
+    from harness.results.records import RecordError
+    from harness.results.store import RunStore
+    store = RunStore.create(tmp_path / "results", {"config": {"cache_dir": str(tmp_path / "cache")}})
+    with pytest.raises(RecordError, match="results.jsonl:1: unknown status None"):
+        store.append(new_record("level1/001_x", "level1/001_x/c", "cpu", store.run_id))
+    store.finish()
+    assert store.results_path.read_text() == "" and store.records() == []

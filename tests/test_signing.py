@@ -292,4 +292,5 @@ def test_store_signs_lines_and_names_unsigned_lines_written_during_the_run(tmp_p
     lines = line_records(store.results_path)
     assert [r["solution"].rsplit("/", 1)[-1] for r in lines] == ["a", "b"]
     assert all(verify_line(r, store._key) is Verdict.VALID for r in lines)
-    assert RunStore.open(tmp_path / "results", store.run_id).records() == lines
+    assert [r.to_json() for r in RunStore.open(tmp_path / "results", store.run_id).records()] == lines
+    assert [r.to_json() for r in store.records()] == lines             # the writing store holds what it wrote

@@ -7,6 +7,7 @@ checks a record read back (schema_version, required fields, their types) and giv
 that report, compare, ci, the HTML pages and the KernelBench export read."""
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import enum
 from dataclasses import dataclass, field, fields
@@ -234,6 +235,11 @@ class Record:
         if isinstance(item, Record):
             return item
         return cls.from_json(item.to_json() if isinstance(item, RecordDraft) else item, where)
+
+    def to_json(self) -> dict[str, Any]:
+        """The record's JSON object, as its line holds it (every field, hmac included): a copy, so the record
+        stays as it was read. What `report --jsonl` prints."""
+        return copy.deepcopy(self.raw)
 
     def median_ms(self, side: str) -> float | None:
         """One side's median time (`reference` or `candidate`: timing.<side>.median_ms) as it reads, when it is a

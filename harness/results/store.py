@@ -119,7 +119,7 @@ class RunStore:
         self.lock = threading.Lock()
         self.warn = warn or _stderr_warn
         self._lines: list[bytes] | None = None      # results.jsonl as this store holds it (writing stores only)
-        self._records: list[dict[str, Any]] = []
+        self._records: list[Record] = []           # what records() gives a writing store: its lines, typed
         self._meta: dict[str, Any] | None = None
         self._results_mark: FileMark | None = None
         self._meta_mark: FileMark | None = None
@@ -191,7 +191,7 @@ class RunStore:
                 store.warn(f"{store.results_path}:{issue.number}: {issue.why}; removed")
                 removed.add(issue.number)
         store._lines = [line for number, line in enumerate(lines, 1) if number not in removed]
-        store._records = [r.raw for r, _ in checked.records]
+        store._records = [r for r, _ in checked.records]
         if data != original or removed:
             store._write_results()
         store._results_mark = FileMark.of(store.results_path, full=False)
@@ -226,16 +226,19 @@ class RunStore:
             self._meta.update(fields)
             self._write_meta()
 
-    def append(self, record: RecordDraft | dict[str, Any]) -> None:
-        """One record's line, signed (a draft is written as its to_json(); a dict is a record's JSON already)."""
+    def append(self, record: RecordDraft | dict[str, Any]) -> Record:
+        """One record's line, signed (a draft is written as its to_json(); a dict is a record's JSON already, as a
+        dask task returns it); the Record that line reads back as, which records() gives from then on. A record
+        that would not read back (Record.from_json) is a RecordError, and nothing is written."""
         if self._lines is None or self._key is None:
             raise RuntimeError("append on a store opened for reading")
         data = record.to_json() if isinstance(record, RecordDraft) else record
         line = signing.signed_line(clean_json(data), self._key)
         with self.lock:
+            typed = Record.from_json(json.loads(line), f"{self.results_path}:{len(self._lines) + 1}")
             changed = self._check(self.results_path, self._results_mark, "results.jsonl", full=False)
             self._lines.append(line)
-            self._records.append(json.loads(line))
+            self._records.append(typed)
             mark = None if changed else self._append_to_ours(line)
             if mark is None:
                 if not changed:                 # deleted or replaced between the check and the write
@@ -243,6 +246,7 @@ class RunStore:
                 self._write_results()
             else:
                 self._results_mark = mark
+        return typed
 
     def _append_to_ours(self, line: bytes) -> FileMark | None:
         """Append to results.jsonl only if it is still the file this store wrote (never create it: a file deleted
@@ -286,15 +290,16 @@ class RunStore:
             if self._check(self.run_json, self._meta_mark, "run.json"):
                 self._write_meta()
 
-    def records(self) -> list[dict[str, Any]]:
-        """The run's records as JSON objects (what `report --jsonl` prints); readers type them with Record.of. A
-        store that only reads reads them through `read_records` (checked, verified, each pair once)."""
+    def records(self) -> list[Record]:
+        """The run's records, typed (`Record.to_json` gives each one's JSON object, as `report --jsonl` prints
+        it): a writing store's as it appended or resumed them, a store that only reads reads them through
+        `read_records` (checked, verified, each pair once)."""
         if self._lines is not None:
             return list(self._records)
-        return [r.raw for r in read_records(self.results_path, self.warn)]
+        return list(read_records(self.results_path, self.warn))
 
     def done_keys(self) -> set[tuple[str, str]]:
-        return {(r["problem"], r["solution"]) for r in self.records()}
+        return {r.key for r in self.records()}
 
     def _check(self, path: Path, mark: FileMark | None, name: str, full: bool = True) -> bool:
         """True (and one line said) when the file is no longer what this store last wrote."""
