@@ -12,6 +12,7 @@ from rich.console import Console
 from conftest import REPO
 from harness.commands import compare
 from harness.results import report
+from harness.results.records import Record
 from harness.cli import main
 
 
@@ -23,6 +24,11 @@ def rec(problem="level1/001_linear_relu", cand="a", status="ok", speedup=1.0, ci
         r["speedup_ci"] = ci
     r.update(extra)
     return r
+
+
+def typed(*args, **fields) -> Record:
+    """rec, typed as the store gives it."""
+    return Record.of(rec(*args, **fields))
 
 
 # ---------------------------------------------------------------- verdicts
@@ -37,14 +43,14 @@ def test_ci_rule_is_strict_separation():
 
 def test_every_verdict_and_the_exit_code():
     p = "level1/001_linear_relu"
-    a = [rec(p, "same", speedup=1.00, ci=[0.98, 1.02]), rec(p, "faster", speedup=1.0, ci=[0.99, 1.01]),
-         rec(p, "slower", speedup=2.0, ci=[1.9, 2.1]), rec(p, "fixed", status="incorrect", speedup=None),
-         rec(p, "broken", speedup=1.5, ci=[1.4, 1.6]), rec(p, "failing", status="timeout", speedup=None),
-         rec(p, "gone", speedup=1.0, ci=[0.9, 1.1])]
-    b = [rec(p, "same", speedup=1.01, ci=[1.00, 1.03]), rec(p, "faster", speedup=1.3, ci=[1.25, 1.35]),
-         rec(p, "slower", speedup=1.5, ci=[1.45, 1.55]), rec(p, "fixed", speedup=1.2, ci=[1.1, 1.3]),
-         rec(p, "broken", status="invalid", speedup=1.5, ci=[1.4, 1.6], flags=["interference"]),
-         rec(p, "failing", status="crashed", speedup=None), rec(p, "new", speedup=1.0, ci=[0.9, 1.1])]
+    a = [typed(p, "same", speedup=1.00, ci=[0.98, 1.02]), typed(p, "faster", speedup=1.0, ci=[0.99, 1.01]),
+         typed(p, "slower", speedup=2.0, ci=[1.9, 2.1]), typed(p, "fixed", status="incorrect", speedup=None),
+         typed(p, "broken", speedup=1.5, ci=[1.4, 1.6]), typed(p, "failing", status="timeout", speedup=None),
+         typed(p, "gone", speedup=1.0, ci=[0.9, 1.1])]
+    b = [typed(p, "same", speedup=1.01, ci=[1.00, 1.03]), typed(p, "faster", speedup=1.3, ci=[1.25, 1.35]),
+         typed(p, "slower", speedup=1.5, ci=[1.45, 1.55]), typed(p, "fixed", speedup=1.2, ci=[1.1, 1.3]),
+         typed(p, "broken", status="invalid", speedup=1.5, ci=[1.4, 1.6], flags=["interference"]),
+         typed(p, "failing", status="crashed", speedup=None), typed(p, "new", speedup=1.0, ci=[0.9, 1.1])]
     rows = {r.candidate: r for r in compare.compare_runs(a, b)}
     assert {k: r.verdict for k, r in rows.items()} == {
         "same": "SAME", "faster": "FASTER", "slower": "SLOWER", "fixed": "FIXED", "broken": "BROKEN",
@@ -57,12 +63,12 @@ def test_every_verdict_and_the_exit_code():
 
 
 def test_missing_ci_uses_the_tolerance_band():
-    a, b = rec(version=1, speedup=1.0), rec(version=1, speedup=1.05)          # schema 1: no speedup_ci at all
+    a, b = typed(version=1, speedup=1.0), typed(version=1, speedup=1.05)          # schema 1: no speedup_ci at all
     assert compare.compare_pair(a, b, 0.02).verdict == compare.FASTER         # [0.980, 1.020] vs [1.029, 1.071]
     assert compare.compare_pair(a, b, 0.05).verdict == compare.SAME
-    row = compare.compare_pair(a, rec(speedup=1.3, ci=[1.28, 1.32]), 0.02)   # v1 against v2
+    row = compare.compare_pair(a, typed(speedup=1.3, ci=[1.28, 1.32]), 0.02)   # v1 against v2
     assert row.a.ci_source == "tolerance" and row.b.ci_source == "record" and row.verdict == compare.FASTER
-    assert compare.compare_pair(rec(ci=None), rec(ci=[0.5, 0.4])).b.ci_source == "tolerance"   # null / unsound CI
+    assert compare.compare_pair(typed(ci=None), typed(ci=[0.5, 0.4])).b.ci_source == "tolerance"   # null / unsound CI
 
 
 # ---------------------------------------------------------------- the command
@@ -100,13 +106,13 @@ def test_cli_compare_table_json_and_run_folders(two_runs, capsys):
 
 
 def test_min_change_keeps_small_changes_out_of_the_verdicts():
-    a = rec(speedup=1.323, ci=[1.317, 1.328])
-    b = rec(speedup=1.305, ci=[1.295, 1.314])            # -1.4%, CIs apart: two machines, the same code
+    a = typed(speedup=1.323, ci=[1.317, 1.328])
+    b = typed(speedup=1.305, ci=[1.295, 1.314])            # -1.4%, CIs apart: two machines, the same code
     assert compare.compare_pair(a, b).verdict == compare.SLOWER
     assert compare.compare_pair(a, b, min_change=0.03).verdict == compare.SAME
-    worse = rec(speedup=1.25, ci=[1.24, 1.26])           # -5.5%
+    worse = typed(speedup=1.25, ci=[1.24, 1.26])           # -5.5%
     assert compare.compare_pair(a, worse, min_change=0.03).verdict == compare.SLOWER
-    assert compare.compare_pair(a, rec(speedup=1.40, ci=[1.39, 1.41]), min_change=0.03).verdict == compare.FASTER
+    assert compare.compare_pair(a, typed(speedup=1.40, ci=[1.39, 1.41]), min_change=0.03).verdict == compare.FASTER
 
 
 def _gpu_run(records_floor, uuid):
@@ -172,9 +178,9 @@ def test_cli_compare_unknown_run_is_a_one_line_usage_error(two_runs, capsys):
 
 
 def test_compare_table_compact_keeps_one_line_per_pair():
-    rows = compare.compare_runs([rec(f"level1/{i:03d}_a_rather_long_problem_name_here", f"cand_{i:02d}_long",
+    rows = compare.compare_runs([typed(f"level1/{i:03d}_a_rather_long_problem_name_here", f"cand_{i:02d}_long",
                                      speedup=1.0, ci=[0.9, 1.1]) for i in range(12)],
-                                [rec(f"level1/{i:03d}_a_rather_long_problem_name_here", f"cand_{i:02d}_long",
+                                [typed(f"level1/{i:03d}_a_rather_long_problem_name_here", f"cand_{i:02d}_long",
                                      speedup=1.5, ci=[1.4, 1.6]) for i in range(12)])
     console = Console(record=True, width=80)
     console.print(compare.table(rows, "compare", width=80))
@@ -193,7 +199,7 @@ def synthetic(n=39):
     for i in range(n):
         status = STATUSES[i % len(STATUSES)]
         s = 0.5 + 0.37 * i if status in ("ok", "invalid") else None
-        records.append(rec(f"kernelbench-level{1 + i % 3}/{i:03d}_conv_transpose3d_batchnorm_gelu_quite_long_name",
+        records.append(typed(f"kernelbench-level{1 + i % 3}/{i:03d}_conv_transpose3d_batchnorm_gelu_quite_long_name",
                            f"c{i:02d}_candidate_with_a_long_name", status=status, speedup=s,
                            ci=[s * 0.98, s * 1.02] if s and i % 4 else None,
                            speedup_vs_compile=s * 0.8 if s else None,
@@ -232,18 +238,18 @@ def test_wide_table_keeps_todays_columns_and_shows_cis():
         assert column in header, column
     assert "2.72x [2.67, 2.77]" in text and "0.50x " in text        # record 0 has no CI: the bare speedup
     assert "noisy" in text
-    assert "vs compile" not in render([rec(speedup=1.2, ci=[1.1, 1.3])], 200)      # no compile baselines
+    assert "vs compile" not in render([typed(speedup=1.2, ci=[1.1, 1.3])], 200)      # no compile baselines
 
 
 def test_v1_records_render_without_ci_and_leaderboard_shows_ci_compile_and_flags():
-    assert "1.23x" in render([rec(version=1, speedup=1.23)], 80)
-    board = report.leaderboard([rec(cand="a", speedup=1.2, ci=[1.18, 1.22], speedup_vs_compile=0.9,
+    assert "1.23x" in render([typed(version=1, speedup=1.23)], 80)
+    board = report.leaderboard([typed(cand="a", speedup=1.2, ci=[1.18, 1.22], speedup_vs_compile=0.9,
                                     speedup_vs_compile_ci=[0.88, 0.92], flags=["noisy"]),
-                                rec(cand="b", speedup=1.1, ci=[1.0, 1.2]),
-                                rec("level1/002_other", "c", status="incorrect", speedup=None)], "r")
+                                typed(cand="b", speedup=1.1, ci=[1.0, 1.2]),
+                                typed("level1/002_other", "c", status="incorrect", speedup=None)], "r")
     assert "| level1/001_linear_relu | a | 1.20x [1.18, 1.22] | 0.90x [0.88, 0.92] | - | - | noisy |" in board
     assert "| level1/002_other | (no correct candidate) |" in board
-    assert report.aggregate([rec(speedup=2.0, ci=[1.9, 2.1]), rec(speedup=0.5)])["geomean_speedup"] == 1.0
+    assert report.aggregate([typed(speedup=2.0, ci=[1.9, 2.1]), typed(speedup=0.5)])["geomean_speedup"] == 1.0
 
 
 def test_abbreviate_problem_keeps_number_and_distinctive_end():

@@ -160,25 +160,31 @@ def _record(device: str, speedup: float, half: float, reference_ms: float = 0.2)
             "timing": {"reference": {"median_ms": reference_ms}}}
 
 
+def _compare(a: dict, b: dict, **options):
+    """compare_pair on two records' JSON, typed as the store gives them."""
+    from harness.results.records import Record
+    return compare.compare_pair(Record.of(a), Record.of(b), **options)
+
+
 def test_compare_needs_a_cpu_change_past_the_noise_floor():
     small = 1 + compare.CPU_MIN_CHANGE * 0.8              # outside both CIs, inside the CPU path's floor
-    assert compare.compare_pair(_record("cpu", 1.0, 0.01), _record("cpu", small, 0.01)).verdict == compare.SAME
+    assert _compare(_record("cpu", 1.0, 0.01), _record("cpu", small, 0.01)).verdict == compare.SAME
     big = 1 + compare.CPU_MIN_CHANGE * 1.5
-    assert compare.compare_pair(_record("cpu", 1.0, 0.01), _record("cpu", big, 0.01)).verdict == compare.FASTER
-    assert compare.compare_pair(_record("cpu", big, 0.01), _record("cpu", 1.0, 0.01)).verdict == compare.SLOWER
+    assert _compare(_record("cpu", 1.0, 0.01), _record("cpu", big, 0.01)).verdict == compare.FASTER
+    assert _compare(_record("cpu", big, 0.01), _record("cpu", 1.0, 0.01)).verdict == compare.SLOWER
     # on the GPU no floor unless asked for, and an explicit --min-change wins on the CPU too
-    assert compare.compare_pair(_record("cuda", 1.0, 0.01), _record("cuda", small, 0.01)).verdict == compare.FASTER
-    assert compare.compare_pair(_record("cpu", 1.0, 0.01), _record("cpu", small, 0.01),
+    assert _compare(_record("cuda", 1.0, 0.01), _record("cuda", small, 0.01)).verdict == compare.FASTER
+    assert _compare(_record("cpu", 1.0, 0.01), _record("cpu", small, 0.01),
                                 min_change=0.0).verdict == compare.FASTER
 
 
 def test_compare_on_the_cpu_allows_for_how_far_the_reference_itself_moved():
     # measured: a C++ candidate 0.280x then 0.227x (-19%), its reference's own median 0.169 then 0.130 ms (-23%)
     a, b = _record("cpu", 0.280, 0.04, reference_ms=0.169), _record("cpu", 0.227, 0.04, reference_ms=0.130)
-    row = compare.compare_pair(a, b)
+    row = _compare(a, b)
     assert row.verdict == compare.SAME and row.floor == pytest.approx(compare.CPU_MIN_CHANGE + 0.039 / 0.169)
     # the candidate itself 2x slower while the reference held still: SLOWER
-    assert compare.compare_pair(a, _record("cpu", 0.140, 0.04, reference_ms=0.170)).verdict == compare.SLOWER
+    assert _compare(a, _record("cpu", 0.140, 0.04, reference_ms=0.170)).verdict == compare.SLOWER
 
 
 def test_compare_on_the_cpu_allows_for_a_run_whose_rounds_were_not_alike():
@@ -188,8 +194,8 @@ def test_compare_on_the_cpu_allows_for_a_run_whose_rounds_were_not_alike():
                                                     "candidate": {"median_ms": 0.5907}}}
     b = {**_record("cpu", 0.227, 0.04), "timing": {"reference": {"median_ms": 0.1302},
                                                    "candidate": {"median_ms": 0.5687}}}
-    row = compare.compare_pair(a, b)
+    row = _compare(a, b)
     assert row.verdict == compare.SAME and row.floor > 0.4
     slower = {**b, "speedup": 0.113, "speedup_ci": [0.11, 0.116],
               "timing": {"reference": {"median_ms": 0.1451}, "candidate": {"median_ms": 1.28}}}
-    assert compare.compare_pair(a, slower).verdict == compare.SLOWER    # the candidate itself 2x slower
+    assert _compare(a, slower).verdict == compare.SLOWER    # the candidate itself 2x slower

@@ -14,6 +14,7 @@ from conftest import FIXTURES, json_records, PAIR_TIMEOUT_ARG, run_cli, verdict,
 from harness.commands.kbexport import eval_results, kernelbench_metrics, pass_at_k, tree_problems
 from harness.commands.kbimport import import_kernelbench, summary_lines
 from harness.results.store import RunStore
+from harness.results.records import as_records
 
 TREE = FIXTURES / "tree"
 
@@ -263,8 +264,8 @@ def test_export_kernelbench_refuses_a_run_without_kernelbench_samples(tmp_path):
 def test_export_kernelbench_asks_which_run_folder_when_there_are_several():
     records = kb_records() + [record(f"{KB1}/001_Square_matmul", "other_run_sample_0")]
     with pytest.raises(Exception, match="choose one with --kb-run"):
-        eval_results(records, "r")
-    assert sorted(eval_results(records, "r", kb_run="other_run")) == ["1"]
+        eval_results(as_records(records), "r")
+    assert sorted(eval_results(as_records(records), "r", kb_run="other_run")) == ["1"]
 
 
 def test_pass_at_k_estimator_by_hand():
@@ -312,7 +313,7 @@ def test_report_kernelbench_fast_p_counts_missing_problems_and_pass_at_k(tmp_pat
 
 
 def test_kernelbench_metrics_without_a_tree_count_only_problems_with_records():
-    metrics = kernelbench_metrics(kb_records(), tree_problems(None))
+    metrics = kernelbench_metrics(as_records(kb_records()), tree_problems(None))
     assert metrics["levels"][KB1]["problems"] == 2 and metrics["levels"][KB1]["fast_p"]["1.5"] == 0.5
 
 

@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 import pytest
 
 from harness.results.html import write_run_page, write_site
+from harness.results.records import Record, as_records
 
 XSS = "<script>alert(1)</script>"
 RUN_A, RUN_B = "20250101-090000-aaaa", "20250102-100000-bbbb"
@@ -29,7 +30,11 @@ def perf(floor_ms: float, cand_ms: float, bw: float, flops: float) -> dict:
                             "pct_of_peak_bandwidth": bw, "pct_of_peak_flops": flops}}
 
 
-def run_records(scale: float = 1.0) -> list[dict]:
+def run_records(scale: float = 1.0) -> list[Record]:
+    return as_records(run_json(scale))
+
+
+def run_json(scale: float = 1.0) -> list[dict]:
     gelu, mm, sm, ln = "level1/019_gelu", "level1/001_matmul", "level1/023_softmax", "level1/040_layernorm"
     return [
         record(gelu, "cuda_gelu_float4", speedup=2.41 * scale, ci=[2.38, 2.45], speedup_vs_compile=1.31,
@@ -41,10 +46,9 @@ def run_records(scale: float = 1.0) -> list[dict]:
         record(mm, "tiled_mm", speedup=0.93 * scale, ci=[0.91, 0.95], **perf(0.20, 0.61, 11.0, 33.0)),
         record(sm, "online_softmax", "incorrect", error=f"max abs err 3.2e-01 {XSS}"),
         record(sm, "warp_softmax", "compile_error", error="nvcc: error: identifier 'x' is undefined " * 6),
-        {"problem": ln, "solution": f"{ln}/welford_ln", "status": "ok", "correct": True, "speedup": 1.17,
-         "flags": [], "error": None},                                   # schema 1: no CI, no timing
+        {"schema_version": 1, "problem": ln, "solution": f"{ln}/welford_ln", "status": "ok", "correct": True,
+         "speedup": 1.17, "flags": [], "error": None, "device": "cuda"},   # schema 1: no CI, no timing, no gpu
         record(ln, "two_pass_ln", "runtime_error", error="CUDA error: an illegal memory access was encountered"),
-        {"solution": "level1/040_layernorm/broken"},                    # almost nothing: must not crash
     ]
 
 
@@ -163,8 +167,9 @@ def test_site_leaderboard_is_each_pairs_newest_record_across_runs(tmp_path):
     """Runs that each cover part of the suite (a level at a time, as on the H200) make one leaderboard: each pair's
     record from the newest run that has it, not the newest run alone."""
     gelu, mm = "level1/019_gelu", "level2/001_matmul"
-    older = [record(gelu, "cuda_gelu", speedup=2.0, ci=[1.9, 2.1]), record(mm, "tiled", speedup=1.3, ci=[1.2, 1.4])]
-    newer = [record(gelu, "cuda_gelu", speedup=2.5, ci=[2.4, 2.6])]                     # level1 only, later
+    older = as_records([record(gelu, "cuda_gelu", speedup=2.0, ci=[1.9, 2.1]),
+                        record(mm, "tiled", speedup=1.3, ci=[1.2, 1.4])])
+    newer = as_records([record(gelu, "cuda_gelu", speedup=2.5, ci=[2.4, 2.6])])          # level1 only, later
     dom = Dom(write_site(tmp_path, [(RUN_A, run_meta(RUN_A), older), (RUN_B, run_meta(RUN_B), newer)]).read_text())
     board = {row[0]: row for row in body_rows(dom, "leaderboard")}
     assert sorted(board) == [gelu, mm]
@@ -173,16 +178,22 @@ def test_site_leaderboard_is_each_pairs_newest_record_across_runs(tmp_path):
 
 
 def test_missing_fields_never_crash(tmp_path):
-    hostile = [{}, {"status": ["not", "hashable"]},
-               {"status": None, "speedup": "fast", "speedup_ci": ["a", None], "flags": None},
-               {"problem": "p/x", "solution": "p/x/c", "status": "ok", "correct": True, "speedup": float("nan"),
-                "timing": {"candidate": None}, "performance": {"floor_ms": None}, "gpu": "?"},
-               {"problem": "p/y", "solution": "p/y/c", "status": "ok", "correct": True, "speedup": 1.5,
-                "speedup_ci": [1.4], "performance": {"floor_ms": 0.1}, "timing": {"candidate": {"median_ms": 0.2}}}]
+    """Parts missing, null or odd inside (a record's parts read back leniently). A line that does not read as a
+    Record at all never reaches a page: the store names it and leaves it out (test_records)."""
+    least = {"schema_version": 1, "problem": "p/w", "solution": "p/w/c", "status": "ok", "correct": True,
+             "flags": [], "error": None, "speedup": None, "device": "cuda"}
+    hostile = as_records([
+        least,
+        {**least, "problem": "p/x", "solution": "p/x/c", "speedup": float("nan"), "timing": {"candidate": None},
+         "performance": {"floor_ms": None}, "gpu": {"index": None, "name": ["?"]}},
+        {**least, "schema_version": 2, "problem": "p/y", "solution": "p/y/c", "speedup": 1.5, "speedup_ci": None,
+         "performance": {"floor_ms": 0.1, "pct_of_peak_bandwidth": "x"}, "timing": {"candidate": {"median_ms": 0.2}}},
+        {**least, "problem": "p/z", "solution": "p/z/c", "status": "incorrect", "correct": False, "error": XSS,
+         "sizes": [{"name": None}], "flag_details": {"noisy": 3}}])
     assert Dom(write_run_page(tmp_path / "run", hostile, {}).read_text()).tables["leaderboard"]
     empty = write_run_page(tmp_path / "empty-run", [], {}).read_text()
     assert "This run has no records." in empty and "<h2>" not in empty              # no empty section
-    cpu = [{**r, "device": "cpu", "gpu": None, "performance": None} for r in run_records()]
+    cpu = as_records({**r, "device": "cpu", "gpu": None, "performance": None} for r in run_json())
     text = write_run_page(tmp_path / "cpu", cpu, {"device": "cpu"}).read_text()
     assert "No record has performance data" in text and Dom(text).counts.get("svg", 0) == 2
     assert write_site(tmp_path, [("r1", {}, hostile), ("r2", None, None)]).exists()    # type: ignore[list-item]

@@ -15,6 +15,7 @@ import pytest
 
 from harness.core import flags as flag_table
 from harness.results.html import clip, write_run_page, write_site
+from harness.results.records import Record
 from harness.results.standings import Run, best_history
 from test_html import XSS, Dom, body_rows, record, rows_by_head, run_meta, run_records
 
@@ -29,11 +30,16 @@ def meta(run_id: str, calibrate: bool = False, modes: list[str] | None = None) -
     return m
 
 
-def ok(problem: str, candidate: str, speedup: float, run_id: str, **extra) -> dict:
-    return record(problem, candidate, speedup=speedup, ci=[speedup * 0.97, speedup * 1.03], run_id=run_id, **extra)
+def rec(problem: str, candidate: str, status: str = "ok", **fields) -> Record:
+    """test_html's record, typed as the store gives it."""
+    return Record.of(record(problem, candidate, status, **fields))
 
 
-def site(tmp_path: Path, runs: list[tuple[str, dict, list[dict]]]) -> tuple[str, Dom]:
+def ok(problem: str, candidate: str, speedup: float, run_id: str, **extra) -> Record:
+    return rec(problem, candidate, speedup=speedup, ci=[speedup * 0.97, speedup * 1.03], run_id=run_id, **extra)
+
+
+def site(tmp_path: Path, runs: list[tuple[str, dict, list[Record]]]) -> tuple[str, Dom]:
     text = write_site(tmp_path, runs).read_text()
     return text, Dom(text)
 
@@ -86,11 +92,11 @@ def test_controls_never_rank(tmp_path):
     assert '<div class="v">3</div><div class="k">controls (not counted)</div>' in text
     assert {r["candidate"] for r in rows_by_head(dom, "controls")} == {"aa_same_ops control", "control_copy control"}
 
-    calib = [record(P1, "aa_reference", speedup=1.0, ci=[0.99, 1.01], run_id=R2)]
+    calib = [rec(P1, "aa_reference", speedup=1.0, ci=[0.99, 1.01], run_id=R2)]
     page = write_run_page(tmp_path / R2, calib, meta(R2, calibrate=True)).read_text()
     assert "Every pair here is a control" in page and "leaderboard" not in Dom(page).tables
     # a calibrate run's pair is a control whatever its name
-    odd = [record(P2, "renamed", speedup=9.0, ci=[8.9, 9.1], run_id=R3)]
+    odd = [rec(P2, "renamed", speedup=9.0, ci=[8.9, 9.1], run_id=R3)]
     _, sdom = site(tmp_path, [(R1, meta(R1), recs), (R2, meta(R2, True), calib), (R3, meta(R3, True), odd)])
     assert board(sdom)[P1]["best candidate"] == "fused" and P2 not in board(sdom)
     assert {r["candidate"] for r in rows_by_head(sdom, "controls")} >= {"aa_reference control", "renamed control"}
@@ -115,8 +121,8 @@ def test_each_metric_from_the_newest_record_that_has_it_with_its_run(tmp_path):
            ok(P2, "tiled", 1.5, R1, speedup_vs_compile=1.1, speedup_vs_compile_ci=[1.0, 1.2]),
            ok(P2, "cuda_only", 1.8, R1)]
     new = [ok(P1, "fused", 2.2, R2),
-           record(P2, "tiled", "incorrect", error="max abs err 1", run_id=R2),
-           record(P2, "cuda_only", "skipped", error="needs CUDA", run_id=R2)]
+           rec(P2, "tiled", "incorrect", error="max abs err 1", run_id=R2),
+           rec(P2, "cuda_only", "skipped", error="needs CUDA", run_id=R2)]
     _, dom = site(tmp_path, [(R1, meta(R1), old), (R2, meta(R2, modes=[]), new)])
     row = board(dom)[P1]
     assert row["run"] == R2 and row["vs eager [95% CI]"] == "2.20x [2.13, 2.27]"
@@ -160,14 +166,14 @@ def test_history_is_per_candidate_newest_first_under_unique_run_ids(tmp_path):
     (0.98, [0.90, 1.02], "same"), (1.01, [0.97, 1.04], "same"), (1.20, [1.10, 1.30], "faster"),
     (0.80, [0.70, 0.90], "slower"), (1.30, None, "")])
 def test_colour_is_the_verdict_of_the_ci_against_one(tmp_path, speedup, ci, verdict):
-    text = write_run_page(tmp_path / R1, [record(P1, "k", speedup=speedup, ci=ci)], meta(R1)).read_text()
+    text = write_run_page(tmp_path / R1, [rec(P1, "k", speedup=speedup, ci=ci)], meta(R1)).read_text()
     cells = CellClasses(text).cells["leaderboard"]
     cls = next(c for c, t in cells if t.startswith(f"{speedup:.2f}x"))
     assert set(cls.split()) - {"num"} == ({verdict} if verdict else set())
 
 
 def test_skipped_is_shown_as_skipped(tmp_path):
-    recs = [record(P1, "cuda_kernel", "skipped", error="holds CUDA code; skipped on the CPU")]
+    recs = [rec(P1, "cuda_kernel", "skipped", error="holds CUDA code; skipped on the CPU")]
     row = board(Dom(write_run_page(tmp_path / R1, recs, meta(R1)).read_text()))[P1]
     assert row["best candidate"] == "skipped (cuda_kernel)" and row["status"] == "skipped"
     assert "none correct" not in row["best candidate"] and row["note"].startswith("holds CUDA code")
@@ -255,7 +261,7 @@ def pages(tmp_path: Path) -> dict[str, Path]:
     """A run page and a site page with the awkward cases: long errors, flags, controls, a calibrate run, compile
     baselines off in the newest run."""
     recs = run_records() + [ok("level1/019_gelu", "aa_same_ops", 1.0, R1),
-                            record("level1/023_softmax", "cuda_only", "skipped", error="holds CUDA code " * 9)]
+                            rec("level1/023_softmax", "cuda_only", "skipped", error="holds CUDA code " * 9)]
     run_page = write_run_page(tmp_path / R1, recs, meta(R1))
     runs = [(R1, meta(R1), recs), (R2, meta(R2, calibrate=True), [ok("level1/019_gelu", "aa_reference", 1.0, R2)]),
             (R3, meta(R3, modes=[]), run_records(1.1))]

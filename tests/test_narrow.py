@@ -142,12 +142,14 @@ def test_report_json_is_not_a_table(tmp_path):
 @pytest.mark.parametrize("width", WIDTHS)
 def test_sizes_tables_fit(width):
     from harness.commands import compare
+    from harness.results.records import as_records
     sizes = [{"name": name, "main": name == "m", "shape": "x: [4096, 4096] float32, w: [4096, 4096] float32",
               "trials_passed": 3, "trials": 3, "correct": True, "speedup": 1.5, "speedup_ci": [1.4, 1.6],
               "error": None} for name in ("s", "m", "l")]
-    records = [{"schema_version": 2, "problem": f"{LONG}_{i}", "solution": f"{LONG}_{i}/candidate_{i}",
-                "status": "ok", "correct": True, "flags": [], "error": None, "speedup": 1.5,
-                "speedup_ci": [1.4, 1.6], "device": "cpu", "sizes": sizes, "sizes_geomean": 1.5} for i in range(3)]
+    records = as_records({"schema_version": 2, "problem": f"{LONG}_{i}", "solution": f"{LONG}_{i}/candidate_{i}",
+                          "status": "ok", "correct": True, "flags": [], "error": None, "speedup": 1.5,
+                          "speedup_ci": [1.4, 1.6], "device": "cpu", "sizes": sizes, "sizes_geomean": 1.5}
+                         for i in range(3))
     for table in (report.sizes_table(records, "sizes", width),
                   compare.sizes_table(compare.compare_runs(records, records), "sizes", width)):
         lines = printed(table, width)

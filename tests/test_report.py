@@ -4,12 +4,17 @@ from __future__ import annotations
 import pytest
 
 from harness.results import report
+from harness.results.records import as_records
+
+
+def rec(i: int, status: str, speedup: float | None) -> dict:
+    problem = f"level1/{i:03d}_p"
+    return {"schema_version": 2, "problem": problem, "solution": f"{problem}/c", "status": status,
+            "correct": status == "ok", "flags": [], "error": None, "speedup": speedup, "device": "cpu"}
 
 
 def test_aggregate_fast_p_and_geomean():
-    recs = [{"status": "ok", "correct": True, "speedup": 2.0}, {"status": "ok", "correct": True, "speedup": 0.5},
-            {"status": "incorrect", "correct": False, "speedup": None}, {"status": "timeout", "correct": False,
-                                                                        "speedup": None}]
+    recs = as_records([rec(1, "ok", 2.0), rec(2, "ok", 0.5), rec(3, "incorrect", None), rec(4, "timeout", None)])
     agg = report.aggregate(recs)
     assert agg["correctness_rate"] == 0.5
     assert agg["geomean_speedup"] == pytest.approx(1.0)

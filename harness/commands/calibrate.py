@@ -14,7 +14,7 @@ from harness.results.fit import Col
 from harness.core.discover import Candidate, Pair, Problem
 from harness.core.untrusted import write_text
 from harness.run import between
-from harness.results.records import Record, RecordLike, Status, as_records
+from harness.results.records import Record, Status
 
 AA_NAME = "aa_reference"
 
@@ -66,8 +66,8 @@ NOT_MEASURED, OUTSIDE_TARGET, OUTSIDE_CI = "not measured", "outside target", "1.
 WORDS = ("ok", OUTSIDE_TARGET, OUTSIDE_CI, NOT_MEASURED)
 
 
-def rows(records: Iterable[RecordLike], target: float) -> list[Row]:
-    return [row(r, target) for r in sorted(as_records(records), key=lambda r: r.problem)]
+def rows(records: Iterable[Record], target: float) -> list[Row]:
+    return [row(r, target) for r in sorted(records, key=lambda r: r.problem)]
 
 
 def row(r: Record, target: float) -> Row:
@@ -131,10 +131,10 @@ def render(table: list[Row], target: float, console) -> None:
 # ---------------------------------------------------------------- the between-process term (harness.run.between)
 
 
-def readings(records: Iterable[RecordLike]) -> list[between.ProcessReading]:
+def readings(records: Iterable[Record]) -> list[between.ProcessReading]:
     """Every `ok` A/A pair's process pairs, each with the CI of its own rounds."""
     found = []
-    for r in as_records(records):
+    for r in records:
         processes = r.timing.processes if r.timing is not None else None
         if r.status is not Status.OK or not isinstance(processes, list):
             continue

@@ -34,7 +34,7 @@ from harness.commands.compare import (BROKEN, SLOWER, Row, compare_runs, fmt_cha
 from harness.core.discover import Pair
 from harness.core.errors import UsageError
 from harness.core.untrusted import WriteError, kind_of, show_path, show_text
-from harness.results.records import Record, RecordLike, Status, as_records
+from harness.results.records import Record, Status
 
 PASSING = (Status.OK, Status.SKIPPED)
 REGRESSIONS = (SLOWER, BROKEN)
@@ -155,14 +155,13 @@ class Verdict:
         return 1 if self.failing or self.unranked or self.regressions else 0
 
 
-def judge(records: Iterable[RecordLike],
-          baseline: Iterable[RecordLike] | None) -> Verdict:
-    records = as_records(records)
+def judge(records: Iterable[Record], baseline: Iterable[Record] | None) -> Verdict:
+    records = list(records)
     verdict = Verdict(failing=[r for r in records if r.status not in PASSING],
                       unranked=[r for r in records if r.ok and not r.control and not r.ranked])
     if baseline is not None:
         keys = {r.key for r in records}
-        ours = [r for r in as_records(baseline, "baseline record") if r.key in keys]
+        ours = [r for r in baseline if r.key in keys]
         for row in compare_runs(ours, records):
             verdict.rows[(row.problem, row.solution)] = row
             if row.verdict in REGRESSIONS:
@@ -185,11 +184,11 @@ def problems_note(problems: Iterable[str]) -> list[str]:
             "(a weakened reference, tolerance or input makes a wrong candidate pass).", ""]
 
 
-def markdown(records: Iterable[RecordLike], verdict: Verdict, run_id: str,
+def markdown(records: Iterable[Record], verdict: Verdict, run_id: str,
              baseline_name: str | None, machines: Iterable[str] = (), problems: Iterable[str] = ()) -> str:
     """The summary; `machines` (machine_lines) say how main's run's machine and this run's differ, since a
     speedup's CI does not cover the machine; `problems` (changed_problems) are named above everything else."""
-    records = as_records(records)
+    records = list(records)
     agg = report.aggregate(records)
     head = "PASS" if verdict.exit_code == 0 else "FAIL"
     lines = [f"## Kernel evaluation: {head}", "", *problems_note(problems),

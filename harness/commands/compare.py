@@ -14,8 +14,8 @@ A speedup's CI covers the run it comes from, not the machine (docs/candidates-h2
 when the runs' GPUs differ (by the uuids in run.json), or when it cannot tell; only then, as a weaker hint, when
 their hosts launch at different speeds (the records' median `timing.timer_floor_ms`).
 
-Everything but `add_arguments` and `main` is a pure function over lists of records (`Record`s, or their JSON
-objects)."""
+Everything but `add_arguments` and `main` is a pure function over lists of `Record`s (as read_records gives
+them)."""
 from __future__ import annotations
 
 import argparse
@@ -30,7 +30,7 @@ from typing import Any, Iterable
 
 from harness.core.errors import UsageError
 from harness.core.numbers import number
-from harness.results.records import Record, RecordLike, as_records
+from harness.results.records import Record
 from harness.results import report
 from harness.core.untrusted import ReadError, load_json, read_run_file, show_name
 
@@ -204,11 +204,10 @@ def floor_for(a: Record | None, b: Record | None, min_change: float | None) -> f
     return 0.0
 
 
-def compare_pair(a: RecordLike | None, b: RecordLike | None,
+def compare_pair(a: Record | None, b: Record | None,
                  tolerance: float = DEFAULT_TOLERANCE, min_change: float | None = None) -> Row:
     if a is None and b is None:
         raise ValueError("compare_pair needs at least one record")
-    a, b = (None if r is None else Record.of(r, f"run {run}") for r, run in ((a, "A"), (b, "B")))
     key = a if a is not None else b
     sa = side(a, tolerance) if a is not None else None
     sb = side(b, tolerance) if b is not None else None
@@ -234,14 +233,14 @@ def compare_pair(a: RecordLike | None, b: RecordLike | None,
     return Row(key.problem, key.solution, verdict, sa, sb, change, floor, sizes)
 
 
-def _index(records: Iterable[RecordLike], run: str) -> dict[tuple[str, str], Record]:
+def _index(records: Iterable[Record]) -> dict[tuple[str, str], Record]:
     """(problem, solution) -> record; a later record of the same pair replaces an earlier one."""
-    return {r.key: r for r in as_records(records, f"run {run}, record")}
+    return {r.key: r for r in records}
 
 
-def compare_runs(records_a: Iterable[RecordLike], records_b: Iterable[RecordLike],
+def compare_runs(records_a: Iterable[Record], records_b: Iterable[Record],
                  tolerance: float = DEFAULT_TOLERANCE, min_change: float | None = None) -> list[Row]:
-    a, b = _index(records_a, "A"), _index(records_b, "B")
+    a, b = _index(records_a), _index(records_b)
     return [compare_pair(a.get(k), b.get(k), tolerance, min_change) for k in sorted(a.keys() | b.keys())]
 
 

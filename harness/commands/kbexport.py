@@ -26,7 +26,7 @@ counted the way KernelBench counts them.
 a control), as report's fast_p counts; controls (`aa_*`, `control_*`) are no problem's samples; pass@k counts correct
 outputs (status ok), as report --kernelbench always has. `compiled` is true only for a candidate that was built.
 
-Pure functions over records (`Record`s, or their JSON objects), except the command helpers at the end.
+Pure functions over `Record`s (as RunStore.records() gives them), except the command helpers at the end.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ from typing import Any, Iterable
 from harness.core.errors import InputError, UsageError
 from harness.core.numbers import number
 from harness.results.parts import Baseline, SideStats
-from harness.results.records import Record, RecordLike, Status, as_records
+from harness.results.records import Record, Status
 from harness.core.untrusted import ReadError, load_json, read_run_file, write_text
 
 KB_LEVEL = re.compile(r"^kernelbench-level(\d+)$")
@@ -215,12 +215,12 @@ def _narrow(found: list, part: int, wanted: Any, missing: str) -> list:
     return kept
 
 
-def kb_samples(records: Iterable[RecordLike], run_id: str, kb_run: str | None = None,
+def kb_samples(records: Iterable[Record], run_id: str, kb_run: str | None = None,
                level: int | None = None) -> list[tuple[tuple[int, int, str, int], Record]]:
     """(origin, record) of the candidates from one KernelBench run folder of one level, by problem and sample id.
     A UsageError when there are none, or when they come from several run folders or levels and `kb_run` / `level`
     does not say which."""
-    found = [(origin, r) for r in as_records(records) if (origin := kb_origin(r)) is not None]
+    found = [(origin, r) for r in records if (origin := kb_origin(r)) is not None]
     if not found:
         raise UsageError(f"run {run_id} has no candidates imported from a KernelBench run folder "
                          "(solutions/kernelbench-level<L>/<NNN>_<Name>/<run>_sample_<S>.py)")
@@ -237,7 +237,7 @@ def kb_samples(records: Iterable[RecordLike], run_id: str, kb_run: str | None = 
     return sorted(found, key=lambda x: (x[0][1], x[0][3]))
 
 
-def eval_results(records: Iterable[RecordLike], run_id: str, kb_run: str | None = None,
+def eval_results(records: Iterable[Record], run_id: str, kb_run: str | None = None,
                  level: int | None = None) -> dict[str, list[dict[str, Any]]]:
     """KernelBench's eval_results.json for the records of candidates from one KernelBench run folder of one level
     (kb_samples says when that is ambiguous)."""
@@ -297,13 +297,13 @@ def tree_problems(problems_dir: Path | None) -> dict[str, list[str]]:
     return out
 
 
-def kernelbench_metrics(records: Iterable[RecordLike], tree: dict[str, list[str]]) -> dict[str, Any]:
+def kernelbench_metrics(records: Iterable[Record], tree: dict[str, list[str]]) -> dict[str, Any]:
     """Per level of the records: fast_p on each problem's sample 0 over every problem of the level in `tree`
     (plus any problem with records that the tree lacks), with benchmark_eval_analysis's arithmetic on the eager
     baseline the export writes, and pass@k over all samples, averaged over the problems with at least k samples
     (k = 1, and 5 when some problem has 5 or more)."""
     by_problem: dict[str, list[Record]] = {}
-    for r in as_records(records):
+    for r in records:
         if not r.control:                   # controls are no candidate's sample (harness.core.ranking)
             by_problem.setdefault(r.problem, []).append(r)
     levels: dict[str, Any] = {}
@@ -394,7 +394,7 @@ def baseline_files(by_problem: dict[str, list[Record]], pids: list[str], run_id:
     return files
 
 
-def build_export(records: Iterable[RecordLike], run_id: str, tree: dict[str, list[str]],
+def build_export(records: Iterable[Record], run_id: str, tree: dict[str, list[str]],
                  kb_run: str | None = None, level: int | None = None, hardware: str | None = None) -> KbExport:
     """The files for the candidates of one KernelBench run folder of one level (kb_samples says when that is
     ambiguous); the baselines cover every problem of the level in `tree` and those with samples."""
@@ -431,7 +431,7 @@ def problems_dir_of(run_dir: Path, override: Path | None) -> Path | None:
     return Path(value) if value else None
 
 
-def report_kernelbench(store, records: Iterable[RecordLike], problems_dir: Path | None, json_mode: bool,
+def report_kernelbench(store, records: Iterable[Record], problems_dir: Path | None, json_mode: bool,
                        console) -> int:
     root = problems_dir_of(store.dir, problems_dir)
     tree = tree_problems(root)

@@ -3,12 +3,12 @@
 Pages open from disk with no network and no script: CSS is inline and plots are inline SVG drawn by matplotlib
 through `matplotlib.figure.Figure` (no pyplot, so no GUI backend and no global figure state). Every text that comes
 from a record is HTML-escaped (records come from untrusted candidates), and any field may be missing or null (schema
-1 records have no CI, CPU records have no `performance`). Records are `Record`s or their JSON objects; a JSON object
-that does not read as a Record (a caller may hand in anything) is still shown, as far as it can be read. What is
-shown is worked out in harness/results/standings.py (controls, standings, each problem's best over the runs); this
-module only lays it out: tables that fit their column down to an 800 px window (CIs on a line of their own, long names
-broken at / _ -, a column left out when every cell of it is empty), speedups coloured by their verdict against
-1.0, history newest first.
+1 records have no CI, CPU records have no `performance`). Records are `Record`s, as RunStore.records() gives them
+(a line that does not read as one is named there and left out). What is shown is worked out in
+harness/results/standings.py (controls, standings, each problem's best over the runs); this module only lays it out:
+tables that fit their column down to an 800 px window (CIs on a line of their own, long names broken at / _ -, a
+column left out when every cell of it is empty), speedups coloured by their verdict against 1.0, history newest
+first.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Generic, Iterable, TypeVar
 
 from harness.core import flags as flag_table
-from harness.results.records import RecordLike
+from harness.results.records import Record
 from harness.core.untrusted import write_text
 from harness.results.report import tally
 from harness.results.standings import (BestPoint, Pair, Run, SizeRow, best_history, best_per_problem, compile_modes,
@@ -448,7 +448,7 @@ SITE_PAGE: list[Section] = [
 ]
 
 
-def write_run_page(run_dir: Path, records: Iterable[RecordLike], meta: dict) -> Path:
+def write_run_page(run_dir: Path, records: Iterable[Record], meta: dict) -> Path:
     """Write <run_dir>/index.html: the run's header, then RUN_PAGE's sections (summary and leaderboard, controls,
     plots, every pair)."""
     run_dir, meta = Path(run_dir), _dict(meta)
@@ -696,7 +696,7 @@ def history_section(runs: list[Run]) -> str:
     return _section("History", body)
 
 
-def write_site(output_dir: Path, runs: list[tuple[str, dict, list[RecordLike]]]) -> Path:
+def write_site(output_dir: Path, runs: list[tuple[str, dict, list[Record]]]) -> Path:
     """Write <output_dir>/index.html: what the runs there add up to, SITE_PAGE's sections over the standings (each
     pair's newest reading, each figure from the newest record that has it, its run named): summary, leaderboard,
     history, controls, plots, every pair; then every run, newest first."""

@@ -2,9 +2,11 @@
 change them only with a schema version bump.
 
 Write side: `new_record` starts a `RecordDraft`, the writers fill in its typed parts (harness.results.parts),
-`finish` gives it its Status, `add_flag` its flags, and the store writes `to_json()`. Read side: `Record.from_json`
-checks a record read back (schema_version, required fields, their types) and gives the typed, immutable `Record`
-that report, compare, ci, the HTML pages and the KernelBench export read."""
+`finish` gives it its Status, `add_flag` its flags, and the run hands the draft to the store, which writes its
+`to_json()` and gives back the `Record` that line reads as. Read side: `Record.from_json` checks a record read back
+(schema_version, required fields, their types) and gives the typed, immutable `Record`; RunStore.records() and
+read_records give nothing else, and report, compare, ci, calibrate, the HTML pages and the KernelBench export read
+only Records. `Record.to_json` is its line's JSON object again (`report --jsonl`)."""
 from __future__ import annotations
 
 import copy
@@ -280,11 +282,12 @@ class Record:
         return self.status is Status.INVALID
 
 
-RecordLike = Record | RecordDraft | dict[str, Any]      # what a reader takes: a Record, a draft, a record's JSON
+RecordLike = Record | RecordDraft | dict[str, Any]      # what Record.of types: a Record, a draft, a record's JSON
 
 
 def as_records(items: Iterable[RecordLike], where: str = "record") -> list[Record]:
-    """Records from Records or JSON objects (a RecordError names the first bad one: "<where> <n>")."""
+    """Records from Records, drafts or JSON objects that did not come through the store (harness.api, tests): a
+    RecordError names the first bad one ("<where> <n>")."""
     return [Record.of(item, f"{where} {i}") for i, item in enumerate(items, 1)]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.results import report
+from harness.results.records import Record
 from harness.core.config import load_config
 from harness.core.numbers import number
 from harness.core.untrusted import show_path, write_text
@@ -43,7 +44,7 @@ def config_output_dir(path: Path | None) -> str:
     return load_config(path, {}).output_dir if path else "results"
 
 
-def render(records: list[dict[str, Any]], store, json_mode: bool, console) -> None:
+def render(records: list[Record], store, json_mode: bool, console) -> None:
     """leaderboard.md and index.html in the run folder, then the table and summary (or the aggregates as JSON)."""
     from harness.results.html import write_run_page
     agg = report.aggregate(records)
@@ -54,7 +55,7 @@ def render(records: list[dict[str, Any]], store, json_mode: bool, console) -> No
         return
     if console is None:
         return
-    shown = [r for r in report.as_records(records) if not report.never_built(r)]   # those: a line per family
+    shown = [r for r in records if not report.never_built(r)]   # those: a line per family
     if shown or not records:
         console.print(report.table(shown, f"run {store.run_id}", width=console.width))
     sizes = report.sizes_table(records, "input sizes (problems that declare several)", console.width)

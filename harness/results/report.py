@@ -1,5 +1,5 @@
 """Stage 7, report: pure functions over records (a results.jsonl), so any past run can be re-rendered. They take
-`Record`s, or the records' JSON objects (typed here with Record.of)."""
+`Record`s, as RunStore.records() gives them (records.as_records types JSON objects from elsewhere)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,16 +8,15 @@ from typing import Any, Iterable, Mapping
 from harness.shared.stats import geomean
 from harness.core import flags, ranking
 from harness.core.numbers import number
-from harness.results.records import Record, RecordLike, as_records
+from harness.results.records import Record
 from harness.core.untrusted import show_name
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 CPU_EXAMPLES = "examples/cpu"           # problems and candidates that run on a machine without a GPU
 CPU_HINT = (f"a tree that runs on the CPU: python run_eval.py --problems-dir {CPU_EXAMPLES}/problems "
             f"--solutions-dir {CPU_EXAMPLES}/solutions")
-COUNTS_AS_CORRECT = ("ok",)
 
-Records = Iterable[RecordLike]
+Records = Iterable[Record]
 
 
 def _fmt_ms(median_ms: float | None) -> str:
@@ -41,23 +40,15 @@ class Outcome:
     control: bool = False
 
 
-def aggregate(records: Iterable[Record | Mapping[str, Any]], calibrate: bool = False) -> dict[str, Any]:
-    """Counts over records; a mapping needs only status, correct, flags, solution and speedup (all the counts
-    read). `calibrate`: the records are a calibrate run's (all controls)."""
+def aggregate(records: Records, calibrate: bool = False) -> dict[str, Any]:
+    """Counts over records. `calibrate`: the records are a calibrate run's (all controls)."""
     return tally(outcome(r, calibrate) for r in records)
 
 
-def outcome(record: Record | Mapping[str, Any], calibrate: bool = False) -> Outcome:
-    if isinstance(record, Record):
-        return Outcome(record.status.value, record.ok, ranking.ranks(record.candidate, record.ok, record.flags,
-                                                                     calibrate),
-                       record.speedup, ranking.is_control(record.candidate, calibrate))
-    speedup = record.get("speedup")
-    correct = record.get("status") in COUNTS_AS_CORRECT and bool(record.get("correct"))
-    solution = record.get("solution")
-    candidate = solution.rsplit("/", 1)[-1] if isinstance(solution, str) else ""
-    return Outcome(str(record["status"]), correct, ranking.record_ranks(dict(record), calibrate),
-                   number(speedup), ranking.is_control(candidate, calibrate))
+def outcome(record: Record, calibrate: bool = False) -> Outcome:
+    """What the counts read of one record (harness.core.ranking decides `ranked`)."""
+    return Outcome(record.status.value, record.ok, ranking.ranks(record.candidate, record.ok, record.flags, calibrate),
+                   record.speedup, ranking.is_control(record.candidate, calibrate))
 
 
 def tally(outcomes: Iterable[Outcome]) -> dict[str, Any]:
@@ -140,7 +131,7 @@ def table(records: Records, title: str, width: int | None = None):
     err, no ref/cand ms, names abbreviated, one line per row); None or wider keeps every column."""
     from rich.table import Table
     from rich.text import Text
-    records = sorted(as_records(records), key=lambda r: r.key)
+    records = sorted(records, key=lambda r: r.key)
     compile_col = _has_compile(records)
     style = {"ok": "green", "incorrect": "red", "skipped": "dim"}
     if width is not None and width < COMPACT_BELOW:
@@ -172,7 +163,7 @@ def sizes_table(records: Records, title: str, width: int | None = None):
     where timed) and the pair's geometric mean over its timed sizes; None when no record has sizes. Within `width`
     columns the shape and trials go first (harness.results.fit)."""
     from harness.results.fit import Col, table as fit_table
-    rows = [(r, size) for r in sorted(as_records(records), key=lambda r: r.key) for size in r.sizes or ()
+    rows = [(r, size) for r in sorted(records, key=lambda r: r.key) for size in r.sizes or ()
             if size is not None]
     if not rows:
         return None
@@ -302,7 +293,7 @@ def widening_lines(records: Records, target: float | None) -> list[str]:
     if not target or target <= 0:
         return []
     wide: dict[tuple[str, float], int] = {}
-    for r in as_records(records):
+    for r in records:
         term = getattr(r.timing, "between_process", None) if r.timing is not None else None
         rel_sd = number(term.get("rel_sd")) if isinstance(term, dict) else None
         if rel_sd is None or not str(term.get("source") or "").startswith("calibrate"):
@@ -324,7 +315,7 @@ def never_built(record: Record) -> bool:
 def unbuilt_lines(records: Records) -> list[str]:
     """For the pairs never_built: one line with their count per problem family (the level), then the hint that
     names a tree that runs on the CPU; none when there are none."""
-    skipped = [r for r in as_records(records) if never_built(r)]
+    skipped = [r for r in records if never_built(r)]
     if not skipped:
         return []
     families: dict[str, int] = {}
@@ -381,7 +372,7 @@ def _no_best(records: list[Record], pid: str) -> str:
 def leaderboard(records: Records, run_id: str) -> str:
     """Markdown: the best ranked candidate per problem (correct, and no flag keeps it off: harness.core.flags). A
     problem whose correct candidates are all flagged off the ranking names them, with their flags, and no speedup."""
-    records = as_records(records)
+    records = list(records)
     best = best_ranked(records)
     problems = sorted({r.problem for r in records})
     compile_col = _has_compile(records)
@@ -436,7 +427,7 @@ def csv_rows(records: Records) -> list[list[Any]]:
     """One row per record, in CSV_COLUMNS order, sorted like the table (problem, solution); `ranked` is
     harness.core.ranking's decision (controls never)."""
     rows = []
-    for r in sorted(as_records(records), key=lambda r: r.key):
+    for r in sorted(records, key=lambda r: r.key):
         lo, hi = r.speedup_ci or (None, None)
         rows.append([r.problem, r.solution, r.status.value, "true" if r.correct else "false",
                      _csv_number(r.speedup), _csv_number(lo), _csv_number(hi), _csv_number(r.speedup_vs_compile),

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 from harness.core import flags as flag_table, ranking
 from harness.core.numbers import number
-from harness.results.records import Record, RecordError, RecordLike
+from harness.results.records import Record
 from harness.results.report import Outcome
 
 SKIPPED = "skipped"
@@ -139,40 +139,14 @@ class Pair:
                    sizes=tuple(SizeRow.from_part(p) for p in r.sizes or () if p is not None),
                    sizes_geomean=r.sizes_geomean)
 
-    @classmethod
-    def from_malformed(cls, r: dict[str, Any]) -> "Pair":
-        """What can be read of a JSON object that is not a well-formed record: any field missing or of any type."""
-        perf, timing = _dict(r.get("performance")), _dict(r.get("timing"))
-        solution = str(r.get("solution") or "?")
-        flags = r.get("flags") if isinstance(r.get("flags"), list) else []
-        candidate = solution.rsplit("/", 1)[-1]
-        return cls(problem=str(r.get("problem") or solution.rsplit("/", 1)[0]),
-                   candidate=candidate, status=str(r.get("status") or "unknown"),
-                   speedup=number(r.get("speedup")), speedup_ci=r.get("speedup_ci"),
-                   vs_compile=number(r.get("speedup_vs_compile")), vs_compile_ci=r.get("speedup_vs_compile_ci"),
-                   pct_bandwidth=number(perf.get("pct_of_peak_bandwidth")),
-                   pct_flops=number(perf.get("pct_of_peak_flops")), floor_ms=number(perf.get("floor_ms")),
-                   candidate_ms=number(_dict(timing.get("candidate")).get("median_ms")),
-                   flags=tuple(str(f) for f in flags), error=" ".join(str(r.get("error") or "").split()),
-                   gpu=_gpu_name(_dict(r.get("gpu")).get("name")), run_id=str(r.get("run_id") or ""))
 
-
-def pairs_of(records: Any, run_id: str = "", calibrate: bool = False) -> list[Pair]:
-    """A Pair per record (Record or JSON object); anything else in the list is left out. `run_id` fills in a
-    record's missing run_id; in a calibrate run every pair is a control."""
+def pairs_of(records: Iterable[Record] | None, run_id: str = "", calibrate: bool = False) -> list[Pair]:
+    """A Pair per record. `run_id` fills in a record's missing run_id; in a calibrate run every pair is a control."""
     out = []
-    for item in records or []:
-        if isinstance(item, (Record, dict)):
-            p = _pair(item)
-            out.append(replace(p, run_id=p.run_id or run_id, calibrate=p.calibrate or calibrate))
+    for record in records or []:
+        p = Pair.from_record(record)
+        out.append(replace(p, run_id=p.run_id or run_id, calibrate=p.calibrate or calibrate))
     return out
-
-
-def _pair(item: RecordLike) -> Pair:
-    try:
-        return Pair.from_record(Record.of(item))
-    except RecordError:
-        return Pair.from_malformed(item)
 
 
 @dataclass(frozen=True)
@@ -186,7 +160,7 @@ class Run:
         return is_calibrate_run(self.meta)
 
     @classmethod
-    def of(cls, run_id: str, meta: Any, records: Any) -> "Run":
+    def of(cls, run_id: str, meta: Any, records: Iterable[Record] | None) -> "Run":
         meta = _dict(meta)
         return cls(run_id, meta, pairs_of(records, run_id, is_calibrate_run(meta)))
 
