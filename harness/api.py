@@ -12,6 +12,7 @@ Records come back typed, as harness.results.records.Record (what `report` and `c
 pair (without its signature), for anything else or for logging as JSON."""
 from __future__ import annotations
 
+import dataclasses
 import queue
 import re
 import tempfile
@@ -23,6 +24,7 @@ from harness.core.config import load_config
 from harness.core.discover import Pair, single_pair
 from harness.core.errors import UsageError
 from harness.core.request import RunRequest
+from harness.results import signing
 from harness.results.records import Record
 
 Problem = Union[str, Path]                      # a Path: the problem's file; a str: its source
@@ -41,8 +43,8 @@ def evaluate(problem: Problem, candidates: Candidates, *, config: str | Path | N
     cfg = load_config(_config_path(config), dict(overrides or {}))
     got: list[Record] = []
 
-    def take(data: dict[str, Any]) -> None:
-        record = Record.from_json(data, f"{data.get('solution')}")
+    def take(stored: Record) -> None:                # the Record the run's store wrote
+        record = _unsigned(stored)
         got.append(record)
         if on_record is not None:
             on_record(record)
@@ -53,6 +55,11 @@ def evaluate(problem: Problem, candidates: Candidates, *, config: str | Path | N
         request = RunRequest(("api", pairs[0].problem_id), problem_file=pairs[0].problem.path)
         run_pipeline(cfg, request, pairs=pairs, conclude=lambda store: 0, on_record=take)
     return got
+
+
+def _unsigned(record: Record) -> Record:
+    """The record as its line reads without the run's signature, as the API hands records out."""
+    return dataclasses.replace(record, raw={k: v for k, v in record.raw.items() if k != signing.FIELD})
 
 
 def iter_evaluate(problem: Problem, candidates: Candidates, **options: Any) -> Iterator[Record]:

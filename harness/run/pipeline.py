@@ -19,7 +19,7 @@ from harness.run import scratch as scratch_space
 from harness.run.executors import executor_for
 from harness.run.schedule import Context, Slot
 from harness.core.seeds import RunSeed
-from harness.results.records import now
+from harness.results.records import Record, RecordDraft, now
 from harness.results.report import CPU_HINT       # names examples/cpu, a tree that runs without a GPU
 from harness.results.store import RunStore
 
@@ -112,7 +112,7 @@ def prepare_compile_cache(cfg: Config, toolchain: Toolchain, warn: Callable[[str
 
 def run_pipeline(cfg: Config, request: RunRequest, pairs: list[Pair] | None = None,
                  conclude: Callable[[RunStore], int] | None = None,
-                 on_record: Callable[[dict[str, Any]], None] | None = None) -> int:
+                 on_record: Callable[[Record], None] | None = None) -> int:
     """A run over the pairs `request` selects (or `pairs`, e.g. calibrate's A/A pairs); `conclude` renders and
     chooses the exit code instead of the default table; `on_record` is handed each record as it is stored
     (harness.api)."""
@@ -229,7 +229,7 @@ class _Emitter:
     a JSON line with --json."""
 
     def __init__(self, store: RunStore, progress, task, cfg: Config, warn: Callable[[str], None], json_lines: bool,
-                 on_record: Callable[[dict[str, Any]], None] | None) -> None:
+                 on_record: Callable[[Record], None] | None) -> None:
         from harness.run.progress import Current
         self.store, self.progress, self.task, self.warn = store, progress, task, warn
         self.json_lines, self.on_record = json_lines, on_record
@@ -238,17 +238,21 @@ class _Emitter:
     def started(self, slot: str, pair: Pair, process: int) -> None:
         self.current.started(slot, pair.candidate.id, process)
 
-    def emit(self, record: dict[str, Any]) -> None:
+    def emit(self, draft: RecordDraft | dict[str, Any]) -> None:
+        """A pair's record as the schedule hands it over (a draft; a dask task's record is its JSON already): the
+        store writes it and gives back the Record its line reads as, which on_record and the progress read;
+        --json prints the record's JSON as it was handed over (unsigned, as it always printed)."""
         from harness.run.workerproc import unlogged
         for failed in unlogged():
             self.warn(f"{failed}; that worker's output from there on is dropped (the run goes on)")
-        self.store.append(record)
+        record = self.store.append(draft)
         if self.on_record is not None:
             self.on_record(record)
-        self.current.finished(record.get("solution"))
+        self.current.finished(record.solution)
         self.progress.advance(self.task)
         if self.json_lines:
-            print(json.dumps(record, default=str), flush=True)
+            data = draft.to_json() if isinstance(draft, RecordDraft) else draft
+            print(json.dumps(data, default=str), flush=True)
 
 
 @contextlib.contextmanager

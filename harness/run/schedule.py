@@ -81,7 +81,7 @@ class Context:
     builds: dict[str, BuildResult]
     scratch: Path
     log_dir: Path
-    emit: Callable[[dict[str, Any]], None]
+    emit: Callable[[RecordDraft | dict[str, Any]], None]     # a pair's record, to the store (a dask task's: JSON)
     seed: RunSeed
     stop: threading.Event = field(default_factory=threading.Event)
     ceilings: dict[str, dict[str, float]] = field(default_factory=dict)   # slot name -> measured ceilings
@@ -256,7 +256,7 @@ def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorker
         if record is None:
             runnable.append(pair)
         else:
-            ctx.emit(record.to_json())
+            ctx.emit(record)
     if not runnable:
         return
     problem_dir = ctx.scratch / slot.name.replace(":", "") / slug(runnable[0].problem_id)
@@ -267,7 +267,7 @@ def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorker
 
     def deliver(pair: Pair, record: RecordDraft) -> None:
         if count == 1:
-            ctx.emit(record.to_json())
+            ctx.emit(record)
         else:
             done[pair.key].append(record)
 
@@ -281,7 +281,7 @@ def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorker
     finally:
         for pair in runnable:                   # what was measured stands, even when the run stops early
             if done[pair.key]:
-                ctx.emit(processes.merge(done[pair.key], count).to_json())
+                ctx.emit(processes.merge(done[pair.key], count))
         shutil.rmtree(problem_dir, ignore_errors=True)
 
 

@@ -75,8 +75,8 @@ def run_group(task: GroupTask) -> dict[str, Any]:
     group = [p for p in task.group if p not in missing]
     scratch = scratch_root(task.run_id) / f"dask-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     scratch.mkdir(parents=True, exist_ok=True)
-    ctx = Context(cfg, task.run_id, task.toolchain, builds, scratch, log_dir, records.append, task.seed,
-                  between=task.between)
+    ctx = Context(cfg, task.run_id, task.toolchain, builds, scratch, log_dir,
+                  lambda record: records.append(record.to_json()), task.seed, between=task.between)
     spares = _take_spares(task.run_id, slot, lambda: slot_spares(ctx, slot))
     where = {"worker": _worker_address(), "host": socket.gethostname(), "pid": os.getpid(), "slot": slot.name,
              "log_dir": str(log_dir)}
