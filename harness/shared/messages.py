@@ -75,8 +75,9 @@ class CandidateJob:
                                     # (harness.worker.arena); else run the trials itself (GPU, run_eval.py profile)
     staged_samples: bool = False    # GPU: after its trials, time only calls on inputs the reference staged in device
                                     # memory it shares (harness.worker.arena); else the sampler's own samples
-    executor: bool = False          # the reference's executor (harness.run.executor): `candidate_path` is the problem
-                                    # and its Model is built as a candidate's ModelNew is, with the reference's state;
+    executor: bool = False          # the reference's executor (harness.run.reference_executor): `candidate_path` is
+                                    # the problem and its Model is built as a candidate's ModelNew is, with the
+                                    # reference's state;
                                     # no trials, only staged calls (the reference's eager samples, CPU and GPU alike)
 
 
@@ -159,7 +160,7 @@ class ArenaRequest:
     that worker's memfd; "" forgets it) from now on; on the GPU the one device arena of every side (path "")."""
     OP: ClassVar[str] = "arena"
     path: str
-    side: str = "candidate"                     # or "executor": the reference's executor (harness.run.executor)
+    side: str = "candidate"                     # or "executor" (harness.run.reference_executor)
 
 
 @dataclass(frozen=True)
@@ -556,8 +557,8 @@ class Loaded:
 
 @dataclass(frozen=True)
 class KeepRequest:
-    """Reference only, after a sample of its executor (harness.run.executor) drawn for the full check: keep that
-    sample's seed and captured call `slot`, to recompute the reference's output on the same inputs when the
+    """Reference only, after a sample of its executor (harness.run.reference_executor) drawn for the full check: keep
+    that sample's seed and captured call `slot`, to recompute the reference's output on the same inputs when the
     candidate's whole output is compared (as CheckRequest.keep_full does after one of its own samples)."""
     OP: ClassVar[str] = "keep"
     check_seed: int

@@ -21,7 +21,7 @@ def main(argv: list[str]) -> None:
     # Host allocation failures (MemoryError, torch's "DefaultCPUAllocator: can't allocate memory") are `oom` too;
     # the roles bind common.is_oom when they are imported below.
     common.is_oom = containment.is_memory_error
-    # The reference's executor (harness.run.executor) is a candidate worker in every way but its job: the same
+    # The reference's executor (harness.run.reference_executor) is a candidate worker in every way but its job: the same
     # imports, the same confinement, the same serving code, so that identical code times the same on both sides.
     role = "candidate" if argv[0] == "executor" else argv[0]
     cmd_fd, res_fd = channel_fd(int(argv[1]), os.O_RDONLY, 0), channel_fd(int(argv[2]), os.O_WRONLY, 1)

@@ -10,8 +10,8 @@ left it (CandidateJob.memory_share_bytes, memplan): running out of it is the can
 On the CPU path (CandidateJob.staged) none of that runs here: the worker builds ModelNew, says so and then only
 answers calls on inputs the reference writes into its arena (harness.worker.arena, harness.run.stagedtrials).
 
-The reference's executor (CandidateJob.executor, harness.run.executor) is this worker with the problem's own Model
-for ModelNew: it builds it, says so and only answers staged calls, on the CPU and the GPU alike.
+The reference's executor (CandidateJob.executor, harness.run.reference_executor) is this worker with the problem's own
+Model for ModelNew: it builds it, says so and only answers staged calls, on the CPU and the GPU alike.
 """
 from __future__ import annotations
 
