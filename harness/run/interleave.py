@@ -220,8 +220,9 @@ class Interleaver:
         """A staged sample: the reference checks the side's previous inputs and writes this sample's into the side's
         arena, with the candidate stopped, and the flusher process empties the caches with both stopped (on the GPU
         an L2 write before a cold sample, a few bytes before a graph one); then the side runs the call alone. On the
-        CPU the parent's clock around that request is the sample (the worker reports no time); on the GPU the call's own CUDA events are, and the parent's clock checks them. The side is stopped
-        at once after its reply, for the trusted read (a candidate stays stopped until its next call). Returns the
+        CPU the parent's clock around that request is the sample (the worker reports no time); on the GPU the call's
+        own CUDA events are, and the parent's clock checks them. The side is stopped at once after its reply, for the
+        trusted read (a candidate, or the reference's executor, stays stopped until its next call). Returns the
         sample, the parent's clock around it, and the flush's time."""
         staged = self.stage(m.StageRequest(self._stage_side(worker, side), seed))
         out.mutated = out.mutated or staged.mutated
