@@ -6,9 +6,9 @@ parent checks that it did not all the same (a kernel or a sandbox mode that let 
 process tree is read from /proc at the end of each block, and one whose policy is real-time or whose nice value is
 below the lowest its worker had when the rounds began is named. A side that lowers its own priority only slows
 itself and is not named; but the reference's executor, which runs nothing but the problem's own Model, is named
-when a thread it had when it was started runs at a lower priority (a higher nice value, SCHED_BATCH or SCHED_IDLE): any process of the same
-user may do that to it, the candidate's included, and a slower reference reads as a faster candidate. Linux only;
-elsewhere nothing is read and nothing is named.
+when a thread it had when it was started runs at a lower priority (a higher nice value, SCHED_BATCH or SCHED_IDLE):
+any process of the same user may do that to it, the candidate's included, and a slower reference reads as a faster
+candidate. Linux only; elsewhere nothing is read and nothing is named.
 """
 from __future__ import annotations
 
