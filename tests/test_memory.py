@@ -458,6 +458,7 @@ def test_large_trials_keep_their_outputs_off_the_device_and_draw_their_inputs_ag
 
 
 def test_a_large_output_file_is_verified_from_the_host_with_the_same_figures(monkeypatch, tmp_path):
+    from harness.shared import messages as m
     from harness.shared.tensorfile import write_tensors
     reference, model, trials, _ = _trials(monkeypatch, keep_bytes=1024)
     settings = Settings()
@@ -467,7 +468,7 @@ def test_a_large_output_file_is_verified_from_the_host_with_the_same_figures(mon
     for keep in (1024, 1 << 30):                         # read to the host (large) and to the device (small)
         monkeypatch.setattr(reference, "KEEP_BYTES", keep)
         path = write_tensors([out], str(tmp_path / f"trial1-{keep}.kbt"))
-        item = {"label": "trial1", "path": path, "trial": 1}
+        item = m.TrialFile("trial1", path, 1)
         result = reference._verify_file(item, trials, None, None, settings, "cpu", verify, None)
         result.pop("outputs")
         results.append(result)

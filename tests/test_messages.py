@@ -29,3 +29,26 @@ def test_jobs_travel_as_typed_messages():
     assert m.parse(m.ReferenceJob, json.loads(json.dumps(m.wire(ref)))) == ref
     with pytest.raises(m.ProtocolError, match="seed"):
         m.parse(m.ReferenceJob, {**m.wire(ref), "seed": "7"})
+
+
+def test_every_request_travels_as_a_typed_message_and_round_trips():
+    """Every parent -> worker request is a messages dataclass with an OP; its wire form goes through JSON and parses
+    back to the same request (a verify's TrialFiles included); no two requests share an OP."""
+    import dataclasses
+    import json
+    from harness.shared import messages as m
+    files = [m.TrialFile("trial0", "", 0, [{"dtype": "torch.float32", "shape": [2], "strides": [1], "address": 8}]),
+             m.TrialFile("timed", "/tmp/t.kbt", -1, shapes=[[2, 3]], strides=[[3, 1]], check_seed=11)]
+    requests = [m.VerifyRequest(files), m.BudgetRequest(1 << 30, "skipped: needs 2 GiB"), m.BudgetRequest(None),
+                m.MemoryRequest(), m.HealthRequest(), m.PeerCloseRequest(), m.NextRequest(), m.ExitRequest(),
+                m.KeepRequest(5, 1), m.ArenaRequest("", "executor"), m.StageRequest("candidate", 3),
+                m.ReadRequest([[files[0].outputs[0]]], 4, remember=False), m.DeriveRequest(False)]
+    for request in requests:
+        data = json.loads(json.dumps(m.wire(request)))
+        assert data["op"] == type(request).OP
+        assert m.parse(type(request), data) == request
+    ops = [cls.OP for cls in vars(m).values() if isinstance(cls, type) and dataclasses.is_dataclass(cls)
+           and "OP" in vars(cls)]
+    assert len(ops) == len(set(ops))
+    with pytest.raises(m.ProtocolError, match="share_bytes"):
+        m.parse(m.BudgetRequest, {"op": "budget", "share_bytes": True})

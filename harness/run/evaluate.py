@@ -183,7 +183,7 @@ class ReferenceSide:
     def verify(self, files: list[m.TrialFile]) -> list[m.FileCheck]:
         self.read_derived()
         self.worker.resume()
-        self.worker.send({"op": "verify", "files": [dataclasses.asdict(f) for f in files]})
+        self.worker.send(wire(m.VerifyRequest(files)))
         return self._reply(m.Verified, "verify", self.pc.cfg.reference_timeout).results
 
     def verify_in_place(self, candidate: Worker, trial: m.TrialOut) -> m.FileCheck:
@@ -212,7 +212,7 @@ class ReferenceSide:
         try:
             self.read_derived()
             self.worker.resume()
-            self.worker.send({"op": "health"})
+            self.worker.send(wire(m.HealthRequest()))
             return self._reply(m.Health, "health", 60).ok
         except WorkerExit:
             return False
@@ -480,7 +480,7 @@ def trials(worker: Worker, record: RecordDraft, reference: ReferenceSide, count:
             raise WorkerExit("protocol", None, f"worker handed over trial {reply.label!r} ({reply.trial}), "
                                                f"not one asked for")
         in_place[(reply.label, reply.trial)] = reference.verify_in_place(worker, reply)
-        worker.send({"op": "next"})
+        worker.send(wire(m.NextRequest()))
 
 
 def trials_reply(worker: Worker, record: RecordDraft, deadline: float,

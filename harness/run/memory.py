@@ -12,6 +12,7 @@ from harness.results.records import RecordDraft, Status, finish
 from harness.run import defenses
 from harness.run.workerproc import Worker, WorkerExit
 from harness.shared import memplan
+from harness.shared import messages as m
 
 OOM_MARK = "kb-harness: harness_oom: "      # the line a reference worker leaves in its log when it runs out of memory
 
@@ -32,7 +33,7 @@ def plan(reference: Any) -> memplan.PairPlan | None:
                               fp64=cfg.defenses, staged=cfg.timing.staged_gpu)
     if found.error:
         return found
-    reference.worker.send({"op": "budget", "share_bytes": found.reference, "fp64": found.fp64})
+    reference.worker.send(m.wire(m.BudgetRequest(found.reference, found.fp64)))
     reply = reference.worker.recv(time.monotonic() + cfg.reference_timeout)
     if reply.get("kind") != "budget":
         raise WorkerExit("protocol", None, f"reference answered {reply.get('kind')!r} to its budget")
@@ -86,7 +87,7 @@ def peak(worker: Worker, device: str) -> Seen | None:
     if device == "cpu" or not worker.alive():
         return None
     try:
-        worker.send({"op": "memory"})
+        worker.send(m.wire(m.MemoryRequest()))
         reply = worker.recv(time.monotonic() + 30)
     except WorkerExit:
         return None

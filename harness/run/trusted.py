@@ -130,9 +130,8 @@ class Reader:
             return None
         path, shapes, strides, _ = copied
         self.full_checks += 1
-        verified = self._on_reference({"op": "verify", "files": [
-            {"label": "timed", "path": path, "trial": -1, "shapes": shapes, "strides": strides,
-             "check_seed": seed}]}, m.Verified, "a verify")
+        timed = m.TrialFile("timed", path, -1, shapes=shapes, strides=strides, check_seed=seed)
+        verified = self._on_reference(m.wire(m.VerifyRequest([timed])), m.Verified, "a verify")
         return verified.results[0] if verified.results else None
 
     def _device(self, result: m.SampleResult, seed: int, slots: list[int], full: bool,
@@ -155,7 +154,7 @@ class Reader:
     def close(self) -> None:
         """The pair is over: the reference drops its mappings of the candidate's memory and its kept output."""
         self.reference.resume()
-        self.reference.send({"op": "peer_close"})
+        self.reference.send(m.wire(m.PeerCloseRequest()))
         _parsed(self.reference.recv(time.monotonic() + 60), m.PeerClosed, "peer_close")
 
 

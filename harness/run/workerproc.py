@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable
 from harness.core.untrusted import WriteError
 from harness.results.records import Status
 from harness.shared import containment
+from harness.shared import messages as m
 from harness.shared.channel import (ChannelClosed, ChannelProtocolError, ChannelTimeout, LineReader, encode, write_all)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -506,7 +507,7 @@ class Worker:
     def close(self, wait_s: float = 10.0) -> int | None:
         """Tell the worker to stop, give it `wait_s` (a launcher such as ncu writes its report after the worker
         ends), then make sure every process of it is gone."""
-        self.send({"op": "exit"})
+        self.send(m.wire(m.ExitRequest()))
         code = self.wait(wait_s)
         self.kill()
         for fd in (self.cmd_w, self.reader.fd, self.arena_fd):

@@ -281,6 +281,54 @@ class DeriveRequest:
     flops: bool = True
 
 
+@dataclass(frozen=True)
+class VerifyRequest:
+    """Reference only: each trial's outputs (TrialFile: a file, or where they lie in the GPU candidate's memory)
+    against the expected ones; the reply is Verified, one FileCheck per file, in order."""
+    OP: ClassVar[str] = "verify"
+    files: list[TrialFile]
+
+
+@dataclass(frozen=True)
+class BudgetRequest:
+    """Reference only (GPU), once after `ready`: the parent's plan for the pairs (harness.shared.memplan): the share of
+    device memory to hold to from now on, and why the float64 checks are skipped (None: they fit)."""
+    OP: ClassVar[str] = "budget"
+    share_bytes: int | None
+    fp64: str | None = None
+
+
+@dataclass(frozen=True)
+class MemoryRequest:
+    """Either side (GPU): its allocator's peak and retries so far, for the record (`worker.memory`)."""
+    OP: ClassVar[str] = "memory"
+
+
+@dataclass(frozen=True)
+class HealthRequest:
+    """Reference only: whether it can still serve pairs (its device answers)."""
+    OP: ClassVar[str] = "health"
+
+
+@dataclass(frozen=True)
+class PeerCloseRequest:
+    """Reference only, at the end of a pair: drop its mappings of the candidate's memory, the candidate's arena and
+    the outputs it kept for full checks."""
+    OP: ClassVar[str] = "peer_close"
+
+
+@dataclass(frozen=True)
+class NextRequest:
+    """Candidate only (GPU): its last TrialOut was compared; run the next trial."""
+    OP: ClassVar[str] = "next"
+
+
+@dataclass(frozen=True)
+class ExitRequest:
+    """Any worker: end now (every worker also ends on a request it does not serve)."""
+    OP: ClassVar[str] = "exit"
+
+
 # ---------------------------------------------------------------- replies (worker -> parent)
 
 @dataclass(frozen=True)
@@ -446,12 +494,14 @@ class TrialFile:
     outputs: list[dict[str, Any]] | None = None
     shapes: list[list[int]] | None = None       # a file the parent copied out of a CPU candidate's memory: one flat
     strides: list[list[int]] | None = None      # tensor per output, viewed with these
+    check_seed: int | None = None               # trial -1 (a timed output the parent copied out): the sample whose
+                                                # kept reference output it is compared with (CheckRequest.keep_full)
 
 
 @dataclass(frozen=True)
 class TrialOut:
     """GPU: one correctness trial's outputs left where they lie in the candidate's memory, for the reference to
-    compare through CUDA IPC while the candidate is stopped; the candidate waits for `{"op": "next"}` before its
+    compare through CUDA IPC while the candidate is stopped; the candidate waits for NextRequest before its
     next trial (its Outputs then lists this trial with path "")."""
     KIND: ClassVar[str] = "trial"
     label: str
@@ -663,11 +713,22 @@ def wire(message: Any) -> dict[str, Any]:
     result carries thousands of floats, and asdict's deep copy of them cost milliseconds on every sample."""
     data = {}
     for f in dataclasses.fields(message):
-        value = getattr(message, f.name)
-        data[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+        data[f.name] = _plain(getattr(message, f.name))
     if getattr(message, "OP", None):
         return {"op": message.OP, **data}
     return {"kind": message.KIND, **data} if getattr(message, "KIND", None) else data   # a job has no tag
+
+
+def _plain(value: Any) -> Any:
+    """A field's value for the wire: a nested dataclass as a dict, alone, as a list item or as a dict value (one level
+    down: lists of floats and dicts pass as they are)."""
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    if isinstance(value, list) and value and dataclasses.is_dataclass(value[0]):
+        return [dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for v in value]
+    if isinstance(value, dict) and value and dataclasses.is_dataclass(next(iter(value.values()))):
+        return {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in value.items()}
+    return value
 
 
 def payload(message: Any) -> dict[str, Any]:

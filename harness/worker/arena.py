@@ -623,7 +623,7 @@ def serve(conn, call, failed, device_calls: DeviceCalls | None = None) -> None:
                 raise failed(exc, req.label or "timing") from None
         elif op == m.SizeRequest.OP:
             reply = m.SizeSet(m.parse(m.SizeRequest, message).size)
-        elif op == "memory" and device_calls is not None:      # the allocator's peak, for the record
+        elif op == m.MemoryRequest.OP and device_calls is not None:      # the allocator's peak, for the record
             from harness.worker.sampler import peak_memory
             conn.send("memory", **peak_memory(device_calls.device))
             continue

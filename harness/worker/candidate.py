@@ -20,6 +20,7 @@ import os
 import time
 from typing import Any
 
+from harness.shared import messages as m
 from harness.shared.memplan import KEEP_BYTES
 from harness.worker import integrity, rawread
 from harness.worker.common import (Conn, SkipCandidate, apply_memory_share, as_tensor_list, compiler_summary, describe,
@@ -35,7 +36,6 @@ class Failed(Exception):
 
 
 def run(conn: Conn, data: dict[str, Any]) -> None:
-    from harness.shared import messages as m
     from harness.worker import timing  # noqa: F401 - binds the clocks now, before candidate code exists
     from harness.shared import tensorfile  # noqa: F401 - imported before candidate code, in the snapshot too
     from harness.worker import integrity, rawread, sampler  # noqa: F401 - the timing path, recorded before
@@ -267,7 +267,7 @@ def _in_place(conn: Conn, label: str, j: int, outs: list, exported: list, device
     the settle time). Anything but `next` from the parent ends the worker."""
     def handed_over() -> None:
         conn.send("trial", label=label, trial=j, outputs=exported)
-        if conn.recv().get("op") != "next":
+        if conn.recv().get("op") != m.NextRequest.OP:
             raise SystemExit(0)
         trace(f"candidate {label} checked")
 

@@ -115,38 +115,38 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
                 reply = m.wire(derived)
                 conn.send(reply.pop("kind"), **reply)
                 trace("reference derived")
-            elif op == "budget":
-                memory.apply(message)
+            elif op == m.BudgetRequest.OP:
+                memory.apply(m.parse(m.BudgetRequest, message))
                 conn.send("budget", share_bytes=memory.share, fp64=memory.fp64_note)
                 trace("reference budget")
             elif op == m.ReadRequest.OP and peer is not None:
                 arena = staging.stager.shared.handles() if staging is not None and staging.stager.shared else set()
                 reply = m.wire(_read_peer(peer, m.parse(m.ReadRequest, message), sampler, full, arena))
                 conn.send(reply.pop("kind"), **reply)
-            elif op == "peer_close":
+            elif op == m.PeerCloseRequest.OP:
                 if peer is not None:
                     peer.close()
                 if staging is not None:                    # (the executor's arena stays: the pair's last
                     staging.stager.close("candidate")      # reference blocks come after this)
                 sampler.kept.clear()
                 conn.send("peer_closed")
-            elif op == "verify":
+            elif op == m.VerifyRequest.OP:
                 trace("reference verifying")
                 sampler.last = None                        # its own last output: checked already, room for these
                 results = []
-                for item in message["files"]:              # one file at a time: one candidate output held
+                for item in m.parse(m.VerifyRequest, message).files:   # one file at a time: one candidate output held
                     result = _verify_file(item, trials, sampler, full, settings, device, verify, peer)
                     outs = result.pop("outputs", None)
-                    if outs is not None and item["trial"] == 0 and fp64.wanted():
+                    if outs is not None and item.trial == 0 and fp64.wanted():
                         result["fp64_max_abs_err"] = fp64.max_abs_err(outs)
                         result["precision_signature"] = fp64.signature(outs)
-                    if outs is not None and not result["ok"] and item["trial"] >= 0:
-                        result["hint"] = hints.explain(int(item["trial"]), outs, verify)
+                    if outs is not None and not result["ok"] and item.trial >= 0:
+                        result["hint"] = hints.explain(item.trial, outs, verify)
                     del outs
                     results.append(result)
                 conn.send("verified", results=results)
                 trace("reference verified")
-            elif op == "health":
+            elif op == m.HealthRequest.OP:
                 conn.send("health", ok=_healthy(device))
             else:
                 return
@@ -208,18 +208,17 @@ class _Memory:
         torch.cuda.synchronize()
         return int(torch.cuda.max_memory_allocated())
 
-    def apply(self, message: dict[str, Any]) -> None:
-        """The parent's plan for the pairs (messages: op `budget`): the share to hold to and the float64 note."""
-        share = message.get("share_bytes")
-        if isinstance(share, int) and not isinstance(share, bool) and share > 0 and self.device != "cpu":
+    def apply(self, req) -> None:
+        """The parent's plan for the pairs (messages.BudgetRequest): the share to hold to and the float64 note."""
+        share = req.share_bytes
+        if share is not None and share > 0 and self.device != "cpu":
             import torch
             torch.cuda.empty_cache()
             apply_memory_share(share, self.device)
             self.share = share
             from harness.worker.sampler import count_retries
             count_retries(self.device)             # what worker.memory reports: the pairs' retries, not the setup's
-        note = message.get("fp64")
-        self.fp64_note = note if isinstance(note, str) else None
+        self.fp64_note = req.fp64
 
     def report(self, trials, model, peaks: dict[str, Any]) -> dict[str, Any]:
         """`ready`'s `memory`: the figures the parent plans the pairs with (memplan.Needs.from_report)."""
@@ -627,7 +626,7 @@ def _state_unchanged(model, state: dict) -> bool:
     return now.keys() == state.keys() and all(torch.equal(v.detach().to("cpu"), state[k]) for k, v in now.items())
 
 
-def _verify_file(item: dict[str, Any], trials: "_Trials", sampler, full: "_FullCheck", settings, device: str,
+def _verify_file(item, trials: "_Trials", sampler, full: "_FullCheck", settings, device: str,
                  verify, peer: PeerReader | None) -> dict[str, Any]:
     """A trial's outputs against its expected output: where they lie in the GPU candidate's memory (`outputs`,
     mapped through `peer`, the candidate stopped: messages.TrialOut), else from its file. Trial -1: a timed output
@@ -636,28 +635,28 @@ def _verify_file(item: dict[str, Any], trials: "_Trials", sampler, full: "_FullC
     with the float64 figures of _FullCheck. A file larger than memplan.KEEP_BYTES is read to the host and compared
     on the device a slice at a time."""
     from harness.shared.tensorfile import read_tensors
-    label, path, k = item["label"], item["path"], int(item["trial"])
-    if item.get("outputs") is not None and k >= 0:
+    label, path, k = item.label, item.path, item.trial
+    if item.outputs is not None and k >= 0:
         try:
             if k >= len(trials.expected):
                 raise PeerError(f"there is no trial {k}")
             if peer is None:
                 raise PeerError("outputs in a candidate's memory, on the CPU path")
-            outs = [peer.tensor(e) for e in item["outputs"]]
+            outs = [peer.tensor(e) for e in item.outputs]
         except (PeerError, RuntimeError, ValueError, TypeError, KeyError) as exc:
             return {"label": label, "ok": False, "reason": f"its memory could not be read: {describe(exc)}"}
         result = verify.compare_outputs(outs, trials.expected_for(k), settings.atol, settings.rtol, device=device)
         return {"label": label, **result, "outputs": outs}
-    kept = sampler.kept.pop(int(item.get("check_seed", -1)), None) if k < 0 else None
+    kept = sampler.kept.pop(-1 if item.check_seed is None else item.check_seed, None) if k < 0 else None
     if k < 0 and kept is None:
         _remove(path)
         return {"label": label, "ok": False, "reason": "no expected output for this call"}
     try:
         large = os.path.getsize(path) > KEEP_BYTES
         outs = read_tensors(path, "cpu" if large else device)
-        if item.get("shapes") is not None:            # copied out of a CPU candidate's memory by the parent
+        if item.shapes is not None:                   # copied out of a CPU candidate's memory by the parent
             outs = [t.as_strided(list(shape), list(strides)) for t, shape, strides in
-                    zip(outs, item.get("shapes") or [], item.get("strides") or [])]
+                    zip(outs, item.shapes or [], item.strides or [])]
     except Exception as exc:                           # noqa: BLE001 - a malformed file is a failed check
         return {"label": label, "ok": False, "reason": f"unreadable output file: {describe(exc)}"}
     finally:

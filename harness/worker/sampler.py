@@ -289,7 +289,7 @@ class Sampler:
             return {"kind": "mode", "mode": self.mode}
         if op == m.SizeRequest.OP:
             return m.wire(self.set_size(m.parse(m.SizeRequest, message)))
-        if op == "memory":
+        if op == m.MemoryRequest.OP:
             return {"kind": "memory", **peak_memory(self.device)}
         return None
 
