@@ -287,14 +287,20 @@ def test_no_deadline_waits_for_the_message(pipe):
 # --- the token -----------------------------------------------------------------------------------------------------
 
 def test_the_worker_takes_the_parents_token_and_signs_every_reply_with_it():
+    from harness.shared import messages as m
     from harness.worker.common import Conn
     cmd, res = Pipe(), Pipe()
     try:
         conn = Conn(cmd.r, res.w)
         write_all(cmd.w, encode({"token": "secret-1", "op": "job", "n": 1}))
         assert conn.recv() == {"op": "job", "n": 1}                   # the token is not part of the message
-        conn.send("result", value=2.5)
-        assert LineReader(res.r).read(_deadline()) == {"token": "secret-1", "kind": "result", "value": 2.5}
+        conn.with_next_reply(sandbox={"mode": "off"})              # a confined worker's report, on its first reply
+        conn.reply(m.Failed("runtime_error", "boom"))
+        conn.reply(m.Flushed(2.5))
+        reader = LineReader(res.r)
+        assert reader.read(_deadline()) == {"token": "secret-1", "kind": "failed", "status": "runtime_error",
+                                            "error": "boom", "detail": None, "sandbox": {"mode": "off"}}
+        assert reader.read(_deadline()) == {"token": "secret-1", "kind": "flushed", "ms": 2.5}
     finally:
         cmd.close_all()
         res.close_all()

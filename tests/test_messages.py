@@ -52,3 +52,25 @@ def test_every_request_travels_as_a_typed_message_and_round_trips():
     assert len(ops) == len(set(ops))
     with pytest.raises(m.ProtocolError, match="share_bytes"):
         m.parse(m.BudgetRequest, {"op": "budget", "share_bytes": True})
+
+
+def test_every_reply_travels_as_a_typed_message_and_round_trips():
+    """Worker replies are messages dataclasses with a KIND: nested parts (TrialFile, FileCheck, CompileNote, SizeInfo,
+    ProblemChecks) go over the wire as dicts and parse back; from_fields drops a worker's extra figures."""
+    import json
+    from harness.shared import messages as m
+    checks = m.ProblemChecks(False, False, False, False, True, False, [])
+    replies = [
+        m.BudgetSet(1 << 30, None), m.MemoryPeak(10, 12, 0, 0), m.MemoryPeak(), m.PeerClosed(), m.Health(True),
+        m.Verified([m.from_fields(m.FileCheck, {"ok": True, "label": "t", "max_abs_err": 0.0, "mismatches": 0})]),
+        m.Outputs("seed", [], "eval", [m.TrialFile("trial0", "/tmp/o.kbt", 0)], False, False, False,
+                  sandbox={"mode": "off"}),
+        m.Ready("float32", "default", 1e-4, 1e-4, False, [[2]], 0, "eval", 64, checks,
+                {"default": m.CompileNote(None, 1.5)}, 0.01, 0.2, None,
+                [m.SizeInfo("main", True, {}, [[2]], 8)]),
+        m.ModeSet("cold"), m.HarnessError("RuntimeError: x", traceback="tb"), m.Flushed(0.5)]
+    for reply in replies:
+        data = json.loads(json.dumps(m.wire(reply)))
+        assert data["kind"] == type(reply).KIND
+        assert m.parse(type(reply), data) == reply
+    assert "mismatches" not in m.wire(replies[5])["results"][0]

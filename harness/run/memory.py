@@ -34,9 +34,10 @@ def plan(reference: Any) -> memplan.PairPlan | None:
     if found.error:
         return found
     reference.worker.send(m.wire(m.BudgetRequest(found.reference, found.fp64)))
-    reply = reference.worker.recv(time.monotonic() + cfg.reference_timeout)
-    if reply.get("kind") != "budget":
-        raise WorkerExit("protocol", None, f"reference answered {reply.get('kind')!r} to its budget")
+    try:
+        m.parse(m.BudgetSet, reference.worker.recv(time.monotonic() + cfg.reference_timeout))
+    except m.ProtocolError as exc:
+        raise WorkerExit("protocol", None, f"reference answered its budget with {exc}") from None
     return found
 
 
@@ -88,12 +89,10 @@ def peak(worker: Worker, device: str) -> Seen | None:
         return None
     try:
         worker.send(m.wire(m.MemoryRequest()))
-        reply = worker.recv(time.monotonic() + 30)
-    except WorkerExit:
+        reply = m.parse(m.MemoryPeak, worker.recv(time.monotonic() + 30))
+    except (WorkerExit, m.ProtocolError):
         return None
-    if reply.get("kind") != "memory":
-        return None
-    value, retries, ooms = (reply.get(k) for k in ("peak_allocated_bytes", "alloc_retries", "ooms"))
+    value, retries, ooms = reply.peak_allocated_bytes, reply.alloc_retries, reply.ooms
     counts = all(_count(v) for v in (retries, ooms))
     return Seen(value if _count(value) else None, retries if counts else None, ooms if counts else None)
 

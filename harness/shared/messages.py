@@ -634,6 +634,26 @@ class ModeSet:
 
 
 @dataclass(frozen=True)
+class BudgetSet:
+    """The reply to BudgetRequest: the share the reference holds to now, and its float64 note."""
+    KIND: ClassVar[str] = "budget"
+    share_bytes: int | None
+    fp64: str | None = None
+
+
+@dataclass(frozen=True)
+class MemoryPeak:
+    """The reply to MemoryRequest (also `ready`'s setup peak): the allocator's peak so far, allocated and reserved
+    (with the arena's staged inputs, held outside it), and how often it met its cap (harness.worker.sampler.peak_memory);
+    all None on the CPU."""
+    KIND: ClassVar[str] = "memory"
+    peak_allocated_bytes: int | None = None
+    peak_reserved_bytes: int | None = None
+    alloc_retries: int | None = None
+    ooms: int | None = None
+
+
+@dataclass(frozen=True)
 class Health:
     KIND: ClassVar[str] = "health"
     ok: bool
@@ -729,6 +749,13 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict) and value and dataclasses.is_dataclass(next(iter(value.values()))):
         return {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in value.items()}
     return value
+
+
+def from_fields(cls: type, data: dict[str, Any]) -> Any:
+    """A reply `cls` built by a worker from its own dict of figures: the entries that name a field of `cls` (the rest
+    are what parse drops on the parent's side), unchecked (a NaN stays a float: the channel sends it as a string)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
 
 
 def payload(message: Any) -> dict[str, Any]:

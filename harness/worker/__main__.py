@@ -8,6 +8,7 @@ import os
 import sys
 
 from harness.shared import containment
+from harness.shared import messages as m
 from harness.worker import sandbox
 from harness.worker import common
 from harness.worker.common import Conn, describe, tail_traceback
@@ -67,7 +68,7 @@ def main(argv: list[str]) -> None:
         run(conn, job)
     except BaseException as exc:                       # noqa: BLE001 - anything left is a harness fault
         try:
-            conn.send("harness_error", error=describe(exc), traceback=tail_traceback(exc))
+            conn.reply(m.HarnessError(describe(exc), traceback=tail_traceback(exc)))
         except OSError:
             pass
     finally:
@@ -115,13 +116,7 @@ def _report_with_first_message(conn: Conn, report: dict) -> None:
     a protection that could not be applied is also said in the log."""
     if report.get("mode") != "off" and (report.get("error") or not report.get("filesystem")):
         print(f"kb-harness: sandbox incomplete: {report.get('error')}", file=sys.stderr, flush=True)
-    send = conn.send
-
-    def send_first(kind: str, **payload) -> None:
-        conn.send = send
-        send(kind, sandbox=report, **payload)
-
-    conn.send = send_first
+    conn.with_next_reply(sandbox=report)
 
 
 if __name__ == "__main__":

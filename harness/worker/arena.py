@@ -516,17 +516,17 @@ class ReferenceStaging:
         self.executor = Executor(bytes_of=self.stager.own_bytes) if on_device else Executor()
         self.calls = DeviceCalls(device, sampler.spec.warmup) if on_device else None
 
-    def handle(self, message: dict[str, Any]) -> dict[str, Any] | None:
-        """The reply to a staging request, or None when the message is not one."""
+    def handle(self, message: dict[str, Any]) -> Any:
+        """The reply to a staging request (a messages dataclass), or None when the message is not one."""
         op = message.get("op")
         if op == m.ArenaRequest.OP:
-            return m.wire(self._arena(m.parse(m.ArenaRequest, message)))
+            return self._arena(m.parse(m.ArenaRequest, message))
         if op == m.StageRequest.OP:
-            return m.wire(self._stage(m.parse(m.StageRequest, message)))
+            return self._stage(m.parse(m.StageRequest, message))
         if op == m.CallRequest.OP:
-            return m.wire(self._call(self.executor.request(message)))
+            return self._call(self.executor.request(message))
         if op == m.KeepRequest.OP:
-            return m.wire(self._keep(m.parse(m.KeepRequest, message)))
+            return self._keep(m.parse(m.KeepRequest, message))
         return None
 
     def _keep(self, req: m.KeepRequest) -> m.Kept:
@@ -625,8 +625,7 @@ def serve(conn, call, failed, device_calls: DeviceCalls | None = None) -> None:
             reply = m.SizeSet(m.parse(m.SizeRequest, message).size)
         elif op == m.MemoryRequest.OP and device_calls is not None:      # the allocator's peak, for the record
             from harness.worker.sampler import peak_memory
-            conn.send("memory", **peak_memory(device_calls.device))
-            continue
+            reply = peak_memory(device_calls.device)
         elif op == m.ModeRequest.OP:
             mode = m.parse(m.ModeRequest, message)
             if device_calls is not None:
@@ -634,5 +633,4 @@ def serve(conn, call, failed, device_calls: DeviceCalls | None = None) -> None:
             reply = m.ModeSet(mode.mode)
         else:
             return
-        wired = m.wire(reply)
-        conn.send(wired.pop("kind"), **wired)
+        conn.reply(reply)

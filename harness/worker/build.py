@@ -38,4 +38,4 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     elif log.compile_errors:
         line, detail = compiler_summary(log.compile_errors[-1])
         payload.update(status="compile_error", error=line, compiler_output=detail)
-    conn.send("built", **payload)
+    conn.reply(m.Built(**payload))

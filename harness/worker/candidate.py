@@ -62,15 +62,14 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         trace("candidate loaded")
         report = _correctness(model, trial_inputs, plan, job, device, conn)
         trace("candidate trials")
-        conn.send("outputs", param_match=param_match, extensions=log.calls,
-                  module_mode="train" if model.training else "eval", **report)
+        conn.reply(m.Outputs(param_match, log.calls, "train" if model.training else "eval", **report))
         del trial_inputs
         if job.staged_samples:
             _serve_staged_device(conn, model, job, device)
         else:
             _serve(conn, model, problem, settings, job, device, declared, flusher)
     except Failed as f:
-        conn.send("failed", status=f.status, error=f.error, detail=f.detail)
+        conn.reply(m.Failed(f.status, f.error, f.detail))
 
 
 def _serve_staged(conn: Conn, job, device: str) -> None:
@@ -85,8 +84,7 @@ def _serve_staged(conn: Conn, job, device: str) -> None:
         settings = problem_settings(problem, job.precision)
         setup_torch(settings)
         model, log, param_match = _load_candidate(job, device, settings, init_inputs(problem))
-        conn.send("loaded", param_match=param_match, extensions=log.calls,
-                  module_mode="train" if model.training else "eval")
+        conn.reply(m.Loaded(param_match, log.calls, "train" if model.training else "eval"))
         trace("candidate loaded")
         if device != "cpu":
             _serve_staged_device(conn, model, job, device)
@@ -94,7 +92,7 @@ def _serve_staged(conn: Conn, job, device: str) -> None:
         pin_for_timing()                    # on the reference's timing cores, as its sampler's settle() holds it
         arena.serve(conn, lambda x: model(*x), lambda exc, label: _classify(exc, _NoLog, f"forward ({label})"))
     except Failed as f:
-        conn.send("failed", status=f.status, error=f.error, detail=f.detail)
+        conn.reply(m.Failed(f.status, f.error, f.detail))
 
 
 def _serve_staged_device(conn: Conn, model, job, device: str) -> None:
@@ -266,7 +264,7 @@ def _in_place(conn: Conn, label: str, j: int, outs: list, exported: list, device
     this process stopped; with the defenses, whether they changed after the call returned (that wait counts towards
     the settle time). Anything but `next` from the parent ends the worker."""
     def handed_over() -> None:
-        conn.send("trial", label=label, trial=j, outputs=exported)
+        conn.reply(m.TrialOut(label, j, exported))
         if conn.recv().get("op") != m.NextRequest.OP:
             raise SystemExit(0)
         trace(f"candidate {label} checked")
@@ -312,7 +310,7 @@ def _correctness(model, trial_inputs, plan, job, device, conn) -> dict[str, Any]
             unsynchronized = _in_place(conn, label, j, outs, exported, device, defenses) or unsynchronized
         mutated = mutated or (defenses and differs(work, pristine))
         del work, pristine, out, outs
-        files.append({"label": label, "trial": j, "path": path})
+        files.append(m.TrialFile(label, path, j))
     return {"files": files, "mutates_inputs": mutated, "unsynchronized_work": unsynchronized,
             "output_not_plain_tensor": lazy}
 
@@ -338,4 +336,4 @@ def _serve(conn, model, problem, settings, job, device, sizes: list, flusher) ->
             raise _classify(exc, _NoLog, "forward (timing)") from None
         if reply is None:
             return
-        conn.send(reply.pop("kind"), **reply)
+        conn.reply(reply)

@@ -32,11 +32,11 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     dst = torch.empty_like(src)
     copy_ms = _best_ms(lambda: dst.copy_(src))
     src = dst = None                                    # free 8 GiB before the matmuls
-    m = 8192
+    dim = 8192
     result = {"copy_gbps": 2 * n * 4 / (copy_ms * 1e-3) / 1e9}
     for name, dtype in (("matmul_tflops_bf16", torch.bfloat16), ("matmul_tflops_fp32", torch.float32)):
-        a = torch.randn(m, m, device=device, dtype=dtype)
-        b = torch.randn(m, m, device=device, dtype=dtype)
+        a = torch.randn(dim, dim, device=device, dtype=dtype)
+        b = torch.randn(dim, dim, device=device, dtype=dtype)
         ms = _best_ms(lambda: a @ b, repeats=5)
-        result[name] = 2 * m ** 3 / (ms * 1e-3) / 1e12
-    conn.send("ceilings", **{k: round(v, 1) for k, v in result.items()})
+        result[name] = 2 * dim ** 3 / (ms * 1e-3) / 1e12
+    conn.reply(m.Ceilings(**{k: round(v, 1) for k, v in result.items()}))

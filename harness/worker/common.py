@@ -5,6 +5,7 @@ Runs only inside worker processes, never in the parent.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import re
@@ -14,15 +15,18 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from harness.shared.channel import LineReader, encode, write_all
+from harness.shared.messages import wire
 
 
 class Conn:
-    """The worker's end of the private channel. Every message carries the parent's token."""
+    """The worker's end of the private channel. Every message carries the parent's token; every reply is a
+    harness.shared.messages dataclass with a KIND."""
 
     def __init__(self, cmd_fd: int, res_fd: int):
         self.reader = LineReader(cmd_fd)
         self.res_fd = res_fd
         self.token = None
+        self.first: dict[str, Any] = {}     # fields the next reply carries (a confined worker's sandbox report)
 
     def recv(self) -> dict[str, Any]:
         message = self.reader.read(None)
@@ -31,8 +35,16 @@ class Conn:
             self.token = token
         return message
 
-    def send(self, kind: str, **payload: Any) -> None:
-        write_all(self.res_fd, encode({"token": self.token, "kind": kind, **payload}))
+    def with_next_reply(self, **fields: Any) -> None:
+        """Fields of the next reply, whatever it is (every first reply of a confined role has them: `sandbox`)."""
+        self.first = fields
+
+    def reply(self, message: Any) -> None:
+        """Send `message` (a messages dataclass with a KIND) to the parent."""
+        if self.first:
+            first, self.first = self.first, {}
+            message = dataclasses.replace(message, **first)
+        write_all(self.res_fd, encode({"token": self.token, **wire(message)}))
 
 
 def describe(exc: BaseException) -> str:

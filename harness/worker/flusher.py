@@ -152,11 +152,10 @@ def run(conn, data: dict[str, Any]) -> None:
         device = DeviceFlush(_ordinal(job.device), job.nbytes)
         flush, nbytes = device, device.nbytes
     flush(False)                                    # its pages faulted in before the first sample
-    conn.send("flusher_ready", nbytes=nbytes)
+    conn.reply(m.FlusherReady(nbytes))
     while True:
         message = conn.recv()
         if message.get("op") != m.FlushRequest.OP:
             return
         req = m.parse(m.FlushRequest, message)
-        reply = m.wire(m.Flushed(flush(req.hot)))
-        conn.send(reply.pop("kind"), **reply)
+        conn.reply(m.Flushed(flush(req.hot)))

@@ -207,10 +207,9 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     from harness.shared.containment import is_memory_error
     stage = ["loading the problem"]                    # what was being done, for the error (an oom says where)
     try:
-        conn.send("lint", **_lint(m.parse(m.LintJob, data), stage))
+        conn.reply(m.from_fields(m.LintReport, _lint(m.parse(m.LintJob, data), stage)))
     except BaseException as exc:                       # noqa: BLE001 - a broken problem is a lint result
-        conn.send("error", error=describe(exc), stage=stage[0], oom=is_memory_error(exc),
-                  traceback=tail_traceback(exc))
+        conn.reply(m.Error(describe(exc), stage[0], is_memory_error(exc), tail_traceback(exc)))
 
 
 def _lint(job, stage: list[str]) -> dict[str, Any]:

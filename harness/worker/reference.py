@@ -50,8 +50,8 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         problem, model, settings, trials, initial_state = _prepare(job, device, memory)
     except BaseException as exc:                       # noqa: BLE001 - a broken problem is a message, not a crash
         stage_name = getattr(exc, "stage", "problem")
-        conn.send("error", stage=stage_name, error=describe(exc), oom=is_oom(exc), traceback=tail_traceback(exc),
-                  harness_oom=memory.oom_line(stage_name, exc) if is_oom(exc) else None)
+        conn.reply(m.Error(describe(exc), stage_name, is_oom(exc), tail_traceback(exc),
+                           harness_oom=memory.oom_line(stage_name, exc) if is_oom(exc) else None))
         return
     trace("reference model and expected outputs")
     hints = _EvalModeHint(model, initial_state, trials, settings, device)
@@ -88,12 +88,12 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         memory.sample_peak = memory.peak()
         trace("reference probe")
     except BaseException as exc:                       # noqa: BLE001
-        conn.send("error", stage=stage[0], error=describe(exc), oom=is_oom(exc),
-                  traceback=tail_traceback(exc), harness_oom=memory.oom_line(stage[0], exc) if is_oom(exc) else None)
+        conn.reply(m.Error(describe(exc), stage[0], is_oom(exc), tail_traceback(exc),
+                           harness_oom=memory.oom_line(stage[0], exc) if is_oom(exc) else None))
         return
     sampler.settle()
     info["memory"] = memory.report(trials, model, peak_memory(device))
-    conn.send("ready", **info)
+    conn.reply(_ready(info))
     trace("reference ready")
     fp64 = _Float64(model, initial_state, trials, device)
     full = _FullCheck(model, initial_state, settings, job.defenses, sampler, memory, device)
@@ -107,29 +107,26 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
             if reply is None:
                 reply = sampler.handle(message)
             if reply is not None:
-                conn.send(reply.pop("kind"), **reply)
+                conn.reply(reply)
             elif op == m.DeriveRequest.OP:
                 req = m.parse(m.DeriveRequest, message)
                 sampler.last = None                        # its own last output: checked already, room for these
-                derived = _derive(model, trials, job.defenses, device, req.flops, memory, fp64)
-                reply = m.wire(derived)
-                conn.send(reply.pop("kind"), **reply)
+                conn.reply(_derive(model, trials, job.defenses, device, req.flops, memory, fp64))
                 trace("reference derived")
             elif op == m.BudgetRequest.OP:
                 memory.apply(m.parse(m.BudgetRequest, message))
-                conn.send("budget", share_bytes=memory.share, fp64=memory.fp64_note)
+                conn.reply(m.BudgetSet(memory.share, memory.fp64_note))
                 trace("reference budget")
             elif op == m.ReadRequest.OP and peer is not None:
                 arena = staging.stager.shared.handles() if staging is not None and staging.stager.shared else set()
-                reply = m.wire(_read_peer(peer, m.parse(m.ReadRequest, message), sampler, full, arena))
-                conn.send(reply.pop("kind"), **reply)
+                conn.reply(_read_peer(peer, m.parse(m.ReadRequest, message), sampler, full, arena))
             elif op == m.PeerCloseRequest.OP:
                 if peer is not None:
                     peer.close()
                 if staging is not None:                    # (the executor's arena stays: the pair's last
                     staging.stager.close("candidate")      # reference blocks come after this)
                 sampler.kept.clear()
-                conn.send("peer_closed")
+                conn.reply(m.PeerClosed())
             elif op == m.VerifyRequest.OP:
                 trace("reference verifying")
                 sampler.last = None                        # its own last output: checked already, room for these
@@ -143,11 +140,11 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
                     if outs is not None and not result["ok"] and item.trial >= 0:
                         result["hint"] = hints.explain(item.trial, outs, verify)
                     del outs
-                    results.append(result)
-                conn.send("verified", results=results)
+                    results.append(m.from_fields(m.FileCheck, result))
+                conn.reply(m.Verified(results))
                 trace("reference verified")
             elif op == m.HealthRequest.OP:
-                conn.send("health", ok=_healthy(device))
+                conn.reply(m.Health(_healthy(device)))
             else:
                 return
         except BaseException as exc:                   # noqa: BLE001 - only running out of memory is handled here
@@ -157,6 +154,14 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
             print(f"kb-harness: {memory.oom_line(op or 'a request', exc)}", file=sys.stderr, flush=True)
             print(f"kb-harness: where: {_oom_where(exc)}", file=sys.stderr, flush=True)
             return
+
+
+def _ready(info: dict[str, Any]):
+    """`ready` from the figures the setup gathered, its checks, baselines and sizes as their messages."""
+    from harness.shared import messages as m
+    return m.Ready(**{**info, "lint": m.ProblemChecks(**info["lint"]),
+                      "compile": {mode: m.CompileNote(**note) for mode, note in info["compile"].items()},
+                      "sizes": [m.SizeInfo(**size) for size in info["sizes"]]})
 
 
 def _staging(sampler, trials, defenses: bool, device: str, peer: PeerReader | None):
@@ -220,14 +225,14 @@ class _Memory:
             count_retries(self.device)             # what worker.memory reports: the pairs' retries, not the setup's
         self.fp64_note = req.fp64
 
-    def report(self, trials, model, peaks: dict[str, Any]) -> dict[str, Any]:
+    def report(self, trials, model, peaks) -> dict[str, Any]:
         """`ready`'s `memory`: the figures the parent plans the pairs with (memplan.Needs.from_report)."""
         return {"card_bytes": self.card, "budget_bytes": self.budget, "setup_share_bytes": self.share,
                 "cuda_contexts": self.contexts,
                 "eager_peak_bytes": self.eager_peak, "sample_peak_bytes": self.sample_peak,
                 "kept_bytes": trials.kept_bytes(), "param_bytes": _param_bytes(model),
                 "input_bytes": trials.input_bytes, "output_bytes": trials.output_bytes, "trials": trials.count,
-                "setup_peak_bytes": peaks.get("peak_allocated_bytes"),
+                "setup_peak_bytes": peaks.peak_allocated_bytes,
                 "expected": "device" if trials.keep_outputs else "computed again" if trials.forward else "host",
                 "stranded_bytes": self.stranded()}
 
@@ -692,7 +697,8 @@ def _read_peer(peer: PeerReader, req, sampler, full: "_FullCheck", arena: set[st
         checked = full.compare(outs, sampler.kept.pop(req.check_seed, None)) if req.full and req.outputs else None
     except (PeerError, RuntimeError, ValueError, TypeError, KeyError) as exc:
         return m.ReadResult("", [], f"its memory could not be read: {describe(exc)}")
-    return m.ReadResult(m.pack_floats(values), shapes, full=checked)
+    return m.ReadResult(m.pack_floats(values), shapes,
+                        full=None if checked is None else m.from_fields(m.FileCheck, checked))
 
 
 class _FullCheck:

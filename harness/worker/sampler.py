@@ -262,35 +262,34 @@ class Sampler:
             if cudadriver.set_persisting_l2_limit is not None:      # best effort: a GPU without it keeps none
                 cudadriver.set_persisting_l2_limit(0)
 
-    def handle(self, message: dict[str, Any]) -> dict[str, Any] | None:
+    def handle(self, message: dict[str, Any]) -> Any:
         """The reply to a timing request, or None when the message is not one."""
         op = message.get("op")
         if op == m.SampleRequest.OP:
-            return m.wire(self.sample(m.parse(m.SampleRequest, message)))
+            return self.sample(m.parse(m.SampleRequest, message))
         if op == m.CheckRequest.OP and self.trusted:
-            return m.wire(self.check(m.parse(m.CheckRequest, message)))
+            return self.check(m.parse(m.CheckRequest, message))
         if op == m.ProfileRequest.OP:
             req = m.parse(m.ProfileRequest, message)
             self.changed_earlier = self._drop_last()       # checked already: room for the profiled call's
-            return m.wire(m.ProfileResult(profiling.profile_call(self.calls[req.variant], self._clean_inputs(req.seed),
-                                                                 self.device)))
+            return m.ProfileResult(profiling.profile_call(self.calls[req.variant], self._clean_inputs(req.seed),
+                                                          self.device))
         if op == m.NcuRequest.OP:
             req = m.parse(m.NcuRequest, message)
             self.changed_earlier = self._drop_last()
-            return m.wire(profiling.ncu_call(self.calls[req.variant], self._clean_inputs(req.seed), req.warmup,
-                                             self.device))
+            return profiling.ncu_call(self.calls[req.variant], self._clean_inputs(req.seed), req.warmup, self.device)
         if op == m.ModeRequest.OP:
-            self.mode, self.graph_replays = str(message["mode"]), int(message.get("graph_replays", 1))
-            calls = message.get("graph_calls")
-            if isinstance(calls, int) and not isinstance(calls, bool) and calls > 0:
-                self.spec = dataclasses.replace(self.spec, graph_calls=calls)   # the parent's cap (memplan)
+            req = m.parse(m.ModeRequest, message)
+            self.mode, self.graph_replays = req.mode, req.graph_replays
+            if req.graph_calls > 0:
+                self.spec = dataclasses.replace(self.spec, graph_calls=req.graph_calls)   # the parent's cap (memplan)
             self.meters.clear()
             self.changed_earlier = self._drop_last()
-            return {"kind": "mode", "mode": self.mode}
+            return m.ModeSet(self.mode)
         if op == m.SizeRequest.OP:
-            return m.wire(self.set_size(m.parse(m.SizeRequest, message)))
+            return self.set_size(m.parse(m.SizeRequest, message))
         if op == m.MemoryRequest.OP:
-            return {"kind": "memory", **peak_memory(self.device)}
+            return peak_memory(self.device)
         return None
 
     def _inputs(self, seed: int) -> list:
@@ -448,21 +447,20 @@ def count_retries(device: str) -> None:
         _retries_before.update({key: int(stats.get(key, 0)) for key in _RETRY_KEYS})
 
 
-def peak_memory(device: str) -> dict[str, Any]:
+def peak_memory(device: str) -> m.MemoryPeak:
     """This process's peak of device memory so far (torch's allocator: allocated and reserved; with the arena's
     staged inputs, held outside it), and how often its
     allocator met its cap since count_retries (else since the process began): `alloc_retries` (it freed its cache
     and asked again, a device-wide synchronisation) and `ooms` (it gave up, and the caller, e.g. cuDNN choosing a
-    plan with a smaller workspace, caught it); {} on the CPU."""
+    plan with a smaller workspace, caught it); all None on the CPU."""
     if device == "cpu":
-        return {}
+        return m.MemoryPeak()
     import torch
     stats = torch.cuda.memory_stats()
     retries, ooms = (int(stats.get(key, 0)) - _retries_before[key] for key in _RETRY_KEYS)
     arena = _outside[1]                 # the staged inputs' device memory, outside the allocator (the reference's)
-    return {"peak_allocated_bytes": int(torch.cuda.max_memory_allocated()) + arena,
-            "peak_reserved_bytes": int(torch.cuda.max_memory_reserved()) + arena, "alloc_retries": retries,
-            "ooms": ooms}
+    return m.MemoryPeak(int(torch.cuda.max_memory_allocated()) + arena, int(torch.cuda.max_memory_reserved()) + arena,
+                        retries, ooms)
 
 
 def _clone_all(inputs: list) -> list:
