@@ -119,3 +119,22 @@ def test_the_parent_imports_no_torch_at_module_import_time():
              for m in sorted(MODULES) if _folder(m) != "worker"
              and any(t.split(".")[0] in heavy for t in _imports(m, top_level_only=True))]
     assert not found, found
+
+
+# Issue 46 item 4, where it stands: what the parent still imports of the worker's folder, and which of the verdict
+# modules still write into the record themselves. Each entry is a known edge left to remove; no new one may appear,
+# and one removed must leave its list.
+PARENT_TO_WORKER_LEFT = {"harness.run.meta -> harness.worker.sandbox"}     # run.json's sandbox description
+VERDICT_MODULES = ("harness.run.between", "harness.run.defenses")
+WRITING_RECORDS_LEFT = {"harness.run.defenses"}         # its flags go into the RecordDraft it is handed
+
+
+def test_the_parent_imports_no_worker_module():
+    found = {f"{m} -> {t}" for m in GRAPH if _folder(m) != "worker" for t in GRAPH[m] if _folder(t) == "worker"}
+    assert found == PARENT_TO_WORKER_LEFT, sorted(found ^ PARENT_TO_WORKER_LEFT)
+
+
+def test_the_verdict_modules_import_nothing_of_the_results_layer():
+    """harness.run.between keeps its terms through harness.core.atomic, not the store; what is left is listed."""
+    writing = {m for m in VERDICT_MODULES if any(_folder(t) == "results" for t in GRAPH[m])}
+    assert writing == WRITING_RECORDS_LEFT, sorted(writing ^ WRITING_RECORDS_LEFT)

@@ -26,6 +26,7 @@ from harness.core.errors import InputError, UsageError
 from harness.shared.channel import clean_json
 from harness.results.records import Record, RecordDraft, RecordError
 from harness.results.signing import KeyLookup, RunKey, Verdict
+from harness.core.atomic import MARK_LIMIT, FileMark, write_atomic as _write_atomic, write_json_atomic  # noqa: F401
 from harness.core.untrusted import ReadError, WriteError, load_json, read_bytes, read_run_file, show_path
 
 
@@ -33,76 +34,8 @@ def new_run_id() -> str:
     return _dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-def write_json_atomic(path: Path, data: Any) -> "FileMark":
-    return _write_atomic(path, (json.dumps(data, indent=2, default=str) + "\n").encode(), digest=True)
-
-
-def _write_atomic(path: Path, data: bytes, digest: bool) -> "FileMark":
-    """Write `path` whole through a temporary file and a rename; the mark of what was written, taken from the
-    file itself (not from the path afterwards, which someone may already have deleted again)."""
-    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")     # fresh: never a file or link planted there
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise WriteError(path, exc) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-            inode = os.fstat(f.fileno()).st_ino
-        os.replace(tmp, path)                   # a link at `path` is replaced, not written through
-    except BaseException as exc:
-        tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError):            # a full disk: named as a failed write (exit 1), not a fault
-            raise WriteError(path, exc) from None
-        raise
-    return FileMark(inode, len(data), hashlib.sha256(data).hexdigest() if digest else None)
-
-
 def _stderr_warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
-
-
-MARK_LIMIT = 1 << 30
-
-
-@dataclass(frozen=True)
-class FileMark:
-    """What this process last wrote to a file: enough to notice that someone else deleted, truncated, replaced or
-    appended to it."""
-    inode: int
-    size: int
-    sha256: str | None              # None: only inode and size were taken (the cheap check before an append)
-
-    @classmethod
-    def of(cls, path: Path, full: bool = True) -> "FileMark | None":
-        try:
-            if not full:
-                st = path.stat()
-                return cls(st.st_ino, st.st_size, None)
-            data = read_bytes(path, MARK_LIMIT)        # never blocks on a FIFO put in the file's place
-            return cls(os.stat(path).st_ino, len(data), hashlib.sha256(data).hexdigest())
-        except FileNotFoundError:
-            return None
-        except (ReadError, OSError):
-            if not os.path.lexists(path):
-                return None
-            return cls(-1, -1, None)                # no longer a regular file: "was replaced by another file"
-
-    def change(self, now: "FileMark | None") -> str | None:
-        """How the file differs from this mark, in words, or None."""
-        if now is None:
-            return "was deleted"
-        if now.inode != self.inode:
-            return "was replaced by another file"
-        if now.size < self.size:
-            return "was truncated"
-        if now.size > self.size:
-            return "was appended to by another process"
-        if now.sha256 is not None and self.sha256 is not None and now.sha256 != self.sha256:
-            return "was overwritten"
-        return None
 
 
 class RunStore:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from harness.results.store import write_json_atomic
+from harness.core.atomic import write_json_atomic
 from harness.run.paired import Estimate
 
 FILE = "between_process.json"
