@@ -74,3 +74,21 @@ def test_every_reply_travels_as_a_typed_message_and_round_trips():
         assert data["kind"] == type(reply).KIND
         assert m.parse(type(reply), data) == reply
     assert "mismatches" not in m.wire(replies[5])["results"][0]
+
+
+def test_a_worker_dispatches_from_one_table_of_request_types():
+    """harness.worker.common.Handlers: the op picks the request type, the request is parsed (or read by the type's
+    own parser) and handed to its handler; an op not in the table is None (the worker ends)."""
+    from harness.shared import messages as m
+    from harness.worker.common import Handlers
+    seen = []
+    handlers = Handlers({m.HealthRequest: lambda req: m.Health(True),
+                         m.BudgetRequest: lambda req: m.BudgetSet(req.share_bytes, req.fp64),
+                         m.SizeRequest: lambda req: seen.append(req) or m.SizeSet(req.size)},
+                        {m.SizeRequest: lambda data: m.SizeRequest(data["size"].upper())})
+    assert handlers.reply(m.wire(m.HealthRequest())) == m.Health(True)
+    assert handlers.reply(m.wire(m.BudgetRequest(8, "skipped"))) == m.BudgetSet(8, "skipped")
+    assert handlers.reply(m.wire(m.SizeRequest("small"))) == m.SizeSet("SMALL") and seen == [m.SizeRequest("SMALL")]
+    assert handlers.reply(m.wire(m.ExitRequest())) is None and handlers.reply({"op": "nonsense"}) is None
+    with pytest.raises(m.ProtocolError, match="share_bytes"):
+        handlers.reply({"op": "budget", "share_bytes": "8"})

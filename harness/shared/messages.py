@@ -644,8 +644,8 @@ class BudgetSet:
 @dataclass(frozen=True)
 class MemoryPeak:
     """The reply to MemoryRequest (also `ready`'s setup peak): the allocator's peak so far, allocated and reserved
-    (with the arena's staged inputs, held outside it), and how often it met its cap (harness.worker.sampler.peak_memory);
-    all None on the CPU."""
+    (with the arena's staged inputs, held outside it), and how often it met its cap
+    (harness.worker.sampler.peak_memory); all None on the CPU."""
     KIND: ClassVar[str] = "memory"
     peak_allocated_bytes: int | None = None
     peak_reserved_bytes: int | None = None

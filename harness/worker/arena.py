@@ -516,18 +516,10 @@ class ReferenceStaging:
         self.executor = Executor(bytes_of=self.stager.own_bytes) if on_device else Executor()
         self.calls = DeviceCalls(device, sampler.spec.warmup) if on_device else None
 
-    def handle(self, message: dict[str, Any]) -> Any:
-        """The reply to a staging request (a messages dataclass), or None when the message is not one."""
-        op = message.get("op")
-        if op == m.ArenaRequest.OP:
-            return self._arena(m.parse(m.ArenaRequest, message))
-        if op == m.StageRequest.OP:
-            return self._stage(m.parse(m.StageRequest, message))
-        if op == m.CallRequest.OP:
-            return self._call(self.executor.request(message))
-        if op == m.KeepRequest.OP:
-            return self._keep(m.parse(m.KeepRequest, message))
-        return None
+    def handlers(self) -> tuple[dict[type, Any], dict[type, Any]]:
+        """The staging requests, each with its answer, and the call's own parser (common.Handlers)."""
+        return ({m.ArenaRequest: self._arena, m.StageRequest: self._stage, m.CallRequest: self._call,
+                 m.KeepRequest: self._keep}, {m.CallRequest: self.executor.request})
 
     def _keep(self, req: m.KeepRequest) -> m.Kept:
         """The executor's last sample kept for the full check (its seed and captured call), as Sampler.check keeps

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from harness.shared.channel import LineReader, encode, write_all
-from harness.shared.messages import wire
+from harness.shared.messages import parse, wire
 
 
 class Conn:
@@ -45,6 +45,25 @@ class Conn:
             first, self.first = self.first, {}
             message = dataclasses.replace(message, **first)
         write_all(self.res_fd, encode({"token": self.token, **wire(message)}))
+
+
+class Handlers:
+    """A worker's dispatch table: each request type of harness.shared.messages it serves, with what answers it (the
+    parsed request in, a reply dataclass out). `parsers`: a type read by a function of its own instead of
+    messages.parse (the staged call's, which parses a layout once, not at every sample)."""
+
+    def __init__(self, table: dict[type, Callable[[Any], Any]],
+                 parsers: dict[type, Callable[[dict[str, Any]], Any]] | None = None):
+        self.table, self.parsers = table, parsers or {}
+        self.by_op = {cls.OP: cls for cls in table}
+
+    def reply(self, message: dict[str, Any]) -> Any:
+        """The reply to `message`, or None when its op is not one this table serves."""
+        cls = self.by_op.get(message.get("op"))
+        if cls is None:
+            return None
+        read = self.parsers.get(cls)
+        return self.table[cls](read(message) if read is not None else parse(cls, message))
 
 
 def describe(exc: BaseException) -> str:

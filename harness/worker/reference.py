@@ -34,7 +34,7 @@ from harness.worker.common import (Conn, ProblemError, apply_memory_share, as_te
 
 
 def run(conn: Conn, data: dict[str, Any]) -> None:
-    from harness.worker import verify
+    from harness.worker import verify  # noqa: F401 - the checks' (_Requests.verify), imported before the snapshot
     from harness.shared import messages as m
     from harness.worker import integrity, rawread  # noqa: F401 - the same snapshot as the candidate's, so that
     from harness.shared import tensorfile  # noqa: F401
@@ -99,61 +99,97 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     full = _FullCheck(model, initial_state, settings, job.defenses, sampler, memory, device)
     peer = PeerReader() if device != "cpu" else None
     staging = _staging(sampler, trials, job.defenses, device, peer)
+    served = _Requests(job, model, trials, settings, sampler, memory, fp64, full, hints, peer, staging)
+    handlers = served.handlers()
     while True:
         message = conn.recv()
-        op = message.get("op")
         try:
-            reply = staging.handle(message) if staging is not None else None
+            reply = handlers.reply(message)
             if reply is None:
-                reply = sampler.handle(message)
-            if reply is not None:
-                conn.reply(reply)
-            elif op == m.DeriveRequest.OP:
-                req = m.parse(m.DeriveRequest, message)
-                sampler.last = None                        # its own last output: checked already, room for these
-                conn.reply(_derive(model, trials, job.defenses, device, req.flops, memory, fp64))
-                trace("reference derived")
-            elif op == m.BudgetRequest.OP:
-                memory.apply(m.parse(m.BudgetRequest, message))
-                conn.reply(m.BudgetSet(memory.share, memory.fp64_note))
-                trace("reference budget")
-            elif op == m.ReadRequest.OP and peer is not None:
-                arena = staging.stager.shared.handles() if staging is not None and staging.stager.shared else set()
-                conn.reply(_read_peer(peer, m.parse(m.ReadRequest, message), sampler, full, arena))
-            elif op == m.PeerCloseRequest.OP:
-                if peer is not None:
-                    peer.close()
-                if staging is not None:                    # (the executor's arena stays: the pair's last
-                    staging.stager.close("candidate")      # reference blocks come after this)
-                sampler.kept.clear()
-                conn.reply(m.PeerClosed())
-            elif op == m.VerifyRequest.OP:
-                trace("reference verifying")
-                sampler.last = None                        # its own last output: checked already, room for these
-                results = []
-                for item in m.parse(m.VerifyRequest, message).files:   # one file at a time: one candidate output held
-                    result = _verify_file(item, trials, sampler, full, settings, device, verify, peer)
-                    outs = result.pop("outputs", None)
-                    if outs is not None and item.trial == 0 and fp64.wanted():
-                        result["fp64_max_abs_err"] = fp64.max_abs_err(outs)
-                        result["precision_signature"] = fp64.signature(outs)
-                    if outs is not None and not result["ok"] and item.trial >= 0:
-                        result["hint"] = hints.explain(item.trial, outs, verify)
-                    del outs
-                    results.append(m.from_fields(m.FileCheck, result))
-                conn.reply(m.Verified(results))
-                trace("reference verified")
-            elif op == m.HealthRequest.OP:
-                conn.reply(m.Health(_healthy(device)))
-            else:
-                return
+                return                                 # ExitRequest, or anything this worker does not serve
+            conn.reply(reply)
+            served.after(reply)
         except BaseException as exc:                   # noqa: BLE001 - only running out of memory is handled here
             if not is_oom(exc):
                 raise
             # The parent reads this line in the log once the worker is gone: the pair is skipped, not blamed.
-            print(f"kb-harness: {memory.oom_line(op or 'a request', exc)}", file=sys.stderr, flush=True)
+            print(f"kb-harness: {memory.oom_line(message.get('op') or 'a request', exc)}", file=sys.stderr, flush=True)
             print(f"kb-harness: where: {_oom_where(exc)}", file=sys.stderr, flush=True)
             return
+
+
+class _Requests:
+    """What the reference serves once `ready` is sent: one table (common.Handlers) of the timing requests (its
+    sampler's), the staging requests (ReferenceStaging's, where it stages) and its own below, each a request type of
+    harness.shared.messages with the method that answers it."""
+
+    def __init__(self, job, model, trials, settings, sampler, memory, fp64, full, hints, peer, staging):
+        self.job, self.model, self.trials, self.settings, self.sampler = job, model, trials, settings, sampler
+        self.memory, self.fp64, self.full, self.hints = memory, fp64, full, hints
+        self.peer, self.staging = peer, staging
+
+    def handlers(self):
+        from harness.shared import messages as m
+        from harness.worker.common import Handlers
+        table, parsers = self.staging.handlers() if self.staging is not None else ({}, {})
+        table = {**table, **self.sampler.handlers(), m.DeriveRequest: self.derive, m.BudgetRequest: self.budget,
+                 m.PeerCloseRequest: self.peer_close, m.VerifyRequest: self.verify, m.HealthRequest: self.health}
+        if self.peer is not None:
+            table[m.ReadRequest] = self.read
+        return Handlers(table, parsers)
+
+    def after(self, reply) -> None:
+        """The trace line of a reply sent (KB_TRACE)."""
+        from harness.shared import messages as m
+        line = {m.Derived: "reference derived", m.BudgetSet: "reference budget", m.Verified: "reference verified"}
+        if type(reply) in line:
+            trace(line[type(reply)])
+
+    def derive(self, req):
+        self.sampler.last = None                       # its own last output: checked already, room for these
+        return _derive(self.model, self.trials, self.job.defenses, self.job.device, req.flops, self.memory, self.fp64)
+
+    def budget(self, req):
+        from harness.shared import messages as m
+        self.memory.apply(req)
+        return m.BudgetSet(self.memory.share, self.memory.fp64_note)
+
+    def read(self, req):
+        staging = self.staging
+        arena = staging.stager.shared.handles() if staging is not None and staging.stager.shared else set()
+        return _read_peer(self.peer, req, self.sampler, self.full, arena)
+
+    def peer_close(self, req):
+        from harness.shared import messages as m
+        if self.peer is not None:
+            self.peer.close()
+        if self.staging is not None:                   # (the executor's arena stays: the pair's last
+            self.staging.stager.close("candidate")     # reference blocks come after this)
+        self.sampler.kept.clear()
+        return m.PeerClosed()
+
+    def verify(self, req):
+        from harness.shared import messages as m
+        from harness.worker import verify
+        trace("reference verifying")
+        self.sampler.last = None                       # its own last output: checked already, room for these
+        results = []
+        for item in req.files:                         # one file at a time: one candidate output held
+            result = _verify_file(item, self.trials, self.sampler, self.full, self.settings, self.job.device, verify,
+                                  self.peer)
+            outs = result.pop("outputs", None)
+            if outs is not None and item.trial == 0 and self.fp64.wanted():
+                result["fp64_max_abs_err"] = self.fp64.max_abs_err(outs)
+                result["precision_signature"] = self.fp64.signature(outs)
+            if outs is not None and not result["ok"] and item.trial >= 0:
+                result["hint"] = self.hints.explain(item.trial, outs, verify)
+            del outs
+            results.append(m.from_fields(m.FileCheck, result))
+        return m.Verified(results)
+
+    def health(self, req):
+        from harness.shared import messages as m
+        return m.Health(_healthy(self.job.device))
 
 
 def _ready(info: dict[str, Any]):

@@ -33,7 +33,7 @@ from typing import Any, Callable
 from harness.shared import messages as m
 from harness.shared.memplan import CHUNK_BYTES, PRISTINE_BYTES
 from harness.worker import cudadriver, integrity, profiling, rawread
-from harness.worker.common import (as_tensor_list, device_input_set_at, device_input_sets, device_inputs,
+from harness.worker.common import (Handlers, as_tensor_list, device_input_set_at, device_input_sets, device_inputs,
                                    pin_for_timing)
 
 
@@ -237,6 +237,7 @@ class Sampler:
         self.changed_earlier = False        # an output read before a profiled call had changed after its return
         self.kept: dict[int, tuple[int, int]] = {}     # reference: check seed -> (sample seed, captured call)
         self.fixed = None if defenses else device_inputs(problem, WARMUP_SEED, settings, device)
+        self._handlers: Handlers | None = None     # handle's table, made at its first request
 
     def set_size(self, req: m.SizeRequest) -> m.SizeSet:
         """Samples from now on drawn at `req.size`: every meter starts again (warm-up, graph capture at the new
@@ -262,35 +263,41 @@ class Sampler:
             if cudadriver.set_persisting_l2_limit is not None:      # best effort: a GPU without it keeps none
                 cudadriver.set_persisting_l2_limit(0)
 
+    def handlers(self) -> dict[type, Callable[[Any], Any]]:
+        """The timing requests this side serves, each with its answer (common.Handlers): the check only where the
+        side is trusted (the reference)."""
+        table: dict[type, Callable[[Any], Any]] = {
+            m.SampleRequest: self.sample, m.ProfileRequest: self._profile, m.NcuRequest: self._ncu,
+            m.ModeRequest: self._mode, m.SizeRequest: self.set_size, m.MemoryRequest: self._memory}
+        if self.trusted:
+            table[m.CheckRequest] = self.check
+        return table
+
     def handle(self, message: dict[str, Any]) -> Any:
         """The reply to a timing request, or None when the message is not one."""
-        op = message.get("op")
-        if op == m.SampleRequest.OP:
-            return self.sample(m.parse(m.SampleRequest, message))
-        if op == m.CheckRequest.OP and self.trusted:
-            return self.check(m.parse(m.CheckRequest, message))
-        if op == m.ProfileRequest.OP:
-            req = m.parse(m.ProfileRequest, message)
-            self.changed_earlier = self._drop_last()       # checked already: room for the profiled call's
-            return m.ProfileResult(profiling.profile_call(self.calls[req.variant], self._clean_inputs(req.seed),
-                                                          self.device))
-        if op == m.NcuRequest.OP:
-            req = m.parse(m.NcuRequest, message)
-            self.changed_earlier = self._drop_last()
-            return profiling.ncu_call(self.calls[req.variant], self._clean_inputs(req.seed), req.warmup, self.device)
-        if op == m.ModeRequest.OP:
-            req = m.parse(m.ModeRequest, message)
-            self.mode, self.graph_replays = req.mode, req.graph_replays
-            if req.graph_calls > 0:
-                self.spec = dataclasses.replace(self.spec, graph_calls=req.graph_calls)   # the parent's cap (memplan)
-            self.meters.clear()
-            self.changed_earlier = self._drop_last()
-            return m.ModeSet(self.mode)
-        if op == m.SizeRequest.OP:
-            return self.set_size(m.parse(m.SizeRequest, message))
-        if op == m.MemoryRequest.OP:
-            return peak_memory(self.device)
-        return None
+        if self._handlers is None:
+            self._handlers = Handlers(self.handlers())
+        return self._handlers.reply(message)
+
+    def _profile(self, req: m.ProfileRequest) -> m.ProfileResult:
+        self.changed_earlier = self._drop_last()       # checked already: room for the profiled call's
+        return m.ProfileResult(profiling.profile_call(self.calls[req.variant], self._clean_inputs(req.seed),
+                                                      self.device))
+
+    def _ncu(self, req: m.NcuRequest) -> m.NcuCalled:
+        self.changed_earlier = self._drop_last()
+        return profiling.ncu_call(self.calls[req.variant], self._clean_inputs(req.seed), req.warmup, self.device)
+
+    def _mode(self, req: m.ModeRequest) -> m.ModeSet:
+        self.mode, self.graph_replays = req.mode, req.graph_replays
+        if req.graph_calls > 0:
+            self.spec = dataclasses.replace(self.spec, graph_calls=req.graph_calls)   # the parent's cap (memplan)
+        self.meters.clear()
+        self.changed_earlier = self._drop_last()
+        return m.ModeSet(self.mode)
+
+    def _memory(self, req: m.MemoryRequest) -> m.MemoryPeak:
+        return peak_memory(self.device)
 
     def _inputs(self, seed: int) -> list:
         if self.fixed is not None:
