@@ -19,7 +19,7 @@ OOM_MARK = "kb-harness: harness_oom: "      # the line a reference worker leaves
 
 def plan(reference: Any) -> memplan.PairPlan | None:
     """The pairs' split of the device memory (memplan.plan_pair) from `ready`'s `memory`, for `reference` (an
-    evaluate.ReferenceSide whose mode is chosen); the reference is told its share (op `budget`), the candidate gets
+    evaluate.ReferenceSide whose mode is chosen); the reference is told its share (BudgetRequest), the candidate gets
     the rest in its job. None on the CPU path, or where the report lacks a figure. A plan with `error` set: the
     pairs cannot fit and are skipped (nothing is sent)."""
     memory = reference.ready.memory if reference.ready is not None else None
@@ -69,7 +69,7 @@ def reference_lost(record: RecordDraft, worker: Worker, error: str) -> None:
 
 @dataclass(frozen=True)
 class Seen:
-    """What one worker's allocator saw so far (op `memory`): its peak (torch.cuda.max_memory_allocated), and how
+    """What one worker's allocator saw so far (MemoryRequest): its peak (torch.cuda.max_memory_allocated), and how
     often it met its cap: `alloc_retries` (it freed its cache and asked again: a device-wide synchronisation, which
     slows what is being timed) and `ooms` (it gave up; a caller such as cuDNN may have caught it and chosen a plan
     with a smaller workspace). The candidate's count its whole life, the reference's since its share for the pairs
@@ -84,7 +84,7 @@ class Seen:
 
 
 def peak(worker: Worker, device: str) -> Seen | None:
-    """A worker's allocator figures so far (op `memory`), or None."""
+    """A worker's allocator figures so far (MemoryRequest), or None."""
     if device == "cpu" or not worker.alive():
         return None
     try:
