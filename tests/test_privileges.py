@@ -66,8 +66,8 @@ def test_a_raised_nice_value_is_named():
 @pytest.mark.skipif(not LINUX, reason="/proc is Linux's")
 def test_a_lowered_priority_of_the_reference_executor_is_named():
     """Any process of the same user may lower another's priority (a higher nice value, SCHED_IDLE): done to the
-    reference's executor, it would make the candidate read faster, so the parent names it there, for the threads
-    the executor had when it was started (a thread started later under SCHED_IDLE, as a library may, is not named)."""
+    reference's executor, it would make the candidate read faster, so the parent names it there: any thread of it
+    below what its threads had when it was started."""
     target = _sleeper()
     try:
         baseline = scheduling.settings(target.pid)
@@ -79,7 +79,9 @@ def test_a_lowered_priority_of_the_reference_executor_is_named():
         assert scheduling.lowered(target.pid, baseline) is None
         os.sched_setscheduler(target.pid, os.SCHED_IDLE, os.sched_param(0))
         assert "SCHED_IDLE" in scheduling.lowered(target.pid, baseline)
-        assert scheduling.lowered(target.pid, {}) is None         # not a thread of the baseline: not judged
+        assert scheduling.lowered(target.pid, {}) is None         # no baseline, nothing to judge against
+        other = {tid + 10 ** 7: setting for tid, setting in baseline.items()}     # a thread started since: judged
+        assert "SCHED_IDLE" in scheduling.lowered(target.pid, other)            # against the worker's threads
     finally:
         target.kill()
         target.wait()

@@ -6,7 +6,8 @@ parent checks that it did not all the same (a kernel or a sandbox mode that let 
 process tree is read from /proc at the end of each block, and one whose policy is real-time or whose nice value is
 below the lowest its worker had when the rounds began is named. A side that lowers its own priority only slows
 itself and is not named; but the reference's executor, which runs nothing but the problem's own Model, is named
-when a thread it had when it was started runs at a lower priority (a higher nice value, SCHED_BATCH or SCHED_IDLE):
+when a thread of it runs at a lower priority than its threads did when it was started (a higher nice value, or
+SCHED_BATCH or SCHED_IDLE):
 any process of the same user may do that to it, the candidate's included, and a slower reference reads as a faster
 candidate. Linux only; elsewhere nothing is read and nothing is named.
 """
@@ -61,15 +62,18 @@ def settings(pid: int) -> dict[int, tuple[int, int]]:
 
 
 def lowered(pid: int, baseline: dict[int, tuple[int, int]]) -> str | None:
-    """Why a thread that the worker had at its baseline (`settings`) runs at a lower priority now (a higher nice
-    value, or SCHED_BATCH or SCHED_IDLE where it had neither), one line; or None. Threads started since are not
-    judged: a library may start its own under SCHED_IDLE (seen on the GPU)."""
+    """Why a thread of the worker runs at a lower priority than the worker's threads did at its baseline (`settings`):
+    a nice value above its own there (a thread started since: above the highest there), or SCHED_BATCH or SCHED_IDLE
+    where it had neither (a thread started since: where no thread had one). One line, or None; None without a
+    baseline."""
+    if not baseline:
+        return None
+    highest = max(nice for nice, _ in baseline.values())
+    any_background = any(policy in BACKGROUND for _, policy in baseline.values())
     for tid, nice, _, policy in threads(pid):
-        if tid not in baseline:
-            continue
-        was_nice, was_policy = baseline[tid]
+        was_nice, was_policy = baseline.get(tid, (highest, 5 if any_background else 0))
         if policy in BACKGROUND and was_policy not in BACKGROUND:
             return f"thread {tid} runs under {BACKGROUND[policy]}"
         if nice > was_nice:
-            return f"thread {tid} runs at nice {nice}, above the {was_nice} it had when its worker was started"
+            return f"thread {tid} runs at nice {nice}, above the {was_nice} its worker had when it was started"
     return None
