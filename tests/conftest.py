@@ -4,6 +4,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -95,6 +96,22 @@ def write_config(tmp: Path, tree: Path, timing: dict[str, object] | None = None,
     path = tmp / "config.yaml"                                                              # config refuses two
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def communicate_or_explain(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """proc.communicate(timeout), and where it times out, the process table and the run's own Python stacks (it must
+    run with PYTHONFAULTHANDLER=1: SIGABRT makes it print every thread's traceback) printed before the timeout is
+    raised, so that a run that hangs in CI says where."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        table = subprocess.run(["ps", "-eo", "pid,ppid,pgid,stat,wchan:20,etimes,args", "--forest"],
+                               capture_output=True, text=True).stdout
+        print(f"processes when {proc.pid} timed out:\n{table[-8000:]}")
+        os.kill(proc.pid, signal.SIGABRT)
+        _, err = proc.communicate(timeout=20)
+        print(f"its stderr, with its stacks:\n{(err or '')[-8000:]}")
+        raise
 
 
 def run_cli(*args: str, cwd: Path = REPO, timeout: float = 900) -> subprocess.CompletedProcess:

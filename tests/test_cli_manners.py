@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, REPO, json_records, write_config
+from conftest import FIXTURES, REPO, communicate_or_explain, json_records, write_config
 from harness import cli
 from harness.core.errors import RunInterrupted, interrupted_message
 
@@ -24,7 +24,7 @@ RUN_EVAL = str(REPO / "run_eval.py")
 
 
 def cli_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
 
 
 def imported_modules(stderr: str) -> list[str]:
@@ -181,7 +181,7 @@ def test_ctrl_c_during_a_run_names_the_run_to_resume(tmp_path):
         assert run_id, "the run never said its id"
         time.sleep(2)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        _, err = communicate_or_explain(proc, 60)
     finally:
         proc.kill()
     assert proc.returncode == 130, err[-2000:]

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, json_records, PAIR_TIMEOUT_ARG, REPO, run_dirs, verdict, write_config
+from conftest import (FIXTURES, communicate_or_explain, json_records, PAIR_TIMEOUT_ARG, REPO, run_dirs, verdict,
+                      write_config)
 
 ORPHANS = FIXTURES / "orphans"
 
@@ -105,7 +106,8 @@ def _start(tmp: Path, run_tag: str, *args: str, **config) -> tuple[subprocess.Po
     cfg = write_config(tmp, ORPHANS, cache_dir=tmp / "cache", **config)    # builds must run: a cache of its own
     # KB_SANDBOX=off: the process tree must hold where no sandbox can be applied, and the escapees write their pid
     # files to $TMPDIR, which a confined worker cannot (test_sandbox covers setsid grandchildren under confinement)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "KB_RUN_TAG": run_tag, "TMPDIR": str(pids), "KB_SANDBOX": "off"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "KB_RUN_TAG": run_tag, "TMPDIR": str(pids), "KB_SANDBOX": "off",
+           "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "--config", str(cfg), *args], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -359,7 +361,7 @@ def test_ctrl_c_during_builds_ends_at_once(tmp_path):
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     try:
-        proc.communicate(timeout=30)
+        communicate_or_explain(proc, 30)
     finally:
         proc.kill()
     elapsed = time.monotonic() - t0
