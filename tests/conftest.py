@@ -98,6 +98,12 @@ def write_config(tmp: Path, tree: Path, timing: dict[str, object] | None = None,
     return path
 
 
+def default_sigint() -> None:
+    """A Popen preexec_fn: Ctrl-C's default in the child. A suite started in the background of a script (`cmd &`)
+    runs with SIGINT ignored, and a Python child would inherit that and never see the Ctrl-C a test sends it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def communicate_or_explain(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
     """proc.communicate(timeout), and where it times out, the process table and the run's own Python stacks (it must
     run with PYTHONFAULTHANDLER=1: SIGABRT makes it print every thread's traceback) printed before the timeout is

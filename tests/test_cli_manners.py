@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, REPO, communicate_or_explain, json_records, write_config
+from conftest import FIXTURES, REPO, communicate_or_explain, default_sigint, json_records, write_config
 from harness import cli
 from harness.core.errors import RunInterrupted, interrupted_message
 
@@ -168,7 +168,7 @@ def test_ctrl_c_during_a_run_names_the_run_to_resume(tmp_path):
     config = write_config(tmp_path, TREE, timeout=120)
     proc = subprocess.Popen([sys.executable, RUN_EVAL, "--config", str(config), "--problem", "001_linear_relu",
                              "--candidate", "hang"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=cli_env())
+                            text=True, env=cli_env(), preexec_fn=default_sigint)
     try:
         run_id = None
         deadline = time.monotonic() + 120

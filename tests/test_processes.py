@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (FIXTURES, communicate_or_explain, json_records, PAIR_TIMEOUT_ARG, REPO, run_dirs, verdict,
+from conftest import (FIXTURES, communicate_or_explain, default_sigint, json_records, PAIR_TIMEOUT_ARG, REPO, run_dirs, verdict,
                       write_config)
 
 ORPHANS = FIXTURES / "orphans"
@@ -110,7 +110,7 @@ def _start(tmp: Path, run_tag: str, *args: str, **config) -> tuple[subprocess.Po
            "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "--config", str(cfg), *args], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=default_sigint)
     return proc, pids
 
 

@@ -273,69 +273,75 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
                         cfg.timing.block_warmup, defenses.PROFILED_CALLS if cfg.defenses else 0, spares,
                         Reader(reference.worker, device, str(pair_dir), deadline), device=device)
     try:
-        inter.flusher = reference.flusher()
-        reference.mode = reference.mode.prepare(reference.worker, inter, cfg)
-        if inter.staged:
-            inter.attach_executor(_start_executor(pair, pc, reference, device, pair_dir, spares, deadline))
         try:
-            before = inter.reference_blocks(cfg.timing.baseline_blocks)
-        except GraphFallback as fell:       # its capture for this pair failed: cold for the rest of the problem
+            inter.flusher = reference.flusher()
+            reference.mode = reference.mode.prepare(reference.worker, inter, cfg)
+            if inter.staged:
+                inter.attach_executor(_start_executor(pair, pc, reference, device, pair_dir, spares, deadline))
+            try:
+                before = inter.reference_blocks(cfg.timing.baseline_blocks)
+            except GraphFallback as fell:       # its capture for this pair failed: cold for the rest of the problem
+                inter.release()
+                cold = reference.mode.fallback(f"{fell.side}: {fell.error}")
+                reference.mode = cold.prepare(reference.worker, inter, cfg)
+                before = inter.reference_blocks(cfg.timing.baseline_blocks)
+        except (WorkerExit, reference_executor.ExecutorFailed) as exc:
+            if isinstance(exc, WorkerExit):
+                memory.reference_lost(record, reference.worker, f"reference side: {exc.detail}; last output: "
+                                                                f"{last_line(reference.worker.log_tail())}")
+            else:
+                finish(record, Status.CRASHED, f"harness fault: {exc}")
+            record.worker = WorkerRun(None, 0.0, None, device_usable_after=False)
+            _close_executor(inter)
+            return
+        phases["baseline_before"] = time.monotonic() - started
+        t_start = time.monotonic()
+        worker = spares.take("candidate", pc.log_dir / f"{slug(pair.candidate.id)}.log")
+        worker.send(wire(candidate_job(pair, pc, reference, device, pair_dir, staged=inter.staged)))
+        phases["start"] = time.monotonic() - t_start
+        collected = None
+        try:
+            if reference.beside_trials():
+                reference.ask_derived()
+            collected = _drive(worker, record, reference, inter, pc, phases)
+        except WorkerExit as exc:
+            _worker_ended(record, exc, reference, worker, cfg.timeout)
+        except CandidateFailed as failed:
+            candidate_failed(record, failed.reply, device)
+        except Exception as exc:                           # noqa: BLE001 - one pair's fault must not end the run
+            record.error_detail = traceback.format_exc()[-4000:]
+            finish(record, Status.CRASHED, f"harness fault while evaluating this pair: {type(exc).__name__}: {exc}")
+        finally:
             inter.release()
-            reference.mode = reference.mode.fallback(f"{fell.side}: {fell.error}").prepare(reference.worker, inter, cfg)
-            before = inter.reference_blocks(cfg.timing.baseline_blocks)
-    except (WorkerExit, reference_executor.ExecutorFailed) as exc:
-        if isinstance(exc, WorkerExit):
-            memory.reference_lost(record, reference.worker, f"reference side: {exc.detail}; last output: "
-                                                            f"{last_line(reference.worker.log_tail())}")
-        else:
-            finish(record, Status.CRASHED, f"harness fault: {exc}")
-        record.worker = WorkerRun(None, 0.0, None, device_usable_after=False)
+            candidate_seen = memory.peak(worker, device) if collected is not None else None
+            t0 = time.monotonic()
+            code = worker.close()
+            try:
+                inter.reader.close()                    # the reference drops its views of the candidate's memory
+            except WorkerExit:
+                pass                                    # the reference is dead or out of step: the next use says so
+            phases["close"] = time.monotonic() - t0
+            try:
+                reference.read_derived()                # not read when the candidate failed before verify
+            except WorkerExit:
+                pass                                    # the reference is dead or out of step: the next use says so
+            record.worker = WorkerRun(code, round(time.monotonic() - started, 3), None, phases)
+            if collected is not None:
+                record.worker.memory = memory.record(reference, candidate_seen, memory.peak(reference.worker, device))
+            shutil.rmtree(pair_dir, ignore_errors=True)
+        if collected is not None and record.status is None:
+            _conclude(record, reference, inter, collected, before, pc, phases)
         _close_executor(inter)
-        return
-    phases["baseline_before"] = time.monotonic() - started
-    t_start = time.monotonic()
-    worker = spares.take("candidate", pc.log_dir / f"{slug(pair.candidate.id)}.log")
-    worker.send(wire(candidate_job(pair, pc, reference, device, pair_dir, staged=inter.staged)))
-    phases["start"] = time.monotonic() - t_start
-    collected = None
-    try:
-        if reference.beside_trials():
-            reference.ask_derived()
-        collected = _drive(worker, record, reference, inter, pc, phases)
-    except WorkerExit as exc:
-        _worker_ended(record, exc, reference, worker, cfg.timeout)
-    except CandidateFailed as failed:
-        candidate_failed(record, failed.reply, device)
-    except Exception as exc:                           # noqa: BLE001 - one pair's fault must not end the run
-        record.error_detail = traceback.format_exc()[-4000:]
-        finish(record, Status.CRASHED, f"harness fault while evaluating this pair: {type(exc).__name__}: {exc}")
-    finally:
-        inter.release()
-        candidate_seen = memory.peak(worker, device) if collected is not None else None
-        t0 = time.monotonic()
-        code = worker.close()
-        try:
-            inter.reader.close()                    # the reference drops its views of the candidate's memory
-        except WorkerExit:
-            pass                                    # the reference is dead or out of step: the next use says so
-        phases["close"] = time.monotonic() - t0
-        try:
-            reference.read_derived()                # not read when the candidate failed before verify
-        except WorkerExit:
-            pass                                    # the reference is dead or out of step: the next use says so
-        record.worker = WorkerRun(code, round(time.monotonic() - started, 3), None, phases)
-        if collected is not None:
-            record.worker.memory = memory.record(reference, candidate_seen, memory.peak(reference.worker, device))
-        shutil.rmtree(pair_dir, ignore_errors=True)
-    if collected is not None and record.status is None:
-        _conclude(record, reference, inter, collected, before, pc, phases)
-    _close_executor(inter)
-    record.worker.phases = {k: round(v, 3) for k, v in phases.items()}
-    record.worker.phases["total"] = round(time.monotonic() - started, 3)
-    if record.status is not Status.OK:
-        record.worker.log_tail = worker.log_tail()
-    if record.status in (Status.CRASHED, Status.TIMEOUT, Status.OOM, Status.RUNTIME_ERROR):
-        record.worker.device_usable_after = reference.healthy()
+        record.worker.phases = {k: round(v, 3) for k, v in phases.items()}
+        record.worker.phases["total"] = round(time.monotonic() - started, 3)
+        if record.status is not Status.OK:
+            record.worker.log_tail = worker.log_tail()
+        if record.status in (Status.CRASHED, Status.TIMEOUT, Status.OOM, Status.RUNTIME_ERROR):
+            record.worker.device_usable_after = reference.healthy()
+    except BaseException:          # a harness fault: every worker of the pair running again (each reads the exit
+        inter.release()            # it is sent next instead of waiting out its close stopped), and the executor
+        _close_executor(inter, detach=False)       # closed, not left for the run's end
+        raise
 
 
 def _start_executor(pair: Pair, pc: PairContext, reference: ReferenceSide, device: str, pair_dir: Path,
@@ -351,12 +357,17 @@ def _start_executor(pair: Pair, pc: PairContext, reference: ReferenceSide, devic
                                     deadline)
 
 
-def _close_executor(inter: Interleaver) -> None:
-    """The pair's reference executor closed, once the reference forgot its arena (nothing where it had none)."""
-    try:
-        executor = inter.detach_executor()
-    except WorkerExit:
-        executor, inter.executor = inter.executor, None     # the reference is gone: the next use says so
+def _close_executor(inter: Interleaver, detach: bool = True) -> None:
+    """The pair's reference executor closed, once the reference forgot its arena (nothing where it had none;
+    `detach` False: the reference is not asked, as after a fault, where it may be in the middle of another
+    request)."""
+    executor = inter.executor
+    if detach:
+        try:
+            executor = inter.detach_executor()
+        except WorkerExit:
+            pass                    # the reference is gone or out of step: the next use says so
+    inter.executor = None
     if executor is not None:
         executor.close()
 
