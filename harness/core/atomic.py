@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.core.untrusted import ReadError, WriteError, read_bytes
+from harness.core.untrusted import ReadError, read_bytes, replace_whole
 
 
 def write_json_atomic(path: Path, data: Any) -> "FileMark":
@@ -18,25 +18,9 @@ def write_json_atomic(path: Path, data: Any) -> "FileMark":
 
 
 def write_atomic(path: Path, data: bytes, digest: bool) -> "FileMark":
-    """Write `path` whole through a temporary file and a rename; the mark of what was written, taken from the
-    file itself (not from the path afterwards, which someone may already have deleted again)."""
-    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")     # fresh: never a file or link planted there
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise WriteError(path, exc) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-            inode = os.fstat(f.fileno()).st_ino
-        os.replace(tmp, path)                   # a link at `path` is replaced, not written through
-    except BaseException as exc:
-        tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError):            # a full disk: named as a failed write (exit 1), not a fault
-            raise WriteError(path, exc) from None
-        raise
+    """Write `path` whole, synced, through a temporary file and a rename (untrusted.replace_whole); the mark of what
+    was written."""
+    inode = replace_whole(path, data, sync=True)
     return FileMark(inode, len(data), hashlib.sha256(data).hexdigest() if digest else None)
 
 

@@ -164,7 +164,12 @@ def write_bytes(path: Path | str, data: bytes) -> None:
     """Write `path` whole: a temporary file created fresh beside it (O_EXCL, never an existing file or link), then
     renamed over `path`, which replaces a symlink there instead of writing through it. A write that fails (a full
     disk, a file size limit) is a WriteError naming `path`, an OSError too."""
-    path = Path(path)
+    replace_whole(Path(path), data, sync=False)
+
+
+def replace_whole(path: Path, data: bytes, sync: bool) -> int:
+    """write_bytes, and with `sync` the data on disk before the rename; the inode written (from the file itself,
+    not from the path afterwards, which someone may already have replaced)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -173,6 +178,10 @@ def write_bytes(path: Path | str, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+            inode = os.fstat(f.fileno()).st_ino
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
@@ -180,6 +189,7 @@ def write_bytes(path: Path | str, data: bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    return inode
 
 
 def write_text(path: Path | str, text: str) -> None:
