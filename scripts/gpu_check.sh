@@ -27,6 +27,7 @@
 #   exec44:    issue 44's reference executor: A/A of short problems on the default and the staged GPU path, back to
 #              back (PATHS="default staged", PROCS process pairs, EXEC_PROBLEMS="level:glob ...", CAL_ARGS added to
 #              each calibrate), then the GPU tests (K; SMOKE_ONLY=1: not)
+#   suite44:   issue 44 items 6 and 8 on the staged GPU path, then issue 45's scaling (see the phase; run it as bg)
 #   cpu44:     issue 44 on the device's quiet CPU cores: the CPU exploits and privileges tests as root, then the CPU
 #              path's A/A (calibrate of examples/cpu, PROCS process pairs a problem)
 #   kblint:    lint of the imported KernelBench problems (import them here first, into the ignored .kb/:
@@ -254,7 +255,7 @@ follow)
     end=$(( $(date +%s) + ${FOLLOW_SECONDS:-570} ))
     until [ -e "$w/out/bg.done" ] || [ "$(date +%s)" -ge "$end" ]; do sleep 15; snap; done
     snap
-    grep -E "run [ab]:|skip |no time left|builds " "$w/log" | tail -n 40
+    grep -E "run [ab]:|skip |no time left|builds |^== |wall|pairs:|reduced_precision" "$w/log" | tail -n 40
     tail -n 5 "$w/log"
     if [ -e "$w/out/twice.done" ]; then
         echo "== twice has ended"; sed -n '/^| /,$p' "$w/log" | tail -n 60
@@ -390,6 +391,49 @@ exec44)
         timeout -s INT "${TESTS_TIMEOUT:-330}" python -m pytest -q -rf --tb=short -m gpu tests/ ${K:+-k "$K"} 2>&1 \
             | tee "$out/gpu_tests.txt" | tail -n 40
     fi
+    ;;
+suite44)
+    # issue 44 items 6 and 8 on the staged GPU path (timing.staged_gpu in a config of its own), then issue 45 item 1,
+    # within TOTAL_SECONDS (1400) from the start, meant to run detached (BG="scripts/gpu_check.sh suite44" ... bg):
+    #   1. every shipped candidate on GPUs $all, short timing (SWEEP_ARGS), compile baselines none: the statuses, and
+    #      how many are flagged reduced_precision (0 expected)
+    #   2. `calibrate` over the whole suite (LEVELS, default level2 level3 level1), one process pair a problem
+    #   3. benchmarks/scaling.py (SCALE_SETTINGS, default local:1,local:2,dask:2; --pairs 32) with what time is left
+    t_end=$(( $(date +%s) + ${TOTAL_SECONDS:-1400} ))
+    staged_cfg=/tmp/staged_gpu.yaml
+    sed 's/^  staged_gpu: false/  staged_gpu: true/' config.yaml > "$staged_cfg"
+    grep -q '^  staged_gpu: true' "$staged_cfg" || { echo "config.yaml has no 'staged_gpu: false' line"; exit 1; }
+    left() { echo $(( t_end - $(date +%s) )); }
+    echo "== 1. every shipped candidate, staged, GPUs $all ($(left) s left)"
+    /usr/bin/time -f "sweep wall %e s" timeout -s INT "${SWEEP_TIMEOUT:-420}" python run_eval.py --config "$staged_cfg" \
+        --gpus "$all" --jobs 32 --compile-modes none --output-dir "$out/sweep" ${SWEEP_ARGS:---max-pair-seconds 3} \
+        --json > "$out/sweep.jsonl" 2> "$out/sweep.txt"
+    tail -n 3 "$out/sweep.txt"
+    python - "$out/sweep.jsonl" <<'PY'
+import collections, json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+print(len(rows), "pairs:", dict(collections.Counter(r["status"] for r in rows)))
+print("reduced_precision:", [r["problem"] + " " + r["solution"] for r in rows if "reduced_precision" in (r.get("flags") or [])])
+for r in rows:
+    if r["status"] != "ok":
+        print(" ", r["status"], r["problem"], r["solution"].rsplit("/", 1)[-1], (r.get("error") or "")[:160])
+PY
+    set -f
+    for lvl in ${LEVELS:-level2 level3 level1}; do
+        [ "$(left)" -gt 60 ] || { echo "no time left for the A/A of $lvl"; break; }
+        echo "== 2. A/A of $lvl, staged, GPUs $all ($(left) s left)"
+        /usr/bin/time -f "calibrate $lvl wall %e s" timeout -s INT "$(( $(left) - 30 ))" python run_eval.py calibrate \
+            --config "$staged_cfg" --gpus "$all" --jobs 32 --trials 1 --processes 1 --compile-modes none \
+            --level "$lvl" --output-dir "$out/aa" >> "$out/aa.txt" 2>&1
+        grep -E "wall|within" "$out/aa.txt" | tail -n 2
+    done
+    set +f
+    if [ "$(left)" -gt 120 ]; then
+        echo "== 3. scaling ($(left) s left)"
+        SCALE_SECONDS=$(( $(left) - 40 )) SCALE_SETTINGS=${SCALE_SETTINGS:-local:1,local:2,dask:2} \
+            SCALE_ARGS=${SCALE_ARGS:---pairs 32} bash "$0" scaling
+    fi
+    touch "$out/suite44.done"
     ;;
 cpu44)
     echo "== issue 44 on this machine's quiet CPU: the staged CPU path's exploits and privileges tests (as root here)"
