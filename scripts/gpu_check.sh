@@ -638,7 +638,7 @@ profile)
 scaling)
     # issue 45 item 1: see the header; SCALE_SECONDS bounds this call, the runs already in results/scaling stay
     py=$(python -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-    wheels=$(ls .whl/*.whl 2>/dev/null | grep -E -- "-(py2\.py3|py3|$py)-[^-]+-[^-]+\.whl$")   # this Python's
+    wheels=$(ls .whl/*.whl 2>/dev/null | grep -E -- "-((py2\.py3|py3|$py)-[^-]+|cp3[0-9]+-abi3)-[^-]+\.whl$")   # this Python's
     if [ -n "$wheels" ]; then                           # dask.distributed is not in the image: carry .whl
         python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
             $wheels && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
