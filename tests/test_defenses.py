@@ -17,12 +17,12 @@ FUSED = {"kernels": 4, "custom_kernels": ["fused_bn_relu"], "custom_share": 0.28
     ([None, None, None], []),                                                                  # the CPU path
 ])
 def test_custom_kernel_share_warnings(profiles, flags):
-    from harness.run import defenses
+    from harness.run import defenses, verdicts
     from harness.results.records import RecordDraft
     from harness.shared import messages as m
     record = RecordDraft.from_json({"flags": []})
     parsed = [m.parse(m.Profile, {"other_kernels": [], **p}) if isinstance(p, dict) else None for p in profiles]
-    defenses.check_kernels(record, parsed)
+    verdicts.write(record, defenses.check_kernels(parsed))
     assert record.flags == flags
     if flags == ["little_custom_work"]:
         assert "4.0%" in record.flag_details["little_custom_work"]

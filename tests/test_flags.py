@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO
 from harness.commands import ci
-from harness.run import defenses, schedule
+from harness.run import defenses, schedule, verdicts
 from harness.core import flags, ranking
 from harness.commands import kbexport
 from harness.results import records, report
@@ -22,8 +22,8 @@ from test_html import Dom, body_rows, record, rows_by_head, run_meta
 
 HARNESS = REPO / "harness"
 # The modules that decide things on flags: none of them may spell a flag's name as a string.
-DECIDING = ("results/records", "run/schedule", "run/defenses", "results/report", "results/html", "results/standings",
-            "commands/ci", "commands/compare", "commands/calibrate", "commands/kbexport")
+DECIDING = ("results/records", "run/schedule", "run/defenses", "run/verdicts", "results/report", "results/html",
+            "results/standings", "commands/ci", "commands/compare", "commands/calibrate", "commands/kbexport")
 PROBLEM, OTHER = "level1/019_gelu", "level2/001_matmul"
 RUN = "20250101-090000-aaaa"
 
@@ -32,14 +32,20 @@ RUN = "20250101-090000-aaaa"
 
 
 def _flag_calls() -> list[tuple[str, ast.expr]]:
-    """(module, the flag argument) of every call to flag(record, X, ...) or add_flag(record, X) in harness/."""
+    """(module, the flag argument) of every call in harness/ that raises a flag: flag(record, X, ...) and
+    add_flag(record, X), which write it into a record, and a verdict's .flag(X, ...) (harness.run.defenses)."""
     found = []
     for path in sorted(HARNESS.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Call) and len(node.args) >= 2:
-                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
-                if name in ("flag", "add_flag"):
-                    found.append((path.stem, node.args[1]))
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name not in ("flag", "add_flag"):
+                continue
+            on_record = isinstance(func, ast.Name) or (isinstance(func.value, ast.Name) and func.value.id == "verdicts")
+            if len(node.args) >= 2 or not on_record:
+                found.append((path.stem, node.args[1] if on_record else node.args[0]))
     return found
 
 
@@ -55,7 +61,7 @@ def _set_by_harness() -> set[str]:
             assert isinstance(row, Flag), f"{module}: flags.{arg.attr} is not a row of the table"
             names.add(row.name)
         else:       # a variable: only the generic helpers pass one on
-            assert module == "defenses" or module == "records", f"{module}: flag({ast.unparse(arg)})"
+            assert module in ("defenses", "records", "verdicts"), f"{module}: flag({ast.unparse(arg)})"
     return names
 
 
@@ -126,9 +132,9 @@ def test_helpers():
 
 def test_flag_puts_the_name_and_its_detail_on_the_record():
     record = RecordDraft.from_json({"flags": []})
-    defenses.flag(record, flags.MUTATES_INPUTS)
-    defenses.flag(record, flags.NOISY, "CI 3%")
-    defenses.flag(record, flags.NOISY, "CI 4%")
+    verdicts.flag(record, flags.MUTATES_INPUTS)
+    verdicts.flag(record, flags.NOISY, "CI 3%")
+    verdicts.flag(record, flags.NOISY, "CI 4%")
     assert record.flags == ["mutates_inputs", "noisy"]
     assert record.flag_details == {"mutates_inputs": flags.MUTATES_INPUTS.meaning, "noisy": "CI 4%"}
 

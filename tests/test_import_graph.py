@@ -121,12 +121,12 @@ def test_the_parent_imports_no_torch_at_module_import_time():
     assert not found, found
 
 
-# Issue 46 item 4, where it stands: what the parent still imports of the worker's folder, and which of the verdict
-# modules still write into the record themselves. Each entry is a known edge left to remove; no new one may appear,
-# and one removed must leave its list.
+# Issue 46 item 4, where it stands: what the parent still imports of the worker's folder. Each entry is a known edge
+# left to remove; no new one may appear, and one removed must leave the list.
 PARENT_TO_WORKER_LEFT = {"harness.run.meta -> harness.worker.sandbox"}     # run.json's sandbox description
+# The modules that decide verdicts (the defenses' flags, the between-process terms): they return them, and the run
+# writes them into the record (harness.run.verdicts), so none of them imports anything of the results layer.
 VERDICT_MODULES = ("harness.run.between", "harness.run.defenses")
-WRITING_RECORDS_LEFT = {"harness.run.defenses"}         # its flags go into the RecordDraft it is handed
 
 
 def test_the_parent_imports_no_worker_module():
@@ -135,6 +135,8 @@ def test_the_parent_imports_no_worker_module():
 
 
 def test_the_verdict_modules_import_nothing_of_the_results_layer():
-    """harness.run.between keeps its terms through harness.core.atomic, not the store; what is left is listed."""
-    writing = {m for m in VERDICT_MODULES if any(_folder(t) == "results" for t in GRAPH[m])}
-    assert writing == WRITING_RECORDS_LEFT, sorted(writing ^ WRITING_RECORDS_LEFT)
+    """The verdicts are returned, never written by the modules that decide them: none of them imports harness.results
+    nor harness.run.verdicts, which writes them into the record for the run."""
+    writing = sorted(f"{m} -> {t}" for m in VERDICT_MODULES for t in GRAPH[m]
+                     if _folder(t) == "results" or t == "harness.run.verdicts")
+    assert not writing, writing

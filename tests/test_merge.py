@@ -46,13 +46,14 @@ def test_merge_lets_a_failing_process_pair_stand_and_says_which():
 def test_each_process_pair_keeps_the_kernels_both_sides_ran():
     """Two process pairs that picked different library kernels for the same call read apart: the record says which
     kernels eager PyTorch ran beside the candidate's, per process pair."""
-    from harness.run import defenses
+    from harness.run import defenses, verdicts
     from harness.run import merge as processes
     from harness.shared.messages import Profile
     records = []
     for gemm in ("sm90_gemm_a", "sm80_gemm_b"):
         record = _ok_record(1.0, [0.99, 1.01], 10)
-        defenses.check_kernels(record, [Profile(1, [], 0.0, [gemm])], [Profile(1, [], 0.0, [gemm, "fill"]), None])
+        verdicts.write(record, defenses.check_kernels([Profile(1, [], 0.0, [gemm])],
+                                                      [Profile(1, [], 0.0, [gemm, "fill"]), None]))
         records.append(record)
     assert records[0].kernels.reference_kernels == ["fill", "sm90_gemm_a"]
     merged = processes.merge(records)

@@ -193,11 +193,11 @@ def test_problems_that_allow_tf32_or_are_not_fp32_are_not_judged():
 
 def test_check_precision_flags_the_record_from_trial_0s_signatures():
     from harness.results.records import RecordDraft
+    from harness.run import verdicts
     record = RecordDraft.from_json({"flags": []})
-    record.correctness = type("C", (), {"fp64_max_abs_err": 1.24e-03, "fp64_reference_max_abs_err": 9.04e-05})()
     derived = m.Derived(None, 9.04e-05, 64.0)
-    defenses.check_precision(record, READY, derived)
+    verdicts.write(record, defenses.check_precision(1.24e-03, READY, derived))
     assert record.flags == []                          # inside 64x, and no signature sent
-    defenses.check_precision(record, READY, derived, BF16X3)
+    verdicts.write(record, defenses.check_precision(1.24e-03, READY, derived, BF16X3))
     assert record.flags == ["reduced_precision"]
     assert "1.00 of its error" in record.flag_details["reduced_precision"]

@@ -94,12 +94,12 @@ GPU_CASES = {   # name: (candidate median ms, profiles, reference profiles, work
 
 @pytest.mark.parametrize("case", sorted(GPU_CASES))
 def test_the_gpu_parts_are_what_the_old_writers_wrote(case):
-    from harness.run import defenses
+    from harness.run import defenses, verdicts
     ms, profiles, reference, work, ceilings = GPU_CASES[case]
     record = new_record("p", "p/c", "cuda", "r")
     record.timing = Timing.from_json({"candidate": {"n": 1, "median_ms": ms}})
-    defenses.check_kernels(record, profiles, reference)
-    defenses.check_physics(record, work, ceilings)
+    verdicts.write(record, defenses.check_kernels(profiles, reference))
+    verdicts.write(record, defenses.check_physics(work, ceilings, ms))
     written = record.to_json()
     wanted = json.loads((RECORDS / "gpu_parts.json").read_text())[case]
     assert {k: written[k] for k in wanted} == wanted

@@ -1,5 +1,6 @@
-"""The defense checks the parent makes on what the workers sent, each turning into a flag on the record (README,
-Hardening). Pure functions over records and messages: no processes, no torch.
+"""The defense checks the parent makes on what the workers sent, each returning a verdict: the flags it raises with
+their reasons, and the figures behind them (README, Hardening). Pure functions over messages and the run's figures:
+no processes, no torch, and no record: the run writes the verdicts into it (harness.run.verdicts).
 
 A check is one function of `Evidence` and one entry in an ordered list: AFTER_TRIALS (the candidate's correctness
 trials passed; a flag that invalidates ends the pair there) or AFTER_ROUNDS (the timed rounds and the reference's
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 from harness.core import flags
@@ -18,9 +19,6 @@ from harness.run import paired
 from harness.core.flags import Flag
 from harness.core.numbers import number
 from harness.run.interleave import CANDIDATE, EAGER, Collected
-from harness.run.paired import Consistency, Interference
-from harness.results import parts
-from harness.results.records import RecordDraft, add_flag
 from harness.shared import messages as m
 
 FLAG_DETAILS = flags.DETAILS    # each flag's default flag_details text (its meaning in flags.FLAGS)
@@ -29,35 +27,68 @@ FLAG_DETAILS = flags.DETAILS    # each flag's default flag_details text (its mea
 MESSAGE_FLAGS = (flags.MUTATES_INPUTS, flags.UNSYNCHRONIZED_WORK, flags.OUTPUT_NOT_PLAIN_TENSOR)
 
 
-def flag(record: RecordDraft, which: Flag, detail: str | None = None) -> None:
-    """Put `which` on the record, with `detail` (default: the flag's meaning) as its flag_details sentence."""
-    add_flag(record, which.name)
-    record.set_flag_detail(which.name, which.meaning if detail is None else detail)
+@dataclass(frozen=True)
+class Raised:
+    """One flag a check raised, with its flag_details sentence."""
+    flag: Flag
+    detail: str
 
 
-def flag_from(record: RecordDraft, outputs: m.Outputs) -> None:
+@dataclass
+class Verdict:
+    """What checks found: the flags they raise, in order, each with its reason, and the figures behind them, each the
+    fields of the record part it fills (harness.run.verdicts writes them into the record)."""
+    raised: list[Raised] = field(default_factory=list)
+    kernels: dict[str, Any] | None = None           # record.kernels (parts.Kernels)
+    performance: dict[str, Any] | None = None       # record.performance (parts.Performance)
+    interference: dict[str, Any] | None = None      # record.timing.interference (parts.Interference)
+    consistency: dict[str, Any] | None = None       # record.timing.consistency (parts.Consistency)
+    timed_outputs: tuple[int, int] | None = None    # timed outputs checked, and of them whole (record.correctness)
+
+    def flag(self, which: Flag, detail: str | None = None) -> Verdict:
+        """`which` raised, with `detail` (default: the flag's meaning) as its reason."""
+        self.raised.append(Raised(which, which.meaning if detail is None else detail))
+        return self
+
+    def names(self) -> list[str]:
+        return [r.flag.name for r in self.raised]
+
+    def add(self, other: Verdict) -> Verdict:
+        """`other`'s flags after these, and its figures where it has them."""
+        self.raised += other.raised
+        for figure in fields(self):
+            if figure.name != "raised" and getattr(other, figure.name) is not None:
+                setattr(self, figure.name, getattr(other, figure.name))
+        return self
+
+
+def flag_from(outputs: m.Outputs) -> Verdict:
     """Flags a candidate worker's correctness reply carries."""
+    verdict = Verdict()
     for which in MESSAGE_FLAGS:
         if getattr(outputs, which.name):
-            flag(record, which)
+            verdict.flag(which)
+    return verdict
 
 
-def flag_timing(record: RecordDraft, out: Collected) -> None:
+def flag_timing(out: Collected) -> Verdict:
     """Flags from the timed samples: inputs changed, outputs still changing, lazy or aliased outputs, replaced
     clocks."""
+    verdict = Verdict()
     if out.mutated:
-        flag(record, flags.MUTATES_INPUTS)
+        verdict.flag(flags.MUTATES_INPUTS)
     if out.changed_after_return:
-        flag(record, flags.UNSYNCHRONIZED_WORK, "a timed output's memory changed between the moment its call "
+        verdict.flag(flags.UNSYNCHRONIZED_WORK, "a timed output's memory changed between the moment its call "
                                                 "returned and its check: work was left running past the timed region")
     if out.not_plain:
-        flag(record, flags.OUTPUT_NOT_PLAIN_TENSOR)
+        verdict.flag(flags.OUTPUT_NOT_PLAIN_TENSOR)
     if out.aliased:
-        flag(record, flags.ALIASED_OUTPUT, f"{flags.ALIASED_OUTPUT.meaning}: {out.aliased}")
+        verdict.flag(flags.ALIASED_OUTPUT, f"{flags.ALIASED_OUTPUT.meaning}: {out.aliased}")
     if out.scheduling:
-        flag(record, flags.SCHEDULING_CHANGED, f"{flags.SCHEDULING_CHANGED.meaning}: {out.scheduling}")
+        verdict.flag(flags.SCHEDULING_CHANGED, f"{flags.SCHEDULING_CHANGED.meaning}: {out.scheduling}")
     if out.tampered:
-        flag(record, flags.TAMPERED_TIMER, f"{flags.TAMPERED_TIMER.meaning}: {', '.join(sorted(out.tampered))}")
+        verdict.flag(flags.TAMPERED_TIMER, f"{flags.TAMPERED_TIMER.meaning}: {', '.join(sorted(out.tampered))}")
+    return verdict
 
 
 def _number(value: Any) -> float | None:
@@ -128,33 +159,22 @@ def _folded(cand: list | None, ref: list | None) -> str | None:
     return None
 
 
-def check_timed_precision(record: RecordDraft, full: list[m.FileCheck], ready: m.Ready) -> None:
+def check_timed_precision(full: list[m.FileCheck], ready: m.Ready) -> Verdict:
     """`reduced_precision` from the timed outputs checked whole, by the rule of check_precision (a candidate
     that computes in fp32 during its trials and in lower precision once timed)."""
     for result in full:
         excess = precision_verdict(_number(result.fp64_max_abs_err), _number(result.fp64_reference_max_abs_err),
                                    _number(result.fp64_output_scale), signatures_of(result), ready)
         if excess:
-            flag(record, flags.REDUCED_PRECISION, f"timed call checked whole: {excess}")
-            return
-
-
-def flag_inconsistent(record: RecordDraft, found: Consistency) -> None:
-    if found.found:
-        flag(record, flags.TIMING_INCONSISTENT, found.detail())
-
-
-def flag_interference(record: RecordDraft, found: Interference) -> None:
-    if found.found:
-        flag(record, flags.INTERFERENCE, found.detail())
+            return Verdict().flag(flags.REDUCED_PRECISION, f"timed call checked whole: {excess}")
+    return Verdict()
 
 
 LITTLE_CUSTOM_SHARE = 0.10    # under this share of a profiled call's GPU time in its own kernels: little_custom_work
 PROFILED_CALLS = 3            # calls profiled per side and pair, in round halves drawn at random
 
 
-def check_kernels(record: RecordDraft, profiles: list[m.Profile | None],
-                  reference_profiles: list[m.Profile | None] = ()) -> None:
+def check_kernels(profiles: list[m.Profile | None], reference_profiles: list[m.Profile | None] = ()) -> Verdict:
     """`no_custom_kernel` when none of the candidate's own kernels ran in one of the profiled calls (drawn at
     random among the timed ones); `little_custom_work` when they ran but took under LITTLE_CUSTOM_SHARE of a
     profiled call's GPU time (a custom kernel for a bias add beside a library GEMM and convolutions: the speedup
@@ -163,43 +183,41 @@ def check_kernels(record: RecordDraft, profiles: list[m.Profile | None],
     with; two processes that picked different library kernels for the same call read apart)."""
     found = [p for p in profiles if p is not None]
     if not found:
-        return
+        return Verdict()
     shares = [s for s in (_number(p.custom_share) for p in found) if s is not None]
     custom = sorted({k for p in found for k in p.custom_kernels})
     eager = sorted({k for p in reference_profiles if p is not None for k in p.other_kernels})
-    record.kernels = parts.Kernels(
+    verdict = Verdict(kernels=dict(
         profiled_calls=len(found), kernels=max(p.kernels for p in found), custom_kernels=custom[:20],
         custom_share=min(shares) if shares else None, custom_shares=shares,
-        other_kernels=sorted({k for p in found for k in p.other_kernels})[:20], reference_kernels=eager[:20])
+        other_kernels=sorted({k for p in found for k in p.other_kernels})[:20], reference_kernels=eager[:20]))
     without = sum(1 for p in found if not p.custom_kernels)
     if without:
-        flag(record, flags.NO_CUSTOM_KERNEL, f"no GPU kernel from the candidate's own extension or Triton kernels "
+        verdict.flag(flags.NO_CUSTOM_KERNEL, f"no GPU kernel from the candidate's own extension or Triton kernels "
                                              f"ran during {without} of {len(found)} profiled calls")
     elif shares and min(shares) < LITTLE_CUSTOM_SHARE:
-        flag(record, flags.LITTLE_CUSTOM_WORK,
-             f"its own kernels took {min(shares):.1%} of a profiled call's GPU time (under "
-             f"{LITTLE_CUSTOM_SHARE:.0%}; the least of {len(found)} calls); the rest ran in library kernels")
+        verdict.flag(flags.LITTLE_CUSTOM_WORK,
+                     f"its own kernels took {min(shares):.1%} of a profiled call's GPU time (under "
+                     f"{LITTLE_CUSTOM_SHARE:.0%}; the least of {len(found)} calls); the rest ran in library kernels")
+    return verdict
 
 
 PRECISION_FACTOR = 64         # the most a candidate's float64 error may exceed eager fp32's (README, Hardening)
 FP32_EPS = 2.0 ** -23
 
 
-def check_precision(record: RecordDraft, ready: m.Ready, derived: m.Derived,
-                    signatures: dict[str, Any] | None = None) -> None:
+def check_precision(fp64_max_abs_err: Any, ready: m.Ready, derived: m.Derived,
+                    signatures: dict[str, Any] | None = None) -> Verdict:
     """`reduced_precision` for an fp32 problem that does not allow TF32, by precision_verdict on trial 0: the
     candidate's error against the float64 reference more than PRECISION_FACTOR times eager fp32's own (or, where
     eager is exact, than that many fp32 roundings of the output's largest value): bf16 or fp16 arithmetic, TF32
     where K is moderate, hidden inside a loose tolerance; or an error that carries TF32's or split bf16's
     signature (`signatures`: trial 0's, from the reference's check), at any K. An honest fp32 kernel that sums in
-    another order stays well inside the factor and shares none of either signature (docs/precision.md)."""
-    corr = record.correctness
-    if corr is None:
-        return
-    excess = precision_verdict(_number(corr.fp64_max_abs_err), _number(corr.fp64_reference_max_abs_err),
+    another order stays well inside the factor and shares none of either signature (docs/precision.md).
+    `fp64_max_abs_err`: trial 0's error against float64."""
+    excess = precision_verdict(_number(fp64_max_abs_err), _number(derived.fp64_reference_max_abs_err),
                                _number(derived.fp64_output_scale), signatures, ready)
-    if excess:
-        flag(record, flags.REDUCED_PRECISION, excess)
+    return Verdict().flag(flags.REDUCED_PRECISION, excess) if excess else Verdict()
 
 
 def precision_excess(cand: float | None, eager: float | None, scale: float | None, ready: m.Ready) -> str | None:
@@ -250,25 +268,26 @@ def precision_verdict(cand: float | None, eager: float | None, scale: float | No
     return precision_excess(cand, eager, scale, ready) or signature_excess(signatures, ready)
 
 
-def check_physics(record: RecordDraft, work: m.Work | None, ceilings: dict[str, float]) -> None:
-    """Achieved rates for every timed pair; `faster_than_physics` below 60% of the roofline floor (the floor
-    uses the measured copy bandwidth and the bf16 tensor-core rate, the fastest the device goes; the 40% margin
-    covers output writes that stay in the 60 MB L2 and copy-measured bandwidth under the true peak)."""
-    ms = record.timing.candidate.median_ms if record.timing and record.timing.candidate else None
+def check_physics(work: m.Work | None, ceilings: dict[str, float], ms: float | None) -> Verdict:
+    """Achieved rates for every timed pair (`ms`: the candidate's median); `faster_than_physics` below 60% of the
+    roofline floor (the floor uses the measured copy bandwidth and the bf16 tensor-core rate, the fastest the device
+    goes; the 40% margin covers output writes that stay in the 60 MB L2 and copy-measured bandwidth under the true
+    peak)."""
     if work is None or not ms:
-        return
+        return Verdict()
     flops, moved = work.flops, work.bytes
-    perf = parts.Performance(flops, moved, ceilings or None, flops / (ms * 1e-3) / 1e12 if flops else None,
-                             moved / (ms * 1e-3) / 1e9 if moved else None)
+    tflops = flops / (ms * 1e-3) / 1e12 if flops else None
+    gbps = moved / (ms * 1e-3) / 1e9 if moved else None
+    verdict = Verdict(performance=dict(flops=flops, bytes=moved, ceilings=ceilings or None, achieved_tflops=tflops,
+                                       achieved_gbps=gbps))
     bw, peak = ceilings.get("copy_gbps"), ceilings.get("matmul_tflops_bf16")
     if bw and peak:
         floor_ms = max((flops or 0) / (peak * 1e12), (moved or 0) / (bw * 1e9)) * 1e3
-        perf.floor_ms = floor_ms
-        perf.pct_of_peak_bandwidth = 100 * perf.achieved_gbps / bw if perf.achieved_gbps else None
-        perf.pct_of_peak_flops = 100 * perf.achieved_tflops / peak if perf.achieved_tflops else None
+        verdict.performance.update(floor_ms=floor_ms, pct_of_peak_bandwidth=100 * gbps / bw if gbps else None,
+                                   pct_of_peak_flops=100 * tflops / peak if tflops else None)
         if ms < 0.6 * floor_ms:
-            flag(record, flags.FASTER_THAN_PHYSICS, f"{ms:.4f} ms is under 60% of the roofline floor {floor_ms:.4f} ms")
-    record.performance = perf
+            verdict.flag(flags.FASTER_THAN_PHYSICS, f"{ms:.4f} ms is under 60% of the roofline floor {floor_ms:.4f} ms")
+    return verdict
 
 
 def largest(values: list[Any]) -> float | None:
@@ -282,23 +301,24 @@ def largest(values: list[Any]) -> float | None:
 
 @dataclass
 class Evidence:
-    """What the checks read: the record being written, the reference's figures (its `ready` and `derived` replies),
-    the candidate's trials reply and, after the rounds, what they collected."""
-    record: RecordDraft
+    """What the checks read: the reference's figures (its `ready` and `derived` replies), the candidate's trials
+    reply and trial 0's check and, after the rounds, what they collected and what the run made of them."""
     ready: m.Ready
     derived: m.Derived
     timing: Any                                 # config.TimingConfig
     device: str
     outputs: m.Outputs | None = None
+    trial0: m.FileCheck | None = None           # the reference's check of trial 0 (float64 error, signatures)
     out: Collected | None = None
     before: list[float] = field(default_factory=list)
     after: list[float] = field(default_factory=list)
     calls_per_sample: int = 1
     ceilings: dict[str, float] = field(default_factory=dict)
-    signatures: dict[str, Any] | None = None    # trial 0's precision_signature, from the reference's check
+    speedup_ci: list[float] | None = None       # the record's, once the rounds' estimate is made
+    candidate_ms: float | None = None           # the candidate's median sample
 
 
-Check = Callable[[Evidence], None]
+Check = Callable[[Evidence], Verdict]
 
 
 def defense(check: Check) -> Check:
@@ -307,45 +327,44 @@ def defense(check: Check) -> Check:
     return check
 
 
-def run(checks: tuple[Check, ...], evidence: Evidence, defenses: bool) -> None:
+def run(checks: tuple[Check, ...], evidence: Evidence, defenses: bool) -> Verdict:
+    """The checks' verdicts, in order, as one (those marked @defense only with `defenses`)."""
+    verdict = Verdict()
     for check in checks:
         if defenses or not getattr(check, "defense", False):
-            check(evidence)
+            verdict.add(check(evidence))
+    return verdict
 
 
-def trial_flags(ev: Evidence) -> None:
-    if ev.outputs is not None:
-        flag_from(ev.record, ev.outputs)
-
-
-@defense
-def trial_precision(ev: Evidence) -> None:
-    check_precision(ev.record, ev.ready, ev.derived, ev.signatures)
+def trial_flags(ev: Evidence) -> Verdict:
+    return flag_from(ev.outputs) if ev.outputs is not None else Verdict()
 
 
 @defense
-def kernels(ev: Evidence) -> None:
-    if ev.out is not None:
-        check_kernels(ev.record, ev.out.profiles, ev.out.reference_profiles)
-
-
-def sample_flags(ev: Evidence) -> None:
-    if ev.out is not None:
-        flag_timing(ev.record, ev.out)
+def trial_precision(ev: Evidence) -> Verdict:
+    fp64 = ev.trial0.fp64_max_abs_err if ev.trial0 is not None else None
+    return check_precision(fp64, ev.ready, ev.derived, signatures_of(ev.trial0))
 
 
 @defense
-def timed_outputs(ev: Evidence) -> None:
+def kernels(ev: Evidence) -> Verdict:
+    return check_kernels(ev.out.profiles, ev.out.reference_profiles) if ev.out is not None else Verdict()
+
+
+def sample_flags(ev: Evidence) -> Verdict:
+    return flag_timing(ev.out) if ev.out is not None else Verdict()
+
+
+@defense
+def timed_outputs(ev: Evidence) -> Verdict:
     """Every timed output read by the trusted side, a few whole, and those against float64."""
     if ev.out is None:
-        return
+        return Verdict()
     checked, full, failure = check_timed_outputs(ev.out, ev.ready.atol, ev.ready.rtol)
-    if ev.record.correctness is not None:
-        ev.record.correctness.timed_outputs_checked = checked
-        ev.record.correctness.timed_outputs_full_checked = len(full)
+    verdict = Verdict(timed_outputs=(checked, len(full)))
     if failure is not None:
-        flag(ev.record, flags.OUTPUT_CHANGED_UNDER_TIMING, failure)
-    check_timed_precision(ev.record, full, ev.ready)
+        verdict.flag(flags.OUTPUT_CHANGED_UNDER_TIMING, failure)
+    return verdict.add(check_timed_precision(full, ev.ready))
 
 
 def block_medians(out: Collected, variant: str, block: int) -> list[float]:
@@ -357,27 +376,26 @@ def block_medians(out: Collected, variant: str, block: int) -> list[float]:
 
 
 @defense
-def interference(ev: Evidence) -> None:
+def interference(ev: Evidence) -> Verdict:
     """The reference's blocks while the candidate was alive against its blocks before and after it."""
     if ev.out is None or not ev.before or not ev.after:
-        return
+        return Verdict()
     during = block_medians(ev.out, EAGER, ev.timing.block_samples)
     found = paired.interference(ev.before, during, ev.after, ev.timing.interference_tolerance)
-    if ev.record.timing is not None:                                # the figures behind the flag
-        ev.record.timing.interference = parts.Interference(ev.before, ev.after, found.during_ms, found.tolerance,
-                                                           found.found)
-    flag_interference(ev.record, found)
+    verdict = Verdict(interference=dict(before_ms=ev.before, after_ms=ev.after, during_ms=found.during_ms,
+                                        tolerance=found.tolerance, found=found.found))
+    return verdict.flag(flags.INTERFERENCE, found.detail()) if found.found else verdict
 
 
 @defense
-def consistency(ev: Evidence) -> None:
+def consistency(ev: Evidence) -> Verdict:
     """The parent's clock around every sample request against what each side reported (`timing_inconsistent`);
     on the CPU path the call's request alone is bracketed, and 5% of the reported time is allowed."""
     if ev.out is None:
-        return
+        return Verdict()
     ref, cand = ev.out.unexplained_ms.get(EAGER), ev.out.unexplained_ms.get(CANDIDATE)
     if not ref or not cand:
-        return
+        return Verdict()
     reported = [ms * ev.calls_per_sample for ms in ev.out.samples(CANDIDATE)]
     cpu = ev.device == "cpu"
     share = paired.OVERHEAD_SHARE_CPU if cpu else 0.0
@@ -385,21 +403,22 @@ def consistency(ev: Evidence) -> None:
     tolerance = min(tolerance, paired.REPORTED_SHARE_CPU) if cpu else tolerance
     flush = statistics.median(ev.out.flush_ms.get(EAGER) or [0.0])    # the reference's: no candidate code there
     found = paired.consistency(ref, cand, reported, tolerance, share, flush)
-    if ev.record.timing is not None:
-        ev.record.timing.consistency = parts.Consistency(found.reference_ms, found.candidate_ms, found.flush_ms,
-                                                         found.allowed_ms, found.found)
-    flag_inconsistent(ev.record, found)
+    verdict = Verdict(consistency=dict(reference_unexplained_ms=found.reference_ms,
+                                       candidate_unexplained_ms=found.candidate_ms, reference_flush_ms=found.flush_ms,
+                                       allowed_ms=found.allowed_ms, found=found.found))
+    return verdict.flag(flags.TIMING_INCONSISTENT, found.detail()) if found.found else verdict
 
 
-def noisy(ev: Evidence) -> None:
-    if ev.out is not None and ev.out.noisy:
-        est = ev.record.speedup_ci
-        flag(ev.record, flags.NOISY, f"the speedup's 95% CI [{est[0]:.4g}, {est[1]:.4g}] did not reach "
-                                     f"+/-{ev.timing.target_rel_ci:.1%} within the time cap")
+def noisy(ev: Evidence) -> Verdict:
+    if ev.out is None or not ev.out.noisy:
+        return Verdict()
+    est = ev.speedup_ci
+    return Verdict().flag(flags.NOISY, f"the speedup's 95% CI [{est[0]:.4g}, {est[1]:.4g}] did not reach "
+                                       f"+/-{ev.timing.target_rel_ci:.1%} within the time cap")
 
 
-def physics(ev: Evidence) -> None:
-    check_physics(ev.record, ev.derived.work, ev.ceilings)
+def physics(ev: Evidence) -> Verdict:
+    return check_physics(ev.derived.work, ev.ceilings, ev.candidate_ms)
 
 
 AFTER_TRIALS: tuple[Check, ...] = (trial_flags, trial_precision)     # a flag these add that invalidates ends

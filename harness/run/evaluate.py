@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.run import compilecache, defenses, memory, modes, paired, reference_executor, sizes, stagedtrials
+from harness.run import (compilecache, defenses, memory, modes, paired, reference_executor, sizes, stagedtrials,
+                        verdicts)
 from harness.core import flags
 from harness.core.flags import Flag
 from harness.run.build import build_env
@@ -448,15 +449,14 @@ def _drive(worker: Worker, record: RecordDraft, reference: ReferenceSide, inter:
         record.sizes = sizes.results(results, ready)
     record.precision = Precision(pc.cfg.precision, ready.dtype, ready.dtype_source)
     trial0 = next((r for r in results if r.label == "trial0"), None)
-    evidence = defenses.Evidence(record, ready, reference.derived, pc.cfg.timing, reference.device, outputs,
-                                 signatures=defenses.signatures_of(trial0))
-    defenses.run(defenses.AFTER_TRIALS[:1], evidence, pc.cfg.defenses)      # the trials' own flags
+    evidence = defenses.Evidence(ready, reference.derived, pc.cfg.timing, reference.device, outputs, trial0)
+    verdicts.write(record, defenses.run(defenses.AFTER_TRIALS[:1], evidence, pc.cfg.defenses))   # the trials' own
     failing = [r for r in results if not r.ok]
     if failing:
         _trials_failed(record, failing[0], ready)
         return None
     earlier = list(record.flags)
-    defenses.run(defenses.AFTER_TRIALS[1:], evidence, pc.cfg.defenses)
+    verdicts.write(record, defenses.run(defenses.AFTER_TRIALS[1:], evidence, pc.cfg.defenses))
     invalid = flags.invalidating([f for f in record.flags if f not in earlier])
     if invalid:                                             # e.g. inside the tolerance, but not fp32 arithmetic
         finish(record, Status.INVALID, f"{invalid[0]}: {record.flag_detail(invalid[0]) or ''}")
@@ -555,10 +555,11 @@ def _conclude(record: RecordDraft, reference: ReferenceSide, inter: Interleaver,
     phases["baseline_after"] = time.monotonic() - t0
     _timing_record(record, reference, out, before, after, pc)
     t0 = time.monotonic()
-    evidence = defenses.Evidence(record, reference.ready, reference.derived, pc.cfg.timing, reference.device,
-                                 out=out, before=before, after=after, calls_per_sample=inter.calls_per_sample,
-                                 ceilings=pc.ceilings)
-    defenses.run(defenses.AFTER_ROUNDS, evidence, pc.cfg.defenses)
+    evidence = defenses.Evidence(reference.ready, reference.derived, pc.cfg.timing, reference.device, out=out,
+                                 before=before, after=after, calls_per_sample=inter.calls_per_sample,
+                                 ceilings=pc.ceilings, speedup_ci=record.speedup_ci,
+                                 candidate_ms=record.timing.candidate.median_ms if record.timing.candidate else None)
+    verdicts.write(record, defenses.run(defenses.AFTER_ROUNDS, evidence, pc.cfg.defenses))
     phases["checks"] = phases.get("checks", 0.0) + time.monotonic() - t0
     invalid = flags.invalidating(record.flags)
     if invalid:

@@ -9,7 +9,7 @@ from typing import Any
 
 from harness.core import flags
 from harness.results.records import RecordDraft, Status, finish
-from harness.run import defenses
+from harness.run import verdicts
 from harness.run.workerproc import Worker, WorkerExit
 from harness.shared import memplan
 from harness.shared import messages as m
@@ -53,7 +53,7 @@ def out_of_budget(worker: Worker) -> str | None:
 def skipped(record: RecordDraft, line: str) -> RecordDraft:
     """A pair the harness could not fit in the memory budget: `skipped`, flagged `harness_oom`, `line` the error."""
     finish(record, Status.SKIPPED, line)
-    defenses.flag(record, flags.HARNESS_OOM, line)
+    verdicts.flag(record, flags.HARNESS_OOM, line)
     return record
 
 

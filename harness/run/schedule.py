@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.run import defenses, scratch
+from harness.run import scratch, verdicts
 from harness.core import flags
 from harness.run import merge as processes
 from harness.run.between import Terms
@@ -245,7 +245,7 @@ def write_fault(record: RecordDraft, folder: Path, footprint: int | None = None)
     if cause is None:
         return record
     finish(record, Status.SKIPPED, f"harness_write: {cause}" + ("" if own else f"; the pair ended: {record.error}"))
-    defenses.flag(record, flags.HARNESS_WRITE, record.error)
+    verdicts.flag(record, flags.HARNESS_WRITE, record.error)
     return record
 
 
@@ -313,7 +313,7 @@ def _one_process(pairs: list[Pair], ctx: Context, slot: Slot, spares: SpareWorke
                 record.retried = Retried(reason, first.flag_detail(reason))
             write_fault(record, problem_dir, reference.ready.footprint_bytes if reference.ready else None)
             if reference.ready is not None and reference.ready.lint.degenerate:
-                defenses.flag(record, flags.DEGENERATE_PROBLEM, "; ".join(reference.ready.lint.reasons))
+                verdicts.flag(record, flags.DEGENERATE_PROBLEM, "; ".join(reference.ready.lint.reasons))
             deliver(pair, record)
             if (record.worker is not None and record.worker.device_usable_after is False) or not reference.worker.alive():
                 reference.close()                       # the next pair gets a fresh reference process too
