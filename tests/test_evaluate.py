@@ -26,8 +26,9 @@ def _reference_side(worker, known: dict):
     from types import SimpleNamespace
     from harness.run.evaluate import ReferenceSide
     from harness.shared import messages as m
+    from harness.run.clients import ReferenceClient
     side = ReferenceSide.__new__(ReferenceSide)      # the protocol alone: no process behind it
-    side.worker, side.known, side.ready, side.derive = worker, known, None, "not asked"
+    side.client, side.known, side.ready, side.derive = ReferenceClient(worker), known, None, "not asked"
     side.derived = m.Derived(None)
     side.pc = SimpleNamespace(cfg=load_config(None, {}))
     return side

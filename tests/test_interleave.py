@@ -12,6 +12,7 @@ import types
 import pytest
 
 from harness.core.seeds import SeedStream
+from harness.run.clients import CandidateClient, FlusherClient, ReferenceClient
 from harness.run.interleave import (CANDIDATE, EAGER, FULL_CHECKS, CandidateFailed, GraphFallback, Interleaver,
                                     fastest, ratios)
 from harness.run.paired import StopRule
@@ -116,12 +117,12 @@ class FakeReader:
         self.kept: list[tuple[int, bool]] = []
         self.error = error
 
-    def read(self, worker, candidate: bool, result, check_seed: int, full: bool, stay_stopped: bool = False) -> Checked:
-        self.reads.append((worker.name, check_seed, full))
-        assert candidate == (worker.name == CANDIDATE)
+    def read(self, side, candidate: bool, result, check_seed: int, full: bool, stay_stopped: bool = False) -> Checked:
+        self.reads.append((side.worker.name, check_seed, full))
+        assert candidate == (side.worker.name == CANDIDATE)
         return Checked([1.0], [[4]], self.error if candidate else None)
 
-    def keep(self, worker, check_seed: int, full: bool, slot: int = 0) -> None:
+    def keep(self, side, check_seed: int, full: bool, slot: int = 0) -> None:
         self.kept.append((check_seed, full))
 
 
@@ -132,10 +133,16 @@ def setup(reference_ms=2.0, candidate_ms=1.0, variants=(EAGER,), block=2, warmup
     candidate = FakeWorker(world, CANDIDATE, candidate_ms if callable(candidate_ms) else lambda v, s: candidate_ms,
                            **candidate_fields)
     spares = FakeSpares(world)
-    interleaver = Interleaver(reference, list(variants), block, SeedStream(b"samples"), SeedStream(b"checks"),
-                              time.monotonic() + 60, warmup=warmup, profiles=profiles, spares=spares)
+    interleaver = Interleaver(ReferenceClient(reference), list(variants), block, SeedStream(b"samples"),
+                              SeedStream(b"checks"), time.monotonic() + 60, warmup=warmup, profiles=profiles,
+                              spares=spares)
     interleaver.reader = FakeReader()
     return world, interleaver, reference, candidate, spares
+
+
+def rounds(il: Interleaver, candidate: FakeWorker, rule: StopRule):
+    """The rounds against `candidate`, through the client the run gives the Interleaver."""
+    return il.rounds(CandidateClient(candidate), rule)
 
 
 RULE = StopRule(min_rounds=6, max_rounds=40, target_rel_ci=0.05, max_seconds=60)
@@ -147,7 +154,7 @@ def samples_of(world: World) -> list[tuple[str, str, int]]:
 
 def test_rounds_mirror_the_order_and_every_variant_gets_the_candidates_inputs():
     world, il, _, candidate, _ = setup(variants=(EAGER, COMPILED), block=2, warmup=1)
-    out = il.rounds(candidate, RULE)
+    out = rounds(il, candidate, RULE)
     assert len(out.rounds) == 6 and not out.noisy           # steady 2x: the CI is met at min_rounds
     seen = samples_of(world)
     per_block = 3                                           # warmup + block
@@ -169,7 +176,7 @@ def test_rounds_mirror_the_order_and_every_variant_gets_the_candidates_inputs():
 
 def test_only_the_side_being_timed_runs():
     world, il, reference, candidate, spares = setup(variants=(EAGER, COMPILED))
-    il.rounds(candidate, RULE)
+    rounds(il, candidate, RULE)
     assert world.events
     for _, worker, _, _, others in world.events:
         assert others == set(), f"{others} ran while {worker} was timed"
@@ -181,13 +188,13 @@ def test_warmup_samples_are_checked_but_never_counted():
     """Each block's first sample after a switch is cold (COLD_MS here): it runs and its output is checked like the
     others, but no sample time of it reaches the rounds."""
     world, il, _, candidate, _ = setup(block=2, warmup=1)
-    out = il.rounds(candidate, RULE)
+    out = rounds(il, candidate, RULE)
     assert COLD_MS not in out.samples(EAGER) + out.samples(CANDIDATE)
     assert len(out.samples(CANDIDATE)) == len(out.host_ms[CANDIDATE]) == 6 * 2 * 2
     reads = il.reader.reads
     assert len([r for r in reads if r[0] == CANDIDATE]) == 6 * 2 * 3        # warm-up included
     without = setup(block=2, warmup=0)
-    cold = without[1].rounds(without[3], RULE)
+    cold = rounds(without[1], without[3], RULE)
     assert COLD_MS in cold.samples(CANDIDATE)                 # what the warm-up keeps out
 
 
@@ -196,7 +203,7 @@ def test_both_sides_are_checked_at_the_same_drawn_positions():
     gets its own; compiled variants are not read; FULL_CHECKS forward-half samples are compared whole on both
     sides, and the reference keeps its output for them."""
     world, il, _, candidate, _ = setup(variants=(EAGER, COMPILED), block=2, warmup=0)
-    il.rounds(candidate, RULE)
+    rounds(il, candidate, RULE)
     reads = il.reader.reads
     assert {side for side, _, _ in reads} == {"reference", CANDIDATE}
     sample_seeds = [(w, v, s) for w, v, s in samples_of(world) if v != COMPILED]
@@ -219,10 +226,10 @@ def test_the_stop_rule_ends_the_rounds():
     """Steady ratios stop at min_rounds; ratios too spread for the target go on to max_rounds and read noisy; the
     time cap ends the pair after the round in progress."""
     spread = setup(reference_ms=lambda variant, seed: 1.0 + seed % 7, candidate_ms=1.0, block=1, warmup=1)
-    out = spread[1].rounds(spread[3], StopRule(6, 9, 0.01, 60))
+    out = rounds(spread[1], spread[3], StopRule(6, 9, 0.01, 60))
     assert len(out.rounds) == 9 and out.noisy
     capped = setup()
-    out = capped[1].rounds(capped[3], StopRule(6, 40, 0.05, 0.0))
+    out = rounds(capped[1], capped[3], StopRule(6, 40, 0.05, 0.0))
     assert len(out.rounds) == 1 and out.noisy
 
 
@@ -230,7 +237,7 @@ def test_what_the_candidate_reports_is_kept():
     world, il, _, candidate, _ = setup(tampered=["time.perf_counter"], mutated=True, not_plain=True,
                                        changed_after_return=True)
     il.reader.error = "value at [2] differs"
-    out = il.rounds(candidate, RULE)
+    out = rounds(il, candidate, RULE)
     assert out.tampered == {"time.perf_counter"}
     assert out.mutated and out.not_plain and out.changed_after_return
     assert out.output_errors[0] == "timed call (candidate): value at [2] differs"
@@ -240,7 +247,7 @@ def test_what_the_candidate_reports_is_kept():
 def test_a_failed_graph_capture_names_the_side():
     world, il, _, candidate, _ = setup(error="graph capture failed: operation not permitted when stream is capturing")
     with pytest.raises(GraphFallback) as caught:
-        il.rounds(candidate, RULE)
+        rounds(il, candidate, RULE)
     assert caught.value.side == CANDIDATE and "graph capture failed" in caught.value.error
 
 
@@ -263,7 +270,7 @@ def test_a_candidate_that_answers_wrong_ends_the_timing(reply, kind, words):
         candidate.reply = dict(reply)
     candidate.send = send
     with pytest.raises(kind, match=words) as caught:
-        il.rounds(candidate, RULE)
+        rounds(il, candidate, RULE)
     if kind is WorkerExit:
         assert caught.value.kind == "protocol"
     else:
@@ -272,7 +279,7 @@ def test_a_candidate_that_answers_wrong_ends_the_timing(reply, kind, words):
 
 def test_profiled_halves_profile_both_sides_after_their_blocks():
     world, il, reference, candidate, _ = setup(variants=(EAGER, COMPILED), profiles=3)
-    out = il.rounds(candidate, RULE)
+    out = rounds(il, candidate, RULE)
     assert len(out.profiles) == len(out.reference_profiles) == 3
     assert {p.custom_kernels[0] for p in out.profiles} == {CANDIDATE}
     assert {p.custom_kernels[0] for p in out.reference_profiles} == {"reference"}
@@ -285,7 +292,7 @@ def test_profiled_halves_profile_both_sides_after_their_blocks():
     profiled_seeds = [p.other_kernels[0] for p in out.profiles]
     assert sorted(profiled_seeds) == sorted(p.other_kernels[0] for p in out.reference_profiles)   # the same inputs
     none = setup(profiles=0)
-    assert none[1].rounds(none[3], RULE).profiles == []
+    assert rounds(none[1], none[3], RULE).profiles == []
 
 
 def test_cpu_path_stages_every_sample_in_the_trusted_worker():
@@ -295,9 +302,9 @@ def test_cpu_path_stages_every_sample_in_the_trusted_worker():
     reference checks each side's last inputs once more (a stage request without a seed)."""
     world, il, reference, candidate, _ = setup()
     flusher = FakeWorker(world, "flusher", lambda v, s: 0.0)
-    il.staged, il.flusher = True, flusher
+    il.staged, il.flusher = True, FlusherClient(flusher)
     candidate.sleep = 0.01
-    out = il.rounds(candidate, RULE)
+    out = rounds(il, candidate, RULE)
     assert {m["op"] for m in candidate.requests} == {"call"}                 # nothing but "call now"
     assert not any("seed" in m for m in candidate.requests)
     assert reference.requests[0] == {"op": "arena", "path": candidate.arena_path(), "side": "candidate"}
@@ -320,7 +327,7 @@ def test_the_parents_clock_sees_time_a_worker_does_not_report():
     that reports 1 ms for a request that takes 20 ms shows the rest."""
     world, il, _, candidate, _ = setup(block=1, warmup=1)
     candidate.sleep = 0.02
-    out = il.rounds(candidate, RULE)
+    out = rounds(il, candidate, RULE)
     assert min(out.unexplained_ms[CANDIDATE]) >= 18.0
     assert len(out.unexplained_ms[CANDIDATE]) == len(out.samples(CANDIDATE))
 
@@ -336,7 +343,7 @@ def test_reference_blocks_time_the_reference_alone():
 def test_fastest_is_the_variant_with_the_smallest_median():
     world, il, _, candidate, _ = setup(reference_ms=lambda variant, seed: 2.0 if variant == EAGER else 1.5,
                                        variants=(EAGER, COMPILED))
-    out = il.rounds(candidate, RULE)
+    out = rounds(il, candidate, RULE)
     assert fastest(out, [EAGER, COMPILED]) == COMPILED
     assert ratios(out, COMPILED) == [1.5] * len(out.rounds)
     assert fastest(out, []) is None

@@ -618,11 +618,10 @@ def test_each_sides_allocator_retries_are_recorded_beside_its_peak():
     from types import SimpleNamespace
     from harness.run import memory
     ready = SimpleNamespace(memory={"eager_peak_bytes": 100})
-    reference = SimpleNamespace(ready=ready, device="cuda:0", plan=None)
-    record = memory.record(reference, memory.Seen(300, 0, 0), memory.Seen(200, 4, 1))
+    record = memory.record(ready, "cuda:0", None, memory.Seen(300, 0, 0), memory.Seen(200, 4, 1))
     assert record == {"eager_peak_bytes": 100, "reference_peak_bytes": 200, "reference_alloc_retries": 4,
                       "reference_ooms": 1, "candidate_peak_bytes": 300, "candidate_alloc_retries": 0,
                       "candidate_ooms": 0}
-    assert memory.record(reference, None, memory.Seen(200)) == {
+    assert memory.record(ready, "cuda:0", None, None, memory.Seen(200)) == {
         "eager_peak_bytes": 100, "reference_peak_bytes": 200, "candidate_peak_bytes": None}
-    assert memory.record(SimpleNamespace(ready=ready, device="cpu", plan=None), None, None) is None
+    assert memory.record(ready, "cpu", None, None, None) is None

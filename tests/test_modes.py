@@ -18,8 +18,10 @@ class FakeInterleaver:
 
     def __init__(self, block_ms: float | None):
         self.block_ms, self.told, self.calls_per_sample, self.prepare = block_ms, [], None, None
+        self.reference = "ref"
 
-    def set_mode(self, worker, mode, replays=1, graph_calls=0):
+    def set_mode(self, side, mode, replays=1, graph_calls=0):
+        assert side == self.reference
         self.told.append((mode, replays))
 
     def use_mode(self, calls_per_sample, prepared_apart, flushed=True):
@@ -41,16 +43,16 @@ def test_choose_picks_host_on_the_cpu_and_graph_for_short_calls():
 
 def test_graph_sizes_its_replays_once_then_a_sample_is_calls_times_replays():
     inter = FakeInterleaver(block_ms=0.02)
-    mode = modes.Graph().prepare("ref", inter, cfg(graph_calls=20))
+    mode = modes.Graph().prepare(inter, cfg(graph_calls=20))
     assert isinstance(mode, modes.Graph) and mode.sized and mode.sized > 1
     assert inter.told == [("graph", 1), ("graph", mode.sized)]
     assert inter.calls_per_sample == 20 * mode.sized and inter.prepare is False
     assert inter.flushed is False                       # hot: a flusher (staged_gpu) only runs before each call
     staged = FakeInterleaver(block_ms=0.02)
-    mode.prepare("ref", staged, cfg(graph_calls=20, staged_gpu=True))
+    mode.prepare(staged, cfg(graph_calls=20, staged_gpu=True))
     assert staged.prepare is True                       # staged by the reference (timing.staged_gpu)
     again = FakeInterleaver(block_ms=None)              # sized already: no sizing block, no capture asked
-    assert mode.prepare("ref", again, cfg(graph_calls=20)) == mode and again.told == [("graph", mode.sized)]
+    assert mode.prepare(again, cfg(graph_calls=20)) == mode and again.told == [("graph", mode.sized)]
     record = mode.record(cfg(graph_calls=20))
     assert record == {"mode": "graph", "l2_flush": False, "graph_replays": mode.sized, "graph_error": None,
                       "graph_calls": 20, "graph_calls_capped": None}
@@ -61,7 +63,7 @@ def test_graph_sizes_its_replays_once_then_a_sample_is_calls_times_replays():
 
 def test_a_reference_that_cannot_be_captured_goes_cold_for_the_problem_and_says_why():
     inter = FakeInterleaver(block_ms=None)
-    mode = modes.Graph().prepare("ref", inter, cfg())
+    mode = modes.Graph().prepare(inter, cfg())
     assert isinstance(mode, modes.Cold) and mode.error == "reference: capture failed"
     assert inter.told[-1] == ("cold", 1) and inter.calls_per_sample == 1
     assert mode.record(cfg())["graph_error"] == "reference: capture failed"
@@ -71,7 +73,7 @@ def test_host_mode_stages_cold_with_staged_gpu_and_cold_flushes_per_config():
     for mode, config, staged in ((modes.Host(), cfg(), True), (modes.Cold(), cfg(), False),
                                  (modes.Cold(), cfg(staged_gpu=True), True)):
         inter = FakeInterleaver(block_ms=1.0)
-        mode.prepare("ref", inter, config)
+        mode.prepare(inter, config)
         assert inter.prepare is staged and inter.calls_per_sample == 1
     assert modes.Cold().record(cfg(flush_l2=False))["l2_flush"] is False
     assert modes.Host().spec(cfg(), ["eager"]).mode == "host"

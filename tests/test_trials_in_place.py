@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness.results.records import RecordDraft
+from harness.run.clients import CandidateClient, ReferenceClient
 from harness.run.evaluate import ReferenceSide, trials
 from harness.run.workerproc import WorkerExit
 from harness.shared import messages as m
@@ -60,7 +61,7 @@ class Reference:
 
 def _reference(candidate: Candidate) -> ReferenceSide:
     side = ReferenceSide.__new__(ReferenceSide)
-    side.worker, side.derive = Reference(candidate), "read"
+    side.client, side.derive = ReferenceClient(Reference(candidate)), "read"
     side.pc = SimpleNamespace(cfg=SimpleNamespace(reference_timeout=60))
     side.ready = SimpleNamespace(sizes=[])
     return side
@@ -83,7 +84,7 @@ def _outputs(count: int) -> dict:
 def test_each_trial_is_checked_while_the_candidate_is_stopped_before_it_goes_on():
     candidate = Candidate([_trial(0), _trial(1, address=1), _trial(2), _outputs(3)])
     reference = _reference(candidate)
-    outputs, in_place = trials(candidate, _draft(), reference, 3, 1e18)
+    outputs, in_place = trials(CandidateClient(candidate), _draft(), reference, 3, 1e18)
     assert [a[:3] for a in reference.worker.asked] == [("trial0", 0, ""), ("trial1", 1, ""), ("trial2", 2, "")]
     assert candidate.sent == [{"op": "next"}] * 3 and not candidate.paused
     checks = reference.checks(outputs.files, in_place)
@@ -94,14 +95,14 @@ def test_each_trial_is_checked_while_the_candidate_is_stopped_before_it_goes_on(
 def test_a_trial_not_asked_for_ends_the_pair(bad):
     candidate = Candidate([_trial(0), bad, _outputs(2)])
     with pytest.raises(WorkerExit, match="not one asked for"):
-        trials(candidate, _draft(), _reference(candidate), 2, 1e18)
+        trials(CandidateClient(candidate), _draft(), _reference(candidate), 2, 1e18)
 
 
 def test_a_trial_listed_as_checked_in_place_but_never_handed_over_fails():
     """Trial 1 handed over twice (its outputs right once) and trial 2 never: trial 2 fails, naming why."""
     candidate = Candidate([_trial(0), _trial(1, address=1), _trial(1), _outputs(3)])
     reference = _reference(candidate)
-    outputs, in_place = trials(candidate, _draft(), reference, 3, 1e18)
+    outputs, in_place = trials(CandidateClient(candidate), _draft(), reference, 3, 1e18)
     checks = reference.checks(outputs.files, in_place)
     assert [c.ok for c in checks] == [True, True, False]
     assert checks[2].reason == "its outputs were never handed over"

@@ -31,10 +31,10 @@ from harness.run.build import build_env
 from harness.run.cachedirs import hidden_from_candidates
 from harness.core.config import Config
 from harness.core.discover import Pair
-from harness.run.interleave import (CANDIDATE, EAGER, CandidateFailed, Collected, GraphFallback, Interleaver, fastest,
-                                    ratios)
+from harness.run.clients import CandidateClient, CandidateFailed, FlusherClient, ReferenceClient
+from harness.run.interleave import CANDIDATE, EAGER, Collected, GraphFallback, Interleaver, fastest, ratios
 from harness.shared import messages as m
-from harness.shared.messages import CandidateJob, DeriveRequest, ReferenceJob, wire
+from harness.shared.messages import CandidateJob, ReferenceJob
 from harness.run.workerproc import SpareWorkers, Worker, WorkerExit, status_of
 from harness.results.parts import (Baseline, Correctness, Precision, Sandbox, Seed, SideStats, Timing, WorkerRun)
 from harness.results.records import RecordDraft, Status, finish
@@ -99,26 +99,21 @@ class ReferenceSide:
         started = time.monotonic()
         self.setup_seconds: float | None = None     # its start until `ready`: reported by the first pair it serves
         self.spares, self.problem_id = spares, pair.problem_id
-        self._flusher: Worker | None = None         # the CPU path's cache flush (harness.worker.flusher)
-        self.worker = spares.take("reference", pc.log_dir / f"{slug(pair.problem_id)}__reference.log")
+        self._flusher: FlusherClient | None = None  # the CPU path's cache flush (harness.worker.flusher)
+        self.client = ReferenceClient(spares.take("reference", pc.log_dir / f"{slug(pair.problem_id)}__reference.log"))
         probe = pc.seed.stream("probe", pair.problem_id).take(5)
-        self.worker.send(wire(ReferenceJob(
+        job = ReferenceJob(
             str(pair.problem.path.resolve()), device, pc.seed.base, cfg.trials, self.mode.spec(cfg, [EAGER]),
             list(cfg.timing.compile_modes), probe, str(problem_dir), cfg.defenses, cfg.precision,
             cfg.gpu_memory_gb, 4 if device != "cpu" and cfg.timing.staged_gpu else 2,     # CUDA contexts: the
             # pair's two, and a staged GPU's flusher and reference executor (a spare holds none before its job)
-            env=compilecache.reference_env(cfg.cache_dir, pc.toolchain))))
+            env=compilecache.reference_env(cfg.cache_dir, pc.toolchain))
         try:
-            message = self.worker.recv(time.monotonic() + cfg.reference_timeout)
+            reply = self.client.start(job, time.monotonic() + cfg.reference_timeout)
         except WorkerExit as exc:
             self._fail(exc, cfg.reference_timeout)
             return
         self.setup_seconds = time.monotonic() - started
-        try:
-            reply = m.parse_reply(message, m.Ready, m.Error, m.HarnessError)
-        except m.ProtocolError as exc:
-            self.error, self.error_status = f"reference side: {exc}", Status.CRASHED
-            return
         if isinstance(reply, m.Error):
             self.error_status = Status.LOAD_ERROR
             self.error = f"problem {pair.problem_id}: {reply.stage}: {reply.error}"
@@ -130,13 +125,17 @@ class ReferenceSide:
                           if mode in reply.compile and reply.compile[mode].error is None]
         self.mode = modes.choose(cfg, device, reply.cold_probe_ms)
         try:
-            self.plan = memory.plan(self)
+            self.plan = memory.plan(self.client, reply, device, cfg, self.mode.NAME == "graph")
         except WorkerExit as exc:
             self._fail(exc, cfg.reference_timeout)
         if self.plan is not None and self.plan.error:
             self._out_of_budget(self.plan.error)
         elif self.plan is not None:
             self.mode = self.mode.capped(self.plan.graph_calls, self.plan.graph_capped)
+
+    @property
+    def worker(self) -> Worker:
+        return self.client.worker
 
     def _out_of_budget(self, line: str) -> None:
         self.error, self.error_status, self.error_flag = line, Status.SKIPPED, flags.HARNESS_OOM
@@ -167,7 +166,7 @@ class ReferenceSide:
         process (no-op after that)."""
         if self.derive == "not asked":
             self.worker.resume()
-            self.worker.send(wire(DeriveRequest(flops="work" not in self.known)))
+            self.client.ask_derived(flops="work" not in self.known)
             self.derive = "asked"
 
     def read_derived(self) -> None:
@@ -176,7 +175,7 @@ class ReferenceSide:
             return
         self.derive = "read"
         self.worker.resume()
-        reply = self._reply(m.Derived, "derive", self.pc.cfg.reference_timeout)
+        reply = self.client.derived(time.monotonic() + self.pc.cfg.reference_timeout)
         if reply.work is not None:
             self.known.setdefault("work", reply.work)
         self.derived = dataclasses.replace(reply, work=self.known.get("work"))
@@ -184,18 +183,17 @@ class ReferenceSide:
     def verify(self, files: list[m.TrialFile]) -> list[m.FileCheck]:
         self.read_derived()
         self.worker.resume()
-        self.worker.send(wire(m.VerifyRequest(files)))
-        return self._reply(m.Verified, "verify", self.pc.cfg.reference_timeout).results
+        return self.client.verify(files, time.monotonic() + self.pc.cfg.reference_timeout)
 
-    def verify_in_place(self, candidate: Worker, trial: m.TrialOut) -> m.FileCheck:
+    def verify_in_place(self, candidate: CandidateClient, trial: m.TrialOut) -> m.FileCheck:
         """One trial's outputs compared where they lie in the candidate's memory, the candidate stopped meanwhile;
         what DeriveRequest works out comes first (trial 0's float64 error needs it)."""
         self.ask_derived()
-        candidate.pause()
+        candidate.worker.pause()
         try:
             found = self.verify([m.TrialFile(trial.label, "", trial.trial, trial.outputs)])
         finally:
-            candidate.resume()
+            candidate.worker.resume()
         return found[0] if found else m.FileCheck(False, trial.label, "the reference sent no check")
 
     def checks(self, files: list[m.TrialFile], in_place: dict[tuple[str, int], m.FileCheck]) -> list[m.FileCheck]:
@@ -213,42 +211,30 @@ class ReferenceSide:
         try:
             self.read_derived()
             self.worker.resume()
-            self.worker.send(wire(m.HealthRequest()))
-            return self._reply(m.Health, "health", 60).ok
+            return self.client.health(time.monotonic() + 60)
         except WorkerExit:
             return False
 
-    def _reply(self, cls: type, request: str, timeout: float) -> Any:
-        """The reference's reply to `request`, as `cls`; WorkerExit when it is not one."""
-        try:
-            return m.parse(cls, self.worker.recv(time.monotonic() + timeout))
-        except m.ProtocolError as exc:
-            raise WorkerExit("protocol", None, f"reference answered {request} with {exc}") from None
-
-    def flusher(self) -> Worker | None:
+    def flusher(self) -> FlusherClient | None:
         """The flusher on this slot (started at the problem's first pair, kept for the rest): the CPU path's cache
         flush where timing.flush_l2 is on; with timing.staged_gpu the GPU's L2 flush, or in graph mode (or with
         timing.flush_l2 off) the switch of CUDA context before every call (harness.worker.flusher); else None."""
         timing = self.pc.cfg.timing
         if not (timing.flush_l2 if self.device == "cpu" else timing.staged_gpu):
             return None
-        if self._flusher is None or not self._flusher.alive():
+        if self._flusher is None or not self._flusher.worker.alive():
             if self._flusher is not None:
-                self._flusher.close()
+                self._flusher.worker.close()
             log = self.pc.log_dir / f"{slug(self.problem_id)}__flusher.log"
-            self._flusher = Worker("flusher", self.spares.env, log)
-            self._flusher.send(wire(m.FlusherJob(device=self.device)))
-            try:
-                m.parse_reply(self._flusher.recv(time.monotonic() + 60), m.FlusherReady)
-            except m.ProtocolError as exc:
-                raise WorkerExit("protocol", None, f"the flusher sent {exc}") from None
+            self._flusher = FlusherClient(Worker("flusher", self.spares.env, log))
+            self._flusher.start(m.FlusherJob(device=self.device), time.monotonic() + 60)
         return self._flusher
 
     def close(self) -> None:
         self.worker.resume()
         self.worker.close()
         if self._flusher is not None:
-            self._flusher.close()
+            self._flusher.worker.close()
 
 
 # ---------------------------------------------------------------- one pair
@@ -269,14 +255,14 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
         phases["reference_setup"], reference.setup_seconds = reference.setup_seconds, None
     started = time.monotonic()
     deadline = started + cfg.timeout
-    inter = Interleaver(reference.worker, reference.variants, cfg.timing.block_samples,
+    inter = Interleaver(reference.client, reference.variants, cfg.timing.block_samples,
                         pc.seed.stream("samples", *tags), pc.seed.stream("checks", *tags), deadline,
                         cfg.timing.block_warmup, defenses.PROFILED_CALLS if cfg.defenses else 0, spares,
-                        Reader(reference.worker, device, str(pair_dir), deadline), device=device)
+                        Reader(reference.client, device, str(pair_dir), deadline), device=device)
     try:
         try:
             inter.flusher = reference.flusher()
-            reference.mode = reference.mode.prepare(reference.worker, inter, cfg)
+            reference.mode = reference.mode.prepare(inter, cfg)
             if inter.staged:
                 inter.attach_executor(_start_executor(pair, pc, reference, device, pair_dir, spares, deadline))
             try:
@@ -284,7 +270,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
             except GraphFallback as fell:       # its capture for this pair failed: cold for the rest of the problem
                 inter.release()
                 cold = reference.mode.fallback(f"{fell.side}: {fell.error}")
-                reference.mode = cold.prepare(reference.worker, inter, cfg)
+                reference.mode = cold.prepare(inter, cfg)
                 before = inter.reference_blocks(cfg.timing.baseline_blocks)
         except (WorkerExit, reference_executor.ExecutorFailed) as exc:
             if isinstance(exc, WorkerExit):
@@ -297,14 +283,15 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
             return
         phases["baseline_before"] = time.monotonic() - started
         t_start = time.monotonic()
-        worker = spares.take("candidate", pc.log_dir / f"{slug(pair.candidate.id)}.log")
-        worker.send(wire(candidate_job(pair, pc, reference, device, pair_dir, staged=inter.staged)))
+        candidate = CandidateClient(spares.take("candidate", pc.log_dir / f"{slug(pair.candidate.id)}.log"))
+        worker = candidate.worker
+        candidate.start(candidate_job(pair, pc, reference, device, pair_dir, staged=inter.staged))
         phases["start"] = time.monotonic() - t_start
         collected = None
         try:
             if reference.beside_trials():
                 reference.ask_derived()
-            collected = _drive(worker, record, reference, inter, pc, phases)
+            collected = _drive(candidate, record, reference, inter, pc, phases)
         except WorkerExit as exc:
             _worker_ended(record, exc, reference, worker, cfg.timeout)
         except CandidateFailed as failed:
@@ -314,7 +301,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
             finish(record, Status.CRASHED, f"harness fault while evaluating this pair: {type(exc).__name__}: {exc}")
         finally:
             inter.release()
-            candidate_seen = memory.peak(worker, device) if collected is not None else None
+            candidate_seen = memory.peak(candidate, device) if collected is not None else None
             t0 = time.monotonic()
             code = worker.close()
             try:
@@ -328,7 +315,8 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
                 pass                                    # the reference is dead or out of step: the next use says so
             record.worker = WorkerRun(code, round(time.monotonic() - started, 3), None, phases)
             if collected is not None:
-                record.worker.memory = memory.record(reference, candidate_seen, memory.peak(reference.worker, device))
+                record.worker.memory = memory.record(reference.ready, device, reference.plan, candidate_seen,
+                                                     memory.peak(reference.client, device))
             shutil.rmtree(pair_dir, ignore_errors=True)
         if collected is not None and record.status is None:
             _conclude(record, reference, inter, collected, before, pc, phases)
@@ -346,7 +334,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
 
 
 def _start_executor(pair: Pair, pc: PairContext, reference: ReferenceSide, device: str, pair_dir: Path,
-                    spares: SpareWorkers, deadline: float) -> Worker:
+                    spares: SpareWorkers, deadline: float) -> CandidateClient:
     """The pair's reference executor (harness.run.reference_executor), its model built."""
     cfg = pc.cfg
     scratch = pair_dir / "reference-executor"
@@ -370,7 +358,7 @@ def _close_executor(inter: Interleaver, detach: bool = True) -> None:
             pass                    # the reference is gone or out of step: the next use says so
     inter.executor = None
     if executor is not None:
-        executor.close()
+        executor.worker.close()
 
 
 def candidate_job(pair: Pair, pc: PairContext, reference: ReferenceSide, device: str, pair_dir: Path,
@@ -420,18 +408,18 @@ def candidate_failed(record: RecordDraft, reply: m.Failed, device: str) -> None:
     record.error_detail = reply.detail
 
 
-def _drive(worker: Worker, record: RecordDraft, reference: ReferenceSide, inter: Interleaver, pc: PairContext,
-           phases: dict[str, float]) -> Collected | None:
+def _drive(candidate: CandidateClient, record: RecordDraft, reference: ReferenceSide, inter: Interleaver,
+           pc: PairContext, phases: dict[str, float]) -> Collected | None:
     """Correctness trials, then the timed rounds. Returns what the rounds collected, or None when the record was
     finished here (an incorrect or invalid result; a failure raises CandidateFailed or WorkerExit)."""
     t0 = time.monotonic()
     if inter.staged and not inter.on_device:    # the CPU path: the parent runs them (harness.run.stagedtrials)
-        loaded = trials_reply(worker, record, inter.deadline, m.Loaded)
+        loaded = trials_reply(candidate, record, inter.deadline, m.Loaded)
         reference.read_derived()                # worked out while the candidate loaded; the pipe is free again
-        outputs, in_place = stagedtrials.run_trials(worker, loaded, reference.ready, inter, pc.cfg.trials,
+        outputs, in_place = stagedtrials.run_trials(candidate, loaded, reference.ready, inter, pc.cfg.trials,
                                                     inter.reader.scratch, pc.cfg.defenses), {}
     else:
-        outputs, in_place = trials(worker, record, reference, pc.cfg.trials, inter.deadline)
+        outputs, in_place = trials(candidate, record, reference, pc.cfg.trials, inter.deadline)
     phases["trials"] = time.monotonic() - t0
     missing = sizes.missing_outputs(outputs, reference.ready, pc.cfg.trials)
     if missing:
@@ -465,18 +453,18 @@ def _drive(worker: Worker, record: RecordDraft, reference: ReferenceSide, inter:
     rule = paired.StopRule(pc.cfg.timing.rounds_floor(), pc.cfg.timing.max_rounds, pc.cfg.timing.target_rel_ci,
                            pc.cfg.timing.max_pair_seconds)
     try:
-        collected = inter.rounds(worker, rule)
+        collected = inter.rounds(candidate, rule)
     except GraphFallback as fell:
-        collected = _cold_again(worker, reference, inter, rule, fell, pc.cfg)
+        collected = _cold_again(candidate, reference, inter, rule, fell, pc.cfg)
     if pc.cfg.timing.sizes == "all" and sizes.several(ready):
-        collected.sizes = sizes.time_others(worker, reference.worker, inter, ready, rule, collected)
+        collected.sizes = sizes.time_others(candidate, inter, ready, rule, collected)
     phases["timing"] = time.monotonic() - t0
     phases["timing_profile"] = collected.profile_seconds      # parts of "timing"
     phases["timing_switch"] = collected.switch_seconds
     return collected
 
 
-def trials(worker: Worker, record: RecordDraft, reference: ReferenceSide, count: int,
+def trials(candidate: CandidateClient, record: RecordDraft, reference: ReferenceSide, count: int,
            deadline: float) -> tuple[m.Outputs, dict[tuple[str, int], m.FileCheck]]:
     """The candidate's correctness trials: its Outputs, and the checks of the trials it handed over where they lie
     (GPU: messages.TrialOut, compared by the reference while the candidate is stopped, before its next trial).
@@ -484,26 +472,22 @@ def trials(worker: Worker, record: RecordDraft, reference: ReferenceSide, count:
     wanted = set(enumerate(sizes.expected_labels(reference.ready, count)))
     in_place: dict[tuple[str, int], m.FileCheck] = {}
     while True:
-        reply = trials_reply(worker, record, deadline)
+        reply = trials_reply(candidate, record, deadline)
         if not isinstance(reply, m.TrialOut):
             return reply, in_place
         if (reply.trial, reply.label) not in wanted:
             raise WorkerExit("protocol", None, f"worker handed over trial {reply.label!r} ({reply.trial}), "
                                                f"not one asked for")
-        in_place[(reply.label, reply.trial)] = reference.verify_in_place(worker, reply)
-        worker.send(wire(m.NextRequest()))
+        in_place[(reply.label, reply.trial)] = reference.verify_in_place(candidate, reply)
+        candidate.next_trial()
 
 
-def trials_reply(worker: Worker, record: RecordDraft, deadline: float,
+def trials_reply(candidate: CandidateClient, record: RecordDraft, deadline: float,
                  *expected: type) -> m.Outputs | m.TrialOut | m.Loaded:
     """The candidate's next reply while it runs its trials (the first carries its sandbox's report, for the record):
     a trial's outputs where they lie, or all its trials' outputs (`expected`: Loaded on the CPU path, where the
     parent runs them); CandidateFailed for a failure it reports, WorkerExit for anything else."""
-    try:
-        reply = m.parse_reply(worker.recv(deadline), *(expected or (m.TrialOut, m.Outputs)), m.Failed,
-                              m.HarnessError)
-    except m.ProtocolError as exc:
-        raise WorkerExit("protocol", None, f"worker sent {exc}") from None
+    reply = candidate.trial_reply(deadline, *expected)
     if reply.sandbox is not None or record.sandbox is None:
         record.sandbox = Sandbox.from_json(reply.sandbox)
     if isinstance(reply, m.Failed):
@@ -525,7 +509,7 @@ def _trials_failed(record: RecordDraft, first: m.FileCheck, ready: m.Ready) -> N
         finish(record, Status.INCORRECT, reason)
 
 
-def _cold_again(worker: Worker, reference: ReferenceSide, inter: Interleaver, rule: paired.StopRule,
+def _cold_again(candidate: CandidateClient, reference: ReferenceSide, inter: Interleaver, rule: paired.StopRule,
                 fell: GraphFallback, cfg: Config) -> Collected:
     """One side could not be captured in a CUDA graph: both go back to cold timing for this pair (and the
     reference for the rest of the problem when it was the reference)."""
@@ -533,9 +517,9 @@ def _cold_again(worker: Worker, reference: ReferenceSide, inter: Interleaver, ru
     if fell.side != CANDIDATE:
         reference.mode = cold
     inter.release()
-    cold.prepare(reference.worker, inter, cfg)
-    inter.set_mode(worker, cold.NAME)
-    collected = inter.rounds(worker, rule)
+    cold.prepare(inter, cfg)
+    inter.set_mode(candidate, cold.NAME)
+    collected = inter.rounds(candidate, rule)
     collected.graph_error = f"{fell.side}: {fell.error}"
     return collected
 

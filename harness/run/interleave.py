@@ -20,14 +20,16 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from harness.shared import messages as m
 from harness.run import scheduling
+from harness.run.clients import CandidateClient, CandidateFailed, FlusherClient, ReferenceClient, Timed
 from harness.run.paired import StopRule, should_stop
-from harness.run.workerproc import SpareWorkers, Worker, WorkerExit
+from harness.run.workerproc import SpareWorkers, WorkerExit
 from harness.core.seeds import SeedStream
 from harness.run.trusted import Checked, Reader, slots_for
+
+__all__ = ["CandidateFailed"]           # raised here by the clients; the run catches it from this module
 
 CANDIDATE = "candidate"
 EAGER = "eager"
@@ -72,10 +74,10 @@ class Collected:
 
 
 class Interleaver:
-    def __init__(self, reference: Worker, variants: list[str], block: int, samples: SeedStream,
+    def __init__(self, reference: ReferenceClient, variants: list[str], block: int, samples: SeedStream,
                  checks: SeedStream, deadline: float, warmup: int = 0, profiles: int = 0,
-                 spares: SpareWorkers | None = None, reader: Reader | None = None, flusher: Worker | None = None,
-                 device: str = "cpu"):
+                 spares: SpareWorkers | None = None, reader: Reader | None = None,
+                 flusher: FlusherClient | None = None, device: str = "cpu"):
         self.reference, self.variants, self.block, self.warmup = reference, variants, block, warmup
         self.device = device
         self.spares = spares                    # the slot's spare workers: stopped while a side is timed
@@ -83,8 +85,8 @@ class Interleaver:
         self._profile_at: set[tuple[int, int]] = set()
         self.samples, self.check_seeds = samples, checks
         self.deadline = deadline
-        self.candidate: Worker | None = None
-        self.active: Worker | None = None
+        self.candidate: CandidateClient | None = None
+        self.active: Timed | None = None
         self.check_for: dict[int, int] = {}
         self.calls_per_sample = 1               # graph mode: a sample replays graph_calls x graph_replays calls
         self.reader = reader                    # reads each side's timed outputs (harness.run.trusted)
@@ -93,36 +95,36 @@ class Interleaver:
         self.flushed = True                     # the flusher empties the caches before each staged call
         self.flusher = flusher                  # the process that flushes the caches before each staged call
         self._nice_at_start: dict[int, int | None] = {}     # each worker's lowest nice when the rounds began
-        self._attached: Worker | None = None    # the candidate whose arena the reference stages into
-        self.executor: Worker | None = None     # the reference's executor (harness.run.reference_executor): it runs
-                                                # the eager samples where the reference stages them
+        self._attached: CandidateClient | None = None   # the candidate whose arena the reference stages into
+        self.executor: CandidateClient | None = None    # the reference's executor (harness.run.reference_executor):
+                                                        # it runs the eager samples where the reference stages them
         self._executor_threads: dict[int, tuple[int, int]] = {}     # its threads' (nice, policy) when attached
 
     # ------------------------------------------------------------ one side at a time
 
-    def _activate(self, worker: Worker) -> None:
-        if self.active is worker:
+    def _activate(self, side: Timed) -> None:
+        if self.active is side:
             return
-        for other in self._workers():
-            if other is not worker:
-                other.pause()
+        for other in self._sides():
+            if other is not side:
+                other.worker.pause()
         if self.spares is not None:
             self.spares.pause()
-        worker.resume()
-        self.active = worker
+        side.worker.resume()
+        self.active = side
 
     def release(self) -> None:
         """Both sides (and the spares) running again (to verify, profile or close)."""
-        for worker in self._workers():
-            worker.resume()
+        for side in self._sides():
+            side.worker.resume()
         if self.spares is not None:
             self.spares.resume()
         self.active = None
 
-    def _workers(self) -> list[Worker]:
-        return [w for w in (self.reference, self.executor, self.candidate) if w is not None]
+    def _sides(self) -> list[Timed]:
+        return [c for c in (self.reference, self.executor, self.candidate) if c is not None]
 
-    def worker_of(self, side: str, variant: str) -> Worker:
+    def worker_of(self, side: str, variant: str) -> Timed:
         """The process that runs `variant`'s samples: the candidate's; the reference's eager samples in its executor
         where it has one; the reference's other variants (torch.compile baselines) in the reference worker."""
         if side == CANDIDATE:
@@ -131,25 +133,9 @@ class Interleaver:
             return self.candidate
         return self.executor if self.executor is not None and variant == EAGER else self.reference
 
-    def _stage_side(self, worker: Worker, side: str) -> str:
+    def _stage_side(self, worker: Timed, side: str) -> str:
         """The stager's name for the arena `worker` reads (harness.worker.arena.SIDES)."""
         return "executor" if worker is self.executor and worker is not None else side
-
-    def _ask(self, worker: Worker, message: Any, reply: type) -> Any:
-        """The worker's reply to `message`, as `reply`; CandidateFailed when it reports a failure instead."""
-        worker.send(m.wire(message))
-        return self._parsed(worker.recv(self.deadline), reply)
-
-    @staticmethod
-    def _parsed(data: dict, reply: type) -> Any:
-        """A worker's reply as `reply`; CandidateFailed for a failure it reports, WorkerExit for anything else."""
-        try:
-            answer = m.parse_reply(data, reply, m.Failed)
-        except m.ProtocolError as exc:
-            raise WorkerExit("protocol", None, f"sent a malformed {reply.KIND!r} reply: {exc}") from None
-        if isinstance(answer, m.Failed):
-            raise CandidateFailed(answer)
-        return answer
 
     def use_mode(self, calls_per_sample: int, staged: bool, flushed: bool = True) -> None:
         """What a sample stands for from now on (harness.run.modes): calls per sample, whether the reference
@@ -162,19 +148,19 @@ class Interleaver:
         """The candidate worker is closed: reference blocks alone from here, until `deadline`."""
         self.candidate, self.deadline = None, deadline
 
-    def set_size(self, worker: Worker, size: str) -> None:
-        """The worker draws its samples at the problem's size `size` from now on (harness.run.sizes)."""
-        self._ask(worker, m.SizeRequest(size), m.SizeSet)
+    def set_size(self, side: Timed, size: str) -> None:
+        """The side draws its samples at the problem's size `size` from now on (harness.run.sizes)."""
+        side.size(size, self.deadline)
 
-    def set_mode(self, worker: Worker, mode: str, graph_replays: int = 1, graph_calls: int = 0) -> None:
-        """`worker` times its samples in `mode` from now on; the reference's executor follows the reference."""
-        self._ask(worker, m.ModeRequest(mode, graph_replays, graph_calls), m.ModeSet)
-        if worker is self.reference and self.executor is not None:
-            self._ask(self.executor, m.ModeRequest(mode, graph_replays, graph_calls), m.ModeSet)
+    def set_mode(self, side: Timed, mode: str, graph_replays: int = 1, graph_calls: int = 0) -> None:
+        """`side` times its samples in `mode` from now on; the reference's executor follows the reference."""
+        side.mode(mode, graph_replays, graph_calls, self.deadline)
+        if side is self.reference and self.executor is not None:
+            self.executor.mode(mode, graph_replays, graph_calls, self.deadline)
 
     # ------------------------------------------------------------ blocks
 
-    def _sample(self, worker: Worker, side: str, variant: str, seed: int, out: Collected,
+    def _sample(self, worker: Timed, side: str, variant: str, seed: int, out: Collected,
                 times: list[float] | None) -> None:
         """One sample, then its output check; `times` None: a block's warm-up (checked, not counted). The parent's
         clock brackets the sample request alone, on both sides; the check comes after the reply, with the
@@ -184,7 +170,7 @@ class Interleaver:
             result, bracket_ms, flush_ms = self._staged_call(worker, side, variant, seed, out)
         else:
             started = time.perf_counter_ns()          # the parent's clock: out of the workers' reach
-            result = self._ask(worker, m.SampleRequest(variant, seed), m.SampleResult)
+            result = worker.sample(variant, seed, self.deadline)
             bracket_ms = (time.perf_counter_ns() - started) / 1e6
         if result.error:
             raise GraphFallback(side, result.error)
@@ -215,7 +201,7 @@ class Interleaver:
         out.aliased = out.aliased or checked.aliased
         out.checks.setdefault(seed, {})[side] = checked
 
-    def _staged_call(self, worker: Worker, side: str, variant: str, seed: int,
+    def _staged_call(self, worker: Timed, side: str, variant: str, seed: int,
                      out: Collected) -> tuple[m.SampleResult, float, float | None]:
         """A staged sample: the reference checks the side's previous inputs and writes this sample's into the side's
         arena, with the candidate stopped, and the flusher process empties the caches with both stopped (on the GPU
@@ -246,34 +232,28 @@ class Interleaver:
     def stage(self, req: m.StageRequest) -> m.Staged:
         """CPU path: the reference (running alone) stages a call's inputs (StageRequest)."""
         self._activate(self.reference)
-        staged = self._ask(self.reference, req, m.Staged)
+        staged = self.reference.stage(req, self.deadline)
         if req.seed is None and req.trial is None:
             return staged
         if staged.error or staged.layout is None:
             raise WorkerExit("protocol", None, f"the reference could not stage the inputs: {staged.error}")
         return staged
 
-    def call(self, worker: Worker, variant: str, staged: m.Staged, label: str = "", flush: bool = True,
+    def call(self, worker: Timed, variant: str, staged: m.Staged, label: str = "", flush: bool = True,
              profile: bool = False) -> tuple[m.Called, float, float]:
         """The staged call, on the parent's clock: (its reply, its ms, the flush's ms before it). Both sides are
         stopped, the caches flushed (`flush`, where there is a flusher), and the side to run is woken
         inside the clock, so that nothing it does once it can see its inputs goes untimed; the clock ends once it is
         stopped again, right after its reply (the next _activate resumes whichever side it needs). `profile`: the
         call under the profiler instead (GPU; its reply's `profile`)."""
-        self.reference.pause()
+        self.reference.worker.pause()
         self.active = None
         flush_ms = 0.0
         if flush and self.flusher is not None:
-            flush_ms = self._ask(self.flusher, m.FlushRequest(not self.flushed), m.Flushed).ms
-        request = m.wire(m.CallRequest(variant, staged.layout, staged.manual_seed, label, profile))
-        started = time.perf_counter_ns()          # the parent's clock: out of the workers' reach
-        worker.wake()
-        worker.send(request)
-        reply = worker.recv(self.deadline)
-        worker.freeze()                           # work left running past its reply is inside the clock too
-        ms = (time.perf_counter_ns() - started) / 1e6     # the reply is read and checked outside the clock
-        worker.pause()
-        return self._parsed(reply, m.Called), ms, flush_ms
+            flush_ms = self.flusher.flush(not self.flushed, self.deadline)
+        called, ms = worker.call(m.CallRequest(variant, staged.layout, staged.manual_seed, label, profile),
+                                 self.deadline)
+        return called, ms, flush_ms
 
     def _staged_end(self, out: Collected) -> None:
         """The CPU path's last check: the inputs of each side's last sample, as they are now."""
@@ -282,35 +262,35 @@ class Interleaver:
             out.mutated = staged.mutated or out.mutated
             out.changed_after_return = staged.changed_after_return or out.changed_after_return
 
-    def attach(self, candidate: Worker) -> None:
+    def attach(self, candidate: CandidateClient) -> None:
         """CPU path: the reference stages the candidate's calls into `candidate`'s arena from now on (once per
         candidate worker: its trials, then its rounds)."""
         if self.staged and self._attached is not candidate:
             self._activate(self.reference)
-            path = "" if self.on_device else candidate.arena_path()     # GPU: device memory the reference allocates
-            attached = self._ask(self.reference, m.ArenaRequest(path), m.ArenaSet)
+            path = "" if self.on_device else candidate.worker.arena_path()  # GPU: device memory the reference allocates
+            attached = self.reference.arena(path, "candidate", self.deadline)
             if attached.error:
                 raise WorkerExit("protocol", None, f"the reference could not open {attached.error}")
             self._attached = candidate
 
-    def attach_executor(self, executor: Worker) -> None:
+    def attach_executor(self, executor: CandidateClient) -> None:
         """The reference's eager samples run in `executor` from now on (harness.run.reference_executor), on inputs
         the reference stages into its arena (CPU: its memfd; GPU: the one device arena, mapped by its handle)."""
         self._activate(self.reference)
-        attached = self._ask(self.reference, m.ArenaRequest("" if self.on_device else executor.arena_path(),
-                                                            "executor"), m.ArenaSet)
+        attached = self.reference.arena("" if self.on_device else executor.worker.arena_path(), "executor",
+                                        self.deadline)
         if attached.error:
             raise WorkerExit("protocol", None, f"the reference could not open {attached.error}")
         self.executor = executor
-        self._executor_threads = scheduling.settings(executor.proc.pid)    # before any candidate code exists
+        self._executor_threads = scheduling.settings(executor.worker.proc.pid)  # before any candidate code exists
 
-    def detach_executor(self) -> Worker | None:
+    def detach_executor(self) -> CandidateClient | None:
         """The executor is done (the pair's last reference blocks ran): the reference forgets its arena; returns it,
         for the caller to close."""
         executor, self.executor = self.executor, None
-        if executor is not None and self.reference.alive():
+        if executor is not None and self.reference.worker.alive():
             self._activate(self.reference)
-            self._ask(self.reference, m.ArenaRequest("", "executor"), m.ArenaSet)
+            self.reference.arena("", "executor", self.deadline)
         return executor
 
     def _block(self, side: str, variant: str, seeds: list[int], out: Collected, round_samples: dict,
@@ -324,10 +304,10 @@ class Interleaver:
             timed = i >= self.warmup
             self._sample(worker, side, variant, seed, out, times if timed else None)
         if self._nice_at_start and out.scheduling is None:
-            baseline = self._nice_at_start.get(worker.proc.pid)
-            found = scheduling.raised(worker.proc.pid, baseline)
+            pid = worker.worker.proc.pid
+            found = scheduling.raised(pid, self._nice_at_start.get(pid))
             if found is None and worker is self.executor:
-                found = scheduling.lowered(worker.proc.pid, self._executor_threads)
+                found = scheduling.lowered(pid, self._executor_threads)
             out.scheduling = found and f"{'the reference executor' if worker is self.executor else side}: {found}"
         if profile and variant in (EAGER, CANDIDATE):     # both sides, so that whatever a profiler leaves behind
             t0 = time.perf_counter()                        # costs both (the CPU path profiles nothing: None)
@@ -335,13 +315,13 @@ class Interleaver:
             out.profile_seconds += time.perf_counter() - t0
             (out.profiles if side == CANDIDATE else out.reference_profiles).append(found)
 
-    def _profile(self, worker: Worker, side: str, variant: str, seed: int, out: Collected) -> m.Profile | None:
+    def _profile(self, worker: Timed, side: str, variant: str, seed: int, out: Collected) -> m.Profile | None:
         """One call of `side` under the profiler, on inputs staged from `seed` (the GPU's staged path: its stage
         checks the block's last sample as any stage does), or drawn by the worker (unstaged); None on the CPU path."""
         if self.staged and not self.on_device:
             return None
         if not self.staged:
-            return self._ask(worker, m.ProfileRequest(seed, variant), m.ProfileResult).profile
+            return worker.profile(seed, variant, self.deadline)
         staged = self.stage(m.StageRequest(self._stage_side(worker, side), seed))
         out.mutated = out.mutated or staged.mutated
         out.changed_after_return = out.changed_after_return or staged.changed_after_return
@@ -364,12 +344,12 @@ class Interleaver:
 
     # ------------------------------------------------------------ rounds
 
-    def rounds(self, candidate: Worker, rule: StopRule) -> Collected:
+    def rounds(self, candidate: CandidateClient, rule: StopRule) -> Collected:
         """Rounds until the speedup's CI reaches the target, the time cap or max_rounds."""
         from harness.run.paired import round_ratio
         self.candidate = candidate
         self.attach(candidate)
-        self._nice_at_start = {w.proc.pid: scheduling.lowest_nice(w.proc.pid) for w in self._workers()}
+        self._nice_at_start = {c.worker.proc.pid: scheduling.lowest_nice(c.worker.proc.pid) for c in self._sides()}
         out = Collected()
         # `profiles` round halves drawn among those every pair runs, after whose blocks each side profiles one
         # call: the candidate cannot tell which of its calls will be looked at, nor that one was until it ran
@@ -418,14 +398,6 @@ def full_check_samples(draw: random.Random, min_rounds: int, max_rounds: int, bl
         chosen.add((draw.randrange(start, end), draw.randrange(block)))
         start = end
     return chosen
-
-
-class CandidateFailed(Exception):
-    """The candidate worker reported a failure (its code raised, or it could not run its trials)."""
-
-    def __init__(self, reply: m.Failed):
-        super().__init__(reply.error)
-        self.reply = reply
 
 
 def ratios(out: Collected, variant: str) -> list[float]:

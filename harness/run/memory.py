@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.core import flags
+from harness.core.config import Config
 from harness.results.records import RecordDraft, Status, finish
 from harness.run import verdicts
+from harness.run.clients import CandidateFailed, ReferenceClient, Timed
 from harness.run.workerproc import Worker, WorkerExit
 from harness.shared import memplan
 from harness.shared import messages as m
@@ -17,27 +19,22 @@ from harness.shared import messages as m
 OOM_MARK = "kb-harness: harness_oom: "      # the line a reference worker leaves in its log when it runs out of memory
 
 
-def plan(reference: Any) -> memplan.PairPlan | None:
-    """The pairs' split of the device memory (memplan.plan_pair) from `ready`'s `memory`, for `reference` (an
-    evaluate.ReferenceSide whose mode is chosen); the reference is told its share (BudgetRequest), the candidate gets
-    the rest in its job. None on the CPU path, or where the report lacks a figure. A plan with `error` set: the
-    pairs cannot fit and are skipped (nothing is sent)."""
-    memory = reference.ready.memory if reference.ready is not None else None
-    needs = memplan.Needs.from_report(memory) if reference.device != "cpu" else None
+def plan(reference: ReferenceClient, ready: m.Ready, device: str, cfg: Config,
+         graph: bool) -> memplan.PairPlan | None:
+    """The pairs' split of the device memory (memplan.plan_pair) from `ready`'s `memory` (`graph`: the problem's
+    mode is graph); the reference is told its share (BudgetRequest), the candidate gets the rest in its job. None on
+    the CPU path, or where the report lacks a figure. A plan with `error` set: the pairs cannot fit and are skipped
+    (nothing is sent)."""
+    memory = ready.memory
+    needs = memplan.Needs.from_report(memory) if device != "cpu" else None
     budget = memory.get("budget_bytes") if isinstance(memory, dict) else None
     if needs is None or not isinstance(budget, int) or isinstance(budget, bool):
         return None
-    cfg = reference.pc.cfg
     contexts = memory.get("cuda_contexts") if isinstance(memory.get("cuda_contexts"), int) else 2
-    found = memplan.plan_pair(budget, contexts, needs, cfg.timing.graph_calls if reference.mode.NAME == "graph" else 0,
+    found = memplan.plan_pair(budget, contexts, needs, cfg.timing.graph_calls if graph else 0,
                               fp64=cfg.defenses, staged=cfg.timing.staged_gpu)
-    if found.error:
-        return found
-    reference.worker.send(m.wire(m.BudgetRequest(found.reference, found.fp64)))
-    try:
-        m.parse(m.BudgetSet, reference.worker.recv(time.monotonic() + cfg.reference_timeout))
-    except m.ProtocolError as exc:
-        raise WorkerExit("protocol", None, f"reference answered its budget with {exc}") from None
+    if not found.error:
+        reference.budget(found.reference, found.fp64, time.monotonic() + cfg.reference_timeout)
     return found
 
 
@@ -83,14 +80,13 @@ class Seen:
             f"{side}_alloc_retries": self.alloc_retries, f"{side}_ooms": self.ooms})}
 
 
-def peak(worker: Worker, device: str) -> Seen | None:
+def peak(side: Timed, device: str) -> Seen | None:
     """A worker's allocator figures so far (MemoryRequest), or None."""
-    if device == "cpu" or not worker.alive():
+    if device == "cpu" or not side.worker.alive():
         return None
     try:
-        worker.send(m.wire(m.MemoryRequest()))
-        reply = m.parse(m.MemoryPeak, worker.recv(time.monotonic() + 30))
-    except (WorkerExit, m.ProtocolError):
+        reply = side.memory(time.monotonic() + 30)
+    except (WorkerExit, CandidateFailed):
         return None
     value, retries, ooms = reply.peak_allocated_bytes, reply.alloc_retries, reply.ooms
     counts = all(_count(v) for v in (retries, ooms))
@@ -101,12 +97,13 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def record(reference: Any, candidate: Seen | None, reference_seen: Seen | None) -> dict[str, Any] | None:
-    """`worker.memory`: each side's peak and allocator retries, the problem's eager peak, and the plan (budget,
-    shares, fp64)."""
-    memory = reference.ready.memory if reference.ready is not None else None
-    if not isinstance(memory, dict) or reference.device == "cpu":
+def record(ready: m.Ready | None, device: str, found: memplan.PairPlan | None, candidate: Seen | None,
+           reference_seen: Seen | None) -> dict[str, Any] | None:
+    """`worker.memory`: each side's peak and allocator retries, the problem's eager peak, and the plan `found`
+    (budget, shares, fp64)."""
+    memory = ready.memory if ready is not None else None
+    if not isinstance(memory, dict) or device == "cpu":
         return None
     return {"eager_peak_bytes": memory.get("eager_peak_bytes"),
             **(reference_seen or Seen(None)).record("reference"), **(candidate or Seen(None)).record("candidate"),
-            **(reference.plan.record() if reference.plan else {})}
+            **(found.record() if found else {})}

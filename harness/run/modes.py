@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from harness.core.config import Config
+from harness.run.interleave import GraphFallback, Interleaver
 from harness.shared.messages import TimingSpec
 from harness.shared.stats import graph_replays
 
@@ -36,10 +37,10 @@ class Mode:
     def calls_per_sample(self, cfg: Config) -> int:
         return 1
 
-    def prepare(self, reference: Any, inter: Any, cfg: Config) -> "Mode":
-        """Tell the reference worker this mode and the Interleaver what a sample is; returns the mode the problem
-        goes on with (graph: sized, or cold where the reference cannot be captured)."""
-        inter.set_mode(reference, self.NAME, self.replays())
+    def prepare(self, inter: Interleaver, cfg: Config) -> "Mode":
+        """Tell the reference worker (inter.reference) this mode and the Interleaver what a sample is; returns the
+        mode the problem goes on with (graph: sized, or cold where the reference cannot be captured)."""
+        inter.set_mode(inter.reference, self.NAME, self.replays())
         inter.use_mode(self.calls_per_sample(cfg), self.staged(cfg), self.flushed(cfg))
         return self
 
@@ -99,18 +100,17 @@ class Graph(Mode):
     def calls_per_sample(self, cfg: Config) -> int:
         return self.graph_calls(cfg) * self.replays()
 
-    def prepare(self, reference: Any, inter: Any, cfg: Config) -> Mode:
+    def prepare(self, inter: Interleaver, cfg: Config) -> Mode:
         calls = self.graph_calls(cfg)
         if self.sized is None:
-            from harness.run.interleave import GraphFallback
-            inter.set_mode(reference, self.NAME, 1, calls)
+            inter.set_mode(inter.reference, self.NAME, 1, calls)
             inter.use_mode(calls, False)
             try:
                 sized = replace(self, sized=graph_replays(min(inter.reference_blocks(1)), calls))
             except GraphFallback as fell:               # the reference cannot be captured: cold for the problem
-                return self.fallback(f"reference: {fell.error}").prepare(reference, inter, cfg)
-            return sized.prepare(reference, inter, cfg)
-        inter.set_mode(reference, self.NAME, self.replays(), calls)
+                return self.fallback(f"reference: {fell.error}").prepare(inter, cfg)
+            return sized.prepare(inter, cfg)
+        inter.set_mode(inter.reference, self.NAME, self.replays(), calls)
         inter.use_mode(self.calls_per_sample(cfg), self.staged(cfg), self.flushed(cfg))
         return self
 

@@ -18,7 +18,6 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness.core.config import Config
 from harness.core.discover import Pair
@@ -28,7 +27,8 @@ from harness.run import ncu
 from harness.run.schedule import decided_without_running, pair_record
 from harness.run.evaluate import (PairContext, ReferenceSide, candidate_failed, candidate_job, last_line, slug,
                                   trials)
-from harness.run.interleave import CANDIDATE, EAGER, CandidateFailed
+from harness.run.clients import CandidateClient, CandidateFailed, Timed
+from harness.run.interleave import CANDIDATE, EAGER
 from harness.run.workerproc import Worker, WorkerExit, status_of
 from harness.shared import messages as m
 
@@ -118,21 +118,20 @@ def _pair(pair: Pair, run: ProfileRun, record: RecordDraft, reference: Reference
     """Steps 1 and 2 of the module's docstring, into `record` (its status and error)."""
     cfg = run.pc.cfg
     try:
-        _one_call(reference.worker, EAGER, pair, run, time.monotonic() + cfg.reference_timeout)
-    except (WorkerExit, m.ProtocolError) as exc:
+        _one_call(reference.client, EAGER, pair, run, time.monotonic() + cfg.reference_timeout)
+    except WorkerExit as exc:
         finish(record, Status.CRASHED, f"reference side: {exc}; last output: {last_line(reference.worker.log_tail())}")
         return
-    worker = _start_candidate(pair, run, reference, launch, problem_dir)
+    candidate = _start_candidate(pair, run, reference, launch, problem_dir)
+    worker = candidate.worker
     deadline = time.monotonic() + cfg.timeout
     try:
-        outputs, in_place = trials(worker, record, reference, cfg.trials, deadline)
+        outputs, in_place = trials(candidate, record, reference, cfg.trials, deadline)
         failing = [r for r in reference.checks(outputs.files, in_place) if not r.ok]
         ready = reference.ready
         record.precision = Precision(cfg.precision, ready.dtype, ready.dtype_source)
-        reply = _one_call(worker, CANDIDATE, pair, run, deadline)
-        if isinstance(reply, m.Failed):
-            candidate_failed(record, reply, run.device)
-        elif failing:
+        _one_call(candidate, CANDIDATE, pair, run, deadline)
+        if failing:
             finish(record, Status.INCORRECT, f"{failing[0].label}: {failing[0].reason}")
         else:
             finish(record, Status.OK)
@@ -143,26 +142,23 @@ def _pair(pair: Pair, run: ProfileRun, record: RecordDraft, reference: Reference
             finish(record, Status.TIMEOUT, f"killed after the pair timeout of {cfg.timeout:g} s")
         else:
             finish(record, status_of(exc), f"{exc.detail}; last output: {last_line(worker.log_tail())}")
-    except m.ProtocolError as exc:
-        finish(record, Status.CRASHED, f"worker sent {exc}")
 
 
 def _start_candidate(pair: Pair, run: ProfileRun, reference: ReferenceSide, launch: _UnderNcu,
-                     problem_dir: Path) -> Worker:
+                     problem_dir: Path) -> CandidateClient:
     """The candidate worker, under ncu, with the job run_pair sends (harness.run.evaluate)."""
     pair_dir = problem_dir / slug(pair.candidate.id.rsplit("/", 1)[-1])
     pair_dir.mkdir(parents=True, exist_ok=True)
-    worker = launch.take("candidate", run.pc.log_dir / f"{slug(pair.candidate.id)}.log")
-    worker.send(m.wire(candidate_job(pair, run.pc, reference, run.device, pair_dir)))
-    return worker
+    candidate = CandidateClient(launch.take("candidate", run.pc.log_dir / f"{slug(pair.candidate.id)}.log"))
+    candidate.start(candidate_job(pair, run.pc, reference, run.device, pair_dir))
+    return candidate
 
 
-def _one_call(worker: Worker, variant: str, pair: Pair, run: ProfileRun, deadline: float) -> Any:
-    """NcuRequest to `worker` for `variant`: its NcuCalled, or the candidate's Failed. Both sides get the same
-    inputs (the seed drawn for the pair)."""
+def _one_call(side: Timed, variant: str, pair: Pair, run: ProfileRun, deadline: float) -> m.NcuCalled:
+    """NcuRequest to `side` for `variant`: its NcuCalled (CandidateFailed for the candidate's Failed). Both sides get
+    the same inputs (the seed drawn for the pair)."""
     seed = run.pc.seed.stream("profile", *pair.key).take(1)[0]
-    worker.send(m.wire(m.NcuRequest(seed, variant, run.warmup)))
-    return m.parse_reply(worker.recv(deadline), m.NcuCalled, m.Failed)
+    return side.ncu(seed, variant, run.warmup, deadline)
 
 
 def read_side(run: ProfileRun, report: Path, log: str) -> ProfileSide:

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.run.workerproc import SpareWorkers, Worker, WorkerExit
+from harness.run.clients import CandidateClient
+from harness.run.workerproc import SpareWorkers
 from harness.shared import messages as m
 
 ROLE = "executor"
@@ -35,16 +36,14 @@ def job(problem_path: str, device: str, seed: int, timing: m.TimingSpec, scratch
                           precision, hide=hide, executor=True)
 
 
-def start(spares: SpareWorkers, log_path: Path, work: m.CandidateJob, deadline: float) -> Worker:
+def start(spares: SpareWorkers, log_path: Path, work: m.CandidateJob, deadline: float) -> CandidateClient:
     """The executor worker with its model built (its Loaded read). ExecutorFailed where it said it could not build
     it, WorkerExit where it ended or said anything else; the worker is closed then."""
     worker = spares.take(ROLE, log_path)
+    executor = CandidateClient(worker, "reference's executor")
     try:
-        worker.send(m.wire(work))
-        try:
-            reply = m.parse_reply(worker.recv(deadline), m.Loaded, m.Failed, m.HarnessError)
-        except m.ProtocolError as exc:
-            raise WorkerExit("protocol", None, f"the reference's executor sent {exc}") from None
+        executor.start(work)
+        reply = executor.trial_reply(deadline, m.Loaded)
         if isinstance(reply, m.Failed):
             raise ExecutorFailed(f"the reference's executor: {reply.status}: {reply.error}")
         if isinstance(reply, m.HarnessError):
@@ -52,4 +51,4 @@ def start(spares: SpareWorkers, log_path: Path, work: m.CandidateJob, deadline: 
     except BaseException:
         worker.close()
         raise
-    return worker
+    return executor

@@ -17,8 +17,8 @@ from harness.results.records import RecordDraft
 from harness.run import paired
 from harness.run.defenses import largest
 from harness.run.between import Term, widen
+from harness.run.clients import CandidateClient
 from harness.run.interleave import EAGER, Collected, GraphFallback, Interleaver, ratios
-from harness.run.workerproc import Worker
 from harness.shared import messages as m
 from harness.shared import sizes as shared
 from harness.shared.stats import geomean
@@ -101,21 +101,21 @@ class SizeTiming:
     error: str | None = None
 
 
-def time_others(worker: Worker, reference: Worker, inter: Interleaver, ready: m.Ready, rule: paired.StopRule,
+def time_others(candidate: CandidateClient, inter: Interleaver, ready: m.Ready, rule: paired.StopRule,
                 main_rounds: Collected) -> list[SizeTiming]:
-    """Every size but the main one, in rounds of its own on both workers; each size's timed-output checks and
-    sample flags join `main_rounds` (the defenses read them there). Both workers are back at the main size after
-    it, for the reference's `after` bracket."""
+    """Every size but the main one, in rounds of its own on both workers (inter.reference and `candidate`); each
+    size's timed-output checks and sample flags join `main_rounds` (the defenses read them there). The reference is
+    back at the main size after it, for its `after` bracket."""
     main = main_size(ready)
     timed = []
     for size in declared(ready):
         if size.main:
             continue
         inter.release()
-        for side in (reference, worker):
+        for side in (inter.reference, candidate):
             inter.set_size(side, size.name)
         try:
-            rounds = inter.rounds(worker, rule)
+            rounds = inter.rounds(candidate, rule)
         except GraphFallback as fell:
             timed.append(SizeTiming(size.name, None, f"not timed: {fell.side}: {fell.error}"))
             break
@@ -124,7 +124,7 @@ def time_others(worker: Worker, reference: Worker, inter: Interleaver, ready: m.
         timed.append(SizeTiming(size.name, paired.estimate(est) if est else None))
     inter.release()
     if main is not None and timed:
-        inter.set_size(reference, main.name)
+        inter.set_size(inter.reference, main.name)
     return timed
 
 

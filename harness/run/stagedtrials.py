@@ -16,7 +16,8 @@ import os
 import time
 
 from harness.run import peek, sizes
-from harness.run.interleave import CANDIDATE, CandidateFailed, Interleaver
+from harness.run.clients import CandidateClient, CandidateFailed
+from harness.run.interleave import CANDIDATE, Interleaver
 from harness.run.trusted import copy_out, read_whole
 from harness.run.workerproc import Worker, WorkerExit
 from harness.shared import messages as m
@@ -24,18 +25,19 @@ from harness.shared import messages as m
 SETTLE_S = 0.05             # how long the candidate runs after a trial before its output is read again
 
 
-def run_trials(worker: Worker, loaded: m.Loaded, ready: m.Ready, inter: Interleaver, count: int, scratch: str,
+def run_trials(candidate: CandidateClient, loaded: m.Loaded, ready: m.Ready, inter: Interleaver, count: int, scratch: str,
                defenses: bool) -> m.Outputs:
     """Every trial of the plan as a staged call; what the candidate's own trials used to report (messages.Outputs),
     its files for the reference to check. CandidateFailed for a call that raised or returned no tensors."""
-    inter.attach(worker)
+    inter.attach(candidate)
+    worker = candidate.worker
     files: list[m.TrialFile] = []
     mutated = unsynchronized = lazy = False
     for j, label in enumerate(sizes.expected_labels(ready, count)):
         staged = inter.stage(m.StageRequest(CANDIDATE, trial=j))
         mutated = mutated or staged.mutated
         text = sizes.trial_label_text(label) + ("" if "@" not in label else f" at size {label.split('@', 1)[1]!r}")
-        called, _, _ = inter.call(worker, CANDIDATE, staged, label=text, flush=False)
+        called, _, _ = inter.call(candidate, CANDIDATE, staged, label=text, flush=False)
         lazy = lazy or called.not_plain
         if called.output_error or not called.outputs:
             raise CandidateFailed(m.Failed("incorrect", f"{text}: {called.output_error or 'no output'}"))

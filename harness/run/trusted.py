@@ -13,14 +13,16 @@ the candidate's process, and its output is fixed before any of it exists.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from harness.shared import messages as m
 from harness.run import peek, scratch
+from harness.run.clients import ReferenceClient, Timed
 from harness.shared import points
 from harness.run.workerproc import Worker, WorkerExit
 
@@ -56,17 +58,18 @@ class Reader:
     """Reads the candidate's outputs for the parent. `reference`: the problem's reference worker; `scratch`: the
     pair's folder (the CPU path's whole-output copies)."""
 
-    def __init__(self, reference: Worker, device: str, scratch: str, deadline: float):
+    def __init__(self, reference: ReferenceClient, device: str, scratch: str, deadline: float):
         self.reference, self.device, self.scratch, self.deadline = reference, device, scratch, deadline
         self.full_checks = 0
 
-    def read(self, worker: Worker, candidate: bool, result: m.SampleResult, check_seed: int, full: bool,
+    def read(self, side: Timed, candidate: bool, result: m.SampleResult, check_seed: int, full: bool,
              stay_stopped: bool = False) -> Checked:
         """One side's output at the drawn positions (and the candidate's whole with `full`), its worker stopped
         (and left stopped with `stay_stopped`: the CPU path's candidate, until its next call). The reference's
         own outputs go the same way on the CPU path (both sides stopped and read by the parent, so that neither
         does more between samples than the other); on the GPU the reference reads its own, and its executor's as
         it reads the candidate's (harness.run.reference_executor)."""
+        worker = side.worker
         worker.pause()
         checked = None
         try:
@@ -79,34 +82,47 @@ class Reader:
                                                          full and candidate), aliased=aliased)
             elif candidate:
                 checked = self._device(result, check_seed, slots, full)
-            elif worker is not self.reference:          # the reference's executor: read, never remembered
+            elif side is not self.reference:            # the reference's executor: read, never remembered
                 checked = dataclasses.replace(self._device(result, check_seed, slots, False, remember=False),
                                               aliased=None)
         finally:
             if not stay_stopped:
                 worker.resume()
         if checked is None:
-            checked = self._check_request(worker, check_seed, slots, full)
+            checked = self._check_request(check_seed, slots, full)
         return dataclasses.replace(checked, dtypes=_dtypes(result, slots[-1]), layouts=_layouts(result, slots[-1]))
 
-    def keep(self, worker: Worker, check_seed: int, full: bool, slot: int = 0) -> None:
-        """The reference keeps what it needs to recompute its output of the sample `worker` just ran on the
+    def keep(self, side: Timed, check_seed: int, full: bool, slot: int = 0) -> None:
+        """The reference keeps what it needs to recompute its output of the sample `side` just ran on the
         reference's side, for the full check of the candidate's on the same inputs: the seed and captured call
         `slot` of its executor's sample (KeepRequest), or on the CPU path its own last output (the values the
         parent read are what it compares at points; on the GPU the reference's own read keeps it)."""
         if not full:
             return
-        if worker is not self.reference:
-            kept = self._on_reference(m.wire(m.KeepRequest(check_seed, slot)), m.Kept, "a keep")
+        if side is not self.reference:
+            with self._awake() as reference:
+                kept = reference.keep(check_seed, slot, self._deadline())
             if kept.error:
                 raise WorkerExit("protocol", None, f"the reference could not keep a sample: {kept.error}")
         elif self.device == "cpu":
-            self._check_request(self.reference, check_seed, [0], True)
+            self._check_request(check_seed, [0], True)
 
-    def _check_request(self, reference: Worker, check_seed: int, slots: list[int], full: bool) -> Checked:
+    @contextlib.contextmanager
+    def _awake(self) -> Iterator[ReferenceClient]:
+        """The reference worker (stopped while the candidate is timed) resumed for one request, stopped again after."""
+        self.reference.worker.resume()
+        try:
+            yield self.reference
+        finally:
+            self.reference.worker.pause()
+
+    def _deadline(self) -> float:
+        """A request's to the reference: the pair's, and at least a minute."""
+        return max(self.deadline, time.monotonic() + 60)
+
+    def _check_request(self, check_seed: int, slots: list[int], full: bool) -> Checked:
         """The reference's own output at the drawn positions (it is trusted), kept whole with `full`."""
-        reference.send(m.wire(m.CheckRequest(check_seed, slots, full)))
-        checked = _parsed(reference.recv(max(self.deadline, time.monotonic() + 60)), m.CheckResult, "a check")
+        checked = self.reference.check(check_seed, slots, full, self._deadline())
         return Checked(_values(checked, "a check"), checked.shapes, checked.error)
 
     def _host(self, pid: int, result: m.SampleResult, seed: int, slots: list[int], full: bool) -> Checked:
@@ -131,31 +147,21 @@ class Reader:
         path, shapes, strides, _ = copied
         self.full_checks += 1
         timed = m.TrialFile("timed", path, -1, shapes=shapes, strides=strides, check_seed=seed)
-        verified = self._on_reference(m.wire(m.VerifyRequest([timed])), m.Verified, "a verify")
-        return verified.results[0] if verified.results else None
+        with self._awake() as reference:
+            results = reference.verify([timed], self._deadline())
+        return results[0] if results else None
 
     def _device(self, result: m.SampleResult, seed: int, slots: list[int], full: bool,
                 remember: bool = True) -> Checked:
         request = m.ReadRequest([result.outputs[k] for k in slots], seed, slots, full, remember)
-        read = self._on_reference(m.wire(request), m.ReadResult, "a read")
+        with self._awake() as reference:
+            read = reference.read_outputs(request, self._deadline())
         return Checked(_values(read, "a read"), read.shapes, read.error, read.full, aliased=read.aliased)
-
-    def _on_reference(self, message: dict[str, Any], reply: type, what: str) -> Any:
-        """One request to the reference worker (stopped while the candidate is timed), resumed for it and stopped
-        again after: its reply, as `reply`."""
-        self.reference.resume()
-        try:
-            self.reference.send(message)
-            data = self.reference.recv(max(self.deadline, time.monotonic() + 60))
-        finally:
-            self.reference.pause()
-        return _parsed(data, reply, what)
 
     def close(self) -> None:
         """The pair is over: the reference drops its mappings of the candidate's memory and its kept output."""
-        self.reference.resume()
-        self.reference.send(m.wire(m.PeerCloseRequest()))
-        _parsed(self.reference.recv(time.monotonic() + 60), m.PeerClosed, "peer_close")
+        self.reference.worker.resume()
+        self.reference.peer_close(time.monotonic() + 60)
 
 
 def _dtypes(result: m.SampleResult, slot: int) -> list[str] | None:
@@ -221,14 +227,6 @@ def _aliased(worker: Worker, result: m.SampleResult) -> str | None:
     except (peek.PeekError, OSError, m.ProtocolError):
         return None                                 # the read says what is wrong with the reply
     return None
-
-
-def _parsed(data: dict[str, Any], reply: type, what: str) -> Any:
-    """The reference's reply to `what`, as `reply`; WorkerExit when it is not one."""
-    try:
-        return m.parse(reply, data)
-    except m.ProtocolError as exc:
-        raise WorkerExit("protocol", None, f"reference answered {what} with {exc}") from None
 
 
 def _values(reply: m.CheckResult | m.ReadResult, what: str) -> list[float]:
