@@ -17,7 +17,7 @@ CUDA events (harness.worker.timing, no flush of its own) and the parent's clock 
 
   Stager    reference only: stage(side, seed) -> Layout; pristine copies (or keyed checksums) of what it wrote.
   Executor  both sides: views(layout) -> the call's inputs, read from the arena.
-  serve     the candidate's loop of calls.
+  serve     the candidate's loop of calls, answered from one table of request types (StagedCalls).
 
 Runs only inside worker processes.
 """
@@ -589,40 +589,58 @@ def serve(conn, call, failed, device_calls: DeviceCalls | None = None) -> None:
     CPU path these are its trials (each after its public torch.manual_seed) and timed samples alike; on the GPU
     (`device_calls`) its timed samples, each timed with CUDA events, and the profiled calls. `failed(exc, label)`:
     what candidate code raising in the call `label` names becomes (an exception the caller sends as its failure).
-    Size requests are answered and change nothing here (the layout says what the inputs are); a mode request sets
-    the GPU's timing mode."""
-    executor = Executor(device=device_calls is not None)
-    last = None
+    One table of request types answers (StagedCalls.handlers); any other request ends the loop."""
+    handlers = StagedCalls(call, failed, device_calls).handlers()
     while True:
-        message = conn.recv()
-        op = message.get("op")
-        if op == m.CallRequest.OP:
-            req = executor.request(message)
-            try:
-                if device_calls is not None:
-                    if not req.profile:
-                        last = None
-                    reply, slots = device_calls.call(executor, req, call)
-                    last = slots if slots is not None else last
-                else:
-                    last = None
-                    if req.manual_seed is not None:
-                        import torch
-                        torch.manual_seed(req.manual_seed)
-                    last = call(executor.views(req.layout))
-                    reply = called(last)
-            except BaseException as exc:               # noqa: BLE001 - candidate code raised
-                raise failed(exc, req.label or "timing") from None
-        elif op == m.SizeRequest.OP:
-            reply = m.SizeSet(m.parse(m.SizeRequest, message).size)
-        elif op == m.MemoryRequest.OP and device_calls is not None:      # the allocator's peak, for the record
-            from harness.worker.sampler import peak_memory
-            reply = peak_memory(device_calls.device)
-        elif op == m.ModeRequest.OP:
-            mode = m.parse(m.ModeRequest, message)
-            if device_calls is not None:
-                device_calls.follow(mode.mode, mode.graph_replays, mode.graph_calls or device_calls.graph_calls)
-            reply = m.ModeSet(mode.mode)
-        else:
+        reply = handlers.reply(conn.recv())
+        if reply is None:
             return
         conn.reply(reply)
+
+
+class StagedCalls:
+    """What the candidate's loop of staged calls answers, one method per request type: the call; the size (answered,
+    and changing nothing here: the layout says what the inputs are); the mode (the GPU's timing mode); on the GPU the
+    allocator's peak, for the record."""
+
+    def __init__(self, call, failed, device_calls: DeviceCalls | None):
+        self.call, self.failed, self.device_calls = call, failed, device_calls
+        self.executor = Executor(device=device_calls is not None)
+        self.last = None                        # the last call's outputs, alive until the next call
+
+    def handlers(self):
+        from harness.worker.common import Handlers
+        table = {m.CallRequest: self._call, m.SizeRequest: self._size, m.ModeRequest: self._mode}
+        if self.device_calls is not None:
+            table[m.MemoryRequest] = self._memory
+        return Handlers(table, {m.CallRequest: self.executor.request})
+
+    def _call(self, req: m.CallRequest) -> m.Called:
+        try:
+            if self.device_calls is not None:
+                if not req.profile:
+                    self.last = None
+                reply, slots = self.device_calls.call(self.executor, req, self.call)
+                self.last = slots if slots is not None else self.last
+                return reply
+            self.last = None
+            if req.manual_seed is not None:
+                import torch
+                torch.manual_seed(req.manual_seed)
+            self.last = self.call(self.executor.views(req.layout))
+            return called(self.last)
+        except BaseException as exc:               # noqa: BLE001 - candidate code raised
+            raise self.failed(exc, req.label or "timing") from None
+
+    def _size(self, req: m.SizeRequest) -> m.SizeSet:
+        return m.SizeSet(req.size)
+
+    def _mode(self, req: m.ModeRequest) -> m.ModeSet:
+        calls = self.device_calls
+        if calls is not None:
+            calls.follow(req.mode, req.graph_replays, req.graph_calls or calls.graph_calls)
+        return m.ModeSet(req.mode)
+
+    def _memory(self, req: m.MemoryRequest) -> m.MemoryPeak:
+        from harness.worker.sampler import peak_memory
+        return peak_memory(self.device_calls.device)
