@@ -19,6 +19,7 @@ import pytest
 
 from conftest import FIXTURES, REPO, _keep, json_records, run_dirs, write_config
 
+from harness.shared import sandboxprobe
 from harness.worker import sandbox
 from harness.results.store import read_records
 
@@ -355,7 +356,7 @@ def test_confine_writes_threads_children_and_network(tmp_path):
 
 @needs_landlock
 def test_without_landlock_network_rules_a_network_namespace(tmp_path):
-    if not sandbox._netns_possible():
+    if not sandboxprobe.netns_possible():
         pytest.skip("no unprivileged user namespaces here")
     listener = Listener()
     try:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.worker import sandbox
+from harness.shared import sandboxprobe
 from harness.run.workerproc import REPO_ROOT
 
 
@@ -107,5 +107,5 @@ def collect(argv: list[str], gpu_list: list[dict[str, Any]]) -> dict[str, Any]:
         "gpus": gpu_list,
         "gpu_count": len(gpu_list),
         "driver": gpu_list[0]["driver"] if gpu_list else None,
-        "sandbox": sandbox.describe(),          # what confines the workers that run candidate code, here
+        "sandbox": sandboxprobe.describe(),        # what confines the workers that run candidate code, here
     }

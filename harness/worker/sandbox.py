@@ -44,20 +44,17 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 import shutil
 import stat
 import sys
 import tempfile
 from typing import Any
 
-MODE_VAR = "KB_SANDBOX"
-MODES = ("auto", "off", "require")
+from harness.shared.sandboxprobe import (MODE_VAR, MODES, describe, landlock_abi, mode)
+from harness.shared.sandboxprobe import lib as _lib, numbers as _numbers, scoped as _scoped, syscall as _syscall
+
 ROLES = ("build", "candidate")          # the workers where candidate code runs
 
-# Landlock's syscalls have the same numbers on every architecture with the unified syscall table.
-_SYSCALLS = {arch: (444, 445, 446) for arch in ("x86_64", "amd64", "aarch64", "arm64", "riscv64", "ppc64le",
-                                                 "ppc64", "s390x", "loongarch64")}
 
 FS_WRITE_FILE = 1 << 1
 FS_REMOVE_DIR = 1 << 4
@@ -76,7 +73,6 @@ NET_BIND_TCP = 1 << 0                   # ABI 4
 NET_CONNECT_TCP = 1 << 1
 SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0     # ABI 6
 SCOPE_SIGNAL = 1 << 1
-_CREATE_RULESET_VERSION = 1 << 0
 _RULE_PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_GET_NO_NEW_PRIVS = 39
@@ -127,47 +123,9 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-_libc: Any = None
 _applied: dict[str, Any] | None = None  # what confine_worker applied in this process
 _pinned: list[int] = []                 # the O_PATH fd that keeps /proc/<pid>'s dentry, and so its rule, alive
 _remove_at_exit: list[str] = []
-
-
-def mode() -> str:
-    return (os.environ.get(MODE_VAR) or "auto").strip().lower()
-
-
-def _lib():
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.syscall.restype = ctypes.c_long
-    return _libc
-
-
-def _syscall(number: int, *args: Any) -> int:
-    """The raw syscall; raises OSError with its errno on failure."""
-    result = _lib().syscall(ctypes.c_long(number), *args)
-    if result < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return result
-
-
-def _numbers() -> tuple[int, int, int] | None:
-    return _SYSCALLS.get(platform.machine().lower()) if sys.platform.startswith("linux") else None
-
-
-def landlock_abi() -> tuple[int | None, str | None]:
-    """(Landlock ABI version, None), or (None, why not): not Linux, an architecture without the numbers here, a
-    kernel without Landlock (ENOSYS), Landlock disabled at boot (EOPNOTSUPP), a seccomp filter refusing it."""
-    numbers = _numbers()
-    if numbers is None:
-        return None, f"no Landlock binding for {sys.platform}/{platform.machine()}"
-    try:
-        return _syscall(numbers[0], None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION)), None
-    except OSError as exc:
-        return None, f"Landlock unavailable: {exc.strerror} (errno {exc.errno})"
 
 
 def handled_fs(abi: int) -> int:
@@ -186,58 +144,6 @@ def _writable_rights(abi: int) -> int:
 
 def _device_rights(abi: int) -> int:
     return FS_WRITE_FILE | (FS_TRUNCATE if abi >= 3 else 0)
-
-
-def _scoped(abi: int) -> list[str]:
-    return ["abstract_unix_socket", "signal"] if abi >= 6 else []
-
-
-_netns_probe: bool | None = None
-
-
-def _netns_possible() -> bool:
-    """Whether this process could enter a new user + network namespace (tried in a forked child)."""
-    global _netns_probe
-    if _netns_probe is None:
-        _netns_probe = False
-        if sys.platform.startswith("linux"):
-            try:
-                pid = os.fork()
-            except OSError:
-                return False
-            if pid == 0:
-                ok = _lib().unshare(ctypes.c_int(_CLONE_NEWUSER | _CLONE_NEWNET)) == 0
-                os._exit(0 if ok else 1)
-            try:
-                _, status = os.waitpid(pid, 0)
-            except ChildProcessError:                   # reaped by someone else: no answer
-                return False
-            _netns_probe = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-    return _netns_probe
-
-
-def describe() -> dict[str, Any]:
-    """What a confined worker gets on this machine under the current mode, without applying anything (for
-    run.json)."""
-    current = mode()
-    abi, why = landlock_abi()
-    linux = sys.platform.startswith("linux")
-    info: dict[str, Any] = {"mode": current, "landlock_abi": abi, "filesystem": False, "network": False,
-                            "network_via": None, "no_new_privs": False, "scoped": [], "reason": why}
-    if current not in MODES:
-        info["reason"] = f"{MODE_VAR}={current!r} is not one of {', '.join(MODES)}"
-        return info
-    if current == "off":
-        info["reason"] = f"{MODE_VAR}=off"
-        return info
-    info["no_new_privs"] = linux
-    if abi is not None:
-        info.update(filesystem=True, scoped=_scoped(abi))
-        if abi >= 4:
-            info.update(network=True, network_via="landlock (TCP)")
-    if not info["network"] and linux and _netns_possible():
-        info.update(network=True, network_via="network namespace")
-    return info
 
 
 def applied() -> dict[str, Any] | None:
