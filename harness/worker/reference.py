@@ -43,6 +43,8 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     device = job.device
     rawread.bind(cuda=device != "cpu")
     integrity.snapshot()
+    from harness.worker import compilewarm     # the compile stack's per-process part, beside the setup below
+    warming = compilewarm.start(device, job.compile_modes)
     memory = _Memory(job, device)
     stage = ["reference lint checks"]
     try:
@@ -73,7 +75,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         del first, other
         trace("reference lint checks")
         stage[0] = "torch.compile baselines"
-        calls, info["compile"] = _variants(model, job.compile_modes, trials, settings, device)
+        calls, info["compile"] = _variants(model, job.compile_modes, trials, settings, device, warming)
         trace("reference compile baselines")
         info["timer_floor_ms"] = _timer_floor(device)
         spec = job.timing
@@ -480,15 +482,29 @@ class _Float64:
         return err
 
 
-def _variants(model, modes: list[str], trials: "_Trials", settings, device: str) -> tuple[dict, dict]:
+def _variants(model, modes: list[str], trials: "_Trials", settings, device: str,
+              warming=None) -> tuple[dict, dict]:
     """The calls the reference side times: eager, and torch.compile in each mode that compiles and computes the
-    same outputs as eager on trial 0's inputs (a failure is noted, not fatal)."""
+    same outputs as eager on trial 0's inputs (a failure is noted, not fatal).
+
+    A mode's `compile_seconds` (the record's timing.baselines["compile:<mode>"], "the compile part of the reference's
+    setup") runs from here until its first call's outputs were compared with eager's: dynamo's trace, AOTAutograd
+    and Inductor or their caches (harness.run.compilecache), loading the compiled code, that first call and the
+    comparison; the first mode's also holds what it waited for `warming` (harness.worker.compilewarm, the
+    per-process part started as the job arrived, beside the model's construction and the expected outputs). The
+    log says, per mode, what the caches answered, and what the warm-up took in all."""
     import torch
+    from harness.worker import compilewarm
     from harness.worker.verify import compare_outputs
     calls = {"eager": lambda x: model(*x)}
     notes: dict[str, Any] = {}
+    waited = None
     for mode in modes:
         started = time.monotonic()
+        if warming is not None and waited is None:
+            waited = warming.wait()
+            print(compilewarm.warm_line(warming), file=sys.stderr, flush=True)
+        counted = compilewarm.cache_counts()
         try:
             compiled = torch.compile(model, mode=mode)
             torch.manual_seed(0)
@@ -499,9 +515,11 @@ def _variants(model, modes: list[str], trials: "_Trials", settings, device: str)
                 raise ValueError(f"its outputs differ from eager: {result['reason']}")
         except Exception as exc:                       # noqa: BLE001 - a baseline that fails is noted
             notes[mode] = {"error": describe(exc), "compile_seconds": round(time.monotonic() - started, 2)}
-            continue
-        calls[f"compile:{mode}"] = lambda x, c=compiled: c(*x)
-        notes[mode] = {"error": None, "compile_seconds": round(time.monotonic() - started, 2)}
+        else:
+            calls[f"compile:{mode}"] = lambda x, c=compiled: c(*x)
+            notes[mode] = {"error": None, "compile_seconds": round(time.monotonic() - started, 2)}
+        print(compilewarm.log_line(mode, notes[mode]["compile_seconds"], compilewarm.counted_since(counted),
+                                   waited if mode == modes[0] else None), file=sys.stderr, flush=True)
     return calls, notes
 
 
