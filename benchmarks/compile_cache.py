@@ -9,10 +9,18 @@ second (the baselines loaded from `<cache_dir>/compile/`).
 e.g. on a GPU: python benchmarks/compile_cache.py --tree . --device cuda --compile-modes
 default,max-autotune-no-cudagraphs --level 2 --candidate 'aa_*'. Nothing is asserted; the target (issue 45): the
 second run's compile part at most 2 s per mode.
+
+Besides the records' figures it prints what each reference's log says (harness.worker.compilewarm): the compile
+stack's warm-up (its seconds in all, beside the setup, and what the first baseline waited for it) and, per mode, the
+FX graph and AOTAutograd caches' hits and misses; and per run its wall time and the pairs' mean `total` (their own
+setup after the reference's). `--spare-workers on|off|auto` sets the config key of that name (the CPU path's
+`auto` is off).
 """
 from __future__ import annotations
 
 import argparse
+import re
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -38,23 +46,62 @@ def per_problem(records: list[dict[str, Any]]) -> dict[str, dict[str, float | No
     return out
 
 
+def from_logs(run_dir: Path) -> dict[str, dict[str, str]]:
+    """problem slug -> {'warm': seconds, 'waited': seconds, mode: 'fx H/M aot H/M', ...} from the reference logs'
+    lines (H hits, M misses)."""
+    out: dict[str, dict[str, str]] = {}
+    for log in sorted((run_dir / "logs").glob("*__reference.log")):
+        row = out.setdefault(log.name[:-len("__reference.log")], {})
+        for line in log.read_text(errors="replace").splitlines():
+            warm = re.match(r"kb-harness: compile warm-up beside the setup: ([\d.]+) s", line)
+            if warm:
+                row["warm"] = warm.group(1)
+            mode = re.match(r"kb-harness: compile baseline (\S+): [\d.]+ s(?: \(of which ([\d.]+) s waiting.*?\))?; "
+                            r"fx graph cache: (\d+) hit, (\d+) miss.*AOTAutograd cache: (\d+) hit, (\d+) miss", line)
+            if mode:
+                name, waited, fx_hit, fx_miss, aot_hit, aot_miss = mode.groups()
+                row[name] = f"fx {fx_hit}/{fx_miss} aot {aot_hit}/{aot_miss}"
+                if waited is not None:
+                    row["waited"] = waited
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tree", type=Path, default=REPO / "examples" / "cpu")
     p.add_argument("--device", default="cpu")
     p.add_argument("--compile-modes", default="default")
+    p.add_argument("--spare-workers", choices=("auto", "on", "off"), default=None)
     args, extra = p.parse_known_args()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         config = pair_time._config(tmp, args.tree / "problems", args.tree / "solutions", args.device, None)
+        if args.spare_workers is not None:
+            import yaml
+            values = yaml.safe_load(config.read_text())
+            values["spare_workers"] = args.spare_workers
+            config.write_text(yaml.safe_dump(values, sort_keys=False))
         flags = ["--compile-modes", args.compile_modes, *extra]
-        runs = [per_problem(pair_time.run(config, tmp / "results", flags).records) for _ in range(2)]
-    columns = [*args.compile_modes.split(","), "reference_setup"]
+        finished = [pair_time.run(config, tmp / "results", flags) for _ in range(2)]
+        runs = [per_problem(f.records) for f in finished]
+        logs = [from_logs(f.run_dir) for f in finished]
+    modes = args.compile_modes.split(",")
+    columns = [*modes, "reference_setup"]
     print(f"tree {args.tree}  device {args.device}  (seconds: first run / second run)")
     print(f"{'problem':40} " + " ".join(f"{c:>28}" for c in columns))
     for problem in sorted(runs[0]):
         cells = [f"{_s(runs[0][problem].get(c))} / {_s(runs[1].get(problem, {}).get(c))}" for c in columns]
         print(f"{problem:40} " + " ".join(f"{c:>28}" for c in cells))
+    print("reference logs (warm-up seconds in all, of it waited for by the first mode; per mode the caches' hit/miss):")
+    for which, by_slug in zip(("first", "second"), logs):
+        for slug_name, row in sorted(by_slug.items()):
+            said = "  ".join(f"{m}: {row[m]}" for m in modes if m in row)
+            print(f"  {which:6} {slug_name:40} warm-up {row.get('warm', '-')} s, waited {row.get('waited', '-')} s  {said}")
+    for which, f in zip(("first", "second"), finished):
+        totals = [r["worker"]["phases"]["total"] for r in f.records
+                  if ((r.get("worker") or {}).get("phases") or {}).get("total") is not None]
+        mean = f"{statistics.mean(totals):.2f} s over {len(totals)} pairs" if totals else "-"
+        print(f"{which} run: wall {f.wall_s:.1f} s, pairs' mean total {mean}")
     return 0
 
 
