@@ -120,7 +120,8 @@ def _profile(cfg: Config, pairs: list[Pair], found: ncu.Ncu, gpu_list: list[dict
     from harness.run import scratch as scratch_space
     from harness.run.pipeline import make_dir, toolchain_for
     from harness.run.profile import ProfileRun, profile_config, profile_pair, record_path
-    from harness.run.schedule import Slot, assign_cpus
+    from harness.run import coreshares
+    from harness.run.schedule import Slot
     from harness.run.workerproc import set_worker_memory_gb, worker_env
     cfg = profile_config(cfg.for_device("cuda"))
     set_worker_memory_gb(cfg.worker_memory_gb)
@@ -136,7 +137,7 @@ def _profile(cfg: Config, pairs: list[Pair], found: ncu.Ncu, gpu_list: list[dict
                        seed.base)
     gpu = next(g for g in gpu_list if g["index"] == cfg.gpus[0])
     slot = Slot(f"cuda:{gpu['index']}", gpu["index"], gpu["name"])
-    assign_cpus([slot])
+    coreshares.assign([slot], lambda text: console.print(f"warning: {text}", highlight=False))   # held to the end
     with scratch_space.owned(run_id, lambda text: console.print(f"warning: {text}", highlight=False)) as scratch:
         tmp = scratch / "ncu-tmp"
         tmp.mkdir(parents=True, exist_ok=True)

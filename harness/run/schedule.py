@@ -63,16 +63,6 @@ class Slot:
                 "KB_SPARE_CPUS": ",".join(map(str, self.spare_cpus(cpu_threads)))}
 
 
-def assign_cpus(slots: list[Slot]) -> None:
-    """Split this process's cores evenly over the slots: the reference and the candidate of a pair run on the same
-    cores, so neither gets a faster or nearer core than the other."""
-    import os
-    cores = sorted(os.sched_getaffinity(0))
-    share = max(1, len(cores) // max(1, len(slots)))
-    for i, slot in enumerate(slots):
-        slot.cpus = tuple(cores[i * share:(i + 1) * share] or cores)
-
-
 @dataclass
 class Context:
     cfg: Config

@@ -40,6 +40,7 @@ from harness.core.config import Config
 from harness.core.discover import Pair
 from harness.core.errors import UsageError
 from harness.results.records import Status, finish
+from harness.run import coreshares
 from harness.run.build import BuildResult
 from harness.run.evaluate import slug
 from harness.run.executors import problem_groups
@@ -93,6 +94,7 @@ def run_all_dask(pairs: list[Pair], ctx: Any, slots: list[Any], device: str,
         return info
     cluster = None
     client = None
+    cores = None
     futures: dict[Any, str] = {}
     try:
         if cfg.scheduler:
@@ -102,6 +104,7 @@ def run_all_dask(pairs: list[Pair], ctx: Any, slots: list[Any], device: str,
                 raise UsageError(f"--scheduler {cfg.scheduler}: cannot connect: {describe_exception(exc)} "
                                  f"(finished pairs are in results.jsonl; continue with --resume {ctx.run_id})") from None
         else:
+            cores = coreshares.assign(slots, say) if device == "cuda" else None   # held until the cluster closes
             cluster = start_local_cluster(cfg, device, slots)
             client = Client(cluster)
         info["workers"] = describe_workers(client, device, say)
@@ -146,6 +149,8 @@ def run_all_dask(pairs: list[Pair], ctx: Any, slots: list[Any], device: str,
         if cluster is not None:
             with contextlib.suppress(Exception):
                 cluster.close(timeout=20)
+        if cores is not None:
+            cores.release()
     return info
 
 
@@ -162,7 +167,8 @@ def start_local_cluster(cfg: Config, device: str, slots: list[Any]):
     """A cluster on this machine, processes=True, one thread per worker. CUDA: one worker per GPU in `gpus`, that
     worker's CUDA_VISIBLE_DEVICES pinned to it and resources GPU=1 (a SpecCluster, LocalCluster's base: LocalCluster
     cannot give each worker its own environment). CPU: dask_workers workers (0 = CPU_WORKERS). Each worker gets its
-    own share of this process's cores (KB_DASK_CPUS), as local slots do."""
+    own share of this process's cores (KB_DASK_CPUS): on CUDA its slot's (harness.run.coreshares.assign, done by the
+    caller), as local slots do."""
     import dask
     from distributed import Nanny, Scheduler, SpecCluster
 
@@ -174,7 +180,8 @@ def start_local_cluster(cfg: Config, device: str, slots: list[Any]):
     share = max(1, len(cores) // len(envs))
     workers = {}
     for i, (env, resources) in enumerate(envs):
-        mine = cores[i * share:(i + 1) * share] or cores
+        claimed = slots[i].cpus if device == "cuda" else ()
+        mine = claimed or cores[i * share:(i + 1) * share] or cores
         options = {"nthreads": 1, "env": {**env, "KB_DASK_CPUS": ",".join(map(str, mine))},
                    "dashboard_address": None, "silence_logs": 40}
         if resources:

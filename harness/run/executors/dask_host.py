@@ -178,6 +178,8 @@ def local_slot(device: str):
     cpus = tuple(int(c) for c in cpus_env.split(",") if c.strip().isdigit()) or tuple(sorted(os.sched_getaffinity(0)))
     if device != "cuda":
         return Slot("cpu", None, cpus=cpus)
+    if not cpus_env:                    # an external worker: a share of this host's cores no other run holds
+        cpus = _external_share()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
     gpu: Any = int(visible) if visible.isdigit() else visible       # an index, or a GPU UUID
     name = None
@@ -185,6 +187,21 @@ def local_slot(device: str):
         from harness.run import meta
         name = next((g["name"] for g in meta.gpus() if g["index"] == gpu), None)
     return Slot(f"cuda:{gpu}", gpu, name, cpus=cpus)
+
+
+_SHARE: list[tuple[int, ...]] = []     # this worker process's claimed cores, held while it lives
+
+
+def _external_share() -> tuple[int, ...]:
+    """An external dask worker's cores (one worker per GPU, each with this process's whole affinity): a share no
+    other process of this host holds (harness.run.coreshares), claimed once and held while the worker lives."""
+    if not _SHARE:
+        from harness.run import coreshares, meta
+        got = coreshares.claim(1, sorted(os.sched_getaffinity(0)), len(meta.gpus()))
+        _SHARE.append(got.shares[0])
+        if got.contended:
+            print(coreshares.contended_line([f"dask worker {os.getpid()}"]), file=sys.stderr)
+    return _SHARE[0]
 
 
 def ensure_builds(task: GroupTask, cfg: Config) -> tuple[Config, dict[str, BuildResult]]:

@@ -8,7 +8,8 @@ from typing import Any, Callable
 from harness.core.config import Config
 from harness.core.discover import Pair
 from harness.run.executors import problem_groups
-from harness.run.schedule import Context, Slot, assign_cpus, serve_slot
+from harness.run import coreshares
+from harness.run.schedule import Context, Slot, serve_slot
 
 
 class LocalExecutor:
@@ -22,7 +23,7 @@ class LocalExecutor:
 
     def run(self, pairs: list[Pair], ctx: Context, slots: list[Slot], device: str,
             say: Callable[[str], None]) -> dict[str, Any] | None:
-        run_all(pairs, ctx, slots)
+        run_all(pairs, ctx, slots, say)
         return None
 
 
@@ -30,8 +31,9 @@ def make(cfg: Config) -> LocalExecutor:
     return LocalExecutor()
 
 
-def run_all(pairs: list[Pair], ctx: Context, slots: list[Slot]) -> None:
-    """Every pair gets a record through ctx.emit; problems are spread over the slots."""
+def run_all(pairs: list[Pair], ctx: Context, slots: list[Slot], say: Callable[[str], None]) -> None:
+    """Every pair gets a record through ctx.emit; problems are spread over the slots, each on cores of its own
+    (harness.run.coreshares: no other run on this machine holds them, where any are free)."""
     work: queue.Queue = queue.Queue()
     for group in problem_groups(pairs):
         work.put(group)
@@ -50,12 +52,15 @@ def run_all(pairs: list[Pair], ctx: Context, slots: list[Slot]) -> None:
             errors.append(exc)
             ctx.stop.set()
 
-    assign_cpus(slots)
-    threads = [threading.Thread(target=serve, args=(slot,), name=slot.name, daemon=True) for slot in slots]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(0.2)
+    cores = coreshares.assign(slots, say)
+    try:
+        threads = [threading.Thread(target=serve, args=(slot,), name=slot.name, daemon=True) for slot in slots]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.2)
+    finally:
+        cores.release()
     if errors:
         raise errors[0]
