@@ -82,3 +82,23 @@ def test_assign_gives_gpu_slots_shares_the_cpu_slot_every_core_and_says_contenti
     assert gpu.cpus and len(said) == 1 and said[0].startswith("cuda:1: every share")
     late.release()
     held.release()
+
+
+def test_an_unpinned_external_dask_worker_takes_a_share_and_a_pinned_one_keeps_its_cores(tmp_path, monkeypatch):
+    import os
+    from harness.run import meta
+    from harness.run.executors import dask_host
+    monkeypatch.setenv(coreshares.LOCKS_VAR, str(tmp_path))
+    monkeypatch.delenv("KB_DASK_CPUS", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    cores = sorted(os.sched_getaffinity(0))
+    monkeypatch.setattr(meta, "gpus", lambda: [{"index": i, "name": "GPU"} for i in range(len(cores))])
+    monkeypatch.setattr(os, "cpu_count", lambda: len(cores))
+    monkeypatch.setattr(dask_host, "_SHARE", [])
+    other = coreshares.claim(1, cores, machine_gpus=len(cores))             # another worker of this host, first
+    slot = dask_host.local_slot("cuda")
+    assert slot.gpu == 1 and slot.cpus == coreshares.split(cores, len(cores))[1 if len(cores) > 1 else 0]
+    other.release()
+    monkeypatch.setattr(os, "cpu_count", lambda: len(cores) + 4)            # pinned (taskset): its cores as given
+    monkeypatch.setattr(dask_host, "_SHARE", [])
+    assert dask_host.local_slot("cuda").cpus == tuple(cores)

@@ -178,7 +178,7 @@ def local_slot(device: str):
     cpus = tuple(int(c) for c in cpus_env.split(",") if c.strip().isdigit()) or tuple(sorted(os.sched_getaffinity(0)))
     if device != "cuda":
         return Slot("cpu", None, cpus=cpus)
-    if not cpus_env:                    # an external worker: a share of this host's cores no other run holds
+    if not cpus_env and len(cpus) == os.cpu_count():   # an external worker, not pinned: a share no other run holds
         cpus = _external_share()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
     gpu: Any = int(visible) if visible.isdigit() else visible       # an index, or a GPU UUID
