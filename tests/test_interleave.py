@@ -12,9 +12,8 @@ import types
 import pytest
 
 from harness.core.seeds import SeedStream
-from harness.run.clients import CandidateClient, FlusherClient, ReferenceClient
-from harness.run.interleave import (CANDIDATE, EAGER, FULL_CHECKS, CandidateFailed, GraphFallback, Interleaver,
-                                    fastest, ratios)
+from harness.run.clients import CandidateClient, CandidateFailed, FlusherClient, ReferenceClient
+from harness.run.interleave import CANDIDATE, EAGER, FULL_CHECKS, GraphFallback, Interleaver, fastest, ratios
 from harness.run.paired import StopRule
 from harness.run.trusted import Checked
 from harness.run.workerproc import WorkerExit

@@ -23,13 +23,11 @@ from dataclasses import dataclass, field
 
 from harness.shared import messages as m
 from harness.run import scheduling
-from harness.run.clients import CandidateClient, CandidateFailed, FlusherClient, ReferenceClient, Timed
+from harness.run.clients import CandidateClient, FlusherClient, ReferenceClient, Timed
 from harness.run.paired import StopRule, should_stop
 from harness.run.workerproc import SpareWorkers, WorkerExit
 from harness.core.seeds import SeedStream
 from harness.run.trusted import Checked, Reader, slots_for
-
-__all__ = ["CandidateFailed"]           # raised here by the clients; the run catches it from this module
 
 CANDIDATE = "candidate"
 EAGER = "eager"
