@@ -67,3 +67,12 @@ def test_a_request_goes_out_as_its_dataclass_and_its_reply_comes_back_typed():
     reply = ReferenceClient(reference).budget(1 << 30, None, 0.0)
     assert reference.sent == [m.wire(m.BudgetRequest(1 << 30, None))]
     assert reply == m.BudgetSet(1 << 30, None)
+
+
+def test_the_references_executor_failing_is_the_harness_fault_not_the_candidates():
+    """The executor is a worker of the candidate's role running the reference's own Model: its Failed is
+    ExecutorFailed (the pair `crashed`, a harness fault), never CandidateFailed (which would blame the candidate)."""
+    from harness.run.reference_executor import ExecutorClient, ExecutorFailed
+    with pytest.raises(ExecutorFailed, match="the reference's executor: runtime_error: RuntimeError: boom"):
+        ExecutorClient(_Scripted(FAILED), "reference's executor").size("small", 0.0)
+    assert ExecutorClient(_Scripted({"kind": "size_set", "size": "small"})).size("small", 0.0).size == "small"

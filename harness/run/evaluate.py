@@ -296,6 +296,8 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
             _worker_ended(record, exc, reference, worker, cfg.timeout)
         except CandidateFailed as failed:
             candidate_failed(record, failed.reply, device)
+        except reference_executor.ExecutorFailed as exc:
+            finish(record, Status.CRASHED, f"harness fault: {exc}")
         except Exception as exc:                           # noqa: BLE001 - one pair's fault must not end the run
             record.error_detail = traceback.format_exc()[-4000:]
             finish(record, Status.CRASHED, f"harness fault while evaluating this pair: {type(exc).__name__}: {exc}")
@@ -533,6 +535,9 @@ def _conclude(record: RecordDraft, reference: ReferenceSide, inter: Interleaver,
         after = inter.reference_blocks(pc.cfg.timing.baseline_blocks)
     except WorkerExit as exc:
         memory.reference_lost(record, reference.worker, f"reference side: {exc.detail}")
+        return
+    except reference_executor.ExecutorFailed as exc:
+        finish(record, Status.CRASHED, f"harness fault: {exc}")
         return
     finally:
         inter.release()

@@ -16,8 +16,9 @@ after the pair's last reference blocks.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from harness.run.clients import CandidateClient
+from harness.run.clients import CandidateClient, CandidateFailed
 from harness.run.workerproc import SpareWorkers
 from harness.shared import messages as m
 
@@ -25,7 +26,20 @@ ROLE = "executor"
 
 
 class ExecutorFailed(Exception):
-    """The executor could not build the problem's Model (one line): the harness's fault, never the candidate's."""
+    """The executor could not build the problem's Model, or its call of it failed (one line): the harness's fault,
+    never the candidate's."""
+
+
+class ExecutorClient(CandidateClient):
+    """The executor's client: a candidate worker's requests, but its Failed is ExecutorFailed, not the candidate's
+    CandidateFailed, so that the reference's own code failing in it is never read as the candidate's failure (the
+    pair ends `crashed`, a harness fault, where evaluate.run_pair meets it)."""
+
+    def parsed(self, data: dict[str, Any], *replies: type) -> Any:
+        try:
+            return super().parsed(data, *replies)
+        except CandidateFailed as failed:
+            raise ExecutorFailed(f"the reference's executor: {failed.reply.status}: {failed.reply.error}") from None
 
 
 def job(problem_path: str, device: str, seed: int, timing: m.TimingSpec, scratch: str, state_path: str,
@@ -36,11 +50,11 @@ def job(problem_path: str, device: str, seed: int, timing: m.TimingSpec, scratch
                           precision, hide=hide, executor=True)
 
 
-def start(spares: SpareWorkers, log_path: Path, work: m.CandidateJob, deadline: float) -> CandidateClient:
+def start(spares: SpareWorkers, log_path: Path, work: m.CandidateJob, deadline: float) -> ExecutorClient:
     """The executor worker with its model built (its Loaded read). ExecutorFailed where it said it could not build
     it, WorkerExit where it ended or said anything else; the worker is closed then."""
     worker = spares.take(ROLE, log_path)
-    executor = CandidateClient(worker, "reference's executor")
+    executor = ExecutorClient(worker, "reference's executor")
     try:
         executor.start(work)
         reply = executor.trial_reply(deadline, m.Loaded)
