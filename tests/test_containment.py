@@ -84,6 +84,8 @@ ROOT = """
                           text=True)
     escaped = int(sh.stdout.readline())
     sh.wait()
+    while not open(f"/proc/{escaped}/cmdline", "rb").read().startswith(b"sleep"):
+        time.sleep(0.01)        # the background sleep exec'd: in exec its environ reads empty (a loaded box's race)
     print(child.pid, regrouped.pid, escaped, flush=True)
     time.sleep(60)
 """

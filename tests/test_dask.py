@@ -112,9 +112,13 @@ def test_killed_worker_loses_no_record(tmp_path):
                                             "--scheduler-file", str(sched_file)),
                                       cwd=tmp_path, env=env, stdout=log, stderr=log, start_new_session=True))
         deadline = time.monotonic() + 60
-        while not sched_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        address = json.loads(sched_file.read_text())["address"]
+        address = None
+        while address is None and time.monotonic() < deadline:
+            try:        # dask writes the file in place: on a loaded box it can be read empty or half written
+                address = json.loads(sched_file.read_text())["address"]
+            except (OSError, ValueError, KeyError):
+                time.sleep(0.2)
+        assert address, f"the scheduler wrote no address to {sched_file} in 60 s"
         for _ in range(2):
             procs.append(subprocess.Popen(_dask("worker", address, "--nthreads", "1", "--no-dashboard",
                                                 "--host", "127.0.0.1"),
