@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import _keep, cuda_available, PAIR_TIMEOUT_ARG, REPO, run_cli, TEST_TIMING, verdict
+from conftest import _keep, cuda_available, PAIR_TIMEOUT_ARG, REPO, run_cli, TARGET_REL_CI, TEST_TIMING, verdict
 
 EXAMPLES = REPO / "examples" / "cpu"
 
@@ -202,7 +202,8 @@ def test_resume_uses_the_recorded_config_and_selection_and_cuts_a_torn_last_line
     (["--trials", "7"], "--trials 7 differs from the run's recorded trials 3; --resume continues a run with its "
                         "own settings"),
     (["--samples", "9"], "--samples 9 differs from the run's recorded timing.samples null"),
-    (["--target-rel-ci", "0.01"], "--target-rel-ci 0.01 differs from the run's recorded timing.target_rel_ci 0.5"),
+    (["--target-rel-ci", "0.01"], "--target-rel-ci 0.01 differs from the run's recorded timing.target_rel_ci "
+                                  f"{TARGET_REL_CI}"),
     (["--seed", "3"], "--seed 3 differs from the run's recorded seed null"),
     (["--problem", "*relu*"], "--problem *relu* differs from the run's recorded problem *"),
     (["--problems-dir", str(REPO / "problems")], "--problems-dir"),
@@ -219,7 +220,7 @@ def test_resume_accepts_the_recorded_values_and_runtime_flags(example_run, tmp_p
     run_dir = copy_run(example_run[0], tmp_path)
     before = (run_dir / "results.jsonl").read_bytes()
     done = run_cli("--output-dir", str(run_dir.parent), "--resume", run_dir.name, "--trials", "3", "--jobs", "1",
-                   "--timeout", "99", "--target-rel-ci", "0.5", "--json")
+                   "--timeout", "99", "--target-rel-ci", str(TARGET_REL_CI), "--json")
     assert done.returncode == 0, done.stderr
     assert (run_dir / "results.jsonl").read_bytes() == before               # nothing left to run, nothing touched
     assert len(json.loads((run_dir / "run.json").read_text())["resumed_at"]) == 1
