@@ -3,12 +3,12 @@ reference's setup instead of inside its first baseline.
 
 A reference worker compiles its baselines once per process, and with the compile cache (harness.run.compilecache)
 holding the problem's graphs, a second run's compilation is mostly what any first compile in a process costs:
-importing torch._dynamo and torch._inductor (2-4 s on a 2-core box), hashing torch's own sources for the cache keys
-(`torch_key`, 0.1-0.3 s), and on the CPU probing which vector ISA the C++ kernels may use (a compile, cached in the
-compile folder, then a Python child that loads each candidate ISA's library: 1-3 s a process there). None of it
-depends on the problem, so the reference starts it in a thread as soon as its job arrives (`Warming`), before it
-builds the model and computes the expected outputs, and its first baseline waits for what is left (`Warming.wait`,
-counted in that baseline's `compile_seconds`). The thread imports, hashes and, on the CPU, probes (child processes,
+importing torch._dynamo and torch._inductor, hashing torch's own sources for the cache keys (`torch_key`), and on the
+CPU probing which vector ISA the C++ kernels may use (a compile, cached in the compile folder, then a Python child
+that loads each candidate ISA's library); what each costs is in docs/measurements.md ("torch.compile baselines'
+second run on the CPU"). None of it depends on the problem, so the reference starts it in a thread as soon as its
+job arrives (`Warming`), before it builds the model and computes the expected outputs, and its first baseline waits
+for what is left (`Warming.wait`, counted in that baseline's `compile_seconds`). The thread imports, hashes and, on the CPU, probes (child processes,
 and a build the first time in a cache folder); it touches no device memory and starts no CUDA work of its own (on a
 GPU it imports Triton's Python side). `begin` starts the same thread before the job, for a worker started ahead of
 it (not wired yet: harness.worker.__main__ would call it); `warm` is the work itself.
@@ -82,7 +82,7 @@ def _steps(device: str | None):
             importlib.import_module(name)
 
     def header_folder() -> None:
-        # Inductor's precompiled C++ headers (~150 MB each, one per compiler flags) go to its *default* folder in the
+        # Inductor's precompiled C++ headers (large, one per compiler flags) go to its *default* folder in the
         # machine's temp dir whatever TORCHINDUCTOR_CACHE_DIR says (codecache._HEADER_DIR, fixed at import); read at
         # each use, so pointing it into the cache folder keeps them with the rest, keyed and cleaned alike.
         from torch._inductor import codecache
@@ -135,7 +135,7 @@ def begin(device: str, folder: str | None = None) -> Warming:
     the job's `start` then takes this one over and its first baseline waits for what is left, so that none of it
     runs outside `compile_seconds` on the pair's critical path. Not called by the harness yet: the worker's entry
     point would call it for a reference worker of a run with compile modes, before it reads its job, with `folder`
-    the compile cache's entry (docs/measurements.md, 2026-11-28, torch.compile baselines' second run)."""
+    the compile cache's entry (docs/measurements.md, "torch.compile baselines' second run on the CPU")."""
     global _begun
     if _begun is None:
         if folder:
