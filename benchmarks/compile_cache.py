@@ -96,7 +96,8 @@ def main() -> int:
     for which, by_slug in zip(("first", "second"), logs):
         for slug_name, row in sorted(by_slug.items()):
             said = "  ".join(f"{m}: {row[m]}" for m in modes if m in row)
-            print(f"  {which:6} {slug_name:40} warm-up {row.get('warm', '-')} s, waited {row.get('waited', '-')} s  {said}")
+            waits = f"warm-up {row.get('warm', '-')} s, waited {row.get('waited', '-')} s"
+            print(f"  {which:6} {slug_name:40} {waits}  {said}")
     for which, f in zip(("first", "second"), finished):
         totals = [r["worker"]["phases"]["total"] for r in f.records
                   if ((r.get("worker") or {}).get("phases") or {}).get("total") is not None]
