@@ -3,15 +3,16 @@ reference's setup instead of inside its first baseline.
 
 A reference worker compiles its baselines once per process, and with the compile cache (harness.run.compilecache)
 holding the problem's graphs, a second run's compilation is mostly what any first compile in a process costs:
-importing torch._dynamo and torch._inductor, hashing torch's own sources for the cache keys (`torch_key`), and on the
-CPU probing which vector ISA the C++ kernels may use (a compile, cached in the compile folder, then a Python child
-that loads each candidate ISA's library); what each costs is in docs/measurements.md ("torch.compile baselines'
-second run on the CPU"). None of it depends on the problem, so the reference starts it in a thread as soon as its
-job arrives (`Warming`), before it builds the model and computes the expected outputs, and its first baseline waits
-for what is left (`Warming.wait`, counted in that baseline's `compile_seconds`). The thread imports, hashes and, on
-the CPU, probes (child processes, and a build the first time in a cache folder); it touches no device memory and
-starts no CUDA work of its own (on a GPU it imports Triton's Python side). `begin` starts the same thread before the job, for a worker started ahead of
-it (not wired yet: harness.worker.__main__ would call it); `warm` is the work itself.
+importing torch._dynamo and torch._inductor, hashing torch's own sources for the cache keys (`torch_key`), and on
+the CPU probing which vector ISA the C++ kernels may use (a compile, cached in the compile folder, then a Python
+child that loads each candidate ISA's library); what each costs is in docs/measurements.md ("torch.compile
+baselines' second run on the CPU"). None of it depends on the problem, so the reference starts it in a thread as
+soon as its job arrives (`Warming`), before it builds the model and computes the expected outputs, and its first
+baseline waits for what is left (`Warming.wait`, counted in that baseline's `compile_seconds`). The thread imports,
+hashes and, on the CPU, probes (child processes, and a build the first time in a cache folder); it touches no device
+memory and starts no CUDA work of its own (on a GPU it imports Triton's Python side). `begin` starts the same thread
+before the job, for a worker started ahead of it (not wired yet: harness.worker.__main__ would call it); `warm` is
+the work itself.
 
 `cache_counts` reads Inductor's own counters (torch._dynamo.utils.counters): how many of a baseline's graphs the FX
 graph cache and the AOTAutograd cache answered, which the reference writes in its log per baseline (`log_line`)."""
