@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.run import scratch, verdicts
+from harness.run import compilecache, scratch, verdicts
 from harness.core import flags
 from harness.run import merge as processes
 from harness.run.between import Terms
@@ -125,8 +125,18 @@ def serve_slot(slot: Slot, ctx: Context, next_group: Callable[[], list[Pair] | N
 
 def slot_spares(ctx: Context, slot: Slot,
                 upcoming: Callable[[str], tuple[str, ...]] = same_role_again) -> SpareWorkers:
-    return SpareWorkers(pair_worker_env(ctx.cfg, slot), ctx.log_dir, slot.name.replace(":", ""),
-                        spares_enabled(ctx.cfg, slot), upcoming)
+    env = {**pair_worker_env(ctx.cfg, slot), **compile_warm_env(ctx.cfg, ctx.toolchain)}
+    return SpareWorkers(env, ctx.log_dir, slot.name.replace(":", ""), spares_enabled(ctx.cfg, slot), upcoming)
+
+
+def compile_warm_env(cfg: Config, toolchain: Toolchain) -> dict[str, str]:
+    """A run with torch.compile baselines: its reference workers warm the compile stack before their job arrives
+    (harness.worker.compilewarm.begin: the imports, torch_key, the CPU's vector ISA probe, none of it the problem's),
+    into the compile cache's entry, so that a spare started ahead pays it while it waits (docs/measurements.md,
+    "torch.compile baselines' second run on the CPU")."""
+    if not cfg.timing.compile_modes:
+        return {}
+    return {"KB_COMPILE_WARM": "1", "KB_COMPILE_CACHE": str(compilecache.entry(cfg.cache_dir, toolchain))}
 
 
 def pair_worker_env(cfg: Config, slot: Slot) -> dict[str, str]:

@@ -36,6 +36,11 @@ def main(argv: list[str]) -> None:
         # variable the job sets at import (TORCH_EXTENSIONS_DIR, MAX_JOBS and TORCH_CUDA_ARCH_LIST are read when an
         # extension is built or loaded), and it touches no GPU
         import torch.utils.cpp_extension  # noqa: F401
+    warm_compile = os.environ.pop("KB_COMPILE_WARM", None) == "1"      # (no other role keeps these)
+    compile_cache = os.environ.pop("KB_COMPILE_CACHE", None)
+    if role == "reference" and warm_compile:
+        from harness.worker import compilewarm    # the compile stack warmed in a thread while it waits for its job
+        compilewarm.begin(os.environ.get("KB_DEVICE", "cpu"), compile_cache)
     common.trace(f"{role} imported")
     job = conn.recv()                   # nothing touches the GPU before this: a spare holds no CUDA context
     common.trace(f"{role} job")

@@ -11,8 +11,8 @@ soon as its job arrives (`Warming`), before it builds the model and computes the
 baseline waits for what is left (`Warming.wait`, counted in that baseline's `compile_seconds`). The thread imports,
 hashes and, on the CPU, probes (child processes, and a build the first time in a cache folder); it touches no device
 memory and starts no CUDA work of its own (on a GPU it imports Triton's Python side). `begin` starts the same thread
-before the job, for a worker started ahead of it (not wired yet: harness.worker.__main__ would call it); `warm` is
-the work itself.
+before the job, for a worker started ahead of it (harness.worker.__main__ calls it for a run's reference workers when
+the run has compile modes); `warm` is the work itself.
 
 `cache_counts` reads Inductor's own counters (torch._dynamo.utils.counters): how many of a baseline's graphs the FX
 graph cache and the AOTAutograd cache answered, which the reference writes in its log per baseline (`log_line`)."""
@@ -134,9 +134,9 @@ _begun: Warming | None = None
 def begin(device: str, folder: str | None = None) -> Warming:
     """Start the warm-up before a job has arrived (a worker started ahead of its job, which waits for it anyway);
     the job's `start` then takes this one over and its first baseline waits for what is left, so that none of it
-    runs outside `compile_seconds` on the pair's critical path. Not called by the harness yet: the worker's entry
-    point would call it for a reference worker of a run with compile modes, before it reads its job, with `folder`
-    the compile cache's entry (docs/measurements.md, "torch.compile baselines' second run on the CPU")."""
+    runs outside `compile_seconds` on the pair's critical path. The worker's entry point (harness.worker.__main__)
+    calls it for a reference worker of a run with compile modes (KB_COMPILE_WARM, harness.run.schedule
+    .compile_warm_env) before it reads its job, with `folder` the compile cache's entry (KB_COMPILE_CACHE)."""
     global _begun
     if _begun is None:
         if folder:
