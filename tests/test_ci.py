@@ -2,13 +2,14 @@
 solutions tree, a branch's changes are evaluated (only those), summarised in Markdown, and judged by exit code."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, REPO, run_cli, write_config
+from conftest import FIXTURES, REPO, run_cli, skip_timing_if_loaded, write_config
 
 TREE = FIXTURES / "tree"
 PROBLEM = "level1/001_linear_relu"
@@ -73,8 +74,11 @@ def test_a_branch_is_judged_on_what_it_changed(repo):
     (repo_dir / "solutions" / PROBLEM / "wrong.py").unlink()
 
 
+@pytest.mark.timing
 def test_a_regression_against_mains_last_run_fails(repo, tmp_path):
-    """main's last run read new_ok at 100x with a tight CI: today's reading is SLOWER, so the check fails."""
+    """main's last run read new_ok at 100x with a tight CI: today's reading is SLOWER, so the check fails. Where
+    today's pair was timed on a loaded box its rounds disagree, and compare rightly calls no change on the CPU
+    (the gap between its two estimates goes into the least change it needs: compare.floor_for), so it skips."""
     from harness.results.records import Status, finish, new_record
     from harness.results.store import RunStore
     root, repo_dir, config, base = repo
@@ -87,8 +91,11 @@ def test_a_regression_against_mains_last_run_fails(repo, tmp_path):
     store.append(record)
     store.finish()
     done, summary = ci(root, config, base, "--baseline", str(main_runs))
+    assert f"compared with `{store.run_id}`" in summary, summary
+    today = sorted(p for p in (root / "results").iterdir() if p.is_dir())[-1] / "results.jsonl"
+    skip_timing_if_loaded(*[json.loads(line) for line in today.read_text().splitlines() if line.strip()])
     assert done.returncode == 1, done.stderr
-    assert f"compared with `{store.run_id}`" in summary and "| SLOWER" in summary
+    assert "| SLOWER" in summary
     assert f"Regressed against main: {PROBLEM}/new_ok (SLOWER)" in summary
 
 
