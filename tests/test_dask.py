@@ -128,8 +128,9 @@ def test_killed_worker_loses_no_record(tmp_path):
             # two problems run at once on this machine's cores: the test is about records, not about the
             # interference check, which the other problem's processes trip on a 2-core machine
             config = write_config(tmp_path, _three_problems(tmp_path / "tree"), timing={"interference_tolerance": 2.0})
+            # the pair timeout is conftest's (a fixed 20 s timed out a reference on a box running two test runs)
             run = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "--config", str(config), "--timeout",
-                                    "20", "--executor", "dask", "--scheduler", address], cwd=REPO, env=env,
+                                    PAIR_TIMEOUT_ARG, "--executor", "dask", "--scheduler", address], cwd=REPO, env=env,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             victim = None
             deadline = time.monotonic() + 120
