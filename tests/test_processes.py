@@ -383,3 +383,17 @@ def test_ctrl_c_during_builds_ends_at_once(tmp_path):
     left = _wait_none_left(tag, builds, 2.0)
     assert not left, f"left behind: {left}"
     assert not list((tmp_path / "cache" / "builds").glob("*/build.json"))   # nothing recorded as built
+
+
+def test_a_worker_left_stopped_reads_its_exit_and_ends_at_once(tmp_path):
+    """A worker left paused (the CPU path's candidate after its trials) is resumed by close(), so it reads the exit
+    request and ends by itself, instead of waiting out close()'s 10 s to be killed."""
+    from harness.run import workerproc as procs
+    env = procs.worker_env({"KB_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path), "KB_SANDBOX": "off"})
+    worker = procs.Worker("build", env, tmp_path / "worker.log")
+    time.sleep(0.5)                                     # stopped while it imports torch, before its job
+    worker.pause()
+    started = time.monotonic()
+    code = worker.close(wait_s=30)
+    assert code == 0, f"exit code {code}: killed, not ended by its exit request"
+    assert time.monotonic() - started < 25

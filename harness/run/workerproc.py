@@ -506,7 +506,10 @@ class Worker:
 
     def close(self, wait_s: float = 10.0) -> int | None:
         """Tell the worker to stop, give it `wait_s` (a launcher such as ncu writes its report after the worker
-        ends), then make sure every process of it is gone."""
+        ends), then make sure every process of it is gone. It is resumed first: a worker left stopped (pause, as the
+        CPU path's candidate after its trials) could not read the exit request, and waited out `wait_s` to be
+        killed."""
+        self.resume()
         self.send(m.wire(m.ExitRequest()))
         code = self.wait(wait_s)
         self.kill()
