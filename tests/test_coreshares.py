@@ -102,3 +102,12 @@ def test_an_unpinned_external_dask_worker_takes_a_share_and_a_pinned_one_keeps_i
     monkeypatch.setattr(os, "cpu_count", lambda: len(cores) + 4)            # pinned (taskset): its cores as given
     monkeypatch.setattr(dask_host, "_SHARE", [])
     assert dask_host.local_slot("cuda").cpus == tuple(cores)
+
+
+def test_candidates_cannot_reach_the_lock_files(tmp_path, monkeypatch):
+    """A candidate that opened a core's lock file and flocked it (a read-only open is enough for flock) would make
+    another run starting meanwhile find its share held: the lock folder is among what the sandbox hides from the
+    workers that run candidate code."""
+    from harness.run.cachedirs import hidden_from_candidates
+    monkeypatch.setenv(coreshares.LOCKS_VAR, str(tmp_path / "locks"))
+    assert str(tmp_path / "locks") in hidden_from_candidates(tmp_path / "cache")
