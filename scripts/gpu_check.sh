@@ -438,6 +438,52 @@ PY
     fi
     touch "$out/suite44.done"
     ;;
+lease45)
+    # Issue 45's GPU measurements and the GPU tests in one detached run (BG="scripts/gpu_check.sh lease45" ... bg):
+    #   A. GPU 0: tests/test_gpu.py; GPU 1: the other GPU-marked tests, then benchmarks/compile_cache.py on two
+    #      level-2 problems with both default torch.compile modes (item 2); the CPU: scaling's builds
+    #   B. benchmarks/scaling.py: local:1, local:2, dask:2 over 32 pairs (item 1; SCALE_ARGS)
+    #   C. benchmarks/agent_throughput.py on GPU 0 (item 3; carry .kbsrc, and KernelBench's wheels in KB_WHEELS_DIR)
+    #   D. `cluster` with the last dask worker killed KILL_AFTER (40) s into the dask run (item 4)
+    # STEPS picks some ("A B C D", the default).
+    export TEST_RUNS_OUT="$out/runs"
+    steps=" ${STEPS:-A B C D} "
+    if [[ "$steps" == *" A "* ]]; then
+        echo "== A. GPU tests on both GPUs, compile warm-up on GPU 1, scaling's builds ($(date +%T))"
+        (CUDA_VISIBLE_DEVICES=0 timeout -s INT "${TESTS_TIMEOUT:-400}" python -m pytest -q -rf --tb=short -m gpu \
+            tests/test_gpu.py ${K:+-k "$K"} > "$out/gpu_tests_a.txt" 2>&1) &
+        (export CUDA_VISIBLE_DEVICES=1
+         timeout -s INT 200 python -m pytest -q -rf --tb=short -m gpu tests/test_peer.py tests/test_precision_gpu.py \
+             tests/test_profile.py tests/test_profiling_gpu.py > "$out/gpu_tests_b.txt" 2>&1
+         set -f
+         timeout -s INT "${COMPILE_TIMEOUT:-330}" python benchmarks/compile_cache.py --tree . --device cuda \
+             --compile-modes default,max-autotune-no-cudagraphs --level level2 --problem "${COMPILE_PROBLEMS:-*00[12]_*}" \
+             --max-pair-seconds 3 > "$out/compile_cache.txt" 2>&1) &
+        # the builds on the second half of the cores (the GPU tests' core share is the first), --deadline-s 1: no run
+        SCALE_SECONDS=1 SCALE_TIMEOUT=380 SCALE_ARGS=${SCALE_ARGS:---pairs 32 --max-pair-seconds 3} \
+            taskset -c "$(( $(nproc) / 2 ))-$(( $(nproc) - 1 ))" bash "$0" scaling > "$out/scaling_build.txt" 2>&1
+        wait
+        tail -n 4 "$out/scaling_build.txt"
+        echo "-- tests/test_gpu.py (GPU 0)"; tail -n 15 "$out/gpu_tests_a.txt"
+        echo "-- the other GPU tests (GPU 1)"; tail -n 10 "$out/gpu_tests_b.txt"
+        echo "-- compile_cache (GPU 1)"; tail -n 14 "$out/compile_cache.txt"
+    fi
+    if [[ "$steps" == *" B "* ]]; then
+        echo "== B. scaling ($(date +%T))"
+        SCALE_SECONDS=${SCALE_SECONDS:-380} SCALE_SETTINGS=${SCALE_SETTINGS:-local:1,local:2,dask:2} \
+            SCALE_ARGS=${SCALE_ARGS:---pairs 32 --max-pair-seconds 3} bash "$0" scaling | tail -n 20
+    fi
+    if [[ "$steps" == *" C "* ]]; then
+        echo "== C. throughput ($(date +%T))"
+        KB_WHEELS_DIR=${KB_WHEELS_DIR:-.kbw} THROUGHPUT_TIMEOUT=${THROUGHPUT_TIMEOUT:-450} bash "$0" throughput \
+            | tail -n 12
+    fi
+    if [[ "$steps" == *" D "* ]]; then
+        echo "== D. cluster, a worker killed ($(date +%T))"
+        KILL_AFTER=${KILL_AFTER:-40} CLUSTER_TIMEOUT=${CLUSTER_TIMEOUT:-180} bash "$0" cluster
+    fi
+    echo "== lease45 ended ($(date +%T))"
+    ;;
 cpu44)
     echo "== issue 44 on this machine's quiet CPU: the staged CPU path's exploits and privileges tests (as root here)"
     export TEST_RUNS_OUT="$out/runs"
@@ -516,9 +562,18 @@ cluster)
     echo "== local run"
     timeout -s INT "${CLUSTER_TIMEOUT:-250}" python run_eval.py "${common[@]}" --output-dir "$out/local" \
         > "$out/local.jsonl" 2> "$out/local.txt"; tail -n 3 "$out/local.txt"
-    echo "== the same over $addr"
+    echo "== the same over $addr${KILL_AFTER:+, the last worker killed (SIGKILL, its process group) after $KILL_AFTER s}"
+    killer=
+    if [ -n "${KILL_AFTER:-}" ]; then
+        (sleep "$KILL_AFTER"; kill -KILL -- "-${pids[-1]}" 2>/dev/null && echo "killed worker group ${pids[-1]} at" \
+            "$KILL_AFTER s" >> "$out/killed.txt") &
+        killer=$!
+    fi
     timeout -s INT "${CLUSTER_TIMEOUT:-250}" python run_eval.py "${common[@]}" --executor dask --scheduler "$addr" \
         --output-dir "$out/dask" > "$out/dask.jsonl" 2> "$out/dask.txt"; echo "rc $?"
+    [ -n "$killer" ] && { kill "$killer" 2>/dev/null; wait "$killer" 2>/dev/null; }
+    cat "$out/killed.txt" 2>/dev/null
+    echo "records: local $(grep -c '^{' "$out/local.jsonl"), dask $(grep -c '^{' "$out/dask.jsonl")"
     grep -v "━" "$out/dask.txt" | grep -E "^dask|worker|harness|pairs" | head -n 8
     python - "$out/local.jsonl" "$out/dask.jsonl" <<'PY'
 import json, sys
@@ -533,7 +588,8 @@ PY
     summary "$out/dask"
     grep -c "No module named 'harness'" "$out/scheduler.txt" | sed 's/^/scheduler log lines naming a missing harness: /'
     stop_cluster; trap - EXIT
-    sleep 2; echo "left running: $(pgrep -f 'dask (scheduler|worker)' | wc -l) dask processes"
+    sleep 2; echo "left running: $(pgrep -f 'dask (scheduler|worker)' | wc -l) dask processes," \
+        "$(pgrep -f 'harness[.]worker' | wc -l) harness worker processes"
     ;;
 tests)
     timeout 560 python -m pytest -q -m gpu tests/ 2>&1 | tail -n 40
@@ -646,7 +702,7 @@ scaling)
         python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
             $wheels && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
     fi
-    timeout -s INT $(( ${SCALE_SECONDS:-500} + 60 )) python benchmarks/scaling.py --deadline-s "${SCALE_SECONDS:-500}" \
+    timeout -s INT "${SCALE_TIMEOUT:-$(( ${SCALE_SECONDS:-500} + 60 ))}" python benchmarks/scaling.py --deadline-s "${SCALE_SECONDS:-500}" \
         ${SCALE_SETTINGS:+--settings "$SCALE_SETTINGS"} ${SCALE_ARGS:-} --json "$out/scaling.json" 2>&1 \
         | tee "$out/scaling.txt"
     tar czf "$out/scaling_runs.tgz" -C results scaling/selection.json scaling/runs 2>/dev/null
@@ -654,6 +710,6 @@ scaling)
 throughput)
     # issue 45 item 3: see the header; both sides on GPU 0, one after the other (KernelBench first)
     timeout -s INT "${THROUGHPUT_TIMEOUT:-560}" python benchmarks/agent_throughput.py --count "${COUNT:-32}" \
-        --wheels .whl --json "$out/throughput.json" ${THROUGHPUT_ARGS:-} 2>&1 | grep -v "━" | tee "$out/throughput.txt"
+        --wheels "${KB_WHEELS_DIR:-.whl}" --json "$out/throughput.json" ${THROUGHPUT_ARGS:-} 2>&1 | grep -v "━" | tee "$out/throughput.txt"
     ;;
 esac
