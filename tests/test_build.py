@@ -35,7 +35,8 @@ def test_a_triton_candidate_is_skipped_on_the_cpu_without_a_build_worker(tmp_pat
 # ---------------------------------------------------------------- keys and the cache, against a scripted build worker
 
 CPU = build.Toolchain("cpu", "2.13.0", None, None, "3.11.7")
-SOURCE = "import torch\nclass ModelNew(torch.nn.Module):\n    pass\n"
+# a candidate that builds an extension (may_build_extensions): only such a one gets a build worker
+SOURCE = "import torch\nfrom torch.utils.cpp_extension import load_inline\nclass ModelNew(torch.nn.Module):\n    pass\n"
 
 
 def make_pair(tmp: Path, name: str = "cand", source: str = SOURCE, suffix: str = ".py") -> Pair:
@@ -192,3 +193,37 @@ def test_identical_sources_share_one_build(tmp_path, workers):
     first, second = results["level1/001_p/first"], results["level1/001_p/second"]
     assert first.build_dir == second.build_dir and {first.cached, second.cached} == {True, False}
     assert results["level1/001_p/other"].build_dir != first.build_dir
+
+
+PYTHON_ONLY = "import math\nimport torch\nimport torch.nn as nn\nclass ModelNew(nn.Module):\n    pass\n"
+
+
+def test_a_candidate_that_cannot_build_an_extension_gets_no_build_worker(tmp_path, workers):
+    """A source of the standard library and torch alone, naming no way into cpp_extension, is `built` without a
+    worker that would import torch to find nothing to compile; saved, so a later run finds it cached."""
+    fake = workers()
+    pair, root = make_pair(tmp_path, "plain", PYTHON_ONLY), tmp_path / "builds"
+    first = build.build_one(pair, root, CPU, 60, 0)
+    assert (first.status, first.cached, first.extensions, first.sandbox) == ("built", False, [], None)
+    assert (Path(first.build_dir) / "build.json").is_file() and build.build_one(pair, root, CPU, 60, 0).cached
+    md = build.build_one(make_pair(tmp_path, "plain_md", PYTHON_ONLY + "#\n", suffix=".md"), root, CPU, 60, 0)
+    assert md.status == "built" and Path(md.candidate_path).read_text() == PYTHON_ONLY + "#\n"
+    assert fake.started == []
+
+
+@pytest.mark.parametrize("source", [
+    SOURCE, "import torch.utils.cpp_extension as ce\n", "from torch.utils import cpp_extension\n",
+    "import torch\nx = torch.utils\n", "m = __import__('torch')\n", "import importlib\n",
+    "exec('import torch')\n", "eval('1')\n", "compile('1', 'f', 'eval')\n", "from torch import load\nload('f')\n",
+    "import helper_of_its_own\n", "from . import helper\n", "import triton\n", "import numpy\n",
+    "this is ( not python\n"])
+def test_a_candidate_that_may_build_gets_its_build_worker(source):
+    from harness.core.discover import Candidate
+    assert build.may_build_extensions(Candidate("c", Path("c.py"), source, None))
+
+
+@pytest.mark.parametrize("source", [PYTHON_ONLY, "import os, sys, threading\nimport torch.nn.functional as F\n"
+                                    "m = torch.compile(m)\nmodel.eval()\n"])
+def test_a_python_only_candidate_needs_no_build_worker(source):
+    from harness.core.discover import Candidate
+    assert not build.may_build_extensions(Candidate("c", Path("c.py"), source, None))

@@ -249,11 +249,16 @@ def test_show_value_never_expands_a_shared_structure():
 # ------------------------------------------------------------------------------------------------ build cache
 
 
+# The control with an import of load_inline: a candidate that may build an extension, so a real build worker runs
+# (harness.run.build.may_build_extensions) and writes its build.log, as these tests need.
+AA_BUILT = AA.replace("import torch\n", "import torch\nfrom torch.utils.cpp_extension import load_inline  # noqa: F401\n", 1)
+
+
 def _pair(tmp_path: Path, suffix: str = ".py"):
     from harness.core.discover import load_candidate, load_problem
     from harness.core.discover import Pair
     path = tmp_path / f"cand{suffix}"
-    path.write_text(AA if suffix == ".py" else f"```python\n{AA}```\n")
+    path.write_text(AA_BUILT if suffix == ".py" else f"```python\n{AA_BUILT}```\n")
     return Pair(load_problem(PROBLEM, "level1/001_relu_scale"), load_candidate(path, "level1/001_relu_scale/cand"),
                 "level1/001_relu_scale")
 

@@ -8,10 +8,13 @@ is not a regular file with a build result's fields is removed and built again, o
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
+import re
 import shutil
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -227,6 +230,8 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
             return BuildResult(**{**saved, **base, "cached": True})
         except (ReadError, ValueError, TypeError):  # changed since it was checked: built again
             marker.unlink(missing_ok=True)
+    if not may_build_extensions(pair.candidate):
+        return _saved(BuildResult("built", **base), marker, base)
     if live is not None and live.cancelled:
         raise BuildCancelled()
     started = time.monotonic()
@@ -254,16 +259,58 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
     if isinstance(reply, m.HarnessError):
         return BuildResult("crashed", reply.error, seconds=round(time.monotonic() - started, 3),
                            sandbox=reply.sandbox, **base)
-    result = BuildResult(status=reply.status, error=reply.error, compiler_output=reply.compiler_output,
-                         extensions=reply.extensions, seconds=round(time.monotonic() - started, 3),
-                         sandbox=reply.sandbox, **base)
+    return _saved(BuildResult(status=reply.status, error=reply.error, compiler_output=reply.compiler_output,
+                              extensions=reply.extensions, seconds=round(time.monotonic() - started, 3),
+                              sandbox=reply.sandbox, **base), marker, base)
+
+
+def _saved(result: BuildResult, marker: Path, base: dict) -> BuildResult:
+    """The result, written to the entry's build.json where it is one a later run may reuse (SAVED_STATUSES)."""
     if result.status in SAVED_STATUSES:
         saved = {k: v for k, v in asdict(result).items() if k not in base and k not in ("cached", "static")}
         try:
             write_text(marker, json.dumps(saved))
         except OSError as exc:                  # the result stands; the next run builds it again
-            result.warning = f"build cache {show_path(build_dir)}: result not saved: {exc.strerror or exc}"
+            result.warning = f"build cache {show_path(marker.parent)}: result not saved: {exc.strerror or exc}"
     return result
+
+
+# What a build worker is for: running the candidate's import (and its ModelNew's construction) with the
+# load_inline/load of torch.utils.cpp_extension hooked, so that its extensions compile here rather than in its pair.
+# A source that names none of cpp_extension's ways in and reaches no module beyond the standard library and torch
+# builds nothing there: a worker that imports torch (~2 s of CPU) to find that out is not started.
+_EXTENSION_WORDS = re.compile(r"cpp_extension|load_inline|\bload\s*\(|torch\.utils|__import__|importlib|"
+                              r"(?<![\w.])(?:exec|eval|compile)\s*\(")
+_NOTHING_TO_BUILD_MODULES = frozenset(sys.stdlib_module_names) | {"torch"}
+
+
+def may_build_extensions(candidate) -> bool:
+    """A static look at a candidate's source: False when importing it cannot reach a torch extension build (no
+    cpp_extension, load_inline, load(...) or torch.utils named; no __import__, importlib, exec, eval or compile;
+    no relative import and no import of a module outside the standard library and torch, such as a helper of its
+    own that might build for it). Such a candidate is `built` without a build worker (`seconds` 0, `sandbox`
+    None) and saved as any build is. One that reaches cpp_extension in a way this look misses compiles in its
+    candidate worker, which hooks load_inline the same way (harness.worker.candidate), as a candidate whose
+    extension is built only when its forward runs does. True (a build worker decides) when in doubt."""
+    source = candidate.source or ""
+    if _EXTENSION_WORDS.search(source):
+        return True
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level or not node.module:
+                return True
+            modules = [node.module]
+        else:
+            continue
+        if any(name.split(".")[0] not in _NOTHING_TO_BUILD_MODULES for name in modules):
+            return True
+    return False
 
 
 def _built(data: dict) -> "m.Built | m.HarnessError":
