@@ -140,3 +140,11 @@ def test_the_verdict_modules_import_nothing_of_the_results_layer():
     writing = sorted(f"{m} -> {t}" for m in VERDICT_MODULES for t in GRAPH[m]
                      if _folder(t) == "results" or t == "harness.run.verdicts")
     assert not writing, writing
+
+
+def test_the_worker_processes_owner_knows_no_record():
+    """harness.run.workerproc starts, talks to and ends worker processes; what a worker's end means for a record
+    (harness.results.records.exit_status) is decided by those who write records: it imports nothing of the results
+    layer (issue 46)."""
+    found = sorted(t for t in GRAPH["harness.run.workerproc"] if _folder(t) == "results")
+    assert not found, found

@@ -18,8 +18,8 @@ from harness.shared.messages import LintJob, wire
 from harness.core.discover import Problem, check_problem_selection, discover
 from harness.run.schedule import Slot
 from harness.core.seeds import RunSeed
-from harness.results.records import Status
-from harness.run.workerproc import Worker, WorkerExit, set_worker_memory_gb, status_of, worker_env
+from harness.results.records import Status, exit_status
+from harness.run.workerproc import Worker, WorkerExit, set_worker_memory_gb, worker_env
 from harness.results.store import new_run_id, write_json_atomic
 from harness.results import fit
 from harness.results.fit import Col
@@ -158,7 +158,7 @@ def lint_one(problem: Problem, slot: Slot, seed: int, timeout: float, log_dir: P
                                      gpu_memory_gb=gpu_memory_gb)))
             message = worker.recv(time.monotonic() + timeout)
     except WorkerExit as exc:
-        if status_of(exc) is Status.OOM:
+        if exit_status(exc.kind) is Status.OOM:
             return {**base, "verdict": "oom", "reasons": [f"oom: lint worker: {exc.detail}"]}
         return {**base, "verdict": "error", "reasons": [f"lint worker: {exc.detail}"]}
     finally:

@@ -132,6 +132,12 @@ def new_record(problem: str, solution: str, device: str, run_id: str) -> RecordD
     return RecordDraft(run_id=run_id, problem=problem, solution=solution, device=device)
 
 
+def exit_status(kind: str) -> Status:
+    """What a worker's end makes of its pair (or build, or lint), by harness.run.workerproc.WorkerExit's `kind`:
+    `timeout` and `oom` as they are, anything else (it exited, or broke the protocol) `crashed`."""
+    return {"timeout": Status.TIMEOUT, "oom": Status.OOM}.get(kind, Status.CRASHED)
+
+
 def finish(record: RecordDraft, status: Status, error: str | None = None) -> RecordDraft:
     if not isinstance(status, Status):
         raise TypeError(f"finish takes a Status, not {status!r}")

@@ -26,7 +26,8 @@ from harness.core.discover import Pair, needs_cuda, uses_triton
 from harness.shared import messages as m
 from harness.shared.messages import BuildJob, wire
 from harness.results.parts import Build, Sandbox
-from harness.run.workerproc import Worker, WorkerExit, status_of, worker_env
+from harness.results.records import exit_status
+from harness.run.workerproc import Worker, WorkerExit, worker_env
 from harness.run.cachedirs import hidden_from_candidates
 from harness.core.untrusted import ReadError, load_json, read_bytes, show_path, write_text
 
@@ -248,7 +249,7 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
         _remove_stale_locks(build_dir)
         if live is not None and live.cancelled:
             raise BuildCancelled() from None
-        status = status_of(exc).value
+        status = exit_status(exc.kind).value
         error = (f"build did not finish within {timeout:g} s" if status == "timeout"
                  else f"build {exc.detail}: {worker.log_tail(300).strip().splitlines()[-1:]}")
         return BuildResult(status, error, worker.log_tail(), seconds=round(time.monotonic() - started, 3), **base)

@@ -35,9 +35,9 @@ from harness.run.clients import CandidateClient, CandidateFailed, FlusherClient,
 from harness.run.interleave import CANDIDATE, EAGER, Collected, GraphFallback, Interleaver, fastest, ratios
 from harness.shared import messages as m
 from harness.shared.messages import CandidateJob, ReferenceJob
-from harness.run.workerproc import SpareWorkers, Worker, WorkerExit, status_of
+from harness.run.workerproc import SpareWorkers, Worker, WorkerExit
 from harness.results.parts import (Baseline, Correctness, Precision, Sandbox, Seed, SideStats, Timing, WorkerRun)
-from harness.results.records import RecordDraft, Status, finish
+from harness.results.records import RecordDraft, Status, exit_status, finish
 from harness.core.seeds import RunSeed
 from harness.shared import memplan
 from harness.shared.stats import summarize
@@ -147,7 +147,7 @@ class ReferenceSide:
         return finish(record, self.error_status, self.error)
 
     def _fail(self, exc: WorkerExit, timeout: float) -> None:
-        self.error_status = status_of(exc)
+        self.error_status = exit_status(exc.kind)
         if self.error_status is Status.TIMEOUT:
             self.error = f"reference side did not finish within {timeout:g} s"
         elif self.error_status is Status.OOM or memory.out_of_budget(self.worker):   # no candidate ran: no one's
@@ -385,10 +385,10 @@ def _worker_ended(record: RecordDraft, exc: WorkerExit, reference: ReferenceSide
     if not reference.worker.alive():
         memory.reference_lost(record, reference.worker, f"reference side: {exc.detail}; last output: "
                                                         f"{last_line(reference.worker.log_tail())}")
-    elif status_of(exc) is Status.TIMEOUT:
+    elif exit_status(exc.kind) is Status.TIMEOUT:
         finish(record, Status.TIMEOUT, f"killed after the pair timeout of {timeout:g} s")
     else:
-        finish(record, status_of(exc), f"{exc.detail}; last output: {last_line(worker.log_tail())}")
+        finish(record, exit_status(exc.kind), f"{exc.detail}; last output: {last_line(worker.log_tail())}")
 
 
 # What a candidate worker may say of itself: its code raised, did not build or load, or computed the wrong thing;

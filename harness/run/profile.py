@@ -22,14 +22,14 @@ from pathlib import Path
 from harness.core.config import Config
 from harness.core.discover import Pair
 from harness.results.parts import Gpu, Precision, Profile, ProfileSide
-from harness.results.records import RecordDraft, Status, finish
+from harness.results.records import RecordDraft, Status, exit_status, finish
 from harness.run import ncu
 from harness.run.schedule import decided_without_running, pair_record
 from harness.run.evaluate import (PairContext, ReferenceSide, candidate_failed, candidate_job, last_line, slug,
                                   trials)
 from harness.run.clients import CandidateClient, CandidateFailed, Timed
 from harness.run.interleave import CANDIDATE, EAGER
-from harness.run.workerproc import Worker, WorkerExit, status_of
+from harness.run.workerproc import Worker, WorkerExit
 from harness.shared import messages as m
 
 NCU_WAIT_S = 300.0          # how long ncu may take to write its report once its worker has ended
@@ -138,10 +138,10 @@ def _pair(pair: Pair, run: ProfileRun, record: RecordDraft, reference: Reference
     except CandidateFailed as failed:
         candidate_failed(record, failed.reply, run.device)
     except WorkerExit as exc:
-        if status_of(exc) is Status.TIMEOUT:
+        if exit_status(exc.kind) is Status.TIMEOUT:
             finish(record, Status.TIMEOUT, f"killed after the pair timeout of {cfg.timeout:g} s")
         else:
-            finish(record, status_of(exc), f"{exc.detail}; last output: {last_line(worker.log_tail())}")
+            finish(record, exit_status(exc.kind), f"{exc.detail}; last output: {last_line(worker.log_tail())}")
 
 
 def _start_candidate(pair: Pair, run: ProfileRun, reference: ReferenceSide, launch: _UnderNcu,

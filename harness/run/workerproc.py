@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from harness.core.untrusted import WriteError
-from harness.results.records import Status
 from harness.shared import containment
 from harness.shared import messages as m
 from harness.shared.channel import (ChannelClosed, ChannelProtocolError, ChannelTimeout, LineReader, encode, write_all)
@@ -321,12 +320,6 @@ class WorkerExit(Exception):
         self.kind = kind                    # "exited" | "timeout" | "protocol" | "oom" (an exit judged out of memory)
         self.returncode = returncode
         self.detail = detail
-
-
-def status_of(exc: WorkerExit) -> Status:
-    """What a worker's end makes of its pair (or build, or lint): `timeout` and `oom` as they are, anything else
-    (it exited, or broke the protocol) `crashed`."""
-    return {"timeout": Status.TIMEOUT, "oom": Status.OOM}.get(exc.kind, Status.CRASHED)
 
 
 class Worker:
