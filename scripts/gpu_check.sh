@@ -94,6 +94,14 @@ level_args=()
 [ -n "${LEVEL:-}" ] && level_args=(--level "$LEVEL")
 [ -n "${PROBLEM:-}" ] && level_args+=(--problem "$PROBLEM")
 
+dask_wheels() {   # dask.distributed is not in the image: .whl's wheels for this Python into /tmp/site, on PYTHONPATH
+    local py wheels
+    py=$(python -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+    wheels=$(ls .whl/*.whl 2>/dev/null | grep -E -- "-((py2\.py3|py3|$py)-[^-]+|cp3[0-9]+-abi3)-[^-]+\.whl$")
+    [ -n "$wheels" ] && python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site $wheels && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+}
+
 summary() {   # the one-line summary of each run folder under $1: wall, builds, and pairs a minute after the builds
     python - "$1" <<'PY'
 import json, pathlib, sys
@@ -159,10 +167,7 @@ suite)
     gpus=${GPUS:-$all}
     executor=${EXECUTOR:-local}
     tag=${TAG:-res}
-    if [ "$executor" = dask ] && [ -d .whl ]; then     # dask.distributed is not in the image: carry .whl
-        python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-            .whl/*.whl && export PYTHONPATH=/tmp/site
-    fi
+    [ "$executor" = dask ] && dask_wheels
     resume_args=()
     if [ -n "${RESUME:-}" ]; then                       # RESUME=RUN_ID: continue a cut run, carried in .resume/
         mkdir -p "$out/$tag" && cp -r ".resume/$RESUME" "$out/$tag/" && resume_args=(--resume "$RESUME")
@@ -440,25 +445,23 @@ PY
     ;;
 lease45)
     # Issue 45's GPU measurements and the GPU tests in one detached run (BG="scripts/gpu_check.sh lease45" ... bg):
-    #   A. GPU 0: tests/test_gpu.py; GPU 1: the other GPU-marked tests, then benchmarks/compile_cache.py on two
-    #      level-2 problems with both default torch.compile modes (item 2); the CPU: scaling's builds
+    #   A. GPU 0: tests/test_gpu.py; GPU 1: the other GPU-marked tests; the upper half of the cores: scaling's builds
+    #      (on 2026-11-28 the compile warm-up's max-autotune beside the tests left three gpu_tree pairs
+    #      timing_inconsistent, 6-9 ms a sample unexplained: it now runs alone, E)
     #   B. benchmarks/scaling.py: local:1, local:2, dask:2 over 32 pairs (item 1; SCALE_ARGS)
     #   C. benchmarks/agent_throughput.py on GPU 0 (item 3; carry .kbsrc, and KernelBench's wheels in KB_WHEELS_DIR)
     #   D. `cluster` with the last dask worker killed KILL_AFTER (40) s into the dask run (item 4)
-    # STEPS picks some ("A B C D", the default).
+    #   E. benchmarks/compile_cache.py on GPU 1: two level-2 problems, both default torch.compile modes (item 2)
+    # STEPS picks some ("A B C D E", the default).
     export TEST_RUNS_OUT="$out/runs"
-    steps=" ${STEPS:-A B C D} "
+    steps=" ${STEPS:-A B C D E} "
     if [[ "$steps" == *" A "* ]]; then
-        echo "== A. GPU tests on both GPUs, compile warm-up on GPU 1, scaling's builds ($(date +%T))"
+        echo "== A. GPU tests on both GPUs, scaling's builds ($(date +%T))"
         (CUDA_VISIBLE_DEVICES=0 timeout -s INT "${TESTS_TIMEOUT:-400}" python -m pytest -q -rf --tb=short -m gpu \
             tests/test_gpu.py ${K:+-k "$K"} > "$out/gpu_tests_a.txt" 2>&1) &
         (export CUDA_VISIBLE_DEVICES=1
-         timeout -s INT 200 python -m pytest -q -rf --tb=short -m gpu tests/test_peer.py tests/test_precision_gpu.py \
-             tests/test_profile.py tests/test_profiling_gpu.py > "$out/gpu_tests_b.txt" 2>&1
-         set -f
-         timeout -s INT "${COMPILE_TIMEOUT:-330}" python benchmarks/compile_cache.py --tree . --device cuda \
-             --compile-modes default,max-autotune-no-cudagraphs --level level2 --problem "${COMPILE_PROBLEMS:-*00[12]_*}" \
-             --max-pair-seconds 3 > "$out/compile_cache.txt" 2>&1) &
+         timeout -s INT "${TESTS_TIMEOUT:-400}" python -m pytest -q -rf --tb=short -m gpu tests/test_peer.py \
+             tests/test_precision_gpu.py tests/test_profile.py tests/test_profiling_gpu.py > "$out/gpu_tests_b.txt" 2>&1) &
         # the builds on the second half of the cores (the GPU tests' core share is the first), --deadline-s 1: no run
         SCALE_SECONDS=1 SCALE_TIMEOUT=380 SCALE_ARGS=${SCALE_ARGS:---pairs 32 --max-pair-seconds 3} \
             taskset -c "$(( $(nproc) / 2 ))-$(( $(nproc) - 1 ))" bash "$0" scaling > "$out/scaling_build.txt" 2>&1
@@ -466,7 +469,6 @@ lease45)
         tail -n 4 "$out/scaling_build.txt"
         echo "-- tests/test_gpu.py (GPU 0)"; tail -n 15 "$out/gpu_tests_a.txt"
         echo "-- the other GPU tests (GPU 1)"; tail -n 10 "$out/gpu_tests_b.txt"
-        echo "-- compile_cache (GPU 1)"; tail -n 14 "$out/compile_cache.txt"
     fi
     if [[ "$steps" == *" B "* ]]; then
         echo "== B. scaling ($(date +%T))"
@@ -481,6 +483,15 @@ lease45)
     if [[ "$steps" == *" D "* ]]; then
         echo "== D. cluster, a worker killed ($(date +%T))"
         KILL_AFTER=${KILL_AFTER:-40} CLUSTER_TIMEOUT=${CLUSTER_TIMEOUT:-180} bash "$0" cluster
+    fi
+    if [[ "$steps" == *" E "* ]]; then
+        echo "== E. the compile warm-up, GPU 1 ($(date +%T))"
+        set -f
+        CUDA_VISIBLE_DEVICES=1 timeout -s INT "${COMPILE_TIMEOUT:-330}" python benchmarks/compile_cache.py --tree . \
+            --device cuda --compile-modes default,max-autotune-no-cudagraphs --level level2 \
+            --problem "${COMPILE_PROBLEMS:-*00[12]_*}" --max-pair-seconds 3 > "$out/compile_cache.txt" 2>&1
+        set +f
+        tail -n 14 "$out/compile_cache.txt"
     fi
     echo "== lease45 ended ($(date +%T))"
     ;;
@@ -516,8 +527,7 @@ PY
     ;;
 cluster)
     dev=${DEVICE:-cuda}
-    [ -d .whl ] && python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    dask_wheels
     site=${PYTHONPATH:-}
     python -m pip install -q --no-deps --no-build-isolation -e . > "$out/install.txt" 2>&1
     if (cd / && env PYTHONPATH="$site" python -c 'import harness' 2>/dev/null); then
@@ -696,12 +706,7 @@ profile)
     ;;
 scaling)
     # issue 45 item 1: see the header; SCALE_SECONDS bounds this call, the runs already in results/scaling stay
-    py=$(python -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-    wheels=$(ls .whl/*.whl 2>/dev/null | grep -E -- "-((py2\.py3|py3|$py)-[^-]+|cp3[0-9]+-abi3)-[^-]+\.whl$")   # this Python's
-    if [ -n "$wheels" ]; then                           # dask.distributed is not in the image: carry .whl
-        python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-            $wheels && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-    fi
+    dask_wheels
     timeout -s INT "${SCALE_TIMEOUT:-$(( ${SCALE_SECONDS:-500} + 60 ))}" python benchmarks/scaling.py --deadline-s "${SCALE_SECONDS:-500}" \
         ${SCALE_SETTINGS:+--settings "$SCALE_SETTINGS"} ${SCALE_ARGS:-} --json "$out/scaling.json" 2>&1 \
         | tee "$out/scaling.txt"
