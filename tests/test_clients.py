@@ -14,8 +14,6 @@ from harness.shared import messages as m
 from test_import_graph import MODULES, _folder
 
 CLIENTS = "harness.run.clients"
-# Workers that get a job and send one reply, with no request after it: their start stays where the job is made.
-JOB_ONLY = {"harness.run.build", "harness.run.schedule", "harness.commands.lint"}
 WORKERPROC = "harness.run.workerproc"      # Worker.close sends ExitRequest, to every role alike
 
 
@@ -26,10 +24,10 @@ def _calls(module: str, names: set[str]) -> set[str]:
 
 
 def test_only_the_clients_talk_to_workers():
-    """No parent module but the clients sends a worker a message or reads one (the job-only workers' single
-    exchange and Worker.close's ExitRequest aside)."""
+    """No parent module but the clients sends a worker a message or reads one (Worker.close's ExitRequest aside):
+    the one-job workers (build, lint, ceilings) too."""
     talking = {mod for mod in MODULES if _folder(mod) not in ("worker", "shared") and _calls(mod, {"send", "recv"})}
-    assert talking - {CLIENTS, WORKERPROC} == JOB_ONLY, sorted(talking ^ (JOB_ONLY | {CLIENTS, WORKERPROC}))
+    assert talking - {CLIENTS, WORKERPROC} == set(), sorted(talking - {CLIENTS, WORKERPROC})
 
 
 def test_every_request_type_has_its_client_method():
@@ -76,3 +74,19 @@ def test_the_references_executor_failing_is_the_harness_fault_not_the_candidates
     with pytest.raises(ExecutorFailed, match="the reference's executor: runtime_error: RuntimeError: boom"):
         ExecutorClient(_Scripted(FAILED), "reference's executor").size("small", 0.0)
     assert ExecutorClient(_Scripted({"kind": "size_set", "size": "small"})).size("small", 0.0).size == "small"
+
+
+def test_a_one_job_workers_reply_is_typed_and_a_wrong_one_a_protocol_fault():
+    from harness.run.clients import BuildClient, CeilingsClient, LintClient
+    built = {"kind": "built", "status": "built", "error": None, "compiler_output": None, "extensions": [],
+             "seconds": 1.5}
+    worker = _Scripted(built)
+    job = m.BuildJob("cand.py", "prob.py", "cpu", 1)
+    assert BuildClient(worker).build(job, 0.0) == m.parse(m.Built, built)
+    assert worker.sent == [m.wire(job)]
+    harness_fault = {"kind": "harness_error", "error": "ImportError: x"}
+    assert isinstance(LintClient(_Scripted(harness_fault)).lint(m.LintJob("prob.py", "cpu", 1, None), 0.0),
+                      m.HarnessError)
+    with pytest.raises(WorkerExit, match="the ceilings worker sent a malformed 'ceilings' reply") as caught:
+        CeilingsClient(_Scripted(built)).measure(m.CeilingsJob("cuda"), 0.0)
+    assert caught.value.kind == "protocol"

@@ -14,7 +14,8 @@ from typing import Any, Callable
 from harness.run import meta
 from harness.core.config import PRECISIONS, count_flag, load_config, usable_cores
 from harness.shared import messages as m
-from harness.shared.messages import LintJob, wire
+from harness.shared.messages import LintJob
+from harness.run.clients import LintClient
 from harness.core.discover import Problem, check_problem_selection, discover
 from harness.run.schedule import Slot
 from harness.core.seeds import RunSeed
@@ -154,19 +155,14 @@ def lint_one(problem: Problem, slot: Slot, seed: int, timeout: float, log_dir: P
     worker = Worker("lint", worker_env(slot.env()), log_dir / f"{problem.id.replace('/', '__')}.log")
     try:
         with gpu_turn:
-            worker.send(wire(LintJob(str(problem.path.resolve()), slot.device, seed, precision,
-                                     gpu_memory_gb=gpu_memory_gb)))
-            message = worker.recv(time.monotonic() + timeout)
+            reply = LintClient(worker).lint(LintJob(str(problem.path.resolve()), slot.device, seed, precision,
+                                                    gpu_memory_gb=gpu_memory_gb), time.monotonic() + timeout)
     except WorkerExit as exc:
         if exit_status(exc.kind) is Status.OOM:
             return {**base, "verdict": "oom", "reasons": [f"oom: lint worker: {exc.detail}"]}
         return {**base, "verdict": "error", "reasons": [f"lint worker: {exc.detail}"]}
     finally:
         worker.close()
-    try:
-        reply = m.parse_reply(message, m.LintReport, m.Error, m.HarnessError)
-    except m.ProtocolError as exc:
-        return {**base, "verdict": "error", "reasons": [f"lint worker sent {exc}"]}
     if isinstance(reply, m.Error):
         if reply.oom:
             where = f" during {reply.stage}" if reply.stage else ""

@@ -24,7 +24,8 @@ from typing import Callable
 
 from harness.core.discover import Pair, needs_cuda, uses_triton
 from harness.shared import messages as m
-from harness.shared.messages import BuildJob, wire
+from harness.shared.messages import BuildJob
+from harness.run.clients import BuildClient
 from harness.results.parts import Build, Sandbox
 from harness.results.records import exit_status
 from harness.run.workerproc import Worker, WorkerExit, worker_env
@@ -242,9 +243,10 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
     try:
         if live is not None:
             live.add(worker)
-        worker.send(wire(BuildJob(str(candidate_path), str(pair.problem.path.resolve()), toolchain.device_kind, seed,
-                                  hide=hidden_from_candidates(root.parent))))     # root: <cache_dir>/builds
-        reply = _built(worker.recv(time.monotonic() + timeout))
+        reply = BuildClient(worker).build(BuildJob(str(candidate_path), str(pair.problem.path.resolve()),
+                                                   toolchain.device_kind, seed,
+                                                   hide=hidden_from_candidates(root.parent)),   # <cache_dir>/builds
+                                          time.monotonic() + timeout)
     except WorkerExit as exc:
         _remove_stale_locks(build_dir)
         if live is not None and live.cancelled:
@@ -312,14 +314,6 @@ def may_build_extensions(candidate) -> bool:
         if any(name.split(".")[0] not in _NOTHING_TO_BUILD_MODULES for name in modules):
             return True
     return False
-
-
-def _built(data: dict) -> "m.Built | m.HarnessError":
-    """The build worker's reply: what it built, or the harness fault it hit; WorkerExit when it is neither."""
-    try:
-        return m.parse_reply(data, m.Built, m.HarnessError)
-    except m.ProtocolError as exc:
-        raise WorkerExit("protocol", None, f"sent {exc}") from None
 
 
 CPU_SKIP_REASON = "candidate holds CUDA code (CUDA sources, .cu files or Triton) and this run is on the CPU"

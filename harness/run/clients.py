@@ -10,6 +10,8 @@ A new request type touches messages.py, the worker's handler and its client here
   ReferenceClient  the reference worker (harness.worker.reference): its job, the checks, the staging.
   CandidateClient  a candidate worker (harness.worker.candidate), and the reference's executor, which is one.
   FlusherClient    the flusher (harness.worker.flusher).
+  BuildClient, LintClient, CeilingsClient
+                   the workers of one job and one reply (harness.worker.build, .lint, .ceilings).
 
 Every method takes the deadline of its reply: the pair's, or a time of its own for the requests that come after it.
 The client holds its Worker (`worker`) for what is not a message: stopping, resuming, its log.
@@ -180,3 +182,35 @@ class FlusherClient(Client):
     def flush(self, hot: bool, deadline: float) -> float:
         """Its buffer written now (`hot`: a few bytes only); the ms it took, as it reports them."""
         return self.ask(m.FlushRequest(hot), deadline, m.Flushed).ms
+
+
+class BuildClient(Client):
+    """A build worker (harness.worker.build): one job, one reply."""
+
+    def __init__(self, worker: Worker, name: str = "build worker"):
+        super().__init__(worker, name)
+
+    def build(self, job: m.BuildJob, deadline: float) -> m.Built | m.HarnessError:
+        """What it built, or the harness fault it hit."""
+        return self.ask(job, deadline, m.Built, m.HarnessError)
+
+
+class LintClient(Client):
+    """A lint worker (harness.worker.lint): one job, one reply."""
+
+    def __init__(self, worker: Worker, name: str = "lint worker"):
+        super().__init__(worker, name)
+
+    def lint(self, job: m.LintJob, deadline: float) -> m.LintReport | m.Error | m.HarnessError:
+        """The problem's lint report, or why its problem could not be linted (Error), or the harness fault."""
+        return self.ask(job, deadline, m.LintReport, m.HarnessError, m.Error)
+
+
+class CeilingsClient(Client):
+    """The ceilings worker (harness.worker.ceilings): one job, one reply."""
+
+    def __init__(self, worker: Worker, name: str = "ceilings worker"):
+        super().__init__(worker, name)
+
+    def measure(self, job: m.CeilingsJob, deadline: float) -> m.Ceilings:
+        return self.ask(job, deadline, m.Ceilings)

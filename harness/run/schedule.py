@@ -19,7 +19,8 @@ from harness.core.config import Config
 from harness.core.discover import Pair
 from harness.run.evaluate import PairContext, ReferenceSide, run_pair, slug
 from harness.shared import messages as m
-from harness.shared.messages import CeilingsJob, wire
+from harness.shared.messages import CeilingsJob
+from harness.run.clients import CeilingsClient
 from harness.run.workerproc import SpareWorkers, Worker, WorkerExit, same_role_again, worker_env
 from harness.results.parts import Gpu, Retried
 from harness.results.records import RecordDraft, Status, finish, new_record
@@ -160,10 +161,9 @@ def spares_enabled(cfg: Config, slot: Slot) -> bool:
 def measure_ceilings(ctx: Context, slot: Slot) -> dict[str, float]:
     """Copy bandwidth and matmul throughput of this GPU, once per run (a worker of its own)."""
     worker = Worker("ceilings", worker_env(slot.env(ctx.cfg.cpu_threads)), ctx.log_dir / f"ceilings_{slot.name.replace(':', '')}.log")
-    worker.send(wire(CeilingsJob(slot.device)))
     try:
-        reply = m.parse(m.Ceilings, worker.recv(time.monotonic() + 300))
-    except (WorkerExit, m.ProtocolError):
+        reply = CeilingsClient(worker).measure(CeilingsJob(slot.device), time.monotonic() + 300)
+    except WorkerExit:
         return {}
     finally:
         worker.close()
