@@ -33,6 +33,10 @@ How to run it:
     # on the GPU machine (carry .kbsrc and .whl), about 5-8 minutes for 32 candidates
     python benchmarks/agent_throughput.py --wheels .whl --json $OUT/throughput.json
     bash scripts/gpu_check.sh throughput                                   # the same, as a gpu_check phase
+    # CUDA candidates, which KernelBench's loop compiles one after another (load_inline, tens of seconds each): its
+    # rate from what it finished in 240 s
+    python benchmarks/agent_throughput.py --wheels .kbw --candidate \
+        solutions/level2/001_gemm_relu_scale/cuda_fused_relu_scale.py --kb-seconds 240
     # here, on the CPU: 3 variants of examples/cpu's C++ relu_scale; KernelBench's side only loads each candidate
     # and compares one forward on the CPU (its eval needs CUDA), or is skipped, saying why
     python benchmarks/agent_throughput.py --device cpu --count 3 --wheels /tmp/kbwhl
@@ -168,19 +172,20 @@ def kernelbench(problem_src: str, candidates: dict[str, str], args: argparse.Nam
     spec_path.write_text(json.dumps(spec))
     side.update(commit=commit, wheels=installed, carried_first=carried_first)
     print(f"KernelBench {commit}: one process, {len(candidates)} candidates", flush=True)
-    kb_process(spec_path, work, side)
+    kb_process(spec_path, work, side, args.kb_seconds or KB_TIMEOUT_S)
 
 
-def kb_process(spec_path: Path, work: Path, side: dict[str, Any]) -> None:
-    """The KernelBench worker (this file, --kb-worker), its marked lines read into `side` as they come: a side cut
-    short keeps its verdicts so far, its wall_s the loop's time at the last one."""
+def kb_process(spec_path: Path, work: Path, side: dict[str, Any], limit_s: float = KB_TIMEOUT_S) -> None:
+    """The KernelBench worker (this file, --kb-worker), its marked lines read into `side` as they come, killed after
+    `limit_s`: a side cut short keeps its verdicts so far, its wall_s the loop's time at the last one (its loop is
+    serial, so its rate over the first N candidates is its rate over all of them)."""
     env = {**os.environ, "TRITON_CACHE_DIR": str(work / "kb-triton-cache")}
     side.update(rows=[], correct=0, wall_s=None, complete=False)
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--kb-worker", str(spec_path)],
                             cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     tail: list[str] = []
-    watchdog = threading.Timer(KB_TIMEOUT_S, proc.kill)
+    watchdog = threading.Timer(limit_s, proc.kill)
     watchdog.start()
     try:
         for line in proc.stdout:                  # KernelBench prints a lot: only the marked lines are ours
@@ -346,6 +351,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--wheels", type=Path, help="folder of vs_kernelbench.py's KB_WHEELS (default: none installed)")
     p.add_argument("--workdir", type=Path, help="keep the work here (default: a temporary folder, removed)")
     p.add_argument("--json", type=Path, help="save every figure here")
+    p.add_argument("--kb-seconds", type=float, help="stop KernelBench's loop after this many seconds and take its rate "
+                                                    "over the verdicts so far (CUDA candidates: tens of seconds each)")
     p.add_argument("--kb-worker", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 

@@ -68,7 +68,8 @@
 #   throughput: issue 45 item 3, benchmarks/agent_throughput.py on GPU 0: COUNT (32) variants of level2/014's
 #              Triton candidate through harness.api.iter_evaluate, against a loop of KernelBench's
 #              eval_kernel_against_ref (carry .kbsrc and the wheels in .whl, from `python
-#              benchmarks/vs_kernelbench.py --pack`); THROUGHPUT_ARGS (e.g. "--order ours-first", "--candidate P")
+#              benchmarks/vs_kernelbench.py --pack`); THROUGHPUT_ARGS (e.g. "--order ours-first", "--candidate P", for a CUDA
+#              candidate with "--kb-seconds 240": KernelBench's rate from what its serial loop finished by then)
 # Logs and results go to $OUT (the device tool's output folder) or ./gpu_check_out. The device returns at most 8
 # files: end a device command with `cd $OUT && tar czf /tmp/all.tgz . && rm -rf $OUT/* && mv /tmp/all.tgz $OUT/`.
 #   profile:   issue 32 part 3: tests/test_profile.py's GPU test, then `run_eval.py profile` on three pairs (a CUDA
