@@ -27,6 +27,7 @@
 #   exec44:    issue 44's reference executor: A/A of short problems on the default and the staged GPU path, back to
 #              back (PATHS="default staged", PROCS process pairs, EXEC_PROBLEMS="level:glob ...", CAL_ARGS added to
 #              each calibrate), then the GPU tests (K; SMOKE_ONLY=1: not)
+#   paths44:   issue 44: A/A on the default path (GPU 0) and the staged path (GPU 1) at the same time
 #   suite44:   issue 44 items 6 and 8 on the staged GPU path, then issue 45's scaling (see the phase; run it as bg)
 #   cpu44:     issue 44 on the device's quiet CPU cores: the CPU exploits and privileges tests as root, then the CPU
 #              path's A/A (calibrate of examples/cpu, PROCS process pairs a problem)
@@ -495,6 +496,28 @@ lease45)
         tail -n 14 "$out/compile_cache.txt"
     fi
     echo "== lease45 ended ($(date +%T))"
+    ;;
+paths44)
+    # issue 44: the default and the staged GPU path at the same time, the default on GPU 0 and the staged on GPU 1
+    # (each run holds its own core share): `calibrate` of PATHS_PROBLEMS (level:glob ...; default level 2's first 19)
+    # within PATHS_SECONDS (240) each, one process pair a problem; then both runs' tables and pair_time's split
+    staged_cfg=/tmp/staged_gpu.yaml
+    sed 's/^  staged_gpu: false/  staged_gpu: true/' config.yaml > "$staged_cfg"
+    grep -q '^  staged_gpu: true' "$staged_cfg" || { echo "config.yaml has no 'staged_gpu: false' line"; exit 1; }
+    set -f
+    for p in default staged; do
+        cfg=config.yaml; g=0
+        [ "$p" = staged ] && cfg=$staged_cfg && g=1
+        (for sel in ${PATHS_PROBLEMS:-level2:*0[01][0-9]_*}; do
+             timeout -s INT "${PATHS_SECONDS:-240}" python run_eval.py calibrate --config "$cfg" --gpus "$g" --trials 1 \
+                 --processes 1 --compile-modes none --level "${sel%%:*}" --problem "${sel#*:}" \
+                 --output-dir "$out/aa_$p" >> "$out/aa_$p.txt" 2>&1
+         done) &
+    done
+    wait
+    set +f
+    for p in default staged; do echo "== $p"; grep -v "━" "$out/aa_$p.txt" | grep -E "^[0-9]|ok \(|of .* ok"; done
+    python benchmarks/pair_time.py --from "$out"/aa_default/*/ "$out"/aa_staged/*/ 2>&1 | tail -n 5
     ;;
 cpu44)
     echo "== issue 44 on this machine's quiet CPU: the staged CPU path's exploits and privileges tests (as root here)"
