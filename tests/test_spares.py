@@ -51,3 +51,48 @@ def test_a_spare_imports_on_its_cores_and_takes_the_slot_cores_with_its_job():
     env = {**os.environ, "KB_SPARE_CPUS": str(b), "KB_CPUS": f"{a},{b}"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.split("\n")[:2] == [f"True [{b}]", f"[{a}, {b}]"]
+
+
+class _FakeWorker:
+    started: list = []
+
+    def __init__(self, role, env, log_path):
+        self.role = role
+        _FakeWorker.started.append(role)
+
+
+def test_prime_starts_a_spare_for_each_role_that_has_none(tmp_path, monkeypatch):
+    from harness.run import workerproc
+    monkeypatch.setattr(workerproc, "Worker", _FakeWorker)
+    _FakeWorker.started = []
+    spares = SpareWorkers({}, tmp_path, "t", enabled=True)
+    spares.prime(("reference", "candidate"))
+    spares.prime(("candidate", "executor"))
+    assert _FakeWorker.started == ["reference", "candidate", "executor"]
+    assert set(spares.spares) == {"reference", "candidate", "executor"}
+    off = SpareWorkers({}, tmp_path, "t", enabled=False)
+    off.prime(("reference",))
+    assert off.spares == {} and _FakeWorker.started == ["reference", "candidate", "executor"]
+
+
+@pytest.mark.parametrize("spare_cpus, primed", [("1,2", ("reference", "candidate")), ("", ())])
+def test_a_gpu_slot_starts_its_first_problems_workers_while_it_measures_its_ceilings(tmp_path, monkeypatch,
+                                                                                     spare_cpus, primed):
+    """The first reference's torch import and compile warm-up overlap the ceilings worker (~6 s on an H200 host),
+    where the spares have cores of their own."""
+    from harness.run import schedule, workerproc
+    monkeypatch.setattr(workerproc, "Worker", _FakeWorker)
+    _FakeWorker.started = []
+    seen = {}
+    monkeypatch.setattr(schedule, "slot_spares", lambda ctx, slot, upcoming: SpareWorkers(
+        {"KB_SPARE_CPUS": spare_cpus}, tmp_path, "t", enabled=True, upcoming=upcoming))
+    monkeypatch.setattr(schedule, "measure_ceilings",
+                        lambda ctx, slot: seen.setdefault("primed_before_ceilings", tuple(_FakeWorker.started)) and {})
+
+    class _Ctx:
+        cfg = type("Cfg", (), {"defenses": True, "timing": type("T", (), {"staged_gpu": False})()})()
+        ceilings: dict = {}
+
+    monkeypatch.setattr(SpareWorkers, "close", lambda self: None)
+    schedule.serve_slot(Slot("cuda:0", 0, cpus=(0, 1, 2)), _Ctx(), lambda: None)
+    assert seen["primed_before_ceilings"] == primed

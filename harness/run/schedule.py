@@ -116,6 +116,8 @@ def serve_slot(slot: Slot, ctx: Context, next_group: Callable[[], list[Pair] | N
     spares = slot_spares(ctx, slot, outlook.upcoming) if own else spares
     try:
         if slot.gpu is not None and ctx.cfg.defenses and slot.name not in ctx.ceilings:
+            if own and spares.quiet and more_groups():
+                spares.prime(outlook.upcoming("reference"))     # the first problem's workers, beside the ceilings
             ctx.ceilings[slot.name] = measure_ceilings(ctx, slot)
         while (group := next_group()) is not None:
             run_problem(group, ctx, slot, spares, outlook)

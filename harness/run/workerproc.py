@@ -567,12 +567,19 @@ class SpareWorkers:
             if worker is not None:
                 self._discard(worker)
             worker = Worker(role, self.env, log_path)
-        if self.enabled:
-            for spare_role in self.upcoming(role):
-                if spare_role not in self.spares:
-                    spare_log = self.log_dir / f"spare-{self.tag}-{spare_role}-{next(self._serial)}.log"
-                    self.spares[spare_role] = Worker(spare_role, self.env, spare_log)
+        self.prime(self.upcoming(role))
         return worker
+
+    def prime(self, roles: Iterable[str]) -> None:
+        """A spare started now for each of `roles` that has none (where spares are on): after a take, the roles
+        `upcoming` foresees; at a slot's start, its first problem's, which then import (and a reference warms the
+        compile stack) while the slot measures its GPU's ceilings."""
+        if not self.enabled:
+            return
+        for role in roles:
+            if role not in self.spares:
+                spare_log = self.log_dir / f"spare-{self.tag}-{role}-{next(self._serial)}.log"
+                self.spares[role] = Worker(role, self.env, spare_log)
 
     def pause(self) -> None:
         """SIGSTOP the spares while a side is timed: a spare importing torch would compete with the timed process
