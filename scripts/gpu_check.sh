@@ -500,7 +500,8 @@ lease45)
 paths44)
     # issue 44: the default and the staged GPU path at the same time, the default on GPU 0 and the staged on GPU 1
     # (each run holds its own core share): `calibrate` of PATHS_PROBLEMS (level:glob ...; default level 2's first 19)
-    # within PATHS_SECONDS (240) each, one process pair a problem; then both runs' tables and pair_time's split
+    # within PATHS_SECONDS (240) each, one process pair a problem, the workers tracing their stages (KB_TRACE); then
+    # both runs' tables, pair_time's split and trace_pair's stages
     staged_cfg=/tmp/staged_gpu.yaml
     sed 's/^  staged_gpu: false/  staged_gpu: true/' config.yaml > "$staged_cfg"
     grep -q '^  staged_gpu: true' "$staged_cfg" || { echo "config.yaml has no 'staged_gpu: false' line"; exit 1; }
@@ -509,7 +510,7 @@ paths44)
         cfg=config.yaml; g=0
         [ "$p" = staged ] && cfg=$staged_cfg && g=1
         (for sel in ${PATHS_PROBLEMS:-level2:*0[01][0-9]_*}; do
-             timeout -s INT "${PATHS_SECONDS:-240}" python run_eval.py calibrate --config "$cfg" --gpus "$g" --trials 1 \
+             KB_TRACE=1 timeout -s INT "${PATHS_SECONDS:-240}" python run_eval.py calibrate --config "$cfg" --gpus "$g" --trials 1 \
                  --processes 1 --compile-modes none --level "${sel%%:*}" --problem "${sel#*:}" \
                  --output-dir "$out/aa_$p" >> "$out/aa_$p.txt" 2>&1
          done) &
@@ -518,6 +519,9 @@ paths44)
     set +f
     for p in default staged; do echo "== $p"; grep -v "━" "$out/aa_$p.txt" | grep -E "^[0-9]|ok \(|of .* ok"; done
     python benchmarks/pair_time.py --from "$out"/aa_default/*/ "$out"/aa_staged/*/ 2>&1 | tail -n 5
+    for p in default staged; do        # the workers' stages (KB_TRACE): where the staged executor's start goes
+        echo "== $p: stages"; python benchmarks/trace_pair.py "$out"/aa_$p/*/ 2>&1 | tail -n 40
+    done
     ;;
 cpu44)
     echo "== issue 44 on this machine's quiet CPU: the staged CPU path's exploits and privileges tests (as root here)"
