@@ -448,10 +448,9 @@ PY
 lease45)
     # Issue 45's GPU measurements and the GPU tests in one detached run (BG="scripts/gpu_check.sh lease45" ... bg):
     #   A. GPU 0: tests/test_gpu.py; GPU 1: the other GPU-marked tests; the upper half of the cores: scaling's builds
-    #      (on 2026-11-28 the compile warm-up's max-autotune beside the tests left three gpu_tree pairs
-    #      timing_inconsistent, 6-9 ms a sample unexplained: it now runs alone, E)
+    #      (the compile warm-up's max-autotune beside the tests made their timed pairs inconsistent: it runs alone, E)
     #   B. benchmarks/scaling.py: local:1, dask:2, local:2 over 32 pairs (item 1; SCALE_ARGS), within SCALE_SECONDS
-    #      (480: on 2026-11-28 local:1 took 193 s and local:2 104 s, and 380 s left no room for dask:2)
+    #      (480 s: local:1 and local:2 alone take ~300 s on an H200 host; docs/measurements.md)
     #   C. benchmarks/agent_throughput.py on GPU 0 (item 3; carry .kbsrc, and KernelBench's wheels in KB_WHEELS_DIR)
     #   D. `cluster` with the last dask worker killed KILL_AFTER (40) s into the dask run (item 4)
     #   E. benchmarks/compile_cache.py on GPU 1: two level-2 problems, both default torch.compile modes (item 2)
