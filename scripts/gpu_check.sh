@@ -448,7 +448,7 @@ PY
 lease45)
     # Issue 45's GPU measurements and the GPU tests in one detached run (BG="scripts/gpu_check.sh lease45" ... bg):
     #   A. GPU 0: tests/test_gpu.py; GPU 1: the other GPU-marked tests; the upper half of the cores: scaling's builds
-    #      (the compile warm-up's max-autotune beside the tests made their timed pairs inconsistent: it runs alone, E)
+    #      (beside the compile warm-up's max-autotune the tests' timed pairs read inconsistent: it runs alone, E)
     #   B. benchmarks/scaling.py: local:1, dask:2, local:2 over 32 pairs (item 1; SCALE_ARGS), within SCALE_SECONDS
     #      (480 s: local:1 and local:2 alone take ~300 s on an H200 host; docs/measurements.md)
     #   C. benchmarks/agent_throughput.py on GPU 0 (item 3; carry .kbsrc, and KernelBench's wheels in KB_WHEELS_DIR)
