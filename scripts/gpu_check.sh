@@ -43,8 +43,10 @@
 #   cluster:   README's external-cluster recipe on this machine (issue 33): `dask scheduler` where the harness cannot
 #              be imported (only dask, as on a login node), one `dask worker --nthreads 1 --resources GPU=1` per GPU
 #              (CUDA_VISIBLE_DEVICES=g, in the checkout, the harness installed with pip install -e . or else on
-#              PYTHONPATH), then the same selection (LEVEL/PROBLEM, default four level1 problems) run locally and with
-#              --scheduler, statuses compared; every process stopped afterwards. DEVICE=cpu: a dry run on the CPU
+#              PYTHONPATH), then the same selection (LEVEL/PROBLEM, default four level1 problems, pairs cut at
+#              CLUSTER_PAIR_SECONDS, 8) run locally and with --scheduler, statuses compared (KILL_AFTER=S: the last
+#              worker SIGKILLed S seconds into the dask run); every process stopped afterwards, what is left counted.
+#              DEVICE=cpu: a dry run on the CPU
 #   twice:     issue 8's same-machine check: every selection of SELS ("level3:*004_* level1:*033_*") run twice back to
 #              back (output folders a/ and b/, one run_eval.py per selection and run, PROCS process pairs, COMPILE
 #              baselines), so that what ends before the machine goes back is whole pairs of runs; the candidates of all
@@ -484,7 +486,7 @@ lease45)
     fi
     if [[ "$steps" == *" D "* ]]; then
         echo "== D. cluster, a worker killed ($(date +%T))"
-        KILL_AFTER=${KILL_AFTER:-40} CLUSTER_TIMEOUT=${CLUSTER_TIMEOUT:-180} bash "$0" cluster
+        KILL_AFTER=${KILL_AFTER:-40} CLUSTER_TIMEOUT=${CLUSTER_TIMEOUT:-240} bash "$0" cluster
     fi
     if [[ "$steps" == *" E "* ]]; then
         echo "== E. the compile warm-up, GPU 1 ($(date +%T))"
@@ -587,7 +589,7 @@ cluster)
             CUDA_VISIBLE_DEVICES=$g PYTHONPATH="$wpath" group "$out/worker$g.txt" python -m dask worker "$addr" \
                 --nthreads 1 --resources GPU=1 --name "gpu$g" --no-dashboard
         done
-        sel=(--level "${LEVEL:-level1}" --problem "${PROBLEM:-*0[12][019]_*}")
+        sel=(--level "${LEVEL:-level1}" --problem "${PROBLEM:-*0[12][019]_*}" --max-pair-seconds "${CLUSTER_PAIR_SECONDS:-8}")
     else
         for c in 0 1; do
             PYTHONPATH="$wpath" group "$out/worker$c.txt" taskset -c "$c" python -m dask worker "$addr" --nthreads 1 \
