@@ -4,6 +4,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -211,6 +212,7 @@ def pytest_configure(config):
 # only the order counts), the short ones after them filling the gaps; a file not listed here comes after them all.
 # The readers of the shared runs (SHARED_RUNS: test_exports, test_pipeline_cpu, test_dask read tree_run;
 # test_exploits reads exploit_run) are placed by their own work, after the longest: by then their run has ended.
+# test_exploits comes late for its quiet part too (exploit_timed_run): the other worker is then in short tests.
 FILE_SECONDS = {
     "test_hostile_inputs.py": 170, "test_nothing_lost.py": 150, "test_sandbox.py": 90, "test_dask.py": 85,
     "test_pipeline_cpu.py": 80, "test_processes.py": 65, "test_exports.py": 60, "test_dask_cluster.py": 55,
@@ -232,8 +234,10 @@ def pytest_runtest_protocol(item, nextitem):
     end, the 1-min load average at its end, the CPU seconds it used with its subprocesses, its id), to see where
     each worker spends the suite's wall time and its CPU, and which tests ran beside which."""
     path = os.environ.get("KB_TEST_TIMELINE")
+    factory = getattr(item.config, "_tmp_path_factory", None)
     start, cpu = time.time(), _cpu_seconds()
-    yield
+    with _running_a_test(run_root(factory) if factory is not None else None):
+        yield
     if path:
         with open(path, "a") as f:
             f.write(f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')} {start:.2f} {time.time():.2f} "
@@ -287,6 +291,27 @@ def exploit_run(tmp_path_factory) -> dict[str, dict]:
 SHARED_RUNS = {"tree_run": FIXTURES / "tree", "exploit_run": FIXTURES / "exploits"}
 _started: list[tuple[Path, subprocess.Popen]] = []
 
+# The exploits whose timing test_exploits checks (that they gain nothing, that a forged report is not read, that
+# patching torch does not slow the reference), with the control they compare against. Timed beside the rest of a
+# test run, their pairs read what the load did: the reference's own bracket blocks 3.7-9.6x apart, so the checks
+# skipped (skip_timing_if_loaded). They are left out of exploit_run and timed in a run of their own while the box is
+# quiet (exploit_timed_run).
+EXPLOITS_TIMED = ("precompute_at_inputs", "tamper_timer", "patch_sampler", "arena_watcher", "precompute_in_torch",
+                  "thread_when_timed", "forge_sample_times", "scale_reports", "patch_reference", "control_plain")
+SHARED_RUN_LEAVES_OUT = {"exploit_run": EXPLOITS_TIMED}
+
+
+def subtree(tree: Path, dest: Path, keep) -> Path:
+    """A copy of a fixture tree at dest with the candidates whose name (the file's stem) `keep` accepts; every
+    problem is kept. The candidates' ids are the same as in the tree."""
+    shutil.copytree(tree / "problems", dest / "problems")
+    for path in sorted((tree / "solutions").rglob("*.py")):
+        if keep(path.stem):
+            target = dest / "solutions" / path.relative_to(tree / "solutions")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+    return dest
+
 
 def _start_shared_run(root: Path, name: str) -> None:
     """Start the shared run `name` under root/name, unless another pytest-xdist worker did: its stdout and stderr go
@@ -297,7 +322,10 @@ def _start_shared_run(root: Path, name: str) -> None:
             return
         folder.mkdir()
         (root / "shared-cache").mkdir(exist_ok=True)            # the session's (shared_cache below)
-        config = write_config(folder, SHARED_RUNS[name], cache_dir=root / "shared-cache")
+        tree, left_out = SHARED_RUNS[name], SHARED_RUN_LEAVES_OUT.get(name, ())
+        if left_out:
+            tree = subtree(tree, folder / "tree", lambda stem: stem not in left_out)
+        config = write_config(folder, tree, cache_dir=root / "shared-cache")
         # every pair takes seconds; hang waits out the pair timeout (PAIR_TIMEOUT)
         args = [sys.executable, str(REPO / "run_eval.py"), "--config", str(config), "--json", "--timeout",
                 PAIR_TIMEOUT_ARG]
@@ -320,16 +348,128 @@ def shared_run(tmp_path_factory, name: str, timeout: float = 1800) -> tuple[Path
     root = run_root(tmp_path_factory)
     folder = root / name
     _start_shared_run(root, name)
-    deadline = time.monotonic() + timeout
-    while not (folder / "rc").exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the shared run {name} did not end within {timeout:g} s (its output: {folder})")
-        time.sleep(0.2)
+    _wait_ended(folder, name, timeout)
     done = subprocess.CompletedProcess(json.loads((folder / "args.json").read_text()),
                                        int((folder / "rc").read_text()), (folder / "stdout").read_text(),
                                        (folder / "stderr").read_text())
     _keep(tuple(done.args[2:]), done)
     return folder, done
+
+
+def _wait_ended(folder: Path, name: str, timeout: float = 1800) -> None:
+    deadline = time.monotonic() + timeout
+    while not (folder / "rc").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the shared run {name} did not end within {timeout:g} s (its output: {folder})")
+        time.sleep(0.2)
+
+
+# A quiet box for the timed checks. Every test holds the shared side of a lock across pytest-xdist's workers while it
+# runs (pytest_runtest_protocol); quiet_box() takes its exclusive side, once the shared runs have ended: the other
+# worker finishes the test it is in and starts no other until the quiet part is over. A gate in front of the lock
+# (taken exclusively by quiet_box, passed through by every test) keeps a stream of short tests from holding it off.
+_share: list = []                   # this process's open file on the lock while one of its tests holds its share
+
+
+def _flock(path: Path, how: int):
+    f = open(path, "a")
+    fcntl.flock(f, how)
+    return f
+
+
+@contextmanager
+def _running_a_test(root: Path | None):
+    if root is None:
+        yield
+        return
+    _take_share(root)
+    try:
+        yield
+    finally:
+        _drop_share()
+
+
+def _take_share(root: Path) -> None:
+    gate = _flock(root / "quiet.gate", fcntl.LOCK_SH)      # waits while a quiet part runs or waits to
+    try:
+        _share.append(_flock(root / "quiet.lock", fcntl.LOCK_SH))
+    finally:
+        gate.close()
+
+
+def _drop_share() -> None:
+    while _share:
+        _share.pop().close()
+
+
+@contextmanager
+def quiet_box(root: Path, timeout: float = 1800):
+    """Nothing else of this test run uses the box inside it: the shared runs have ended, the other pytest-xdist
+    worker's test has ended and it starts no other until this is left. The caller's own test gives up its share
+    meanwhile (it waits on nothing else here)."""
+    for name in SHARED_RUNS:
+        if (root / name).exists():
+            _wait_ended(root / name, name, timeout)
+    held = bool(_share)
+    _drop_share()
+    gate = _flock(root / "quiet.gate", fcntl.LOCK_EX)
+    try:
+        with _flock(root / "quiet.lock", fcntl.LOCK_EX):
+            yield
+    finally:
+        gate.close()
+        if held:
+            _take_share(root)
+
+
+@contextmanager
+def _share_given_up(root: Path):
+    """While this test waits for another worker that may be in quiet_box, it holds no share of the lock."""
+    held = bool(_share)
+    _drop_share()
+    try:
+        yield
+    finally:
+        if held:
+            _take_share(root)
+
+
+QUIET_ATTEMPTS = 3      # a timed pair whose reference's blocks still read a loaded box is timed again, this often
+
+
+@pytest.fixture(scope="session")
+def exploit_timed_run(tmp_path_factory) -> dict[str, dict]:
+    """The records of EXPLOITS_TIMED, timed while the box is quiet (quiet_box), made once per test run. A pair that
+    still read a loaded box (LOADED_SPREAD: something outside this test run, or a stray slow block) is timed again,
+    up to QUIET_ATTEMPTS runs in all; each candidate keeps its first record whose reference's blocks were not
+    loaded (else its last, and its timed checks skip, saying so). Which record is kept depends on the reference's
+    own blocks alone, never on what the checks read."""
+    root = run_root(tmp_path_factory)
+    folder = root / "exploit_timed"
+    with _share_given_up(root), _root_lock(root, "exploit_timed"):
+        if (folder / "records.json").exists():
+            return json.loads((folder / "records.json").read_text())
+        records: dict[str, dict] = {}
+        with quiet_box(root):
+            for attempt in range(QUIET_ATTEMPTS):
+                todo = [name for name in EXPLOITS_TIMED if name not in records or _loaded(records[name])]
+                if not todo:
+                    break
+                tmp = folder / f"attempt{attempt}"
+                tree = subtree(FIXTURES / "exploits", tmp / "tree", lambda stem: stem in todo)
+                config = write_config(tmp, tree, cache_dir=root / "shared-cache")
+                done = run_cli("--config", str(config), "--json", "--timeout", PAIR_TIMEOUT_ARG)
+                assert done.returncode == 0, done.stderr
+                found = json_records(done.stdout)
+                assert set(found) == set(todo), sorted(found)
+                records.update(found)
+        (folder / "records.json").write_text(json.dumps(records))
+    return records
+
+
+def _loaded(record: dict) -> bool:
+    spread = bracket_spread(record)
+    return spread is not None and spread > LOADED_SPREAD
 
 
 def pytest_collection_finish(session):
