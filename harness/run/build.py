@@ -252,8 +252,9 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
         if live is not None and live.cancelled:
             raise BuildCancelled() from None
         status = exit_status(exc.kind).value
+        said = exc.detail if exc.kind == "protocol" else f"build {exc.detail}"   # the client names the worker
         error = (f"build did not finish within {timeout:g} s" if status == "timeout"
-                 else f"build {exc.detail}: {worker.log_tail(300).strip().splitlines()[-1:]}")
+                 else f"{said}: {worker.log_tail(300).strip().splitlines()[-1:]}")
         return BuildResult(status, error, worker.log_tail(), seconds=round(time.monotonic() - started, 3), **base)
     finally:
         if live is not None:
