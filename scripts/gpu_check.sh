@@ -570,6 +570,7 @@ cluster)
     port=$(python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     addr=tcp://127.0.0.1:$port
     pids=()
+    before=$(pgrep -f 'harness[.]worker' | sort)     # another run's workers on this machine are not ours
     group() {   # LOG CMD...: CMD in a session of its own, its id (the process group to kill) appended to pids
         local log=$1 f; shift; f=$(mktemp)
         setsid sh -c 'echo $$ > "$0"; exec "$@"' "$f" "$@" > "$log" 2>&1 &
@@ -629,7 +630,7 @@ PY
     grep -c "No module named 'harness'" "$out/scheduler.txt" | sed 's/^/scheduler log lines naming a missing harness: /'
     stop_cluster; trap - EXIT
     sleep 2; echo "left running: $(pgrep -f 'dask (scheduler|worker)' | wc -l) dask processes," \
-        "$(pgrep -f 'harness[.]worker' | wc -l) harness worker processes"
+        "$(comm -13 <(echo "$before") <(pgrep -f 'harness[.]worker' | sort) | grep -c .) harness worker processes"
     ;;
 tests)
     timeout 560 python -m pytest -q -m gpu tests/ 2>&1 | tail -n 40
