@@ -183,10 +183,10 @@ def bracket_spread(record: dict) -> float | None:
 def skip_timing_if_loaded(*records: dict) -> None:
     """Skip the rest of a `timing` test when any of these pairs was timed on a loaded box (LOADED_SPREAD)."""
     for record in records:
-        spread = bracket_spread(record)
-        if spread is not None and spread > LOADED_SPREAD:
+        if _loaded(record):
             pytest.skip(f"timing: {record['solution']} was timed on a loaded box (its reference's own blocks "
-                        f"{spread:.1f}x apart, over {LOADED_SPREAD}x); a ratio from that run says nothing")
+                        f"{bracket_spread(record):.1f}x apart, over {LOADED_SPREAD}x); a ratio from that run says "
+                        "nothing")
 
 
 def skip_timing_if_box_loaded() -> None:
@@ -410,16 +410,13 @@ def quiet_box(root: Path, timeout: float = 1800):
     for name in SHARED_RUNS:
         if (root / name).exists():
             _wait_ended(root / name, name, timeout)
-    held = bool(_share)
-    _drop_share()
-    gate = _flock(root / "quiet.gate", fcntl.LOCK_EX)
-    try:
-        with _flock(root / "quiet.lock", fcntl.LOCK_EX):
-            yield
-    finally:
-        gate.close()
-        if held:
-            _take_share(root)
+    with _share_given_up(root):
+        gate = _flock(root / "quiet.gate", fcntl.LOCK_EX)
+        try:
+            with _flock(root / "quiet.lock", fcntl.LOCK_EX):
+                yield
+        finally:
+            gate.close()
 
 
 @contextmanager

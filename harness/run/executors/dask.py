@@ -176,12 +176,10 @@ def start_local_cluster(cfg: Config, device: str, slots: list[Any]):
         envs = [({"CUDA_VISIBLE_DEVICES": str(slot.gpu)}, dict(GPU_RESOURCES)) for slot in slots]
     else:
         envs = [({}, {}) for _ in range(cfg.dask_workers or CPU_WORKERS)]
-    cores = sorted(os.sched_getaffinity(0))
-    share = max(1, len(cores) // len(envs))
+    shares = coreshares.split(os.sched_getaffinity(0), len(envs))
     workers = {}
     for i, (env, resources) in enumerate(envs):
-        claimed = slots[i].cpus if device == "cuda" else ()
-        mine = claimed or cores[i * share:(i + 1) * share] or cores
+        mine = (slots[i].cpus if device == "cuda" else ()) or shares[i]
         options = {"nthreads": 1, "env": {**env, "KB_DASK_CPUS": ",".join(map(str, mine))},
                    "dashboard_address": None, "silence_logs": 40}
         if resources:
