@@ -135,11 +135,7 @@ class ColdCuda:
     clock = "cuda_event"
     TAIL_SAMPLES = 15
 
-    # A staged sample's spin before its start event (`cover`), ~200 us at ~2 GHz: it must outlast the host's launch
-    # of the call's first kernels, or the device idles after the start event and the idle is timed. A staged call's
-    # process has just woken from its pipe read, so its launch is slower than the default path's, which drew the
-    # inputs and flushed in the same process just before. The spin is not timed: a longer one costs wall time only.
-    COVER_CYCLES = 400_000
+    COVER_CYCLES = 100_000                           # ~50 us of spinning: about what a flush of 128 MiB takes
 
     def __init__(self, device: torch.device, flusher: L2Flusher | None, cover: bool = False):
         self.device, self.flusher = device, flusher
