@@ -27,6 +27,7 @@
 #   exec44:    issue 44's reference executor: A/A of short problems on the default and the staged GPU path, back to
 #              back (PATHS="default staged", PROCS process pairs, EXEC_PROBLEMS="level:glob ...", CAL_ARGS added to
 #              each calibrate), then the GPU tests (K; SMOKE_ONLY=1: not)
+#   lease44:   issue 44 in one detached run: the GPU tests alone, then suite44's sweep (STEPS="T S P": P is paths44)
 #   paths44:   issue 44: A/A on the default path (GPU 0) and the staged path (GPU 1) at the same time
 #   suite44:   issue 44 items 6 and 8 on the staged GPU path, then issue 45's scaling (see the phase; run it as bg)
 #   cpu44:     issue 44 on the device's quiet CPU cores: the CPU exploits and privileges tests as root, then the CPU
@@ -466,11 +467,12 @@ lease45)
         (export CUDA_VISIBLE_DEVICES=1
          timeout -s INT "${TESTS_TIMEOUT:-400}" python -m pytest -q -rf --tb=short -m gpu tests/test_peer.py \
              tests/test_precision_gpu.py tests/test_profile.py tests/test_profiling_gpu.py > "$out/gpu_tests_b.txt" 2>&1) &
-        # the builds on the second half of the cores (the GPU tests' core share is the first), --deadline-s 1: no run
-        SCALE_SECONDS=1 SCALE_TIMEOUT=380 SCALE_ARGS=${SCALE_ARGS:---pairs 32 --max-pair-seconds 3} \
+        # the builds on the second half of the cores (the GPU tests' core share is the first), --deadline-s 1: no run;
+        # NO_BUILDS=1: the tests alone
+        [ -z "${NO_BUILDS:-}" ] && SCALE_SECONDS=1 SCALE_TIMEOUT=380 SCALE_ARGS=${SCALE_ARGS:---pairs 32 --max-pair-seconds 3} \
             taskset -c "$(( $(nproc) / 2 ))-$(( $(nproc) - 1 ))" bash "$0" scaling > "$out/scaling_build.txt" 2>&1
         wait
-        tail -n 4 "$out/scaling_build.txt"
+        [ -e "$out/scaling_build.txt" ] && tail -n 4 "$out/scaling_build.txt"
         echo "-- tests/test_gpu.py (GPU 0)"; tail -n 15 "$out/gpu_tests_a.txt"
         echo "-- the other GPU tests (GPU 1)"; tail -n 10 "$out/gpu_tests_b.txt"
     fi
@@ -498,6 +500,17 @@ lease45)
         tail -n 14 "$out/compile_cache.txt"
     fi
     echo "== lease45 ended ($(date +%T))"
+    ;;
+lease44)
+    # Issue 44 on the GPU in one detached run (BG="scripts/gpu_check.sh lease44" ... bg); STEPS picks ("T S", default):
+    #   T. the GPU tests alone (lease45's A with NO_BUILDS: test_gpu.py on GPU 0, the other GPU files on GPU 1)
+    #   S. suite44's sweep: every shipped candidate on the staged GPU path (statuses; item 6's reduced_precision)
+    #   P. paths44: the A/A of both GPU paths at once, the workers' stages traced
+    steps=" ${STEPS:-T S} "
+    [[ "$steps" == *" T "* ]] && echo "== T. GPU tests ($(date +%T))" && STEPS=A NO_BUILDS=1 TESTS_TIMEOUT=${TESTS_TIMEOUT:-480} bash "$0" lease45
+    [[ "$steps" == *" S "* ]] && echo "== S. sweep, staged ($(date +%T))" && STEPS=sweep SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-720} bash "$0" suite44
+    [[ "$steps" == *" P "* ]] && echo "== P. paths44 ($(date +%T))" && bash "$0" paths44
+    echo "== lease44 ended ($(date +%T))"
     ;;
 paths44)
     # issue 44: the default and the staged GPU path at the same time, the default on GPU 0 and the staged on GPU 1
