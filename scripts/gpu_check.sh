@@ -27,7 +27,8 @@
 #   exec44:    issue 44's reference executor: A/A of short problems on the default and the staged GPU path, back to
 #              back (PATHS="default staged", PROCS process pairs, EXEC_PROBLEMS="level:glob ...", CAL_ARGS added to
 #              each calibrate), then the GPU tests (K; SMOKE_ONLY=1: not)
-#   lease44:   issue 44 in one detached run: the GPU tests alone, then suite44's sweep (STEPS="T S P": P is paths44)
+#   lease44:   issue 44 in one detached run: the GPU tests alone, then suite44's sweep (STEPS="T S P R": P is paths44,
+#              R test_gpu.py's last tests on both GPUs)
 #   paths44:   issue 44: A/A on the default path (GPU 0) and the staged path (GPU 1) at the same time
 #   suite44:   issue 44 items 6 and 8 on the staged GPU path, then issue 45's scaling (see the phase; run it as bg)
 #   cpu44:     issue 44 on the device's quiet CPU cores: the CPU exploits and privileges tests as root, then the CPU
@@ -510,6 +511,17 @@ lease44)
     [[ "$steps" == *" T "* ]] && echo "== T. GPU tests ($(date +%T))" && STEPS=A NO_BUILDS=1 TESTS_TIMEOUT=${TESTS_TIMEOUT:-480} bash "$0" lease45
     [[ "$steps" == *" S "* ]] && echo "== S. sweep, staged ($(date +%T))" && STEPS=sweep SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-720} bash "$0" suite44
     [[ "$steps" == *" P "* ]] && echo "== P. paths44 ($(date +%T))" && bash "$0" paths44
+    if [[ "$steps" == *" R "* ]]; then     # R: test_gpu.py's last tests (R0 on GPU 0, R1 on GPU 1), RTESTS_TIMEOUT each
+        echo "== R. the rest of test_gpu.py ($(date +%T))"
+        export TEST_RUNS_OUT="$out/runs"
+        for g in 0 1; do
+            k=${R0:-calibrate_on_the_gpu or start_event}; [ "$g" = 1 ] && k=${R1:-memory}
+            (CUDA_VISIBLE_DEVICES=$g timeout -s INT "${RTESTS_TIMEOUT:-200}" python -m pytest -q -rfxX --tb=short -m gpu \
+                tests/test_gpu.py -k "$k" > "$out/gpu_tests_r$g.txt" 2>&1) &
+        done
+        wait
+        for g in 0 1; do echo "-- GPU $g"; tail -n 12 "$out/gpu_tests_r$g.txt"; done
+    fi
     echo "== lease44 ended ($(date +%T))"
     ;;
 paths44)
