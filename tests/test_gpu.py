@@ -323,10 +323,13 @@ def test_work_moved_in_front_of_the_start_event_still_computes_the_answer(cover_
     assert cover_run["cover_window"]["correct"] is True, cover_run["cover_window"]["error"]
 
 
-@pytest.mark.xfail(strict=True, reason="not caught, expected (not yet seen on a GPU): the staged timer's cover spin "
-                                       "and the parent's allowance run in the candidate's process outside the events "
-                                       "(docs/hardening.md, What it cannot stop, 4); strict: a run that catches it "
-                                       "fails here, so that this mark goes")
-def test_work_moved_in_front_of_the_start_event_gains_nothing(cover_run):
+def test_work_moved_in_front_of_the_start_event_gains_at_most_the_spin(cover_run):
+    """Not caught, and bounded: the staged timer's ~50 us cover spin runs in the candidate's process outside the
+    events (docs/hardening.md, What it cannot stop, 4), so work moved there is hidden while it fits in the spin, and
+    no more of it. On an H200 the cheat read `ok` 1.0087 on this fixture (2.20 ms a sample on that path): 19 us
+    hidden, its whole call. A gain beyond 0.1 ms a sample (twice the spin) would mean a hole wider than the spin."""
     cheat = cover_run["cover_window"]
-    assert cheat["status"] == "invalid" or cheat["speedup_ci"][0] < 1.5, (cheat["status"], cheat["speedup_ci"])
+    if cheat["status"] == "invalid":
+        return
+    hidden = cheat["timing"]["reference"]["median_ms"] - cheat["timing"]["candidate"]["median_ms"]
+    assert cheat["status"] == "ok" and hidden < 0.1, (cheat["status"], hidden, cheat["speedup_ci"])
