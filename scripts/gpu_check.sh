@@ -29,6 +29,7 @@
 #              each calibrate), then the GPU tests (K; SMOKE_ONLY=1: not)
 #   lease44:   issue 44 in one detached run: the GPU tests alone, then suite44's sweep (STEPS="T S P R": P is paths44,
 #              R test_gpu.py's last tests on both GPUs)
+#   short44:   issue 44: short cold calls on both paths with GPU 0's SM clock sampled (is the staged path's GPU idling?)
 #   paths44:   issue 44: A/A on the default path (GPU 0) and the staged path (GPU 1) at the same time
 #   suite44:   issue 44 items 6 and 8 on the staged GPU path, then issue 45's scaling (see the phase; run it as bg)
 #   cpu44:     issue 44 on the device's quiet CPU cores: the CPU exploits and privileges tests as root, then the CPU
@@ -523,6 +524,30 @@ lease44)
         for g in 0 1; do echo "-- GPU $g"; tail -n 12 "$out/gpu_tests_r$g.txt"; done
     fi
     echo "== lease44 ended ($(date +%T))"
+    ;;
+short44)
+    # issue 44: short cold calls on the staged path (0.15 ms gpu_tree calls read +/-12% CIs there, a ~20 us call
+    # 2.2 ms a sample, and the flusher's memset took 8x its time on level 2). GPU 0's SM clock sampled every 10 ms
+    # (nvidia-smi, read only) while `calibrate --timing-mode cold` of tests/fixtures/gpu_tree runs on the staged path,
+    # then on the default path; the clock's quartiles during each
+    sed 's/^  staged_gpu: false/  staged_gpu: true/' config.yaml > /tmp/staged_gpu.yaml
+    for p in staged default; do
+        cfg=config.yaml; [ "$p" = staged ] && cfg=/tmp/staged_gpu.yaml
+        nvidia-smi --query-gpu=clocks.sm --format=csv,noheader,nounits -i 0 -lms 10 > "$out/clocks_$p.txt" &
+        smi=$!
+        CUDA_VISIBLE_DEVICES=0 KB_TRACE=1 timeout -s INT "${SHORT_SECONDS:-150}" python run_eval.py calibrate \
+            --config "$cfg" --problems-dir tests/fixtures/gpu_tree/problems --timing-mode cold --trials 1 \
+            --processes 1 --compile-modes none --output-dir "$out/short_$p" > "$out/short_$p.txt" 2>&1
+        kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+        echo "== $p"; grep -v "━" "$out/short_$p.txt" | grep -E "^[0-9l]|of .* ok" | head -n 8
+        python - "$out/clocks_$p.txt" <<'PY'
+import statistics, sys
+mhz = [int(l) for l in open(sys.argv[1]) if l.strip().isdigit()]
+if len(mhz) > 1:
+    q = statistics.quantiles(mhz, n=4)
+    print(f"SM clock MHz, {len(mhz)} readings: min {min(mhz)} q1 {q[0]:.0f} median {q[1]:.0f} q3 {q[2]:.0f} max {max(mhz)}")
+PY
+    done
     ;;
 paths44)
     # issue 44: the default and the staged GPU path at the same time, the default on GPU 0 and the staged on GPU 1
