@@ -51,6 +51,9 @@ def _old_round(x: torch.Tensor, bits: int, truncate: bool = False) -> torch.Tens
     return torch.where(torch.isfinite(x), (raw & ~((1 << drop) - 1)).view(x.dtype), x)
 
 
+_EXP_NAN = {torch.int64: 0x7FF << 52, torch.int32: 0xFF << 23}      # an all-ones exponent: with a payload, a NaN
+
+
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view({torch.float64: torch.int64, torch.float32: torch.int32}[t.dtype])
 
@@ -80,9 +83,6 @@ def test_rounding_in_place_a_slice_at_a_time_gives_the_whole_tensor_formulas_bit
             for kept, want in ((True, x - rest), (False, lo)):
                 got = precision._part(x, truncate, kept)
                 assert torch.equal(_bits(got), _bits(want)), (dtype, truncate, kept)
-
-
-_EXP_NAN = {torch.int64: 0x7FF << 52, torch.int32: 0xFF << 23}
 
 
 def test_bf16x3_on_strided_operands_gives_what_the_three_products_give():
