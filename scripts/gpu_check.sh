@@ -27,8 +27,8 @@
 #   exec44:    issue 44's reference executor: A/A of short problems on the default and the staged GPU path, back to
 #              back (PATHS="default staged", PROCS process pairs, EXEC_PROBLEMS="level:glob ...", CAL_ARGS added to
 #              each calibrate), then the GPU tests (K; SMOKE_ONLY=1: not)
-#   lease44:   issue 44 in one detached run: the GPU tests alone, then suite44's sweep (STEPS="T S P R": P is paths44,
-#              R test_gpu.py's last tests on both GPUs)
+#   lease44:   issue 44 in one detached run: the GPU tests alone, then suite44's sweep (STEPS="T S P R C G A": P is
+#              paths44, R test_gpu.py's last tests, C short44, G the precision GPU tests, A the whole suite's staged A/A)
 #   short44:   issue 44: short cold calls on both paths with GPU 0's SM clock sampled (is the staged path's GPU idling?)
 #   paths44:   issue 44: A/A on the default path (GPU 0) and the staged path (GPU 1) at the same time
 #   suite44:   issue 44 items 6 and 8 on the staged GPU path, then issue 45's scaling (see the phase; run it as bg)
@@ -508,6 +508,10 @@ lease44)
     #   T. the GPU tests alone (lease45's A with NO_BUILDS: test_gpu.py on GPU 0, the other GPU files on GPU 1)
     #   S. suite44's sweep: every shipped candidate on the staged GPU path (statuses; item 6's reduced_precision)
     #   P. paths44: the A/A of both GPU paths at once, the workers' stages traced
+    #   R. test_gpu.py's last tests, split over both GPUs (R0, R1: their -k)
+    #   C. short44: short cold calls on both paths, GPU 0's SM clock sampled
+    #   G. the signature forwards on the GPU (tests/test_precision_gpu.py) and test_gpu.py's graph-mode memory test
+    #   A. suite44's A/A of the whole suite on the staged path (item 8; AA_SECONDS, 900)
     steps=" ${STEPS:-T S} "
     [[ "$steps" == *" T "* ]] && echo "== T. GPU tests ($(date +%T))" && STEPS=A NO_BUILDS=1 TESTS_TIMEOUT=${TESTS_TIMEOUT:-480} bash "$0" lease45
     [[ "$steps" == *" S "* ]] && echo "== S. sweep, staged ($(date +%T))" && STEPS=sweep SWEEP_TIMEOUT=${SWEEP_TIMEOUT:-720} bash "$0" suite44
@@ -523,6 +527,15 @@ lease44)
         wait
         for g in 0 1; do echo "-- GPU $g"; tail -n 12 "$out/gpu_tests_r$g.txt"; done
     fi
+    [[ "$steps" == *" C "* ]] && echo "== C. short44 ($(date +%T))" && bash "$0" short44
+    if [[ "$steps" == *" G "* ]]; then
+        echo "== G. the signature forwards on the GPU ($(date +%T))"
+        export TEST_RUNS_OUT="$out/runs"
+        CUDA_VISIBLE_DEVICES=0 timeout -s INT 240 python -m pytest -q -rfs --tb=short -m gpu tests/test_precision_gpu.py \
+            tests/test_gpu.py -k "precision or graph_mode_captures" 2>&1 | tail -n 12
+    fi
+    [[ "$steps" == *" A "* ]] && echo "== A. the whole suite's A/A, staged ($(date +%T))" &&
+        STEPS=aa TOTAL_SECONDS=${AA_SECONDS:-900} bash "$0" suite44
     echo "== lease44 ended ($(date +%T))"
     ;;
 short44)
