@@ -34,11 +34,12 @@ class CandidateFailed(Exception):
 
 
 class Client:
-    """Any worker. `name`: what a protocol fault says sent the reply."""
+    """Any worker. `name`: what a protocol fault says sent the reply (the role's NAME unless given)."""
     FAILS = False                       # whether it may answer a request with Failed (a candidate's code raised)
+    NAME = "worker"
 
-    def __init__(self, worker: Worker, name: str):
-        self.worker, self.name = worker, name
+    def __init__(self, worker: Worker, name: str | None = None):
+        self.worker, self.name = worker, name or self.NAME
 
     def ask(self, request: Any, deadline: float, *replies: type) -> Any:
         """`request` sent; its reply, as one of `replies`."""
@@ -100,9 +101,7 @@ class Timed(Client):
 
 class ReferenceClient(Timed):
     """The reference worker of a problem: trusted code, which never sends Failed."""
-
-    def __init__(self, worker: Worker, name: str = "reference"):
-        super().__init__(worker, name)
+    NAME = "reference"
 
     def start(self, job: m.ReferenceJob, deadline: float) -> m.Ready | m.Error | m.HarnessError:
         """The job sent; its first reply: ready, or why the problem cannot be served."""
@@ -147,9 +146,7 @@ class CandidateClient(Timed):
     """A candidate worker (or the reference's executor, a worker of the same role): untrusted, and its code may
     raise (Failed)."""
     FAILS = True
-
-    def __init__(self, worker: Worker, name: str = "candidate"):
-        super().__init__(worker, name)
+    NAME = "candidate"
 
     def start(self, job: m.CandidateJob) -> None:
         """The job sent; its first reply is read by `trial_reply` or `loaded`."""
@@ -172,9 +169,7 @@ class CandidateClient(Timed):
 
 class FlusherClient(Client):
     """The flusher of a slot (harness.worker.flusher)."""
-
-    def __init__(self, worker: Worker, name: str = "flusher"):
-        super().__init__(worker, name)
+    NAME = "flusher"
 
     def start(self, job: m.FlusherJob, deadline: float) -> m.FlusherReady:
         return self.ask(job, deadline, m.FlusherReady)
@@ -186,9 +181,7 @@ class FlusherClient(Client):
 
 class BuildClient(Client):
     """A build worker (harness.worker.build): one job, one reply."""
-
-    def __init__(self, worker: Worker, name: str = "build worker"):
-        super().__init__(worker, name)
+    NAME = "build worker"
 
     def build(self, job: m.BuildJob, deadline: float) -> m.Built | m.HarnessError:
         """What it built, or the harness fault it hit."""
@@ -197,9 +190,7 @@ class BuildClient(Client):
 
 class LintClient(Client):
     """A lint worker (harness.worker.lint): one job, one reply."""
-
-    def __init__(self, worker: Worker, name: str = "lint worker"):
-        super().__init__(worker, name)
+    NAME = "lint worker"
 
     def lint(self, job: m.LintJob, deadline: float) -> m.LintReport | m.Error | m.HarnessError:
         """The problem's lint report, or why its problem could not be linted (Error), or the harness fault."""
@@ -208,9 +199,7 @@ class LintClient(Client):
 
 class CeilingsClient(Client):
     """The ceilings worker (harness.worker.ceilings): one job, one reply."""
-
-    def __init__(self, worker: Worker, name: str = "ceilings worker"):
-        super().__init__(worker, name)
+    NAME = "ceilings worker"
 
     def measure(self, job: m.CeilingsJob, deadline: float) -> m.Ceilings:
         return self.ask(job, deadline, m.Ceilings)

@@ -34,6 +34,7 @@ class ExecutorClient(CandidateClient):
     """The executor's client: a candidate worker's requests, but its Failed is ExecutorFailed, not the candidate's
     CandidateFailed, so that the reference's own code failing in it is never read as the candidate's failure (the
     pair ends `crashed`, a harness fault, where evaluate.run_pair meets it)."""
+    NAME = "reference's executor"
 
     def parsed(self, data: dict[str, Any], *replies: type) -> Any:
         try:
@@ -54,7 +55,7 @@ def start(spares: SpareWorkers, log_path: Path, work: m.CandidateJob, deadline: 
     """The executor worker with its model built (its Loaded read). ExecutorFailed where it said it could not build
     it, WorkerExit where it ended or said anything else; the worker is closed then."""
     worker = spares.take(ROLE, log_path)
-    executor = ExecutorClient(worker, "reference's executor")
+    executor = ExecutorClient(worker)
     try:
         executor.start(work)
         reply = executor.trial_reply(deadline, m.Loaded)
