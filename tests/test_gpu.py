@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import FIXTURES, SAMPLES_PER_ROUND, cuda_available, json_records, run_cli, write_config
+from conftest import FIXTURES, SAMPLES_PER_ROUND, cuda_available, json_records, run_cli, subtree, write_config
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")]
 
@@ -312,7 +312,8 @@ def cover_run(tmp_path_factory):
     """cover_window (the call's work moved in front of its start event) and its honest control, on the staged GPU
     path in cold mode (where the timer spins before the start event)."""
     tmp = tmp_path_factory.mktemp("cover")
-    config = write_config(tmp, FIXTURES / "cover_window", timing={"staged_gpu": "true"})
+    tree = subtree(FIXTURES / "exploits", tmp / "tree", lambda stem: stem in ("cover_window", "control_plain"))
+    config = write_config(tmp, tree, timing={"staged_gpu": "true"})
     done = run_cli("--config", str(config), "--device", "cuda", "--json", "--timing-mode", "cold", "--timeout", "60")
     assert done.returncode == 0, done.stderr
     return json_records(done.stdout)
