@@ -109,6 +109,12 @@ dask_wheels() {   # dask.distributed is not in the image: .whl's wheels for this
         --target /tmp/site $wheels && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 }
 
+staged_config() {   # config.yaml with timing.staged_gpu on, written to /tmp/staged_gpu.yaml; its path
+    sed 's/^  staged_gpu: false/  staged_gpu: true/' config.yaml > /tmp/staged_gpu.yaml
+    grep -q '^  staged_gpu: true' /tmp/staged_gpu.yaml || { echo "config.yaml has no 'staged_gpu: false' line" >&2; return 1; }
+    echo /tmp/staged_gpu.yaml
+}
+
 summary() {   # the one-line summary of each run folder under $1: wall, builds, and pairs a minute after the builds
     python - "$1" <<'PY'
 import json, pathlib, sys
@@ -382,9 +388,7 @@ exec44)
     # issue 44, the reference's executor: A/A of short problems on one GPU, back to back, on the default (in-process)
     # path and on the staged path (timing.staged_gpu in a config of its own), PROCS (2) process pairs a problem;
     # then (unless SMOKE_ONLY) the GPU tests K selects, their runs kept under $out/runs
-    staged_cfg=/tmp/staged_gpu.yaml
-    sed 's/^  staged_gpu: false/  staged_gpu: true/' config.yaml > "$staged_cfg"
-    grep -q '^  staged_gpu: true' "$staged_cfg" || { echo "config.yaml has no 'staged_gpu: false' line"; exit 1; }
+    staged_cfg=$(staged_config) || exit 1
     for path in ${PATHS:-default staged}; do
         cfgs=(); [ "$path" = staged ] && cfgs=(--config "$staged_cfg")
         echo "== A/A, $path path: the gpu_tree fixtures and ${EXEC_PROBLEMS:-level1 018/019/026, level2 001}"
@@ -414,9 +418,7 @@ suite44)
     # STEPS picks some of them ("sweep aa scaling", the default). A fresh 2-GPU host took 342 s to build the 103
     # shipped candidates (32 jobs): the sweep needs most of a command for its builds alone.
     t_end=$(( $(date +%s) + ${TOTAL_SECONDS:-1400} ))
-    staged_cfg=/tmp/staged_gpu.yaml
-    sed 's/^  staged_gpu: false/  staged_gpu: true/' config.yaml > "$staged_cfg"
-    grep -q '^  staged_gpu: true' "$staged_cfg" || { echo "config.yaml has no 'staged_gpu: false' line"; exit 1; }
+    staged_cfg=$(staged_config) || exit 1
     left() { echo $(( t_end - $(date +%s) )); }
     steps=" ${STEPS:-sweep aa scaling} "
     [[ "$steps" == *" sweep "* ]] && echo "== 1. every shipped candidate, staged, GPUs $all ($(left) s left)" &&
@@ -543,9 +545,9 @@ short44)
     # 2.2 ms a sample, and the flusher's memset took 8x its time on level 2). GPU 0's SM clock sampled every 10 ms
     # (nvidia-smi, read only) while `calibrate --timing-mode cold` of tests/fixtures/gpu_tree runs on the staged path,
     # then on the default path; the clock's quartiles during each
-    sed 's/^  staged_gpu: false/  staged_gpu: true/' config.yaml > /tmp/staged_gpu.yaml
+    staged_cfg=$(staged_config) || exit 1
     for p in staged default; do
-        cfg=config.yaml; [ "$p" = staged ] && cfg=/tmp/staged_gpu.yaml
+        cfg=config.yaml; [ "$p" = staged ] && cfg=$staged_cfg
         nvidia-smi --query-gpu=clocks.sm --format=csv,noheader,nounits -i 0 -lms 10 > "$out/clocks_$p.txt" &
         smi=$!
         CUDA_VISIBLE_DEVICES=0 KB_TRACE=1 timeout -s INT "${SHORT_SECONDS:-150}" python run_eval.py calibrate \
@@ -567,9 +569,7 @@ paths44)
     # (each run holds its own core share): `calibrate` of PATHS_PROBLEMS (level:glob ...; default level 2's first 19)
     # within PATHS_SECONDS (240) each, one process pair a problem, the workers tracing their stages (KB_TRACE); then
     # both runs' tables, pair_time's split and trace_pair's stages
-    staged_cfg=/tmp/staged_gpu.yaml
-    sed 's/^  staged_gpu: false/  staged_gpu: true/' config.yaml > "$staged_cfg"
-    grep -q '^  staged_gpu: true' "$staged_cfg" || { echo "config.yaml has no 'staged_gpu: false' line"; exit 1; }
+    staged_cfg=$(staged_config) || exit 1
     set -f
     for p in default staged; do
         cfg=config.yaml; g=0
