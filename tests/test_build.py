@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -12,6 +14,8 @@ import pytest
 from harness.core.discover import Candidate, Pair, Problem
 from harness.run import build
 from harness.run.workerproc import WorkerExit
+
+from conftest import REPO, json_records, run_cli, verdict, write_config
 
 
 def test_a_triton_candidate_is_skipped_on_the_cpu_without_a_build_worker(tmp_path, monkeypatch):
@@ -227,3 +231,49 @@ def test_a_candidate_that_may_build_gets_its_build_worker(source):
 def test_a_python_only_candidate_needs_no_build_worker(source):
     from harness.core.discover import Candidate
     assert not build.may_build_extensions(Candidate("c", Path("c.py"), source, None))
+
+
+# A cheat on may_build_extensions: the static look misses an extension reached through getattr on strings, so the
+# candidate gets no build worker and compiles in its own worker instead. It must gain nothing: the compile happens
+# in the candidate worker's confinement, into the pair's own build folder (load_inline hooked as in a build
+# worker), before its trials, and the pair is judged as any other.
+EVASIVE = '''"""relu_scale, its extension reached by names no static look finds."""
+import torch
+import torch.nn as nn
+
+_ext_module = getattr(getattr(torch, "ut" + "ils"), "cpp_" + "extension")
+_src = r"""
+#include <torch/extension.h>
+torch::Tensor relu_scale(torch::Tensor x, double scale) { return torch::relu(x) * scale; }
+"""
+ext = getattr(_ext_module, "load_" + "inline")(name="evasive_relu_scale", cpp_sources=_src,
+                                              functions=["relu_scale"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return ext.relu_scale(x, self.scale)
+'''
+
+
+def test_an_extension_hidden_from_the_static_look_is_built_confined_in_its_own_pair(tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "problems" / "level1").mkdir(parents=True)
+    shutil.copy(REPO / "examples" / "cpu" / "problems" / "level1" / "001_relu_scale.py", tree / "problems" / "level1")
+    solution = tree / "solutions" / "level1" / "001_relu_scale" / "evasive.py"
+    solution.parent.mkdir(parents=True)
+    solution.write_text(EVASIVE)
+    assert not build.may_build_extensions(Candidate("evasive", solution, EVASIVE, None))
+    cache = tmp_path / "cache"
+    done = run_cli("--config", str(write_config(tmp_path, tree, cache_dir=cache)), "--json")
+    assert done.returncode == 0, done.stderr
+    record = json_records(done.stdout)["evasive"]
+    assert verdict(record) == "ok" and record["correct"], (record["error"], json.dumps(record["worker"])[:2000])
+    assert record["build"]["sandbox"] is None and record["build"]["extensions"] == []     # no build worker ran
+    assert list((cache / "builds" / record["build"]["key"] / "ext").rglob("*.so"))         # the pair's own folder
+    sandbox = record["sandbox"]
+    assert sandbox["filesystem"] or not sandbox["landlock_abi"], sandbox                  # confined as ever
