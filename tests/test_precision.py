@@ -41,6 +41,67 @@ def test_bf16_rounding_matches_torch_and_the_split_keeps_sixteen_bits():
     assert float(((hi + lo - x.double()) / x.double()).abs().max()) <= 2 ** -16
 
 
+def _old_round(x: torch.Tensor, bits: int, truncate: bool = False) -> torch.Tensor:
+    """round_mantissa as it was written first, on the whole tensor (about five copies of x at its peak)."""
+    int_type, total = {torch.float64: (torch.int64, 52), torch.float32: (torch.int32, 23)}[x.dtype]
+    drop = total - bits
+    raw = x.contiguous().view(int_type)
+    if not truncate:
+        raw = raw + ((1 << (drop - 1)) - 1) + ((raw >> drop) & 1)
+    return torch.where(torch.isfinite(x), (raw & ~((1 << drop) - 1)).view(x.dtype), x)
+
+
+_EXP_NAN = {torch.int64: 0x7FF << 52, torch.int32: 0xFF << 23}      # an all-ones exponent: with a payload, a NaN
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view({torch.float64: torch.int64, torch.float32: torch.int32}[t.dtype])
+
+
+@pytest.mark.parametrize("chunk", [7, 1 << 22])
+def test_rounding_in_place_a_slice_at_a_time_gives_the_whole_tensor_formulas_bits(monkeypatch, chunk):
+    """Every bit as before, NaN payloads too, in both widths and modes, across slice ends (a 7-element slice), for
+    strided views as well; and bf16x3's parts as the old whole-tensor split gave them."""
+    monkeypatch.setattr(precision, "CHUNK_ELEMENTS", chunk)
+    torch.manual_seed(5)
+    for dtype, int_type in ((torch.float64, torch.int64), (torch.float32, torch.int32)):
+        tiny = torch.finfo(dtype).tiny
+        edge = [0.0, -0.0, tiny, -tiny, tiny / 8, float("inf"), float("-inf"), float(torch.finfo(dtype).max),
+                1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -11, -(1 + 3 * 2 ** -11)]
+        x = torch.cat([torch.tensor(edge, dtype=dtype), torch.randn(997, dtype=dtype) * 1e3])
+        nans = torch.tensor([1, 5, 9], dtype=int_type) | torch.tensor(_EXP_NAN[int_type], dtype=int_type)
+        x = torch.cat([x, nans.view(dtype), (-nans.view(dtype).abs())])
+        for view in (x, x.view(-1, 35).t(), x[::3]):
+            for bits in (precision.BF16_BITS, precision.TF32_BITS):
+                for truncate in (False, True):
+                    got, want = precision.round_mantissa(view, bits, truncate), _old_round(view, bits, truncate)
+                    assert torch.equal(_bits(got), _bits(want)), (dtype, bits, truncate, view.shape)
+        for truncate in (False, True):
+            hi = _old_round(x, precision.BF16_BITS, truncate)
+            lo = _old_round(x - hi, precision.BF16_BITS, truncate)
+            rest = (x - hi) - lo
+            for kept, want in ((True, x - rest), (False, lo)):
+                got = precision._part(x, truncate, kept)
+                assert torch.equal(_bits(got), _bits(want)), (dtype, truncate, kept)
+
+
+def test_bf16x3_on_strided_operands_gives_what_the_three_products_give():
+    """The parts are contiguous whatever the operands' layout; the sums stay exact, so a transposed or sliced operand
+    changes nothing beyond float64 rounding."""
+    torch.manual_seed(6)
+    a, b = torch.randn(48, 80, dtype=torch.float64), torch.randn(96, 80, dtype=torch.float64)
+    for truncate, scheme in ((False, "bf16x3"), (True, "bf16x3:rz")):
+        (ah, al), (bh, bl) = precision.split(a, 7, truncate), precision.split(b, 7, truncate)
+        want = ah @ bh.t() + ah @ bl.t() + al @ bh.t()
+        with precision.Rounded(scheme):
+            got = [a @ b.t(), torch.mm(a, b.t()), torch.einsum("ik,jk->ij", a, b)]
+            sliced = a[:, ::2] @ b[:, ::2].t()
+        for out in got:
+            assert torch.allclose(out, want, rtol=1e-14, atol=1e-12)
+        (sh, sl), (th, tl) = precision.split(a[:, ::2], 7, truncate), precision.split(b[:, ::2], 7, truncate)
+        assert torch.allclose(sliced, sh @ th.t() + sh @ tl.t() + sl @ th.t(), rtol=1e-14, atol=1e-12)
+
+
 def test_the_mode_rounds_one_operand_of_every_matmul_like_op():
     torch.manual_seed(0)
     x, w, b = torch.randn(8, 64, dtype=torch.float64), torch.randn(16, 64, dtype=torch.float64), torch.randn(16)

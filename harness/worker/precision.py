@@ -28,25 +28,48 @@ TF32_BITS = 10                 # explicit mantissa bits a TF32 operand keeps
 BF16_BITS = 7                  # and a bfloat16 one
 
 _BITS = {torch.float64: (torch.int64, 52), torch.float32: (torch.int32, 23)}
+_EXPONENT = {torch.int64: 0x7FF << 52, torch.int32: 0xFF << 23}     # all ones: Inf or NaN
+CHUNK_ELEMENTS = 1 << 22      # an operand is rounded this many elements at a time (32 MiB of float64)
 
 
 def round_mantissa(x: torch.Tensor, bits: int, truncate: bool = False) -> torch.Tensor:
     """`x` (float32 or float64) with `bits` explicit mantissa bits, to nearest with ties to even (`truncate`:
     toward zero), in its own dtype; NaN and Inf as they were. A float32 value rounded in float64 rounds as in
-    float32 (the exponent range aside)."""
-    int_type, total = _BITS[x.dtype]
-    drop = total - bits
-    raw = x.contiguous().view(int_type)
-    if not truncate:
-        raw = raw + ((1 << (drop - 1)) - 1) + ((raw >> drop) & 1)
-    out = (raw & ~((1 << drop) - 1)).view(x.dtype)
-    return torch.where(torch.isfinite(x), out, x)
+    float32 (the exponent range aside). A new contiguous tensor; beside it, temporaries of CHUNK_ELEMENTS."""
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    out.copy_(x.detach())                               # (a forward may turn autograd on)
+    _round_flat(out.view(-1), bits, truncate)
+    return out
 
 
 def split(x: torch.Tensor, bits: int, truncate: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(hi, lo): hi = x at `bits` mantissa bits, lo = (x - hi) at `bits` (x - hi is exact in x's dtype)."""
     hi = round_mantissa(x, bits, truncate)
     return hi, round_mantissa(x - hi, bits, truncate)
+
+
+def _round_flat(x: torch.Tensor, bits: int, truncate: bool) -> None:
+    """round_mantissa in place on a contiguous 1-D tensor, CHUNK_ELEMENTS at a time."""
+    for i in range(0, x.numel(), CHUNK_ELEMENTS):
+        _round_(x[i:i + CHUNK_ELEMENTS], bits, truncate)
+
+
+def _round_(x: torch.Tensor, bits: int, truncate: bool) -> None:
+    """round_mantissa in place on a contiguous slice, on its bits: to nearest adds half the dropped part's unit less
+    one, plus the kept part's last bit (ties to even); then the dropped bits are cleared. Inf and NaN (an all-ones
+    exponent) get neither, so they stay as they were, payload and all. Temporaries: one integer and one bool tensor
+    of the slice's size (the whole-tensor formula held about five copies of the operand)."""
+    int_type, total = _BITS[x.dtype]
+    drop = total - bits
+    raw = x.view(int_type)
+    exponent = _EXPONENT[int_type]
+    step = torch.bitwise_and(raw, exponent)
+    special = step == exponent
+    if not truncate:
+        torch.bitwise_right_shift(raw, drop, out=step)
+        raw.add_(step.bitwise_and_(1).add_((1 << (drop - 1)) - 1).masked_fill_(special, 0))
+    torch.bitwise_and(raw, (1 << drop) - 1, out=step)
+    raw.sub_(step.masked_fill_(special, 0))             # raw - (raw & dropped) is raw & ~dropped
 
 
 # The product operands of each op the mode rounds (positions in args, with the keyword names they may come by),
@@ -71,21 +94,42 @@ def _tf32(call: Callable, a: torch.Tensor, b: torch.Tensor, which: str) -> torch
     return call(a, round_mantissa(b, TF32_BITS), True)
 
 
-def _kept(x: torch.Tensor, truncate: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(hi + lo, lo) of split(x, BF16_BITS), with two copies of x alive at most beside it."""
-    rest = x - round_mantissa(x, BF16_BITS, truncate)   # exact: x - hi
-    lo = round_mantissa(rest, BF16_BITS, truncate)
-    rest -= lo                                          # what the split drops
-    return x - rest, lo
+def _part(x: torch.Tensor, truncate: bool, kept: bool) -> torch.Tensor:
+    """One half of split(x, BF16_BITS) as bf16x3 uses it (`kept`: hi + lo, as x - ((x - hi) - lo); else lo), a new
+    contiguous tensor worked out CHUNK_ELEMENTS at a time: one tensor of x's size beside it, and slice-sized
+    temporaries."""
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    out.copy_(x.detach())                               # (a forward may turn autograd on)
+    flat = out.view(-1)
+    for i in range(0, flat.numel(), CHUNK_ELEMENTS):
+        xc = flat[i:i + CHUNK_ELEMENTS]                 # x, until it is overwritten
+        rest = xc.clone()
+        _round_(rest, BF16_BITS, truncate)              # hi
+        torch.sub(xc, rest, out=rest)                   # x - hi, exact
+        if not kept:
+            xc.copy_(rest)
+            _round_(xc, BF16_BITS, truncate)            # lo
+            continue
+        lo = rest.clone()
+        _round_(lo, BF16_BITS, truncate)
+        rest.sub_(lo)                                   # what the split drops
+        del lo
+        xc.sub_(rest)                                   # x - rest
+    return out
 
 
 def _bf16x3(call: Callable, a: torch.Tensor, b: torch.Tensor, truncate: bool) -> torch.Tensor:
-    """hi*hi + hi*lo + lo*hi as (hi + lo) * (hi + lo) - lo*lo: two exact products instead of three."""
-    a_kept, a_lo = _kept(a, truncate)
-    b_kept, b_lo = _kept(b, truncate)
+    """hi*hi + hi*lo + lo*hi as (hi + lo) * (hi + lo) - lo*lo: two exact products instead of three. The lo*lo
+    product first, so that beside the operands at most one part of each and two outputs are alive at once."""
+    a_lo, b_lo = _part(a, truncate, False), _part(b, truncate, False)
+    low = call(a_lo, b_lo, False)
+    del a_lo, b_lo
+    a_kept, b_kept = _part(a, truncate, True), _part(b, truncate, True)
     out = call(a_kept, b_kept, True)
     del a_kept, b_kept
-    return out - call(a_lo, b_lo, False)
+    if out.shape == low.shape and out.is_contiguous() and not out.requires_grad:
+        return out.sub_(low)                            # (contiguous: no element of it shares memory)
+    return out - low
 
 
 _SCHEME: dict[str, Callable] = {
