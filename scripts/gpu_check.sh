@@ -41,6 +41,8 @@
 #   recheck:   one GPU: profile on three pairs (PROFILE_SELS, "" for none; PROFILE_TIMEOUT s each, builds included),
 #              one sized problem (SIZES_PROBLEMS, "" for none), with MEMTRACE=1 the memory fixtures under 6 and 8 GiB
 #              (KB_TRACE stage lines, the records' worker.memory), then the GPU tests K selects (PYTEST_ARGS added)
+#   quad45:    a 4-GPU machine, detached: issue 45's scaling over 1, 2 and 4 GPUs, then a CUDA candidate's throughput
+#              on GPU 0 beside issue 44's short44 (GPU 2) and precision tests (GPU 3) (see the phase)
 #   quad:      a 4-GPU machine: GPU tests | profile + sizes | suite on GPUs 2-3 (see the phase)
 #   multi:     a machine of 2+ GPUs: the GPU tests on GPU 0 beside `suite` (KB_TRACE=1) on the other GPUs
 #   cluster:   README's external-cluster recipe on this machine (issue 33): `dask scheduler` where the harness cannot
@@ -505,6 +507,27 @@ lease45)
     fi
     echo "== lease45 ended ($(date +%T))"
     ;;
+quad45)
+    # Issue 45 on a 4-GPU host in one detached run (BG="scripts/gpu_check.sh quad45" ... bg), with issue 44's C and G:
+    #   1. scaling: every setting this machine has (local:1, local:2, dask:2, local:4, dask:4) over 32 pairs
+    #   2. at once: throughput of a CUDA candidate on GPU 0 (item 3: KernelBench compiles serially, ours in parallel),
+    #      short44 on GPU 2, the signature forwards' GPU tests (lease44's G) on GPU 3
+    echo "== 1. scaling ($(date +%T))"
+    SCALE_SECONDS=${SCALE_SECONDS:-1000} SCALE_ARGS=${SCALE_ARGS:---pairs 32 --max-pair-seconds 3} bash "$0" scaling \
+        | tail -n 20
+    echo "== 2. throughput on GPU 0, short44 on GPU 2, the precision tests on GPU 3 ($(date +%T))"
+    (SHORT_GPU=2 bash "$0" short44 > "$out/short44.txt" 2>&1) &
+    (export TEST_RUNS_OUT="$out/runs" CUDA_VISIBLE_DEVICES=3
+     timeout -s INT 300 python -m pytest -q -rfs --tb=short -m gpu tests/test_precision_gpu.py tests/test_gpu.py \
+         -k "precision or graph_mode_captures" > "$out/precision_gpu.txt" 2>&1) &
+    CUDA_VISIBLE_DEVICES=0 KB_WHEELS_DIR=${KB_WHEELS_DIR:-.kbw} THROUGHPUT_TIMEOUT=${THROUGHPUT_TIMEOUT:-720} \
+        THROUGHPUT_ARGS=${THROUGHPUT_ARGS:---candidate solutions/level2/001_gemm_relu_scale/cuda_fused_relu_scale.py --kb-seconds 240} \
+        bash "$0" throughput | tail -n 14
+    wait
+    echo "-- short44 (GPU 2)"; cat "$out/short44.txt"
+    echo "-- precision (GPU 3)"; tail -n 12 "$out/precision_gpu.txt"
+    echo "== quad45 ended ($(date +%T))"
+    ;;
 lease44)
     # Issue 44 on the GPU in one detached run (BG="scripts/gpu_check.sh lease44" ... bg); STEPS picks ("T S", default):
     #   T. the GPU tests alone (lease45's A with NO_BUILDS: test_gpu.py on GPU 0, the other GPU files on GPU 1)
@@ -544,13 +567,13 @@ short44)
     # issue 44: short cold calls on the staged path (0.15 ms gpu_tree calls read +/-12% CIs there, a ~20 us call
     # 2.2 ms a sample, and the flusher's memset took 8x its time on level 2). GPU 0's SM clock sampled every 10 ms
     # (nvidia-smi, read only) while `calibrate --timing-mode cold` of tests/fixtures/gpu_tree runs on the staged path,
-    # then on the default path; the clock's quartiles during each
+    # then on the default path; the clock's quartiles during each (SHORT_GPU: another GPU than 0)
     staged_cfg=$(staged_config) || exit 1
     for p in staged default; do
         cfg=config.yaml; [ "$p" = staged ] && cfg=$staged_cfg
-        nvidia-smi --query-gpu=clocks.sm --format=csv,noheader,nounits -i 0 -lms 10 > "$out/clocks_$p.txt" &
+        nvidia-smi --query-gpu=clocks.sm --format=csv,noheader,nounits -i "${SHORT_GPU:-0}" -lms 10 > "$out/clocks_$p.txt" &
         smi=$!
-        CUDA_VISIBLE_DEVICES=0 KB_TRACE=1 timeout -s INT "${SHORT_SECONDS:-150}" python run_eval.py calibrate \
+        CUDA_VISIBLE_DEVICES=${SHORT_GPU:-0} KB_TRACE=1 timeout -s INT "${SHORT_SECONDS:-150}" python run_eval.py calibrate \
             --config "$cfg" --problems-dir tests/fixtures/gpu_tree/problems --timing-mode cold --trials 1 \
             --processes 1 --compile-modes none --output-dir "$out/short_$p" > "$out/short_$p.txt" 2>&1
         kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
