@@ -15,6 +15,7 @@ from test_import_graph import MODULES, _folder
 
 CLIENTS = "harness.run.clients"
 WORKERPROC = "harness.run.workerproc"      # Worker.close sends ExitRequest, to every role alike
+ZYGOTE = "harness.run.zygote"              # asks the zygote to fork a worker: how a worker starts, not a message to it
 
 
 def _calls(module: str, names: set[str]) -> set[str]:
@@ -24,10 +25,10 @@ def _calls(module: str, names: set[str]) -> set[str]:
 
 
 def test_only_the_clients_talk_to_workers():
-    """No parent module but the clients sends a worker a message or reads one (Worker.close's ExitRequest aside):
-    the one-job workers (build, lint, ceilings) too."""
+    """No parent module but the clients sends a worker a message or reads one (Worker.close's ExitRequest and the
+    zygote's spawn requests aside): the one-job workers (build, lint, ceilings) too."""
     talking = {mod for mod in MODULES if _folder(mod) not in ("worker", "shared") and _calls(mod, {"send", "recv"})}
-    assert talking - {CLIENTS, WORKERPROC} == set(), sorted(talking - {CLIENTS, WORKERPROC})
+    assert talking - {CLIENTS, WORKERPROC, ZYGOTE} == set(), sorted(talking - {CLIENTS, WORKERPROC, ZYGOTE})
 
 
 def test_every_request_type_has_its_client_method():

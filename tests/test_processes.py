@@ -100,14 +100,15 @@ def _pidfiles(folder: Path, pattern: str = "kb-orphan-*.pid") -> dict[str, int]:
     return {p.name: int(p.read_text()) for p in folder.glob(pattern) if p.read_text().strip()}
 
 
-def _start(tmp: Path, run_tag: str, *args: str, **config) -> tuple[subprocess.Popen, Path]:
+def _start(tmp: Path, run_tag: str, *args: str, extra_env: dict[str, str] | None = None,
+           **config) -> tuple[subprocess.Popen, Path]:
     pids = tmp / "pids"
     pids.mkdir(exist_ok=True)
     cfg = write_config(tmp, ORPHANS, cache_dir=tmp / "cache", **config)    # builds must run: a cache of its own
     # KB_SANDBOX=off: the process tree must hold where no sandbox can be applied, and the escapees write their pid
     # files to $TMPDIR, which a confined worker cannot (test_sandbox covers setsid grandchildren under confinement)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "KB_RUN_TAG": run_tag, "TMPDIR": str(pids), "KB_SANDBOX": "off",
-           "PYTHONFAULTHANDLER": "1"}
+           "PYTHONFAULTHANDLER": "1", **(extra_env or {})}
     proc = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "--config", str(cfg), *args], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=default_sigint)
@@ -166,9 +167,12 @@ def test_killed_parent_leaves_nothing(tmp_path, moment):
     """The candidate spins at import in its worker (after starting a setsid grandchild): a worker that missed its
     parent's death would spin forever. Spare workers off (the CPU path's default): the candidate worker starts when
     its job is sent, so its job waits in its pipe while it starts (a spare would have started beside the reference
-    and be reading its pipe by then)."""
+    and be reading its pipe by then). That first moment is a worker that imports torch after its own exec
+    (KB_ZYGOTE=0): one forked from the zygote reads its job within milliseconds (test_zygote covers its start)."""
     tag = _tag()
-    proc, pids = _start(tmp_path, tag, "--problem", "*004*", "--timeout", PAIR_TIMEOUT_ARG, spare_workers="off")
+    exec_path = {"KB_ZYGOTE": "0"} if moment.startswith("candidate worker") else {}
+    proc, pids = _start(tmp_path, tag, "--problem", "*004*", "--timeout", PAIR_TIMEOUT_ARG, spare_workers="off",
+                        extra_env=exec_path)
     deadline = time.monotonic() + 300
     hit = None
     while hit is None and time.monotonic() < deadline and proc.poll() is None:

@@ -23,6 +23,7 @@ from harness.core.untrusted import WriteError
 from harness.shared import containment
 from harness.shared import messages as m
 from harness.shared.channel import (ChannelClosed, ChannelProtocolError, ChannelTimeout, LineReader, encode, write_all)
+from harness.run.zygote import ForkedProcess, Zygotes
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,37 +104,48 @@ def worker_argv(role: str, cmd_fd: int, res_fd: int) -> list[str]:
 
 class _Spawner:
     """Every worker is started from one thread that lives as long as the process: PR_SET_PDEATHSIG fires when the
-    *thread* that forked a process ends, so a worker started from a build-pool or slot thread would be killed when
-    that thread finishes."""
+    *thread* that forked a process ends, so a worker (or a zygote) started from a build-pool or slot thread would be
+    killed when that thread finishes. A worker is forked from a zygote (harness.run.zygote) where one serves its
+    environment, else started with Popen."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.thread: threading.Thread | None = None
+        self.zygotes = Zygotes()
 
-    def popen(self, *args: Any, **kwargs: Any) -> subprocess.Popen:
+    def start(self, role: str, env: dict[str, str], fds: list[int],
+              wrapper: list[str] | None) -> subprocess.Popen | ForkedProcess:
+        """`fds`: the command pipe's read end, the result pipe's write end, the arena, the log pipe's write end."""
         with self.lock:
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._run, name="kb-spawner", daemon=True)
                 self.thread.start()
         if threading.current_thread() is self.thread:
-            return self._start(*args, **kwargs)
+            return self._start(role, env, fds, wrapper)
         future: Future = Future()
-        self.jobs.put((future, args, kwargs))
+        self.jobs.put((future, (role, env, fds, wrapper)))
         return future.result()
 
     def _run(self) -> None:
         while True:
-            future, args, kwargs = self.jobs.get()
+            future, args = self.jobs.get()
             try:
-                future.set_result(self._start(*args, **kwargs))
+                future.set_result(self._start(*args))
             except BaseException as exc:                # noqa: BLE001 - handed to the caller
                 future.set_exception(exc)
 
-    @staticmethod
-    def _start(*args: Any, **kwargs: Any) -> subprocess.Popen:
+    def _start(self, role: str, env: dict[str, str], fds: list[int],
+               wrapper: list[str] | None) -> subprocess.Popen | ForkedProcess:
+        forked = None if wrapper else self.zygotes.spawn(role, env, REPO_ROOT, fds)
+        if forked is not None:
+            return forked
+        cmd_r, res_w, arena_fd, out_w = fds
         with containment.spawn_lock:                    # registered before any sweep can see it
-            proc = subprocess.Popen(*args, **kwargs)
+            proc = subprocess.Popen(
+                [*(wrapper or []), *worker_argv(role, cmd_r, res_w)], pass_fds=(cmd_r, res_w, arena_fd),
+                stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, env=env, cwd=str(REPO_ROOT),
+                start_new_session=True)
             containment.registry.add(proc.pid)
         return proc
 
@@ -354,10 +366,7 @@ class Worker:
                 os.close(fd)
             raise
         try:
-            self.proc = _spawner.popen(
-                [*(wrapper or []), *worker_argv(role, cmd_r, res_w)],
-                pass_fds=(cmd_r, res_w, self.arena_fd), stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
-                env=env, cwd=str(REPO_ROOT), start_new_session=True)
+            self.proc = _spawner.start(role, env, [cmd_r, res_w, self.arena_fd, out_w], wrapper)
         except BaseException:
             self.sink.close_fds()
             for fd in (cmd_r, cmd_w, res_r, res_w, out_w, self.arena_fd):

@@ -44,6 +44,7 @@ RUN_TAG_VAR = "KB_RUN_TAG"
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
 
 RUN_TAG = re.sub(r"[^A-Za-z0-9_-]", "", os.environ.get(RUN_TAG_VAR, ""))[:40] or secrets.token_hex(6)
 
@@ -385,6 +386,42 @@ def setup_worker() -> None:
                 os._exit(3)
 
     threading.Thread(target=watch, name="kb-parent-watch", daemon=True).start()
+
+
+def retag(tag: str) -> bool:
+    """Rewrite this process's KB_WORKER_TAG where /proc/<pid>/environ reads it: the environment block the process
+    was started with (between the env_start and env_end of /proc/self/stat), in place. For a worker forked without
+    exec (harness.worker.zygote), whose block is its zygote's: `tag` must be as long as the value it replaces.
+    os.environ is set apart (what a process it starts inherits). True when /proc/self/environ now says `tag`."""
+    try:
+        import ctypes
+        data = _read("/proc/self/stat") or b""
+        fields = data[data.rfind(b")") + 2:].split()
+        start, end = int(fields[47]), int(fields[48])     # fields 50 and 51 of proc(5): env_start, env_end
+        block = b"\0" + ctypes.string_at(start, end - start)
+        key = b"\0" + TAG_VAR.encode() + b"="
+        at = block.find(key)
+        if at < 0:
+            return False
+        at += len(key) - 1                               # the value's offset in the block itself
+        stop = block.find(b"\0", at + 1) - 1
+        new = tag.encode()
+        if stop - at != len(new):
+            return False
+        ctypes.memmove(start + at, new, len(new))
+    except (OSError, ValueError, IndexError):
+        return False
+    return environ_tag(os.getpid()) == tag
+
+
+def is_subreaper() -> bool:
+    """Whether this process adopts its descendants' orphans (PR_SET_CHILD_SUBREAPER, as setup_parent sets it)."""
+    try:
+        import ctypes
+        value = ctypes.c_int(0)
+        return ctypes.CDLL(None).prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0) == 0 and value.value == 1
+    except (OSError, AttributeError):
+        return False
 
 
 def ancestors(depth: int) -> list[int]:

@@ -1,0 +1,175 @@
+"""Workers forked from a zygote (harness.worker.zygote, which imports torch once) instead of each importing torch
+after its own exec: a worker starts in milliseconds, not the 1.4-3 CPU-seconds of `import torch`.
+
+What a worker gets is what harness.run.workerproc would have given it with subprocess.Popen: its own session, the
+four descriptors, the working folder, the whole environment (os.environ, and its tag where /proc/<pid>/environ
+shows it, so containment finds it and its descendants as before), and this process as its parent (the worker is
+forked twice and re-parented here, this process being a subreaper), so that ForkedProcess waits for it as Popen would.
+
+A zygote serves workers whose environment agrees with its own on everything read at startup (startup_key): the
+loader's and the allocator's variables, Python's, numpy's OpenBLAS thread count, CUDA_HOME, PATH. Only the variables
+read after the fork may differ (STARTED_LATER: the harness's KB_*, CUDA_VISIBLE_DEVICES, the thread counts torch
+sets again in the worker); another key gets a zygote of its own. No zygote (the worker is started with Popen) under a
+launcher (ncu), off Linux, where this process is not a subreaper, with KB_ZYGOTE=0, and after a zygote of that key
+failed MAX_FAILURES times; a failed request says why once on stderr."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from harness.shared import containment
+
+ENABLE_VAR = "KB_ZYGOTE"
+SOCKET_FD_VAR = "KB_ZYGOTE_FD"                  # harness.worker.zygote: its end of the request socket
+STARTED_LATER = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+FIRST_TIMEOUT_S = 120.0                         # the zygote's imports, on a loaded machine
+SPAWN_TIMEOUT_S = 20.0
+MAX_FAILURES = 2
+ARGV_ROOM = "-" * 64        # the zygote's last argument: room for its workers' command lines (ps shows their roles)
+
+
+class ZygoteError(Exception):
+    pass
+
+
+class ForkedProcess:
+    """A worker the zygote forked, now this process's child: the part of subprocess.Popen's interface the harness
+    uses (pid, returncode, poll, wait)."""
+
+    def __init__(self, pid: int, args: list[str]):
+        self.pid = pid
+        self.args = args
+        self.returncode: int | None = None
+        self._lock = threading.Lock()
+
+    def poll(self) -> int | None:
+        with self._lock:
+            if self.returncode is None:
+                try:
+                    pid, status = os.waitpid(self.pid, os.WNOHANG)
+                except ChildProcessError:       # reaped elsewhere: its code is lost (Popen says 0 then too)
+                    self.returncode = 0
+                else:
+                    if pid:
+                        self.returncode = os.waitstatus_to_exitcode(status)
+            return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.0005
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        return self.returncode
+
+
+def startup_key(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """What a worker's environment must share with its zygote's: every variable but those read after the fork."""
+    return tuple(sorted((k, v) for k, v in env.items() if not k.startswith("KB_") and k not in STARTED_LATER))
+
+
+class Zygote:
+    def __init__(self, env: dict[str, str], cwd: str):
+        self.tag = containment.new_tag()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        zenv = {k: v for k, v in env.items() if not k.startswith("KB_")}
+        zenv.update({containment.TAG_VAR: self.tag, containment.PARENT_VAR: str(os.getpid()),
+                     SOCKET_FD_VAR: str(theirs.fileno()), "PYTHONPATH": env.get("PYTHONPATH", "")})
+        try:
+            with containment.spawn_lock:
+                self.proc = subprocess.Popen([sys.executable, "-m", "harness.worker.zygote", ARGV_ROOM],
+                                             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=zenv, cwd=cwd,
+                                             start_new_session=True)
+                containment.registry.add(self.proc.pid)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        st = containment.stat(self.proc.pid)
+        self.since = st[4] if st else 0     # its start time: what close() may sweep started later
+        self.sock = ours
+        self.ready = False
+
+    def spawn(self, role: str, env: dict[str, str], cwd: str, fds: list[int]) -> ForkedProcess:
+        """A worker of `role`, registered with containment before anything can take it for a stray. The first
+        waits for the zygote's imports, without holding containment's spawn lock (sweeps take it)."""
+        request = json.dumps({"role": role, "env": env, "cwd": cwd}).encode()
+        try:
+            if not self.ready:
+                self.sock.settimeout(FIRST_TIMEOUT_S)
+                if json.loads(self.sock.recv(1 << 16) or b"{}").get("ready") is not True:
+                    raise ZygoteError("the zygote ended before it was ready")
+                self.ready = True
+            self.sock.settimeout(SPAWN_TIMEOUT_S)
+            with containment.spawn_lock:
+                socket.send_fds(self.sock, [request], fds)
+                data = self.sock.recv(1 << 16)
+                reply = json.loads(data) if data else {"error": "the zygote ended"}
+                if "pid" in reply:
+                    containment.registry.add(int(reply["pid"]))
+        except (OSError, ValueError) as exc:
+            raise ZygoteError(f"{type(exc).__name__}: {exc}") from None
+        if "pid" not in reply:
+            raise ZygoteError(str(reply.get("error")))
+        return ForkedProcess(int(reply["pid"]), ["harness.worker", role])
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        finally:
+            containment.sweep(self.proc.pid if self.proc.returncode is None else None, self.proc.pid, self.tag,
+                              self.since, timeout=2.0)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+            containment.registry.discard(self.proc.pid)
+
+
+class Zygotes:
+    """This process's zygotes, one per startup key; used from the one thread that starts workers
+    (harness.run.workerproc's spawner: a zygote dies with the thread that started it, PR_SET_PDEATHSIG)."""
+
+    def __init__(self) -> None:
+        self.live: dict[tuple, Zygote] = {}
+        self.failures: dict[tuple, int] = {}
+
+    def enabled(self) -> bool:
+        return (sys.platform.startswith("linux") and os.environ.get(ENABLE_VAR, "1") != "0"
+                and hasattr(socket, "send_fds") and containment.is_subreaper())
+
+    def spawn(self, role: str, env: dict[str, str], cwd: Path, fds: list[int]) -> ForkedProcess | None:
+        """A worker forked from the zygote of env's key, or None: start it with Popen (said once on stderr)."""
+        if not self.enabled():
+            return None
+        key = startup_key(env)
+        if self.failures.get(key, 0) >= MAX_FAILURES:
+            return None
+        zygote = self.live.get(key)
+        try:
+            if zygote is None:
+                zygote = self.live[key] = Zygote(env, str(cwd))
+            return zygote.spawn(role, env, str(cwd), fds)
+        except (ZygoteError, OSError) as exc:
+            self.failures[key] = self.failures.get(key, 0) + 1
+            self.live.pop(key, None)
+            if zygote is not None:
+                zygote.close()
+            print(f"kb-harness: a worker could not be forked from the zygote ({exc}); it starts on its own",
+                  file=sys.stderr, flush=True)
+            return None
+
+    def close(self) -> None:
+        for zygote in self.live.values():
+            zygote.close()
+        self.live.clear()

@@ -1,0 +1,177 @@
+"""The zygote: one process that imports torch once and forks every worker from there, so that a worker starts in
+milliseconds instead of the 1.4-3 CPU-seconds of its own `import torch` (harness.run.zygote is the parent's side).
+
+It runs `python -m harness.worker.zygote`, started by the parent with the environment every worker of its key
+shares at exec (harness.run.zygote.startup_key: what the loader, the allocator and Python read at startup), its
+own KB_WORKER_TAG and KB_PARENT_PID. It imports what every role imports before its job (torch,
+torch.utils.cpp_extension, the worker's own modules), touches no GPU, starts no thread, holds no secret, and then
+serves requests on one SOCK_SEQPACKET socket from the parent, one at a time:
+
+    request: JSON {"role", "env", "cwd"} with four descriptors (SCM_RIGHTS): the command pipe's read end, the
+             result pipe's write end, the arena, and the log pipe's write end
+    reply:   JSON {"pid": N} once the worker is ready, or {"error": "..."}
+
+A worker is forked twice (zygote -> A -> W, A exits at once), so that W is re-parented to the parent, the nearest
+subreaper above it: the parent waits for it, signals it and sweeps its tree as it does a worker it started itself.
+Before W says it is ready it has its own session, its descriptors, working folder and environment (os.environ, and
+its tag written into the environment block /proc/<pid>/environ shows: containment.retag), fresh caches and a fresh
+numpy seed. It then waits until its parent is the harness, and runs harness.worker.__main__.main, which sets
+PR_SET_PDEATHSIG and checks the parent as any worker does. The zygote replies only once A is reaped and W ready,
+so the pid it gives is the parent's child already."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+
+from harness.shared import containment
+from harness.worker.arena import ARENA_VAR
+
+SOCKET_FD_VAR = "KB_ZYGOTE_FD"
+READY_TIMEOUT_S = 5.0
+
+
+def main() -> None:
+    containment.setup_worker()              # dies with the parent; a subreaper it must not be: unset below
+    containment.prctl(containment.PR_SET_CHILD_SUBREAPER, 0)
+    sock = socket.socket(fileno=int(os.environ.pop(SOCKET_FD_VAR)))
+    import torch  # noqa: F401 - what every role but the flusher imports before its job
+    import torch.utils.cpp_extension  # noqa: F401 - what the candidate and build roles import before their job
+    import harness.worker.__main__  # noqa: F401 - the worker's own modules
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sock.send(json.dumps({"ready": True}).encode())
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
+        except OSError:
+            return
+        if not data:                        # the parent closed its end
+            return
+        try:
+            reply = spawn(json.loads(data), fds, sock)
+        except Exception as exc:            # noqa: BLE001 - said to the parent, which starts that worker itself
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            for fd in fds:
+                os.close(fd)
+        try:
+            sock.send(json.dumps(reply).encode())
+        except OSError:
+            return
+
+
+def spawn(request: dict, fds: list[int], sock: socket.socket) -> dict:
+    if len(fds) != 4:
+        return {"error": f"{len(fds)} descriptors, not 4"}
+    ready_r, ready_w = os.pipe()
+    first = os.fork()
+    if first == 0:                          # A: fork W and go, so that W's parent becomes the harness
+        try:
+            os.close(ready_r)
+            if os.fork() == 0:
+                _become_worker(request, fds, sock, ready_w)     # never returns
+            os._exit(0)
+        except BaseException:               # noqa: BLE001
+            os._exit(1)
+    os.close(ready_w)
+    try:
+        _, status = os.waitpid(first, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            return {"error": "the intermediate process failed"}
+        answer = _read_line(ready_r, READY_TIMEOUT_S)
+    finally:
+        os.close(ready_r)
+    if not answer.startswith(b"ready "):
+        return {"error": answer.decode(errors="replace").strip() or "the worker ended before it was ready"}
+    return {"pid": int(answer.split()[1])}
+
+
+def _read_line(fd: int, timeout: float) -> bytes:
+    import select
+    deadline = time.monotonic() + timeout
+    out = b""
+    while not out.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return out
+        chunk = os.read(fd, 256)
+        if not chunk:
+            return out
+        out += chunk
+    return out
+
+
+def _become_worker(request: dict, fds: list[int], sock: socket.socket, ready_w: int) -> None:
+    """W: set up as the parent's Popen would have, say so, wait to be the parent's child, run the role."""
+    try:
+        cmd_fd, res_fd, arena_fd, log_fd = fds
+        sock.close()
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
+        os.chdir(request["cwd"])
+        env = {str(k): str(v) for k, v in request["env"].items()}
+        os.environ.clear()
+        os.environ.update(env)
+        os.environ[ARENA_VAR] = str(arena_fd)     # its number here, not the parent's
+        if not containment.retag(env.get(containment.TAG_VAR, "")):
+            raise RuntimeError("could not write the worker's tag into its environment block")
+        _retitle([sys.executable, "-m", "harness.worker", request["role"], str(cmd_fd), str(res_fd)])
+        _fresh_caches()
+        parent = int(env.get(containment.PARENT_VAR, "0") or 0)
+        os.write(ready_w, f"ready {os.getpid()}\n".encode())
+        os.close(ready_w)
+    except BaseException as exc:            # noqa: BLE001 - the zygote tells the parent
+        try:
+            os.write(ready_w, f"{type(exc).__name__}: {exc}\n".encode())
+        finally:
+            os._exit(1)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while os.getppid() != parent:           # A has exited; the kernel hands W to the nearest subreaper
+        if time.monotonic() > deadline:
+            os._exit(3)
+        time.sleep(0.0005)
+    sys.argv = ["harness.worker", request["role"], str(cmd_fd), str(res_fd)]
+    from harness.worker.__main__ import main as worker_main
+    worker_main(sys.argv[1:])               # ends with os._exit
+    os._exit(0)
+
+
+def _retitle(argv: list[str]) -> None:
+    """The command line /proc/<pid>/cmdline (ps, top) shows: a worker's, as if it had been started on its own, in
+    the zygote's argument area (started with room to spare: harness.run.zygote.ARGV_ROOM); left as it is where it
+    does not fit."""
+    import ctypes
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            data = f.read()
+        fields = data[data.rfind(b")") + 2:].split()
+        start, end = int(fields[45]), int(fields[46])     # fields 48 and 49 of proc(5): arg_start, arg_end
+    except (OSError, ValueError, IndexError):
+        return
+    text = b"\0".join(a.encode() for a in argv) + b"\0"
+    if len(text) <= end - start:
+        ctypes.memmove(start, text + b"\0" * (end - start - len(text)), end - start)
+
+
+def _fresh_caches() -> None:
+    """What a process caches at startup or first use that must be the worker's own, not the zygote's: the temporary
+    folder (the sandbox gives TMPDIR), the import system's directory listings, numpy's global seed."""
+    import importlib
+    import tempfile
+    tempfile.tempdir = None
+    importlib.invalidate_caches()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Workers forked from the zygote (harness.run.zygote, harness.worker.zygote) are started workers in every way the
+harness and containment rely on: this process's child, in a session of their own, their own tag where
+/proc/<pid>/environ shows it, their role on the command line, their output in their log. A worker that cannot
+become this process's child ends on its own; a dead zygote costs the next worker only its own import."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote is Linux-only")
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _env(tmp_path, **extra):
+    from harness.run import workerproc as procs
+    return procs.worker_env({"KB_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path),
+                             "KB_SANDBOX": "off", **extra})
+
+
+def _zygotes():
+    from harness.run.workerproc import _spawner
+    return _spawner.zygotes
+
+
+def test_a_forked_worker_is_a_started_worker(tmp_path):
+    from harness.run import workerproc as procs
+    from harness.run.zygote import ForkedProcess
+    from harness.shared import containment
+    worker = procs.Worker("build", _env(tmp_path), tmp_path / "worker.log")
+    try:
+        assert isinstance(worker.proc, ForkedProcess), "the worker was not forked from the zygote"
+        pid = worker.proc.pid
+        assert containment.stat(pid)[1] == os.getpid()                      # re-parented to us
+        assert os.getsid(pid) == pid and os.getpgid(pid) == pid             # its own session and group
+        assert containment.environ_tag(pid) == worker.tag                   # what sweep() and the guardian look for
+        argv = _read(f"/proc/{pid}/cmdline").split(b"\0")
+        assert argv[1:4] == [b"-m", b"harness.worker", b"build"]
+        assert worker.alive()
+        zygote = next(z for z in _zygotes().live.values())
+        assert containment.environ_tag(zygote.proc.pid) == zygote.tag != worker.tag
+        os.kill(pid, signal.SIGUSR1)                                        # Python's default: the process ends
+        assert worker.proc.wait(10) == -signal.SIGUSR1
+        assert not worker.alive()
+    finally:
+        worker.kill()
+        worker.close()
+
+
+def test_a_forked_worker_holds_the_descriptors_popen_would_give(tmp_path):
+    """stdin /dev/null, stdout and stderr the log's pipe, the two channel pipes at the numbers its command line
+    names, and nothing of the zygote's (its request socket)."""
+    from harness.run import workerproc as procs
+    worker = procs.Worker("build", _env(tmp_path), tmp_path / "worker.log")
+    try:
+        pid = worker.proc.pid
+        fd_dir = f"/proc/{pid}/fd"
+        links = {int(fd): os.readlink(f"{fd_dir}/{fd}") for fd in os.listdir(fd_dir)}
+        assert links[0] == os.devnull
+        log_pipe = os.fstat(worker.sink.fd).st_ino
+        assert os.stat(f"{fd_dir}/1").st_ino == os.stat(f"{fd_dir}/2").st_ino == log_pipe
+        argv = _read(f"/proc/{pid}/cmdline").split(b"\0")
+        cmd_fd, res_fd = int(argv[4]), int(argv[5])
+        assert os.stat(f"{fd_dir}/{res_fd}").st_ino == os.fstat(worker.reader.fd).st_ino
+        assert os.stat(f"{fd_dir}/{cmd_fd}").st_ino == os.fstat(worker.cmd_w).st_ino
+        assert not [link for link in links.values() if link.startswith("socket:")], links
+    finally:
+        worker.kill()
+        worker.close()
+
+
+def test_a_worker_that_cannot_become_our_child_ends(tmp_path):
+    """The parent named in its environment is not the process it was re-parented to (the harness died before it
+    could adopt it, say): the worker waits a moment, then exits with 3 instead of running the job."""
+    from harness.run.zygote import Zygote
+    from harness.run import workerproc as procs
+    from harness.shared import containment
+    containment.setup_parent()
+    env = {**_env(tmp_path), containment.TAG_VAR: containment.new_tag(), containment.PARENT_VAR: "1"}
+    zygote = Zygote(env, str(procs.REPO_ROOT))
+    fds = [os.pipe()[0], os.pipe()[1], procs.new_arena(), os.open(os.devnull, os.O_WRONLY)]
+    try:
+        forked = zygote.spawn("build", env, str(procs.REPO_ROOT), fds)
+        started = time.monotonic()
+        assert forked.wait(30) == 3
+        assert time.monotonic() - started < 15
+    finally:
+        for fd in fds:
+            os.close(fd)
+        zygote.close()
+    assert zygote.proc.returncode is not None
+
+
+def test_a_dead_zygote_costs_only_the_next_workers_import(tmp_path, capfd):
+    from harness.run import workerproc as procs
+    from harness.run.zygote import ForkedProcess
+    first = procs.Worker("build", _env(tmp_path), tmp_path / "a.log")
+    first.kill()
+    first.close()
+    for zygote in list(_zygotes().live.values()):
+        os.kill(zygote.proc.pid, signal.SIGKILL)
+        zygote.proc.wait(10)
+    second = procs.Worker("build", _env(tmp_path), tmp_path / "b.log")
+    try:
+        assert not isinstance(second.proc, ForkedProcess)                  # started on its own, and alive
+        assert second.alive()
+        assert "could not be forked from the zygote" in capfd.readouterr().err
+    finally:
+        second.kill()
+        second.close()
+    third = procs.Worker("build", _env(tmp_path), tmp_path / "c.log")
+    try:
+        assert isinstance(third.proc, ForkedProcess)                       # a new zygote serves the next one
+    finally:
+        third.kill()
+        third.close()
+
+
+def test_workers_share_a_zygote_only_where_their_startup_agrees():
+    from harness.run.zygote import startup_key
+    base = {"PATH": "/usr/bin", "PYTHONPATH": "/repo", "GLIBC_TUNABLES": "x"}
+    later = {**base, "CUDA_VISIBLE_DEVICES": "1", "KB_CPUS": "2,3", "OMP_NUM_THREADS": "4", "KB_WORKER_TAG": "t.1"}
+    assert startup_key(later) == startup_key(base)
+    for name, value in (("LD_LIBRARY_PATH", "/opt/lib"), ("LD_PRELOAD", "x.so"), ("OPENBLAS_NUM_THREADS", "4"),
+                        ("PYTHONPATH", "/elsewhere"), ("CUDA_HOME", "/usr/local/cuda")):
+        assert startup_key({**base, name: value}) != startup_key(base), name
+
+
+def test_kb_zygote_0_starts_every_worker_on_its_own(tmp_path, monkeypatch):
+    from harness.run import workerproc as procs
+    from harness.run.zygote import ForkedProcess
+    monkeypatch.setenv("KB_ZYGOTE", "0")
+    worker = procs.Worker("build", _env(tmp_path), tmp_path / "worker.log")
+    try:
+        assert not isinstance(worker.proc, ForkedProcess)
+    finally:
+        worker.kill()
+        worker.close()
