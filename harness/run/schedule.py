@@ -111,7 +111,7 @@ def serve_slot(slot: Slot, ctx: Context, next_group: Callable[[], list[Pair] | N
     every problem group next_group() hands out until it says None, with the slot's spare workers (`spares`, kept by
     the caller, or the slot's own, closed at the end). `more_groups`: whether next_group() may hand out another
     group after the current one (the slot's own spares are started only for jobs that will come: Outlook)."""
-    outlook = Outlook(more_groups, executor=slot.gpu is None or ctx.cfg.timing.staged_gpu)
+    outlook = Outlook(more_groups, executor=takes_executor(ctx.cfg, slot))
     own = spares is None
     spares = slot_spares(ctx, slot, outlook.upcoming) if own else spares
     try:
@@ -124,6 +124,17 @@ def serve_slot(slot: Slot, ctx: Context, next_group: Callable[[], list[Pair] | N
     finally:
         if own:
             spares.close()
+
+
+def takes_executor(cfg: Config, slot: Slot) -> bool:
+    """Whether each pair of this slot also takes a reference executor (harness.run.reference_executor)."""
+    return slot.gpu is None or cfg.timing.staged_gpu
+
+
+def first_roles(cfg: Config, slot: Slot) -> tuple[str, ...]:
+    """The workers a slot's first problem takes (its reference, and its first pair's): started beside the GPU's
+    ceilings by a slot whose spares have cores of their own."""
+    return Outlook(lambda: True, executor=takes_executor(cfg, slot)).upcoming("reference")
 
 
 def slot_spares(ctx: Context, slot: Slot,

@@ -56,7 +56,7 @@ def run_task_bytes(task_bytes: bytes) -> dict[str, Any]:
 def run_group(task: GroupTask) -> dict[str, Any]:
     """One problem group on this dask worker's host, as the local executor runs one on a slot. Returns the records
     (plain dicts, in order), where it ran and, on a GPU, that GPU's ceilings."""
-    from harness.run.schedule import Context, measure_ceilings, serve_slot, slot_spares
+    from harness.run.schedule import Context, first_roles, measure_ceilings, serve_slot, slot_spares
     from harness.run.workerproc import set_worker_memory_gb
 
     cfg = task.cfg
@@ -85,6 +85,8 @@ def run_group(task: GroupTask) -> dict[str, Any]:
         if slot.gpu is not None and cfg.defenses and group:
             key = (task.run_id, slot.name)
             if key not in _CEILINGS:
+                if spares.quiet:        # the first problem's workers import beside the ceilings, as serve_slot's do
+                    spares.prime(first_roles(cfg, slot))
                 _CEILINGS[key] = measure_ceilings(ctx, slot)
             ctx.ceilings[slot.name] = _CEILINGS[key]
             ceilings[f"{socket.gethostname()}/{slot.name}"] = _CEILINGS[key]
