@@ -107,8 +107,9 @@ class Zygote:
         try:
             if not self.ready:
                 self.sock.settimeout(FIRST_TIMEOUT_S)
-                if json.loads(self.sock.recv(1 << 16) or b"{}").get("ready") is not True:
-                    raise ZygoteError("the zygote ended before it was ready")
+                hello = json.loads(self.sock.recv(1 << 16) or b"{}")
+                if hello.get("ready") is not True:
+                    raise ZygoteError(hello.get("error") or "the zygote ended before it was ready")
                 self.ready = True
             self.sock.settimeout(SPAWN_TIMEOUT_S)
             with containment.spawn_lock:

@@ -3,9 +3,9 @@ milliseconds instead of the 1.4-3 CPU-seconds of its own `import torch` (harness
 
 It runs `python -m harness.worker.zygote`, started by the parent with the environment every worker of its key
 shares at exec (harness.run.zygote.startup_key: what the loader, the allocator and Python read at startup), its
-own KB_WORKER_TAG and KB_PARENT_PID. It imports what every role imports before its job (torch,
-torch.utils.cpp_extension, the worker's own modules), touches no GPU, starts no thread, holds no secret, and then
-serves requests on one SOCK_SEQPACKET socket from the parent, one at a time:
+own KB_WORKER_TAG and KB_PARENT_PID. It imports torch and the worker's own modules, touches no GPU (a forked child checks that
+torch would let it use CUDA: `ready` says false otherwise, and the parent starts its workers on their own), starts
+no thread, holds no secret, and then serves requests on one SOCK_SEQPACKET socket from the parent, one at a time:
 
     request: JSON {"role", "env", "cwd"} with four descriptors (SCM_RIGHTS): the command pipe's read end, the
              result pipe's write end, the arena, and the log pipe's write end
@@ -38,11 +38,15 @@ def main() -> None:
     containment.prctl(containment.PR_SET_CHILD_SUBREAPER, 0)
     sock = socket.socket(fileno=int(os.environ.pop(SOCKET_FD_VAR)))
     import torch  # noqa: F401 - what every role but the flusher imports before its job
-    import torch.utils.cpp_extension  # noqa: F401 - what the candidate and build roles import before their job
     import harness.worker.__main__  # noqa: F401 - the worker's own modules
+    # Not torch.utils.cpp_extension: at import it asks torch.cuda.is_available(), which initializes the CUDA driver
+    # and marks every later fork as unable to use CUDA; the candidate and build roles import it after the fork.
     sys.stdout.flush()
     sys.stderr.flush()
-    sock.send(json.dumps({"ready": True}).encode())
+    fault = _fork_fault()
+    sock.send(json.dumps({"ready": True} if fault is None else {"ready": False, "error": fault}).encode())
+    if fault is not None:
+        return
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
@@ -87,6 +91,21 @@ def spawn(request: dict, fds: list[int], sock: socket.socket) -> dict:
     if not answer.startswith(b"ready "):
         return {"error": answer.decode(errors="replace").strip() or "the worker ended before it was ready"}
     return {"pid": int(answer.split()[1])}
+
+
+def _fork_fault() -> str | None:
+    """Why a worker forked from here could not use CUDA (something this process imported initialized it), or
+    None: a child forked now asks torch."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            import torch
+            os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+        except BaseException:               # noqa: BLE001
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return None if code == 0 else ("CUDA was initialized before the fork" if code == 1 else f"probe exit {code}")
 
 
 def _read_line(fd: int, timeout: float) -> bytes:
