@@ -3,9 +3,11 @@ milliseconds instead of the 1.4-3 CPU-seconds of its own `import torch` (harness
 
 It runs `python -m harness.worker.zygote`, started by the parent with the environment every worker of its key
 shares at exec (harness.run.zygote.startup_key: what the loader, the allocator and Python read at startup), its
-own KB_WORKER_TAG and KB_PARENT_PID. It imports torch and the worker's own modules, touches no GPU (a forked child checks that
-torch would let it use CUDA: `ready` says false otherwise, and the parent starts its workers on their own), starts
-no thread, holds no secret, and then serves requests on one SOCK_SEQPACKET socket from the parent, one at a time:
+own KB_WORKER_TAG and KB_PARENT_PID. It imports torch and the worker's own modules, touches no GPU, starts no
+thread and holds no secret. Before it says it is ready it checks that its workers would share no writable memory
+(no shared writable mapping) and could use CUDA (a forked child asks torch); otherwise `ready` is false and the
+parent starts its workers on their own. Then it serves requests on one SOCK_SEQPACKET socket from the parent, one
+at a time:
 
     request: JSON {"role", "env", "cwd"} with four descriptors (SCM_RIGHTS): the command pipe's read end, the
              result pipe's write end, the arena, and the log pipe's write end
@@ -94,8 +96,13 @@ def spawn(request: dict, fds: list[int], sock: socket.socket) -> dict:
 
 
 def _fork_fault() -> str | None:
-    """Why a worker forked from here could not use CUDA (something this process imported initialized it), or
-    None: a child forked now asks torch."""
+    """Why workers forked from here would not be what a worker started on its own is, or None: memory they would
+    share writably (a shared writable mapping: a channel between a candidate and its reference), or CUDA they could
+    not use (something imported here initialized it; a child forked now asks torch)."""
+    with open("/proc/self/maps") as maps:
+        shared = [line.split(None, 5)[-1].strip() for line in maps if line.split()[1][1::2] == "ws"]
+    if shared:
+        return f"a shared writable mapping would be in every worker: {shared[0]}"
     pid = os.fork()
     if pid == 0:
         try:
