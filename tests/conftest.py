@@ -219,7 +219,7 @@ FILE_SECONDS = {
     "test_ci_workflow.py": 50, "test_profiling.py": 45, "test_signing.py": 40, "test_between.py": 36,
     "test_shapes.py": 33, "test_lint.py": 32, "test_ci.py": 31, "test_compilecache.py": 29, "test_api.py": 27,
     "test_html_page.py": 26, "test_memory.py": 22, "test_profile.py": 21, "test_cli_manners.py": 15,
-    "test_narrow.py": 13, "test_exploits.py": 10, "test_html.py": 6, "test_ranking.py": 4, "test_interleave.py": 4,
+    "test_narrow.py": 13, "test_zygote.py": 12, "test_exploits.py": 10, "test_html.py": 6, "test_ranking.py": 4, "test_interleave.py": 4,
 }
 
 

@@ -161,3 +161,23 @@ def test_a_zygote_that_would_share_writable_memory_with_its_workers_is_not_ready
                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}, check=True).stdout.splitlines()
     assert out[0] == "None"
     assert out[1].startswith("a shared writable mapping would be in every worker")
+
+
+def test_zygotes_are_kept_for_the_latest_startup_environments_only(tmp_path, monkeypatch):
+    """A long-lived process (an agent loop on harness.api, a test session) whose workers come in many startup
+    environments keeps MAX_LIVE zygotes, the most recently used; the others are ended."""
+    from harness.run import workerproc as procs
+    from harness.run import zygote as zy
+    from harness.shared import containment
+    monkeypatch.setattr(zy, "MAX_LIVE", 2)
+    zygotes = _zygotes()
+    zygotes.close()
+    seen = []
+    for lang in ("C", "C.UTF-8", "POSIX"):
+        worker = procs.Worker("build", _env(tmp_path, LANG=lang), tmp_path / f"{lang}.log")
+        worker.kill()
+        worker.close()
+        seen.append(zygotes.live[zy.startup_key(_env(tmp_path, LANG=lang))])
+    assert len(zygotes.live) == 2 and seen[0] not in zygotes.live.values()
+    assert seen[0].proc.returncode is not None and containment.stat(seen[0].proc.pid) is None
+    assert all(z.proc.poll() is None for z in seen[1:])

@@ -3,6 +3,7 @@ read with deadlines, killed with every process they started (harness.shared.cont
 tagged and re-parented descendants), their output drained into a log of bounded size."""
 from __future__ import annotations
 
+import atexit
 import collections
 import fcntl
 import itertools
@@ -151,6 +152,7 @@ class _Spawner:
 
 
 _spawner = _Spawner()
+atexit.register(_spawner.zygotes.close)     # a run that ends leaves no zygote behind (SIGKILL: PDEATHSIG, the guardian)
 
 
 _unlogged: list[WriteError] = []    # logs that could not be written, since unlogged() was last asked

@@ -9,7 +9,7 @@ forked twice and re-parented here, this process being a subreaper), so that Fork
 A zygote serves workers whose environment agrees with its own on everything read at startup (startup_key): the
 loader's and the allocator's variables, Python's, numpy's OpenBLAS thread count, CUDA_HOME, PATH. Only the variables
 read after the fork may differ (STARTED_LATER: the harness's KB_*, CUDA_VISIBLE_DEVICES, the thread counts torch
-sets again in the worker); another key gets a zygote of its own. No zygote (the worker is started with Popen) under a
+sets again in the worker, TMPDIR); another key gets a zygote of its own (MAX_LIVE at once). No zygote (the worker is started with Popen) under a
 launcher (ncu), off Linux, where this process is not a subreaper, with KB_ZYGOTE=0, and after a zygote of that key
 failed MAX_FAILURES times; a failed request says why once on stderr."""
 from __future__ import annotations
@@ -27,7 +27,9 @@ from harness.shared import containment
 
 ENABLE_VAR = "KB_ZYGOTE"
 SOCKET_FD_VAR = "KB_ZYGOTE_FD"                  # harness.worker.zygote: its end of the request socket
-STARTED_LATER = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+STARTED_LATER = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                 "TMPDIR")                      # tempfile's cached folder is cleared in the worker
+MAX_LIVE = 4                                    # zygotes kept at once; the least recently used goes first
 FIRST_TIMEOUT_S = 120.0                         # the zygote's imports, on a loaded machine
 SPAWN_TIMEOUT_S = 20.0
 MAX_FAILURES = 2
@@ -150,16 +152,19 @@ class Zygotes:
                 and hasattr(socket, "send_fds") and containment.is_subreaper())
 
     def spawn(self, role: str, env: dict[str, str], cwd: Path, fds: list[int]) -> ForkedProcess | None:
-        """A worker forked from the zygote of env's key, or None: start it with Popen (said once on stderr)."""
+        """A worker forked from the zygote of env's key, or None: start it with Popen (said on stderr)."""
         if not self.enabled():
             return None
         key = startup_key(env)
         if self.failures.get(key, 0) >= MAX_FAILURES:
             return None
-        zygote = self.live.get(key)
+        zygote = self.live.pop(key, None)
         try:
             if zygote is None:
-                zygote = self.live[key] = Zygote(env, str(cwd))
+                while len(self.live) >= MAX_LIVE:
+                    self.live.pop(next(iter(self.live))).close()
+                zygote = Zygote(env, str(cwd))
+            self.live[key] = zygote                     # the most recently used last
             return zygote.spawn(role, env, str(cwd), fds)
         except (ZygoteError, OSError) as exc:
             self.failures[key] = self.failures.get(key, 0) + 1
