@@ -181,3 +181,43 @@ def test_zygotes_are_kept_for_the_latest_startup_environments_only(tmp_path, mon
     assert len(zygotes.live) == 2 and seen[0] not in zygotes.live.values()
     assert seen[0].proc.returncode is not None and containment.stat(seen[0].proc.pid) is None
     assert all(z.proc.poll() is None for z in seen[1:])
+
+
+def test_shutdown_while_workers_are_being_started(tmp_path):
+    """The exit handler ends the zygotes while the spawner thread may be starting a worker (Ctrl-C or SIGTERM
+    unwinding a run): no error, and a worker asked for afterwards starts on its own (None here)."""
+    import threading
+    from harness.run import workerproc as procs
+    from harness.run.zygote import Zygotes
+    from harness.shared import containment
+    containment.setup_parent()
+    zygotes, started, errors = Zygotes(), [], []
+
+    def start_some() -> None:
+        try:
+            for _ in range(20):
+                env = {**_env(tmp_path), containment.TAG_VAR: containment.new_tag(),
+                       containment.PARENT_VAR: str(os.getpid())}
+                cmd_r, cmd_w = os.pipe()
+                res_r, res_w = os.pipe()
+                fds = [cmd_r, res_w, procs.new_arena(), os.open(os.devnull, os.O_WRONLY)]
+                forked = zygotes.spawn("build", env, procs.REPO_ROOT, fds)
+                for fd in fds + [cmd_w, res_r]:
+                    os.close(fd)                        # the worker reads the end of its command pipe and exits
+                if forked is not None:
+                    started.append(forked)
+        except BaseException as exc:                    # noqa: BLE001
+            errors.append(exc)
+
+    thread = threading.Thread(target=start_some)
+    thread.start()
+    while not started and thread.is_alive():
+        time.sleep(0.01)
+    zygotes.shutdown()
+    thread.join(60)
+    assert not errors, errors
+    assert started and len(started) < 20
+    assert not zygotes.live
+    assert zygotes.spawn("build", _env(tmp_path), procs.REPO_ROOT, []) is None
+    for forked in started:
+        assert forked.wait(30) is not None

@@ -152,7 +152,7 @@ class _Spawner:
 
 
 _spawner = _Spawner()
-atexit.register(_spawner.zygotes.close)     # a run that ends leaves no zygote behind (SIGKILL: PDEATHSIG, the guardian)
+atexit.register(_spawner.zygotes.shutdown)  # a run that ends leaves no zygote behind (SIGKILL: PDEATHSIG, the guardian)
 
 
 _unlogged: list[WriteError] = []    # logs that could not be written, since unlogged() was last asked

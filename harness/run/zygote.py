@@ -9,9 +9,10 @@ forked twice and re-parented here, this process being a subreaper), so that Fork
 A zygote serves workers whose environment agrees with its own on everything read at startup (startup_key): the
 loader's and the allocator's variables, Python's, numpy's OpenBLAS thread count, CUDA_HOME, PATH. Only the variables
 read after the fork may differ (STARTED_LATER: the harness's KB_*, CUDA_VISIBLE_DEVICES, the thread counts torch
-sets again in the worker, TMPDIR); another key gets a zygote of its own (MAX_LIVE at once). No zygote (the worker is started with Popen) under a
-launcher (ncu), off Linux, where this process is not a subreaper, with KB_ZYGOTE=0, and after a zygote of that key
-failed MAX_FAILURES times; a failed request says why once on stderr."""
+sets again in the worker, TMPDIR); another key gets a zygote of its own (MAX_LIVE at once). No zygote (the worker
+is started with Popen) under a launcher (ncu), off Linux, where this process is not a subreaper, with KB_ZYGOTE=0,
+and after a zygote of that key failed MAX_FAILURES times; each failure says why on stderr. The zygotes end when
+this process does (Zygotes.shutdown at exit; PR_SET_PDEATHSIG and the guardian where it is killed)."""
 from __future__ import annotations
 
 import json
@@ -33,6 +34,7 @@ MAX_LIVE = 4                                    # zygotes kept at once; the leas
 FIRST_TIMEOUT_S = 120.0                         # the zygote's imports, on a loaded machine
 SPAWN_TIMEOUT_S = 20.0
 MAX_FAILURES = 2
+SHUTDOWN_WAIT_S = 5.0
 ARGV_ROOM = "-" * 64        # the zygote's last argument: room for its workers' command lines (ps shows their roles)
 
 
@@ -79,6 +81,9 @@ def startup_key(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
 
 
 class Zygote:
+    """One zygote process (harness.worker.zygote), started with `env` less the harness's KB_* variables, and the
+    socket to it."""
+
     def __init__(self, env: dict[str, str], cwd: str):
         self.tag = containment.new_tag()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -140,12 +145,15 @@ class Zygote:
 
 
 class Zygotes:
-    """This process's zygotes, one per startup key; used from the one thread that starts workers
-    (harness.run.workerproc's spawner: a zygote dies with the thread that started it, PR_SET_PDEATHSIG)."""
+    """This process's zygotes, one per startup key. spawn() is called from the one thread that starts workers
+    (harness.run.workerproc's spawner: a zygote dies with the thread that started it, PR_SET_PDEATHSIG); close() and
+    shutdown() may come from any thread."""
 
     def __init__(self) -> None:
         self.live: dict[tuple, Zygote] = {}
         self.failures: dict[tuple, int] = {}
+        self.lock = threading.Lock()        # spawn() against close() and shutdown() from another thread
+        self.shut = False
 
     def enabled(self) -> bool:
         return (sys.platform.startswith("linux") and os.environ.get(ENABLE_VAR, "1") != "0"
@@ -155,6 +163,10 @@ class Zygotes:
         """A worker forked from the zygote of env's key, or None: start it with Popen (said on stderr)."""
         if not self.enabled():
             return None
+        with self.lock:
+            return None if self.shut else self._spawn(role, env, cwd, fds)
+
+    def _spawn(self, role: str, env: dict[str, str], cwd: Path, fds: list[int]) -> ForkedProcess | None:
         key = startup_key(env)
         if self.failures.get(key, 0) >= MAX_FAILURES:
             return None
@@ -176,6 +188,21 @@ class Zygotes:
             return None
 
     def close(self) -> None:
+        """End every zygote; the next worker starts a new one."""
+        with self.lock:
+            self._close_all()
+
+    def shutdown(self) -> None:
+        """At exit: start no other zygote or worker (a worker still asked for starts on its own) and end every
+        zygote, unless a spawn holds them past SHUTDOWN_WAIT_S (then PR_SET_PDEATHSIG ends them with this process)."""
+        self.shut = True
+        if self.lock.acquire(timeout=SHUTDOWN_WAIT_S):
+            try:
+                self._close_all()
+            finally:
+                self.lock.release()
+
+    def _close_all(self) -> None:
         for zygote in self.live.values():
             zygote.close()
         self.live.clear()
