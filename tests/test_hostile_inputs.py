@@ -906,6 +906,24 @@ def _owned_by(folder: Path, pid: int) -> bool:
         return False
 
 
+def _pair_workers_of(pid: int) -> list[int]:
+    """The reference and candidate workers among a run's children (workers are its children, forked or not)."""
+    found = []
+    for tid in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else []:
+        try:
+            children = open(f"/proc/{pid}/task/{tid}/children").read().split()
+        except OSError:
+            continue
+        for child in children:
+            try:
+                argv = open(f"/proc/{child}/cmdline", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if b"harness.worker" in argv and (b"reference" in argv or b"candidate" in argv):
+                found.append(int(child))
+    return found
+
+
 def test_sigterm_removes_the_run_s_scratch_and_a_later_run_removes_a_killed_one(tmp_path):
     import signal
     import time
@@ -917,10 +935,9 @@ def test_sigterm_removes_the_run_s_scratch_and_a_later_run_removes_a_killed_one(
     proc = subprocess.Popen([sys.executable, str(REPO / "run_eval.py"), "--config", str(config)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not any(_owned_by(scratch_root("x").parent / name, proc.pid)
-                                                  for name in _our_scratch() - before):
-        time.sleep(0.2)
-    time.sleep(3)                                               # into the builds, workers started
+    while time.monotonic() < deadline and not _pair_workers_of(proc.pid):
+        time.sleep(0.05)                                        # into the pairs: their workers write the scratch
+    assert any(_owned_by(scratch_root("x").parent / name, proc.pid) for name in _our_scratch() - before)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 143 and "Traceback" not in stderr, stderr

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -152,6 +153,7 @@ class _Spawner:
 
 
 _spawner = _Spawner()
+_live: "weakref.WeakSet[Worker]" = weakref.WeakSet()    # started and not yet closed (kill_all)
 atexit.register(_spawner.zygotes.shutdown)  # a run that ends leaves no zygote behind (SIGKILL: PDEATHSIG, the guardian)
 
 
@@ -382,6 +384,7 @@ class Worker:
         self.cmd_w = cmd_w
         self.reader = LineReader(res_r)
         self.token = secrets.token_hex(16)
+        _live.add(self)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -523,6 +526,7 @@ class Worker:
             except OSError:
                 pass
         self.sink.finish()
+        _live.discard(self)
         return code
 
     def log_tail(self, limit: int = 2000) -> str:
@@ -538,6 +542,13 @@ class Worker:
                 return f.read().decode(errors="replace") + note
         except OSError:
             return note.lstrip()
+
+
+def kill_all() -> None:
+    """Kill every worker this process started and has not closed, with all their processes (an interrupted run:
+    its slot threads then find their workers gone at once)."""
+    for worker in list(_live):
+        worker.kill()
 
 
 def same_role_again(role: str) -> tuple[str, ...]:

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Any, Callable
 
 from harness.core.config import Config
 from harness.core.discover import Pair
 from harness.run.executors import problem_groups
-from harness.run import coreshares
+from harness.run import coreshares, workerproc
 from harness.run.schedule import Context, Slot, serve_slot
 
 
@@ -53,14 +54,32 @@ def run_all(pairs: list[Pair], ctx: Context, slots: list[Slot], say: Callable[[s
             ctx.stop.set()
 
     cores = coreshares.assign(slots, say)
+    threads = [threading.Thread(target=serve, args=(slot,), name=slot.name, daemon=True) for slot in slots]
     try:
-        threads = [threading.Thread(target=serve, args=(slot,), name=slot.name, daemon=True) for slot in slots]
         for thread in threads:
             thread.start()
         for thread in threads:
             while thread.is_alive():
                 thread.join(0.2)
+    except BaseException:
+        halt(ctx, threads)
+        raise
     finally:
         cores.release()
     if errors:
         raise errors[0]
+
+
+HALT_WAIT_S = 10.0
+
+
+def halt(ctx: Context, threads: list[threading.Thread]) -> None:
+    """An interrupted run (Ctrl-C, SIGTERM): no further problem, pair or record (a pair the interrupt cut short has
+    no verdict: it runs again on --resume), every worker killed, and the slot threads waited for (HALT_WAIT_S at most),
+    so that nothing writes into the run's scratch folder once the run removes it."""
+    ctx.stop.set()
+    ctx.emit = lambda record: None
+    workerproc.kill_all()
+    deadline = time.monotonic() + HALT_WAIT_S
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
