@@ -252,6 +252,23 @@ def _cpu_seconds() -> float:
                                                   resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
+def proc_read(path: str) -> bytes:
+    """A /proc file's bytes, or b"" where it is gone or not readable."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def proc_children(pid: int) -> list[int]:
+    """A process's direct children (every thread's children file)."""
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else []:
+        out += [int(x) for x in proc_read(f"/proc/{pid}/task/{tid}/children").split()]
+    return out
+
+
 def cuda_available() -> bool:
     try:
         import torch

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PAIR_TIMEOUT_ARG, REPO, run_cli, run_dirs, verdict, write_config
+from conftest import PAIR_TIMEOUT_ARG, REPO, proc_children, proc_read, run_cli, run_dirs, verdict, write_config
 
 EXAMPLE = REPO / "examples" / "cpu"
 PROBLEM = EXAMPLE / "problems" / "level1" / "001_relu_scale.py"
@@ -909,18 +909,10 @@ def _owned_by(folder: Path, pid: int) -> bool:
 def _pair_workers_of(pid: int) -> list[int]:
     """The reference and candidate workers among a run's children (workers are its children, forked or not)."""
     found = []
-    for tid in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else []:
-        try:
-            children = open(f"/proc/{pid}/task/{tid}/children").read().split()
-        except OSError:
-            continue
-        for child in children:
-            try:
-                argv = open(f"/proc/{child}/cmdline", "rb").read().split(b"\0")
-            except OSError:
-                continue
-            if b"harness.worker" in argv and (b"reference" in argv or b"candidate" in argv):
-                found.append(int(child))
+    for child in proc_children(pid):
+        argv = proc_read(f"/proc/{child}/cmdline").split(b"\0")
+        if b"harness.worker" in argv and (b"reference" in argv or b"candidate" in argv):
+            found.append(child)
     return found
 
 

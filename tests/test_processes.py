@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import proc_children as _children, proc_read as _read
 from conftest import (FIXTURES, communicate_or_explain, default_sigint, json_records, PAIR_TIMEOUT_ARG, REPO, run_dirs,
                       skip_timing_if_box_loaded, verdict, write_config)
 
@@ -27,14 +28,6 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pr
 
 
 # ---------------------------------------------------------------- looking at /proc
-
-def _read(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
-
 
 def _state(pid: int) -> str | None:
     data = _read(f"/proc/{pid}/stat")
@@ -48,13 +41,6 @@ def _utime(pid: int) -> int:
 
 def _alive(pid: int) -> bool:
     return _state(pid) not in (None, "Z", "X")
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for tid in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else []:
-        out += [int(x) for x in _read(f"/proc/{pid}/task/{tid}/children").split()]
-    return out
 
 
 def _pipe_bytes(pid: int, fd: int) -> int:

@@ -51,14 +51,20 @@ RUN_TAG = re.sub(r"[^A-Za-z0-9_-]", "", os.environ.get(RUN_TAG_VAR, ""))[:40] or
 _libc = None
 
 
-def prctl(option: int, value: int) -> bool:
+def _lib():
+    """This process's C library (ctypes), loaded once."""
     global _libc
+    import ctypes
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def prctl(option: int, value: int) -> bool:
     try:
         import ctypes
-        if _libc is None:
-            _libc = ctypes.CDLL(None, use_errno=True)
-        return _libc.prctl(option, ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                           ctypes.c_ulong(0)) == 0
+        return _lib().prctl(option, ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                            ctypes.c_ulong(0)) == 0
     except (OSError, AttributeError):
         return False
 
@@ -82,12 +88,17 @@ def _read(path: str, limit: int = 4096) -> bytes | None:
         os.close(fd)
 
 
+def stat_fields(pid: int) -> list[bytes]:
+    """/proc/<pid>/stat after the command name: proc(5)'s field N is at index N - 3 ([] when the process is gone)."""
+    data = _read(f"/proc/{pid}/stat")
+    return data[data.rfind(b")") + 2:].split() if data else []
+
+
 def stat(pid: int) -> tuple[str, int, int, int, int] | None:
     """(state, ppid, pgid, sid, starttime in clock ticks since boot), or None when the process is gone."""
-    data = _read(f"/proc/{pid}/stat")
-    if not data:
+    fields = stat_fields(pid)
+    if not fields:
         return None
-    fields = data[data.rfind(b")") + 2:].split()
     try:
         return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
     except (IndexError, ValueError):
@@ -395,8 +406,7 @@ def retag(tag: str) -> bool:
     os.environ is set apart (what a process it starts inherits). True when /proc/self/environ now says `tag`."""
     try:
         import ctypes
-        data = _read("/proc/self/stat") or b""
-        fields = data[data.rfind(b")") + 2:].split()
+        fields = stat_fields(os.getpid())
         start, end = int(fields[47]), int(fields[48])     # fields 50 and 51 of proc(5): env_start, env_end
         block = b"\0" + ctypes.string_at(start, end - start)
         key = b"\0" + TAG_VAR.encode() + b"="
@@ -419,7 +429,7 @@ def is_subreaper() -> bool:
     try:
         import ctypes
         value = ctypes.c_int(0)
-        return ctypes.CDLL(None).prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0) == 0 and value.value == 1
+        return _lib().prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0) == 0 and value.value == 1
     except (OSError, AttributeError):
         return False
 
