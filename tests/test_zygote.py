@@ -11,15 +11,9 @@ import time
 
 import pytest
 
+from conftest import REPO, proc_read as _read
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote is Linux-only")
-
-
-def _read(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
 
 
 def _env(tmp_path, **extra):
@@ -221,3 +215,26 @@ def test_shutdown_while_workers_are_being_started(tmp_path):
     assert zygotes.spawn("build", _env(tmp_path), procs.REPO_ROOT, []) is None
     for forked in started:
         assert forked.wait(30) is not None
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not __import__("shutil").which("setpriv"),
+                    reason="needs root and setpriv to run a harness and a reader without capabilities")
+def test_a_candidate_cannot_reach_into_the_zygote(tmp_path):
+    """A candidate holds no CAP_SYS_PTRACE (harness.worker.sandbox drops it): it must not trace the zygote or open
+    its /proc/<pid> files (mem among them), which would let it write into every worker forked later, its
+    reference's included. A harness and a reader of the same user, neither holding a capability: the zygote is
+    closed to the reader, a worker is open to it as one started on its own is (what the parent reads of it)."""
+    import subprocess
+    code = ("import pathlib, subprocess, sys\n"
+            "from harness.run import workerproc as procs\n"
+            "env = procs.worker_env({'KB_DEVICE': 'cpu', 'CUDA_VISIBLE_DEVICES': '', 'KB_SANDBOX': 'off'})\n"
+            "worker = procs.Worker('build', env, pathlib.Path(sys.argv[1]))\n"
+            "zygote = next(iter(procs._spawner.zygotes.live.values()))\n"
+            "read = lambda pid: subprocess.run(['head', '-c', '1', f'/proc/{pid}/environ'],\n"
+            "                                  capture_output=True).returncode\n"
+            "print(type(worker.proc).__name__, read(zygote.proc.pid), read(worker.proc.pid))\n"
+            "worker.kill(); worker.close()\n")
+    out = subprocess.run(["setpriv", "--bounding-set=-all", "--inh-caps=-all", sys.executable, "-c", code,
+                          str(tmp_path / "worker.log")], capture_output=True, text=True, timeout=120,
+                         cwd=REPO)
+    assert out.stdout.split() == ["ForkedProcess", "1", "0"], (out.stdout, out.stderr[-2000:])

@@ -32,12 +32,16 @@ from harness.shared import containment
 from harness.worker.arena import ARENA_VAR
 
 SOCKET_FD_VAR = "KB_ZYGOTE_FD"
+PR_SET_DUMPABLE = 4
 READY_TIMEOUT_S = 5.0
 
 
 def main() -> None:
     containment.setup_worker()              # dies with the parent; a subreaper it must not be: unset below
     containment.prctl(containment.PR_SET_CHILD_SUBREAPER, 0)
+    # Not dumpable: without CAP_SYS_PTRACE (which a confined candidate does not hold) no process may trace it or
+    # open its /proc/<pid>/mem, so a candidate cannot write into the workers to come, its reference's included.
+    containment.prctl(PR_SET_DUMPABLE, 0)
     sock = socket.socket(fileno=int(os.environ.pop(SOCKET_FD_VAR)))
     import torch  # noqa: F401 - what every role but the flusher imports before its job
     import harness.worker.__main__  # noqa: F401 - the worker's own modules
@@ -151,6 +155,7 @@ def _become_worker(request: dict, fds: list[int], sock: socket.socket, ready_w: 
             raise RuntimeError("could not write the worker's tag into its environment block")
         _retitle([sys.executable, "-m", "harness.worker", request["role"], str(cmd_fd), str(res_fd)])
         _fresh_caches()
+        containment.prctl(PR_SET_DUMPABLE, 1)     # as a worker started on its own is (the parent reads its /proc)
         parent = int(env.get(containment.PARENT_VAR, "0") or 0)
         os.write(ready_w, f"ready {os.getpid()}\n".encode())
         os.close(ready_w)
@@ -176,11 +181,9 @@ def _retitle(argv: list[str]) -> None:
     does not fit."""
     import ctypes
     try:
-        with open("/proc/self/stat", "rb") as f:
-            data = f.read()
-        fields = data[data.rfind(b")") + 2:].split()
+        fields = containment.stat_fields(os.getpid())
         start, end = int(fields[45]), int(fields[46])     # fields 48 and 49 of proc(5): arg_start, arg_end
-    except (OSError, ValueError, IndexError):
+    except (ValueError, IndexError):
         return
     text = b"\0".join(a.encode() for a in argv) + b"\0"
     if len(text) <= end - start:
