@@ -43,6 +43,7 @@
 #              (KB_TRACE stage lines, the records' worker.memory), then the GPU tests K selects (PYTEST_ARGS added)
 #   quad45:    a 4-GPU machine, detached: issue 45's scaling over 1, 2 and 4 GPUs, then a CUDA candidate's throughput
 #              on GPU 0 beside issue 44's short44 (GPU 2) and precision tests (GPU 3) (see the phase)
+#   quad46:    a 4-GPU machine, detached: the GPU tests over 4 GPUs, scaling traced, the compile cache (see the phase)
 #   quad:      a 4-GPU machine: GPU tests | profile + sizes | suite on GPUs 2-3 (see the phase)
 #   multi:     a machine of 2+ GPUs: the GPU tests on GPU 0 beside `suite` (KB_TRACE=1) on the other GPUs
 #   cluster:   README's external-cluster recipe on this machine (issue 33): `dask scheduler` where the harness cannot
@@ -527,6 +528,48 @@ quad45)
     echo "-- short44 (GPU 2)"; cat "$out/short44.txt"
     echo "-- precision (GPU 3)"; tail -n 12 "$out/precision_gpu.txt"
     echo "== quad45 ended ($(date +%T))"
+    ;;
+quad46)
+    # The zygote's first full GPU lease on a 4-GPU host, detached (BG="scripts/gpu_check.sh quad46" ... bg); STEPS picks
+    # ("T S E", the default):
+    #   T. every GPU-marked test, alone on the host, split over the 4 GPUs (test_gpu.py in three parts, T0-T2 their -k;
+    #      the memory tests and the other GPU files on GPU 3); QUAD_TESTS_TIMEOUT (330) each
+    #   S. scaling (issue 45 item 1): SCALE_SETTINGS over 32 pairs, workers traced (KB_TRACE), the builds first
+    #   E. the compile cache's second run on GPU 0 (issue 45 item 2): two level-2 problems, both default modes
+    export TEST_RUNS_OUT="$out/runs"
+    steps=" ${STEPS:-T S E} "
+    if [[ "$steps" == *" T "* ]]; then
+        echo "== T. GPU tests over 4 GPUs ($(date +%T))"
+        t0=${T0:-verdicts or events_with or custom_kernel or side_stream or roofline or left_running or interference or tiny_call}
+        t1=${T1:-exploits or forged or skipped_captured}
+        t2=${T2:-calibrate or start_event}
+        g=0
+        for k in "$t0" "$t1" "$t2"; do
+            (CUDA_VISIBLE_DEVICES=$g timeout -s INT "${QUAD_TESTS_TIMEOUT:-330}" python -m pytest -q -rfxX --tb=short -m gpu \
+                tests/test_gpu.py -k "$k" > "$out/gpu_tests_$g.txt" 2>&1) &
+            g=$((g + 1))
+        done
+        (CUDA_VISIBLE_DEVICES=3 timeout -s INT "${QUAD_TESTS_TIMEOUT:-330}" python -m pytest -q -rfxX --tb=short -m gpu \
+            tests/test_gpu.py -k memory tests/test_peer.py tests/test_precision_gpu.py tests/test_profile.py \
+            tests/test_profiling_gpu.py > "$out/gpu_tests_3.txt" 2>&1) &
+        wait
+        for g in 0 1 2 3; do echo "-- GPU $g"; tail -n 8 "$out/gpu_tests_$g.txt"; done
+    fi
+    if [[ "$steps" == *" S "* ]]; then
+        echo "== S. scaling ($(date +%T))"
+        KB_TRACE=1 SCALE_SECONDS=${SCALE_SECONDS:-600} SCALE_SETTINGS=${SCALE_SETTINGS:-local:1,local:4,dask:4,local:2,dask:2} \
+            SCALE_ARGS=${SCALE_ARGS:---pairs 32 --max-pair-seconds 3} bash "$0" scaling | tail -n 20
+    fi
+    if [[ "$steps" == *" E "* ]]; then
+        echo "== E. the compile cache's second run, GPU 0 ($(date +%T))"
+        set -f
+        CUDA_VISIBLE_DEVICES=0 timeout -s INT "${COMPILE_TIMEOUT:-300}" python benchmarks/compile_cache.py --tree . \
+            --device cuda --compile-modes default,max-autotune-no-cudagraphs --level level2 \
+            --problem "${COMPILE_PROBLEMS:-*00[12]_*}" --max-pair-seconds 3 > "$out/compile_cache.txt" 2>&1
+        set +f
+        tail -n 14 "$out/compile_cache.txt"
+    fi
+    echo "== quad46 ended ($(date +%T))"
     ;;
 lease44)
     # Issue 44 on the GPU in one detached run (BG="scripts/gpu_check.sh lease44" ... bg); STEPS picks ("T S", default):
