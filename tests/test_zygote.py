@@ -130,6 +130,41 @@ def test_workers_share_a_zygote_only_where_their_startup_agrees():
         assert startup_key({**base, name: value}) != startup_key(base), name
 
 
+def test_every_build_is_forked_from_one_zygote(tmp_path):
+    """A build worker's environment names its own extension folder (and the build's jobs and architectures), read
+    only when it builds: builds of different candidates share a zygote, rather than each waiting for one of its
+    own to import torch (which the one thread that starts workers did one after another)."""
+    from harness.run.build import Toolchain, build_worker_env
+    from harness.run.zygote import startup_key
+    toolchain = Toolchain(device_kind="cuda", torch="t", cuda="12", arch="9.0", python="3.11")
+    first, second = (build_worker_env(tmp_path / name, toolchain) for name in ("a", "b"))
+    assert first["TORCH_EXTENSIONS_DIR"] != second["TORCH_EXTENSIONS_DIR"]
+    assert startup_key(first) == startup_key(second)
+    assert startup_key({**first, "MAX_JOBS": "8", "TORCH_CUDA_ARCH_LIST": "8.0"}) == startup_key(first)
+
+
+def test_a_prestarted_zygote_serves_the_next_worker(tmp_path):
+    """workerproc.prestart starts the zygote of an environment before any worker of it is asked for (the local
+    executor's, beside the builds); the first worker is then forked from that one."""
+    from harness.run import workerproc as procs
+    zygotes = _zygotes()
+    zygotes.close()
+    env = _env(tmp_path, LANG="C")
+    procs.prestart(env)
+    deadline = time.monotonic() + 10
+    while not zygotes.live and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(zygotes.live) == 1
+    prestarted = next(iter(zygotes.live.values()))
+    worker = procs.Worker("build", env, tmp_path / "worker.log")
+    try:
+        assert list(zygotes.live.values()) == [prestarted]
+        assert worker.proc.pid != prestarted.proc.pid and worker.alive()
+    finally:
+        worker.kill()
+        worker.close()
+
+
 def test_kb_zygote_0_starts_every_worker_on_its_own(tmp_path, monkeypatch):
     from harness.run import workerproc as procs
     from harness.run.zygote import ForkedProcess

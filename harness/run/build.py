@@ -84,6 +84,11 @@ def build_env(build_dir: Path, toolchain: Toolchain) -> dict[str, str]:
     return env
 
 
+def build_worker_env(build_dir: Path, toolchain: Toolchain) -> dict[str, str]:
+    """A build worker's whole environment: no GPU (it compiles; nothing of the candidate runs on a device)."""
+    return worker_env({**build_env(build_dir, toolchain), "CUDA_VISIBLE_DEVICES": "", "KB_DEVICE": "cpu"})
+
+
 SAVED_STATUSES = ("built", "compile_error", "skipped")
 MARKER_LIMIT = 4 << 20          # bytes: a build.json larger than this is damaged
 _SAVED_TYPES = {"status": str, "error": (str, type(None)), "compiler_output": (str, type(None)), "extensions": list,
@@ -238,7 +243,7 @@ def build_one(pair: Pair, root: Path, toolchain: Toolchain, timeout: float, seed
         raise BuildCancelled()
     started = time.monotonic()
     _remove_stale_locks(build_dir, older_than=timeout)
-    env = worker_env({**build_env(build_dir, toolchain), "CUDA_VISIBLE_DEVICES": "", "KB_DEVICE": "cpu"})
+    env = build_worker_env(build_dir, toolchain)
     worker = Worker("build", env, build_dir / "build.log")
     try:
         if live is not None:

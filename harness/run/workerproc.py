@@ -119,23 +119,27 @@ class _Spawner:
     def start(self, role: str, env: dict[str, str], fds: list[int],
               wrapper: list[str] | None) -> subprocess.Popen | ForkedProcess:
         """`fds`: the command pipe's read end, the result pipe's write end, the arena, the log pipe's write end."""
+        return self._on_thread(self._start, role, env, fds, wrapper).result()
+
+    def prestart(self, env: dict[str, str]) -> None:
+        """The zygote for workers of this environment, started now; not waited for."""
+        self._on_thread(self.zygotes.prestart, env, REPO_ROOT)
+
+    def _on_thread(self, fn: Callable[..., Any], *args: Any) -> Future:
         with self.lock:
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._run, name="kb-spawner", daemon=True)
                 self.thread.start()
-        if threading.current_thread() is self.thread:
-            return self._start(role, env, fds, wrapper)
         future: Future = Future()
-        self.jobs.put((future, (role, env, fds, wrapper)))
-        return future.result()
+        if threading.current_thread() is self.thread:
+            _settle(future, fn, args)
+        else:
+            self.jobs.put((future, fn, args))
+        return future
 
     def _run(self) -> None:
         while True:
-            future, args = self.jobs.get()
-            try:
-                future.set_result(self._start(*args))
-            except BaseException as exc:                # noqa: BLE001 - handed to the caller
-                future.set_exception(exc)
+            _settle(*self.jobs.get())
 
     def _start(self, role: str, env: dict[str, str], fds: list[int],
                wrapper: list[str] | None) -> subprocess.Popen | ForkedProcess:
@@ -150,6 +154,13 @@ class _Spawner:
                 start_new_session=True)
             containment.registry.add(proc.pid)
         return proc
+
+
+def _settle(future: Future, fn: Callable[..., Any], args: tuple) -> None:
+    try:
+        future.set_result(fn(*args))
+    except BaseException as exc:                        # noqa: BLE001 - handed to the caller
+        future.set_exception(exc)
 
 
 _spawner = _Spawner()
@@ -542,6 +553,13 @@ class Worker:
                 return f.read().decode(errors="replace") + note
         except OSError:
             return note.lstrip()
+
+
+def prestart(env: dict[str, str]) -> None:
+    """Start importing, in the background, what workers of this environment import (their zygote), so that the
+    first of them starts without waiting the whole import; nothing where workers are not forked."""
+    containment.setup_parent()          # a subreaper first: the zygote's workers are re-parented to this process
+    _spawner.prestart(env)
 
 
 def kill_all() -> None:

@@ -29,7 +29,11 @@ from harness.shared import containment
 ENABLE_VAR = "KB_ZYGOTE"
 SOCKET_FD_VAR = "KB_ZYGOTE_FD"                  # harness.worker.zygote: its end of the request socket
 STARTED_LATER = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                 "TMPDIR")                      # tempfile's cached folder is cleared in the worker
+                 "TMPDIR",                      # tempfile's cached folder is cleared in the worker
+                 # read when an extension is built or loaded (torch.utils.cpp_extension, imported after the fork):
+                 # a build worker's folder is its own, and as part of the key it made every build wait for a
+                 # zygote of its own, started one after another (32 CUDA builds: 173 s against 90 exec'd)
+                 "TORCH_EXTENSIONS_DIR", "MAX_JOBS", "TORCH_CUDA_ARCH_LIST")
 MAX_LIVE = 4                                    # zygotes kept at once; the least recently used goes first
 FIRST_TIMEOUT_S = 120.0                         # the zygote's imports, on a loaded machine
 SPAWN_TIMEOUT_S = 20.0
@@ -158,6 +162,24 @@ class Zygotes:
     def enabled(self) -> bool:
         return (sys.platform.startswith("linux") and os.environ.get(ENABLE_VAR, "1") != "0"
                 and hasattr(socket, "send_fds") and containment.is_subreaper())
+
+    def prestart(self, env: dict[str, str], cwd: Path) -> None:
+        """Start the zygote of env's key now (where there is none and none failed), so that it imports while the
+        run does other work; the first spawn() of that key waits for what is left."""
+        if not self.enabled():
+            return
+        with self.lock:
+            key = startup_key(env)
+            if self.shut or key in self.live or self.failures.get(key, 0) >= MAX_FAILURES:
+                return
+            while len(self.live) >= MAX_LIVE:
+                self.live.pop(next(iter(self.live))).close()
+            try:
+                self.live[key] = Zygote(env, str(cwd))
+            except OSError as exc:
+                self.failures[key] = self.failures.get(key, 0) + 1
+                print(f"kb-harness: a zygote could not be started ({exc}); workers start on their own",
+                      file=sys.stderr, flush=True)
 
     def spawn(self, role: str, env: dict[str, str], cwd: Path, fds: list[int]) -> ForkedProcess | None:
         """A worker forked from the zygote of env's key, or None: start it with Popen (said on stderr)."""

@@ -25,6 +25,9 @@ class Executor(Protocol):
     def check(self) -> None:
         """Raise a UsageError now, before the builds, if this executor cannot run here."""
 
+    def begin(self, cfg: Config, slots: list[Any]) -> None:
+        """Called before the builds: start, in the background, what run() will need first."""
+
     def run(self, pairs: list[Pair], ctx: Any, slots: list[Any], device: str,
             say: Callable[[str], None]) -> dict[str, Any] | None:
         """Every pair gets exactly one record through ctx.emit. Returns what run.json records under the executor's

@@ -71,6 +71,9 @@ class DaskExecutor:
     def check(self) -> None:
         require_distributed()
 
+    def begin(self, cfg: Config, slots: list[Any]) -> None:
+        pass                            # the workers start on the dask workers' hosts
+
     def run(self, pairs: list[Pair], ctx: Any, slots: list[Any], device: str,
             say: Callable[[str], None]) -> dict[str, Any]:
         return run_all_dask(pairs, ctx, slots, device, say)
