@@ -56,12 +56,13 @@ def run_task_bytes(task_bytes: bytes) -> dict[str, Any]:
 def run_group(task: GroupTask) -> dict[str, Any]:
     """One problem group on this dask worker's host, as the local executor runs one on a slot. Returns the records
     (plain dicts, in order), where it ran and, on a GPU, that GPU's ceilings."""
-    from harness.run.schedule import Context, first_roles, measure_ceilings, serve_slot, slot_spares
-    from harness.run.workerproc import set_worker_memory_gb
+    from harness.run.schedule import Context, first_roles, measure_ceilings, serve_slot, slot_spares, slot_worker_env
+    from harness.run.workerproc import prestart, set_worker_memory_gb
 
     cfg = task.cfg
     set_worker_memory_gb(cfg.worker_memory_gb)
     slot = local_slot(task.device)
+    prestart(slot_worker_env(cfg, task.toolchain, slot))    # its imports beside this host's build check
     log_dir = _log_dir(task)
     mismatch = toolchain_mismatch(task.toolchain)       # before any build: never cache a build under a wrong key
     cfg, builds = (cfg, dict(task.builds)) if mismatch else ensure_builds(task, cfg)
