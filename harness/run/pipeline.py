@@ -146,9 +146,9 @@ def run_pipeline(cfg: Config, request: RunRequest, pairs: list[Pair] | None = No
                       highlight=False)
         executor.check()
         started = time.monotonic()
-        if pairs:
-            executor.begin(cfg, slots)
         toolchain = toolchain_for(device, cfg, gpu_list)
+        if pairs:
+            executor.begin(cfg, slots, toolchain)
         prepare_compile_cache(cfg, toolchain, warn)
         with _progress(console) as progress:
             builds = _build_stage(cfg, pairs, toolchain, seed, store, progress, warn, started)

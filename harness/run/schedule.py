@@ -139,8 +139,13 @@ def first_roles(cfg: Config, slot: Slot) -> tuple[str, ...]:
 
 def slot_spares(ctx: Context, slot: Slot,
                 upcoming: Callable[[str], tuple[str, ...]] = same_role_again) -> SpareWorkers:
-    env = {**pair_worker_env(ctx.cfg, slot), **compile_warm_env(ctx.cfg, ctx.toolchain)}
-    return SpareWorkers(env, ctx.log_dir, slot.name.replace(":", ""), spares_enabled(ctx.cfg, slot), upcoming)
+    return SpareWorkers(slot_worker_env(ctx.cfg, ctx.toolchain, slot), ctx.log_dir, slot.name.replace(":", ""),
+                        spares_enabled(ctx.cfg, slot), upcoming)
+
+
+def slot_worker_env(cfg: Config, toolchain: Toolchain, slot: Slot) -> dict[str, str]:
+    """The environment a slot's pair workers start with (the reference's, the candidate's, the executor's)."""
+    return {**pair_worker_env(cfg, slot), **compile_warm_env(cfg, toolchain)}
 
 
 def compile_warm_env(cfg: Config, toolchain: Toolchain) -> dict[str, str]:
@@ -173,7 +178,8 @@ def spares_enabled(cfg: Config, slot: Slot) -> bool:
 
 def measure_ceilings(ctx: Context, slot: Slot) -> dict[str, float]:
     """Copy bandwidth and matmul throughput of this GPU, once per run (a worker of its own)."""
-    worker = Worker("ceilings", worker_env(slot.env(ctx.cfg.cpu_threads)), ctx.log_dir / f"ceilings_{slot.name.replace(':', '')}.log")
+    worker = Worker("ceilings", slot_worker_env(ctx.cfg, ctx.toolchain, slot),     # forked as the pair workers are
+                    ctx.log_dir / f"ceilings_{slot.name.replace(':', '')}.log")
     try:
         reply = CeilingsClient(worker).measure(CeilingsJob(slot.device), time.monotonic() + 300)
     except WorkerExit:

@@ -40,6 +40,8 @@ SPAWN_TIMEOUT_S = 20.0
 MAX_FAILURES = 2
 SHUTDOWN_WAIT_S = 5.0
 ARGV_ROOM = "-" * 64        # the zygote's last argument: room for its workers' command lines (ps shows their roles)
+COMPILE_STACK_VAR = "KB_COMPILE_WARM"   # "1" (a run with torch.compile baselines: harness.run.schedule
+COMPILE_STACK_ARG = "--compile-stack"   # .compile_warm_env): its zygote imports the compile stack too, part of the key
 
 
 class ZygoteError(Exception):
@@ -80,8 +82,10 @@ class ForkedProcess:
 
 
 def startup_key(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    """What a worker's environment must share with its zygote's: every variable but those read after the fork."""
-    return tuple(sorted((k, v) for k, v in env.items() if not k.startswith("KB_") and k not in STARTED_LATER))
+    """What a worker's environment must share with its zygote's: every variable but those read after the fork, and
+    whether its zygote imports the compile stack."""
+    return tuple(sorted((k, v) for k, v in env.items()
+                        if (not k.startswith("KB_") or k == COMPILE_STACK_VAR) and k not in STARTED_LATER))
 
 
 class Zygote:
@@ -96,7 +100,8 @@ class Zygote:
                      SOCKET_FD_VAR: str(theirs.fileno()), "PYTHONPATH": env.get("PYTHONPATH", "")})
         try:
             with containment.spawn_lock:
-                self.proc = subprocess.Popen([sys.executable, "-m", "harness.worker.zygote", ARGV_ROOM],
+                preload = [COMPILE_STACK_ARG] if env.get(COMPILE_STACK_VAR) == "1" else []
+                self.proc = subprocess.Popen([sys.executable, "-m", "harness.worker.zygote", *preload, ARGV_ROOM],
                                              pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=zenv, cwd=cwd,
                                              start_new_session=True)

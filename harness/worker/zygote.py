@@ -3,9 +3,11 @@ milliseconds instead of the 1.4-3 CPU-seconds of its own `import torch` (harness
 
 It runs `python -m harness.worker.zygote`, started by the parent with the environment every worker of its key
 shares at exec (harness.run.zygote.startup_key: what the loader, the allocator and Python read at startup), its
-own KB_WORKER_TAG and KB_PARENT_PID. It imports torch and the worker's own modules, touches no GPU, starts no
-thread and holds no secret. Before it says it is ready it checks that its workers would share no writable memory
-(no shared writable mapping) and could use CUDA (a forked child asks torch); otherwise `ready` is false and the
+own KB_WORKER_TAG and KB_PARENT_PID. It imports torch and the worker's own modules (with --compile-stack, a run with
+torch.compile baselines, also the compile stack: harness.worker.compilewarm.warm without a folder), touches no GPU,
+starts no thread and holds no secret. Before it says it is ready it checks that its workers would share no writable
+memory (no shared writable mapping), that it runs one thread, and that they could use CUDA (a forked child asks
+torch); otherwise `ready` is false and the
 parent starts its workers on their own. Then it serves requests on one SOCK_SEQPACKET socket from the parent, one
 at a time:
 
@@ -32,6 +34,7 @@ from harness.shared import containment
 from harness.worker.arena import ARENA_VAR
 
 SOCKET_FD_VAR = "KB_ZYGOTE_FD"
+COMPILE_STACK_ARG = "--compile-stack"       # harness.run.zygote.COMPILE_STACK_ARG
 PR_SET_DUMPABLE = 4
 READY_TIMEOUT_S = 5.0
 
@@ -45,6 +48,12 @@ def main() -> None:
     sock = socket.socket(fileno=int(os.environ.pop(SOCKET_FD_VAR)))
     import torch  # noqa: F401 - what every role but the flusher imports before its job
     import harness.worker.__main__  # noqa: F401 - the worker's own modules
+    if COMPILE_STACK_ARG in sys.argv:
+        # A run with torch.compile baselines: the compile stack's imports and torch_key, which every reference would
+        # otherwise pay in its warm-up (7.5-8.7 s on an H200 host); the cache folder is set in the worker, by its job.
+        from harness.worker import compilewarm
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)     # imports and hashes only (each worker has its own env)
+        compilewarm.warm("cpu")
     # Not torch.utils.cpp_extension: at import it asks torch.cuda.is_available(), which initializes the CUDA driver
     # and marks every later fork as unable to use CUDA; the candidate and build roles import it after the fork.
     sys.stdout.flush()
@@ -107,6 +116,9 @@ def _fork_fault() -> str | None:
         shared = [line.split(None, 5)[-1].strip() for line in maps if line.split()[1][1::2] == "ws"]
     if shared:
         return f"a shared writable mapping would be in every worker: {shared[0]}"
+    threads = len(os.listdir("/proc/self/task"))
+    if threads > 1:             # a lock one of them held would stay held in every worker
+        return f"{threads} threads were running at the fork"
     pid = os.fork()
     if pid == 0:
         try:

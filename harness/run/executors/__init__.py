@@ -25,7 +25,7 @@ class Executor(Protocol):
     def check(self) -> None:
         """Raise a UsageError now, before the builds, if this executor cannot run here."""
 
-    def begin(self, cfg: Config, slots: list[Any]) -> None:
+    def begin(self, cfg: Config, slots: list[Any], toolchain: Any) -> None:
         """Called before the builds: start, in the background, what run() will need first."""
 
     def run(self, pairs: list[Pair], ctx: Any, slots: list[Any], device: str,

@@ -71,7 +71,7 @@ class DaskExecutor:
     def check(self) -> None:
         require_distributed()
 
-    def begin(self, cfg: Config, slots: list[Any]) -> None:
+    def begin(self, cfg: Config, slots: list[Any], toolchain: Any) -> None:
         pass                            # the workers start on the dask workers' hosts
 
     def run(self, pairs: list[Pair], ctx: Any, slots: list[Any], device: str,

@@ -10,7 +10,8 @@ from harness.core.config import Config
 from harness.core.discover import Pair
 from harness.run.executors import problem_groups
 from harness.run import coreshares, workerproc
-from harness.run.schedule import Context, Slot, pair_worker_env, serve_slot
+from harness.run.build import Toolchain
+from harness.run.schedule import Context, Slot, serve_slot, slot_worker_env
 
 
 class LocalExecutor:
@@ -22,11 +23,12 @@ class LocalExecutor:
     def check(self) -> None:
         pass
 
-    def begin(self, cfg: Config, slots: list[Slot]) -> None:
-        """The slots' workers' zygote imports torch beside the builds (its first worker, the first problem's
-        reference, would otherwise wait for the whole import: ~3 s a run on a GPU host)."""
+    def begin(self, cfg: Config, slots: list[Slot], toolchain: Toolchain) -> None:
+        """The slots' workers' zygote imports torch (and, with compile baselines, the compile stack) beside the
+        builds; its first worker, the first problem's reference, would otherwise wait for the whole import (~4 s a
+        run on a GPU host; harness.run.zygote)."""
         if slots:
-            workerproc.prestart(pair_worker_env(cfg, slots[0]))
+            workerproc.prestart(slot_worker_env(cfg, toolchain, slots[0]))
 
     def run(self, pairs: list[Pair], ctx: Context, slots: list[Slot], device: str,
             say: Callable[[str], None]) -> dict[str, Any] | None:
