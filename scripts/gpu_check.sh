@@ -44,6 +44,7 @@
 #   quad45:    a 4-GPU machine, detached: issue 45's scaling over 1, 2 and 4 GPUs, then a CUDA candidate's throughput
 #              on GPU 0 beside issue 44's short44 (GPU 2) and precision tests (GPU 3) (see the phase)
 #   quad46:    a 4-GPU machine, detached: the GPU tests over 4 GPUs, scaling traced, the compile cache (see the phase)
+#   quad46b:   a 4-GPU machine, detached: builds beside the other GPU tests, scaling, the compile cache (see the phase)
 #   quad:      a 4-GPU machine: GPU tests | profile + sizes | suite on GPUs 2-3 (see the phase)
 #   multi:     a machine of 2+ GPUs: the GPU tests on GPU 0 beside `suite` (KB_TRACE=1) on the other GPUs
 #   cluster:   README's external-cluster recipe on this machine (issue 33): `dask scheduler` where the harness cannot
@@ -570,6 +571,57 @@ quad46)
         tail -n 14 "$out/compile_cache.txt"
     fi
     echo "== quad46 ended ($(date +%T))"
+    ;;
+quad46b)
+    # The second 4-GPU lease of the fourteenth session, detached (BG="scripts/gpu_check.sh quad46b" ... bg):
+    #   A. at once: scaling's builds on every core (the build time with one zygote for all builds); GPU 0: test_peer
+    #      and test_precision_gpu; GPU 1: test_profile and test_profiling_gpu; GPU 2: level1/005_matrix_vector (issue
+    #      44's memory clause: each worker's peak against 2x the eager peak + 1.5 GiB)
+    #   B. scaling (issue 45 item 1), SCALE_SETTINGS within SCALE_SECONDS (420)
+    #   C. at once: the compile cache's second run on GPU 0 (issue 45 item 2); the cover-window tests on GPU 1
+    export TEST_RUNS_OUT="$out/runs"
+    steps=" ${STEPS:-A B C} "
+    if [[ "$steps" == *" A "* ]]; then
+        echo "== A. builds, the other GPU tests, matrix_vector ($(date +%T))"
+        (CUDA_VISIBLE_DEVICES=0 timeout -s INT 300 python -m pytest -q -rfxX --tb=short -m gpu tests/test_peer.py \
+            tests/test_precision_gpu.py > "$out/gpu_tests_0.txt" 2>&1) &
+        (CUDA_VISIBLE_DEVICES=1 timeout -s INT 300 python -m pytest -q -rfxX --tb=short -m gpu tests/test_profile.py \
+            tests/test_profiling_gpu.py > "$out/gpu_tests_1.txt" 2>&1) &
+        (timeout -s INT 300 python run_eval.py --gpus 2 --level level1 --problem '*005_matrix_vector*' \
+            --compile-modes none --max-pair-seconds 3 --json --output-dir "$out/mv" > "$out/mv.txt" 2>&1) &
+        SCALE_SECONDS=1 SCALE_TIMEOUT=300 SCALE_ARGS=${SCALE_ARGS:---pairs 32 --max-pair-seconds 3} \
+            bash "$0" scaling > "$out/scaling_build.txt" 2>&1
+        wait
+        grep "builds:" "$out/scaling_build.txt"
+        for g in 0 1; do echo "-- GPU $g"; tail -n 6 "$out/gpu_tests_$g.txt"; done
+        echo "-- matrix_vector (GPU 2)"
+        python - "$out"/mv/*/results.jsonl <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    print(r["solution"], r["status"], r.get("speedup"), r.get("speedup_ci"), (r.get("error") or "")[:200])
+    print(json.dumps((r.get("worker") or {}).get("memory"))[:1500])
+PY
+    fi
+    if [[ "$steps" == *" B "* ]]; then
+        echo "== B. scaling ($(date +%T))"
+        KB_TRACE=1 SCALE_SECONDS=${SCALE_SECONDS:-420} SCALE_SETTINGS=${SCALE_SETTINGS:-local:1,local:4,dask:4,local:2,dask:2} \
+            SCALE_ARGS=${SCALE_ARGS:---pairs 32 --max-pair-seconds 3} bash "$0" scaling | tail -n 20
+    fi
+    if [[ "$steps" == *" C "* ]]; then
+        echo "== C. the compile cache's second run (GPU 0), the cover-window tests (GPU 1) ($(date +%T))"
+        (CUDA_VISIBLE_DEVICES=1 timeout -s INT 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_gpu.py \
+            -k start_event > "$out/gpu_tests_cover.txt" 2>&1) &
+        set -f
+        CUDA_VISIBLE_DEVICES=0 timeout -s INT "${COMPILE_TIMEOUT:-240}" python benchmarks/compile_cache.py --tree . \
+            --device cuda --compile-modes default,max-autotune-no-cudagraphs --level level2 \
+            --problem "${COMPILE_PROBLEMS:-*00[12]_*}" --max-pair-seconds 3 > "$out/compile_cache.txt" 2>&1
+        set +f
+        wait
+        tail -n 12 "$out/compile_cache.txt"
+        echo "-- cover window (GPU 1)"; tail -n 25 "$out/gpu_tests_cover.txt"
+    fi
+    echo "== quad46b ended ($(date +%T))"
     ;;
 lease44)
     # Issue 44 on the GPU in one detached run (BG="scripts/gpu_check.sh lease44" ... bg); STEPS picks ("T S", default):
