@@ -612,6 +612,138 @@ def test_large_float64_outputs_are_dropped_after_a_candidate_and_made_again_for_
     assert not reference._Float64(model, state, trials, "cpu").wanted()   # no float64 made: nothing measured
 
 
+MATVEC = '''
+import torch
+class Model(torch.nn.Module):
+    def forward(self, A, x, At):
+        return torch.matmul(A, x) + At.sum(0).unsqueeze(1)
+def get_inputs():
+    A = torch.randn(40, 24)
+    return [A, torch.randn(24, 1), A.t()]                # the third shares the first's memory
+def get_init_inputs():
+    return []
+'''
+
+
+def test_float64_work_runs_with_the_kept_float32_inputs_off_the_device(monkeypatch, tmp_path):
+    """Issue 44 item 8: while each float64 forward runs (the four signature forwards, the float64 reference, a full
+    check's), trial 0's kept float32 inputs are not held on the device (the GPU's path, run here with "cpu" as the
+    host: the kept tensors are let go, weakrefs show it); after, the same list holds them again bit for bit, with
+    their dtype, shape, strides, offsets and shared memory; every figure as without the move."""
+    import secrets
+    import weakref
+    from harness.shared import messages as m
+    from harness.worker import reference
+    problem, model, settings, trials, state = _prepare(monkeypatch, tmp_path, MATVEC, keep_bytes=1 << 30)
+    kept = trials.kept_inputs[0]
+    values = [t.clone() for t in kept]
+    layout = [(t.dtype, t.shape, t.stride(), t.storage_offset()) for t in kept]
+    assert kept[0].untyped_storage().data_ptr() == kept[2].untyped_storage().data_ptr()
+    originals = [weakref.ref(t) for t in kept]
+    held = []
+    forward = type(model).forward
+
+    def spy(self, *xs):
+        if xs[0].dtype == torch.float64:
+            held.append(sum(r() is not None for r in originals))
+        return forward(self, *xs)
+
+    monkeypatch.setattr(type(model), "forward", spy)
+    monkeypatch.setattr(secrets, "randbelow", lambda n: 12345)        # the same sample both ways
+    spec = m.TimingSpec("host", 0, False, 20)
+    s = sampler.Sampler({"eager": lambda x: model(*x)}, problem, settings, "cpu", spec, defenses=True, trusted=True)
+    s.sample(m.SampleRequest("eager", 4242))
+    s.check(m.CheckRequest(77, [0], keep_full=True))
+    honest = model(*sampler.device_inputs(problem, 4242, settings, "cpu"))
+    memo = type("M", (), {"fp64_note": None})()
+    figures = []
+    for host in (None, "cpu"):                  # as the CPU path runs it, then as the GPU's does
+        fp64 = reference._Float64(model, state, trials, "cpu")
+        full = reference._FullCheck(model, state, settings, True, s, memo, "cpu", trials)
+        fp64.host = full.host = host
+        fp64.make_signatures()
+        outs, note = fp64.make()
+        checked = full.compare([honest.clone()], s.kept[77])
+        figures.append((outs, fp64.exact, fp64.signatures, checked))
+        assert note is None and checked["ok"] and "precision_signature" in checked
+    assert held[:10] == [3] * 10 and held[10:] == [0] * 10, held    # 4 + 1 forwards, 4 + 1 in the full check
+    assert trials.kept_inputs[0] is kept and all(r() is None for r in originals)      # copies back, not the same
+    assert [(t.dtype, t.shape, t.stride(), t.storage_offset()) for t in kept] == layout
+    assert all(torch.equal(t, v) for t, v in zip(kept, values))
+    assert kept[0].untyped_storage().data_ptr() == kept[2].untyped_storage().data_ptr()
+    (outs, exact, signatures, checked), (outs2, exact2, signatures2, checked2) = figures
+    assert torch.equal(outs[0], outs2[0]) and torch.equal(exact[0], exact2[0]) and checked == checked2
+    assert signatures.keys() == signatures2.keys() and all(torch.equal(signatures[k][0], signatures2[k][0])
+                                                           for k in signatures)
+
+
+class _LargestNew:
+    """A dispatch mode that keeps the most bytes of memory any op under it allocated for its outputs (memory none
+    of its inputs lay in)."""
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_leaves
+        seen = self
+
+        class Largest(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                given = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
+                         if isinstance(t, torch.Tensor)}
+                for t in tree_leaves(out):
+                    if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in given:
+                        seen.most = max(seen.most, t.untyped_storage().nbytes())
+                return out
+
+        self.most, self.mode = 0, Largest
+
+
+@pytest.mark.parametrize("forward", [
+    "torch.matmul(A, x) + A.sum(1, keepdim=True)",                 # A read again after its product
+    "torch.matmul(A.mul_(2), x) + A.sum(1, keepdim=True)",         # changed before its product: rounded in a copy
+    "torch.matmul(torch.matmul(A, A.t()), A) @ x",                 # one memory as both operands: in a copy
+])
+def test_a_rounded_float64_forward_rounds_its_input_in_place_and_writes_it_back(monkeypatch, forward):
+    """Issue 44 item 8: a signature forward on float64 inputs made from their float32 copies off the device (the
+    GPU's path, _float64_reference's `device`) rounds an input operand in place and writes it back from that copy
+    after the product, so that no second operand-sized float64 tensor is made (matrix_vector: 8 GiB beside its
+    8 GiB input); the outputs are those of rounding a copy, bit for bit, also where the forward reads the input
+    again, changed it first, or passes its memory as both operands."""
+    from harness.worker import precision, reference
+    monkeypatch.setattr(precision, "CHUNK_ELEMENTS", 64)
+    monkeypatch.setattr(precision, "COPY_ELEMENTS", 100)             # copy_into: 4 rows a slice
+    largest: list = []
+
+    class Model(torch.nn.Module):
+        def forward(self, A, x):
+            seen = _LargestNew()
+            with seen.mode():
+                out = eval(forward)
+            largest.append(seen.most)
+            return out
+
+    torch.manual_seed(0)
+    A, x = torch.randn(40, 24), torch.randn(24, 1)
+    original = A.clone()
+    operand = A.numel() * 8                      # bytes of A in float64
+    for scheme in precision.SCHEMES:
+        got = []
+        for device in (None, "cpu"):            # a copy rounded (the CPU path), then the GPU's path
+            mode = precision.Rounded(scheme)
+            outs, note = reference._float64_reference(Model(), {}, lambda: [A, x], mode=mode, device=device)
+            assert note is None and mode.rounded >= 1 and not mode._sources, (scheme, note)
+            got.append(outs[0])
+        assert torch.equal(got[0], got[1]), (scheme, forward)
+        copied, in_place = largest[-2:]
+        assert copied >= operand or scheme == "tf32:b"                # (tf32:b rounds x, not A)
+        if forward.startswith("torch.matmul(A, x)"):
+            assert in_place < operand, (scheme, in_place)
+        else:
+            assert in_place == copied
+    assert torch.equal(A, original)
+
+
 def test_each_sides_allocator_retries_are_recorded_beside_its_peak():
     """worker.memory says how often each side's allocator met its cap (a retry synchronises the device inside what
     is timed): the figures of both workers' `memory` replies, absent where a worker gave none."""

@@ -150,9 +150,9 @@ def reference_need(needs: Needs, graph_calls: int = 0) -> int:
 def fp64_need(needs: Needs) -> int:
     """The reference's share with the float64 reference, beside the float32 model and what it keeps: a float64 model
     copy, and either the inputs while they become float64 (one float32 input and its float64 copy at a time, at
-    worst all of them) or the float64 forward (twice an eager call less the float32 parameters). Not counted: the
-    reduced-precision signature forwards (harness.worker.precision) hold float64 copies of a product's operand
-    beyond that forward, up to 10.75x a matrix-vector problem's float32 input (docs/measurements.md)."""
+    worst all of them) or the float64 forward (twice an eager call less the float32 parameters). The reduced-precision
+    signature forwards round a float64 input in place (harness.worker.precision.Rounded.source); an operand that is
+    not an input is rounded in a copy, which is not counted here."""
     convert = 2 * needs.params + 3 * needs.inputs
     forward = 2 * needs.eager_peak
     return needs.kept + needs.stranded + needs.params + max(convert, forward) + HEADROOM_BYTES

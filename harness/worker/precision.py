@@ -30,15 +30,34 @@ BF16_BITS = 7                  # and a bfloat16 one
 _BITS = {torch.float64: (torch.int64, 52), torch.float32: (torch.int32, 23)}
 _EXPONENT = {torch.int64: 0x7FF << 52, torch.int32: 0xFF << 23}     # all ones: Inf or NaN
 CHUNK_ELEMENTS = 1 << 22      # an operand is rounded this many elements at a time (32 MiB of float64)
+COPY_ELEMENTS = 1 << 25       # copy_into: about this many elements a slice (256 MiB of float64)
 
 
 def round_mantissa(x: torch.Tensor, bits: int, truncate: bool = False) -> torch.Tensor:
     """`x` (float32 or float64) with `bits` explicit mantissa bits, to nearest with ties to even (`truncate`:
     toward zero), in its own dtype; NaN and Inf as they were. A float32 value rounded in float64 rounds as in
     float32 (the exponent range aside). A new contiguous tensor; beside it, temporaries of CHUNK_ELEMENTS."""
+    out = _copy(x)
+    _round_flat(out.view(-1), bits, truncate)
+    return out
+
+
+def copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """dst.copy_(src) (the same shape) a slice of dim 0 at a time, about COPY_ELEMENTS elements each: a copy from the
+    host to another dtype is converted on the host, in a temporary of dst's size, and one into a non-contiguous dst
+    goes through a contiguous temporary on the device; a slice's size each way."""
+    if dst.dim() == 0 or dst.numel() == 0:
+        dst.copy_(src)
+        return
+    rows = max(1, COPY_ELEMENTS * dst.shape[0] // dst.numel())
+    for i in range(0, dst.shape[0], rows):
+        dst[i:i + rows].copy_(src[i:i + rows])
+
+
+def _copy(x: torch.Tensor) -> torch.Tensor:
+    """x's values in a new contiguous tensor (Rounded's `own` where x cannot be rounded in place)."""
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     out.copy_(x.detach())                               # (a forward may turn autograd on)
-    _round_flat(out.view(-1), bits, truncate)
     return out
 
 
@@ -86,20 +105,20 @@ for _f in (torch.addmm, torch.Tensor.addmm, torch.baddbmm, torch.Tensor.baddbmm,
     _PAIRS[_f] = ((1, "mat1"), (2, "mat2"), _BETA)
 
 
-def _tf32(call: Callable, a: torch.Tensor, b: torch.Tensor, which: str) -> torch.Tensor:
+def _tf32(call: Callable, a: torch.Tensor, b: torch.Tensor, which: str, own: Callable = _copy) -> torch.Tensor:
     """One operand rounded as TF32 (`which`: "a", the input or left operand; "b", the weight or right one): a
-    kernel that rounds both carries both signatures, one that splits the other operand (2xTF32) one of them."""
-    if which == "a":
-        return call(round_mantissa(a, TF32_BITS), b, True)
-    return call(a, round_mantissa(b, TF32_BITS), True)
+    kernel that rounds both carries both signatures, one that splits the other operand (2xTF32) one of them.
+    `own(x)`: x's values in a contiguous tensor to round in place (Rounded: a copy, or x itself)."""
+    x = own(a if which == "a" else b)
+    _round_flat(x.view(-1), TF32_BITS, False)
+    return call(x, b, True) if which == "a" else call(a, x, True)
 
 
-def _part(x: torch.Tensor, truncate: bool, kept: bool) -> torch.Tensor:
-    """One half of split(x, BF16_BITS) as bf16x3 uses it (`kept`: hi + lo, as x - ((x - hi) - lo); else lo), a new
-    contiguous tensor worked out CHUNK_ELEMENTS at a time: one tensor of x's size beside it, and slice-sized
-    temporaries."""
-    out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    out.copy_(x.detach())                               # (a forward may turn autograd on)
+def _part(x: torch.Tensor, truncate: bool, kept: bool, own: Callable = _copy) -> torch.Tensor:
+    """One half of split(x, BF16_BITS) as bf16x3 uses it (`kept`: hi + lo, as x - ((x - hi) - lo); else lo), in
+    `own(x)` (a new contiguous tensor, or x itself: Rounded) worked out CHUNK_ELEMENTS at a time: at most one
+    tensor of x's size beside it, and slice-sized temporaries."""
+    out = own(x)
     flat = out.view(-1)
     for i in range(0, flat.numel(), CHUNK_ELEMENTS):
         xc = flat[i:i + CHUNK_ELEMENTS]                 # x, until it is overwritten
@@ -118,13 +137,14 @@ def _part(x: torch.Tensor, truncate: bool, kept: bool) -> torch.Tensor:
     return out
 
 
-def _bf16x3(call: Callable, a: torch.Tensor, b: torch.Tensor, truncate: bool) -> torch.Tensor:
+def _bf16x3(call: Callable, a: torch.Tensor, b: torch.Tensor, truncate: bool, own: Callable = _copy) -> torch.Tensor:
     """hi*hi + hi*lo + lo*hi as (hi + lo) * (hi + lo) - lo*lo: two exact products instead of three. The lo*lo
-    product first, so that beside the operands at most one part of each and two outputs are alive at once."""
-    a_lo, b_lo = _part(a, truncate, False), _part(b, truncate, False)
+    product first, so that beside the operands at most one part of each and two outputs are alive at once (an
+    operand Rounded works on in place is written back by `call`, before its other part is made)."""
+    a_lo, b_lo = _part(a, truncate, False, own), _part(b, truncate, False, own)
     low = call(a_lo, b_lo, False)
     del a_lo, b_lo
-    a_kept, b_kept = _part(a, truncate, True), _part(b, truncate, True)
+    a_kept, b_kept = _part(a, truncate, True, own), _part(b, truncate, True, own)
     out = call(a_kept, b_kept, True)
     del a_kept, b_kept
     if out.shape == low.shape and out.is_contiguous() and not out.requires_grad:
@@ -133,10 +153,10 @@ def _bf16x3(call: Callable, a: torch.Tensor, b: torch.Tensor, truncate: bool) ->
 
 
 _SCHEME: dict[str, Callable] = {
-    "tf32:a": lambda call, a, b: _tf32(call, a, b, "a"),
-    "tf32:b": lambda call, a, b: _tf32(call, a, b, "b"),
-    "bf16x3": lambda call, a, b: _bf16x3(call, a, b, False),
-    "bf16x3:rz": lambda call, a, b: _bf16x3(call, a, b, True),      # split by truncation (masking the low bits)
+    "tf32:a": lambda call, a, b, own: _tf32(call, a, b, "a", own),
+    "tf32:b": lambda call, a, b, own: _tf32(call, a, b, "b", own),
+    "bf16x3": lambda call, a, b, own: _bf16x3(call, a, b, False, own),
+    "bf16x3:rz": lambda call, a, b, own: _bf16x3(call, a, b, True, own),      # split by truncation (masking)
 }
 SCHEMES = tuple(_SCHEME)
 
@@ -150,6 +170,50 @@ class Rounded(TorchFunctionMode):
         super().__init__()
         self.scheme = _SCHEME[scheme]
         self.rounded = 0
+        self._sources: dict[int, tuple[torch.Tensor, torch.Tensor, int]] = {}     # source()
+
+    def source(self, t: torch.Tensor, values: torch.Tensor) -> None:
+        """`t` (a float64 input of the forward, contiguous) holds `values` (another copy of them: the float32 input
+        on the host it was made from, harness.worker.reference._float64_reference). While t is unchanged since (its
+        version counter), an operand that is t itself, sharing its memory with no other argument of the op, is
+        rounded in place and written back from `values` once the op returns, instead of being rounded in a copy:
+        a second operand-sized float64 tensor on the device (matrix_vector: 8 GiB beside its 8 GiB input)."""
+        self._sources[id(t)] = (t, values, t._version)
+
+    def forget(self) -> None:
+        """No tensor of source() held any longer."""
+        self._sources = {}
+
+    def _scheme(self, func: Callable, a: torch.Tensor, b: torch.Tensor, tensors: list) -> torch.Tensor:
+        """self.scheme on the operands a and b of `func(x, y, keep_additive)` (every tensor argument in `tensors`),
+        with an `own` that rounds a source() input in place and a call that writes it back after each product."""
+        ptrs = [t.untyped_storage().data_ptr() for t in tensors]
+        dirty: list = []
+
+        def own(x: torch.Tensor) -> torch.Tensor:
+            entry = self._sources.get(id(x))
+            if entry is None or entry[0] is not x or entry[2] != x._version or not x.is_contiguous() or \
+                    x.requires_grad or ptrs.count(x.untyped_storage().data_ptr()) != 1:
+                return _copy(x)
+            dirty.append(entry)
+            return x
+
+        def restore() -> None:
+            while dirty:
+                t, values, _ = dirty.pop()
+                copy_into(t, values)
+                self._sources[id(t)] = (t, values, t._version)
+
+        def call(x, y, keep_additive: bool):
+            try:
+                return func(x, y, keep_additive)
+            finally:
+                restore()
+
+        try:
+            return self.scheme(call, a, b, own)
+        finally:
+            restore()                                   # (where the scheme failed before its call)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
@@ -175,7 +239,7 @@ class Rounded(TorchFunctionMode):
             return func(*new_args, **new_kwargs)
 
         self.rounded += 1
-        return self.scheme(call, a, b)
+        return self._scheme(call, a, b, _tensors(args) + _tensors(kwargs.values()))
 
     def _einsum(self, args, kwargs):
         equation, operands = args[0], list(args[1:])
@@ -184,7 +248,7 @@ class Rounded(TorchFunctionMode):
         if len(operands) != 2 or not all(_floating(t) for t in operands):
             return torch.einsum(*args, **kwargs)
         self.rounded += 1
-        return self.scheme(lambda x, y, _keep: torch.einsum(equation, x, y), *operands)
+        return self._scheme(lambda x, y, _keep: torch.einsum(equation, x, y), *operands, operands)
 
 
 def _arg(args: list, kwargs: dict, i: int, name: str):
@@ -196,6 +260,11 @@ def _set(args: list, kwargs: dict, i: int, name: str, value) -> None:
         args[i] = value
     else:
         kwargs[name] = value
+
+
+def _tensors(items) -> list:
+    """The tensors among `items`, and in the lists and tuples among them."""
+    return [t for x in items for t in (x if isinstance(x, (list, tuple)) else [x]) if isinstance(t, torch.Tensor)]
 
 
 def _floating(t) -> bool:

@@ -13,10 +13,10 @@ others are drawn again from their seed when needed), the trials' expected output
 (else computed again from their seed when checked, where the model's forward leaves its state unchanged, trial 0's
 after the setup's checks have used it; on the host, compared on the device a slice at a time, where it does not), the
 float64 reference's outputs until a candidate's trial 0 has been measured (_Float64); a full check keeps a
-sample's seed, not its tensors, and recomputes the reference's output when the check comes. The float64 checks run
-where the plan says they fit, else the record says `fp64: skipped: needs X GiB, budget Y GiB`. Running out of
-memory all the same is `harness_oom` (a line in the log, then the worker exits): the parent does not blame the
-candidate for it.
+sample's seed, not its tensors, and recomputes the reference's output when the check comes. While a float64 forward
+runs, no float32 input is on the device beside it (_Parked). The float64 checks run where the plan says they fit,
+else the record says `fp64: skipped: needs X GiB, budget Y GiB`. Running out of memory all the same is `harness_oom`
+(a line in the log, then the worker exits): the parent does not blame the candidate for it.
 """
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     conn.reply(_ready(info))
     trace("reference ready")
     fp64 = _Float64(model, initial_state, trials, device)
-    full = _FullCheck(model, initial_state, settings, job.defenses, sampler, memory, device)
+    full = _FullCheck(model, initial_state, settings, job.defenses, sampler, memory, device, trials)
     peer = PeerReader() if device != "cpu" else None
     staging = _staging(sampler, trials, job.defenses, device, peer)
     served = _Requests(job, model, trials, settings, sampler, memory, fp64, full, hints, peer, staging)
@@ -438,6 +438,7 @@ class _Float64:
         self.exact: list | None = None                 # the float64 outputs at `sample`
         self.signatures: dict[str, list] = {}          # scheme -> its own error at `sample` (verify.rounding_error)
         self.signature_note: str | None = None         # why there are none
+        self.host = _park_host(device)                 # where the float32 inputs wait meanwhile (_Parked)
 
     def wanted(self) -> bool:
         """Whether each candidate's trial 0 is measured against them."""
@@ -446,14 +447,16 @@ class _Float64:
     def make_signatures(self) -> None:
         """Each reduced-precision scheme's float64 outputs on trial 0's inputs, at a secret sample: before make()."""
         import secrets
-        self.emulated, self.sample, self.signature_note = _emulated(
-            self.model, self.initial_state, lambda: self.trials.inputs(0), secrets.randbelow(1 << 30))
+        with _Parked(lambda: self.trials.inputs(0), self.trials, self.host, self.device) as draw:
+            self.emulated, self.sample, self.signature_note = _emulated(
+                self.model, self.initial_state, draw, secrets.randbelow(1 << 30), draw.device)
 
     def make(self) -> tuple[list | None, str | None]:
         """The float64 reference on trial 0's inputs: (outputs, None), or (None, why not). The first time, each
         scheme's own error at the sample too (verify.rounding_error)."""
         from harness.worker.verify import rounding_error, take
-        outs, note = _float64_reference(self.model, self.initial_state, lambda: self.trials.inputs(0))
+        with _Parked(lambda: self.trials.inputs(0), self.trials, self.host, self.device) as draw:
+            outs, note = _float64_reference(self.model, self.initial_state, draw, device=draw.device)
         if outs is not None and self.emulated:
             self.exact = take(outs, self.sample)
             self.signatures = {s: rounding_error(e, self.exact) for s, e in self.emulated.items()}
@@ -553,17 +556,18 @@ def _work(model, inputs, footprint: int) -> dict[str, Any]:
     return m.Work(flops, footprint)
 
 
-def _emulated(model, initial_state, draw, offset: int) -> tuple[dict[str, list], list | None, str | None]:
+def _emulated(model, initial_state, draw, offset: int,
+              device: str | None = None) -> tuple[dict[str, list], list | None, str | None]:
     """Each reduced-precision scheme's float64 outputs on the inputs `draw()` returns (harness.worker.precision: the
     float64 forward with its matmul and convolution operands rounded as the scheme rounds them), kept only at a
     strided sample of the elements (verify.sample_index from `offset`): ({scheme: sampled outputs}, the sample,
-    None), or ({}, None, why not). One float64 forward at a time (docs/precision.md)."""
+    None), or ({}, None, why not). One float64 forward at a time (docs/precision.md); `device`: _float64_reference's."""
     from harness.worker import precision
     from harness.worker.verify import sample_index, take
     found, sample = {}, None
     for scheme in precision.SCHEMES:
         mode = precision.Rounded(scheme)
-        outs, note = _float64_reference(model, initial_state, draw, mode=mode)
+        outs, note = _float64_reference(model, initial_state, draw, mode=mode, device=device)
         if outs is None:
             return {}, None, note
         if not mode.rounded:
@@ -575,11 +579,14 @@ def _emulated(model, initial_state, draw, offset: int) -> tuple[dict[str, list],
     return found, sample, None
 
 
-def _float64_reference(model, initial_state, draw, host: bool = False, mode=None) -> tuple[list | None, str | None]:
+def _float64_reference(model, initial_state, draw, host: bool = False, mode=None,
+                       device: str | None = None) -> tuple[list | None, str | None]:
     """The reference computed in float64 on the inputs `draw()` returns, to show how far fp32 results, the
     reference's and the candidate's, are from the exact function; (outputs, None), or (None, why not). The float32
     inputs go before the float64 forward runs; `host`: the outputs are moved to the host (compared a slice at a
-    time on the device)."""
+    time on the device). `device`: the floating inputs `draw()` returns wait off the device (_Parked): each one's
+    float64 copy is made on `device` from it, a slice at a time, and a Rounded `mode` rounds that copy in place
+    and writes it back from it (precision.Rounded.source) instead of rounding a second float64 copy beside it."""
     import contextlib
     import copy
     import torch
@@ -590,18 +597,112 @@ def _float64_reference(model, initial_state, draw, host: bool = False, mode=None
         inputs = list(draw())
         x64 = []
         while inputs:                                  # each float32 input goes once its float64 copy exists
-            x = inputs.pop(0)
-            x64.append(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x)
-            del x
+            x64.append(_as_float64(inputs.pop(0), device, mode))
         torch.manual_seed(0)
-        with mode if mode is not None else contextlib.nullcontext():      # precision.Rounded: a scheme's forward
-            out = as_tensor_list(model64(*x64))
+        try:
+            with mode if mode is not None else contextlib.nullcontext():      # precision.Rounded: a scheme's forward
+                out = as_tensor_list(model64(*x64))
+        finally:
+            if mode is not None:
+                mode.forget()                          # (it held the float64 inputs)
         del model64, x64
         return ([t.to("cpu") for t in out] if host else out), None
     except Exception as exc:                           # noqa: BLE001 - some ops have no float64 kernel
         if is_oom(exc):
             return None, f"skipped: out of memory ({describe(exc)[:200]})"
         return None, f"skipped: {describe(exc)[:200]}"
+
+
+def _as_float64(x, device: str | None, mode):
+    """An input of _float64_reference as the float64 forward takes it."""
+    if not _floating(x):
+        return x
+    if device is None:
+        return x.double()
+    import torch
+    from harness.worker import precision
+    x64 = torch.empty_like(x, dtype=torch.float64, device=device)
+    precision.copy_into(x64, x)
+    if mode is not None:
+        mode.source(x64, x)
+    return x64
+
+
+def _park_host(device: str) -> str | None:
+    """Where the float32 inputs wait while float64 work runs (_Parked): the host on the GPU, nowhere on the CPU path
+    (they are there already). Tests set an instance's `host` to "cpu" to run the GPU's path on the CPU."""
+    return "cpu" if device != "cpu" else None
+
+
+def _floating(x) -> bool:
+    import torch
+    return isinstance(x, torch.Tensor) and x.is_floating_point()
+
+
+class _Parked:
+    """Float64 work on the GPU with no float32 input on the device beside it (issue 44 item 8: the reference worker
+    within 2x the problem's eager peak + 1.5 GiB). The float64 inputs are twice the float32 ones, so these are what
+    the plan cannot hold beside them; on the host they cost transfers (seconds for GiBs), not device memory. While
+    entered, the trials' kept inputs (trial 0's, up to KEEP_BYTES) wait on `host`: the same lists, each floating
+    tensor a copy on the host, and at exit a copy back on its device, bit for bit, with its dtype, shape, strides and
+    offset and the memory it shared with another (_moved); every reader takes them from those lists
+    (_Trials.inputs). Called, it gives what `draw()` gives, drawn once, each floating tensor copied to `host` and
+    the device's let go (a draw of large inputs: 4 GiB for matrix_vector), from which each float64 forward makes
+    its float64 inputs on `device` (_float64_reference's `device`: this one's). `host` None (the CPU path): nothing
+    moves and `device` is None."""
+
+    def __init__(self, draw, trials: "_Trials | None", host: str | None, device: str):
+        self.draw, self.trials, self.host = draw, trials, host
+        self.device = device if host is not None else None
+        self.drawn: list | None = None
+        self.parked: list[tuple[list, list]] = []      # (a kept list, each tensor's own device or None)
+
+    def __enter__(self) -> "_Parked":
+        if self.host is not None and self.trials is not None:
+            for kept in self.trials.kept_inputs.values():
+                devices = [x.device if _floating(x) else None for x in kept]
+                kept[:] = _moved(kept, [None if d is None else self.host for d in devices])
+                self.parked.append((kept, devices))
+        return self
+
+    def __call__(self) -> list:
+        if self.host is None:
+            return self.draw()
+        if self.drawn is None:
+            import torch
+            drawn, host = self.draw(), torch.device(self.host)
+            if tensor_bytes([x for x in drawn if _floating(x)]) <= KEEP_BYTES:
+                return drawn            # small: within the plan's slack on the device, not worth the transfers
+            self.drawn = _moved(drawn, [self.host if _floating(x) and x.device != host else None for x in drawn])
+        return self.drawn
+
+    def __exit__(self, *exc) -> None:
+        self.drawn = None
+        while self.parked:
+            kept, devices = self.parked.pop()
+            kept[:] = _moved(kept, devices)
+
+
+def _moved(tensors: list, devices: list) -> list:
+    """`tensors` with each one whose entry in `devices` is not None copied to that device, memory by memory: those
+    that shared memory still do, and each keeps its dtype, shape, strides and offset (its copy holds the whole
+    storage it lay in)."""
+    import torch
+    copies: dict = {}
+    out = []
+    for x, device in zip(tensors, devices):
+        if device is None:
+            out.append(x)
+            continue
+        storage = x.untyped_storage()
+        key = (storage.device, storage.data_ptr())
+        if key not in copies:
+            whole = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+            copies[key] = whole.to(device, copy=True).untyped_storage()
+            del whole
+        y = torch.empty(0, dtype=x.dtype, device=device).set_(copies[key], x.storage_offset(), x.shape, x.stride())
+        out.append(y.requires_grad_(x.requires_grad))
+    return out
 
 
 class _StageError(Exception):
@@ -762,9 +863,11 @@ class _FullCheck:
     reference goes first (its outputs to the host where large), then the float32 one: one of them at a time on the
     device beside the candidate's output, which stays in the candidate's memory."""
 
-    def __init__(self, model, initial_state, settings, defenses: bool, sampler, memory: "_Memory", device: str):
+    def __init__(self, model, initial_state, settings, defenses: bool, sampler, memory: "_Memory", device: str,
+                 trials: "_Trials | None" = None):
         self.model, self.initial_state, self.settings, self.defenses = model, initial_state, settings, defenses
-        self.sampler, self.memory, self.device = sampler, memory, device
+        self.sampler, self.memory, self.device, self.trials = sampler, memory, device, trials
+        self.host = _park_host(device)                 # where the float32 inputs wait meanwhile (_Parked)
 
     def compare(self, outs: list, kept) -> dict[str, Any]:
         from harness.worker import verify
@@ -778,9 +881,12 @@ class _FullCheck:
             note = self.memory.fp64_note
             if note is None:
                 import secrets
-                emulated, sample, _ = _emulated(self.model, self.initial_state, draw, secrets.randbelow(1 << 30))
                 large = tensor_bytes(outs) > KEEP_BYTES
-                exact, note = _float64_reference(self.model, self.initial_state, draw, host=large)
+                with _Parked(draw, self.trials, self.host, self.device) as parked:
+                    emulated, sample, _ = _emulated(self.model, self.initial_state, parked,
+                                                    secrets.randbelow(1 << 30), parked.device)
+                    exact, note = _float64_reference(self.model, self.initial_state, parked, host=large,
+                                                     device=parked.device)
         inputs = draw()
         expected = [t for t in as_tensor_list(self.model(*inputs))]
         del inputs
