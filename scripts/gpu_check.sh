@@ -44,6 +44,7 @@
 #   quad45:    a 4-GPU machine, detached: issue 45's scaling over 1, 2 and 4 GPUs, then a CUDA candidate's throughput
 #              on GPU 0 beside issue 44's short44 (GPU 2) and precision tests (GPU 3) (see the phase)
 #   quad46:    a 4-GPU machine, detached: the GPU tests over 4 GPUs, scaling traced, the compile cache (see the phase)
+#   solo46:    one GPU, detached: matrix_vector's memory beside the other GPU tests, the compile cache, the cover window
 #   quad46b:   a 4-GPU machine, detached: builds beside the other GPU tests, scaling, the compile cache (see the phase)
 #   quad:      a 4-GPU machine: GPU tests | profile + sizes | suite on GPUs 2-3 (see the phase)
 #   multi:     a machine of 2+ GPUs: the GPU tests on GPU 0 beside `suite` (KB_TRACE=1) on the other GPUs
@@ -571,6 +572,38 @@ quad46)
         tail -n 14 "$out/compile_cache.txt"
     fi
     echo "== quad46 ended ($(date +%T))"
+    ;;
+solo46)
+    # The fourteenth session on one GPU, detached (BG="scripts/gpu_check.sh solo46" ... bg):
+    #   A. at once: level1/005_matrix_vector (issue 44's memory clause) and the GPU files other than test_gpu.py
+    #   C. the compile cache's second run (issue 45 item 2), then the cover-window tests alone
+    export TEST_RUNS_OUT="$out/runs"
+    echo "== A. matrix_vector beside the other GPU tests ($(date +%T))"
+    (timeout -s INT 300 python -m pytest -q -rfxX --tb=short -m gpu tests/test_peer.py tests/test_precision_gpu.py \
+        tests/test_profile.py tests/test_profiling_gpu.py > "$out/gpu_tests_0.txt" 2>&1) &
+    timeout -s INT 300 python run_eval.py --level level1 --problem '*005_matrix_vector*' --compile-modes none \
+        --max-pair-seconds 3 --json --output-dir "$out/mv" > "$out/mv.txt" 2>&1
+    wait
+    tail -n 8 "$out/gpu_tests_0.txt"
+    echo "-- matrix_vector"
+    python - "$out"/mv/*/results.jsonl <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    print(r["solution"], r["status"], r.get("speedup"), r.get("speedup_ci"), (r.get("error") or "")[:200])
+    print(json.dumps((r.get("worker") or {}).get("memory"))[:1500], json.dumps((r.get("worker") or {}).get("phases")))
+PY
+    echo "== C. the compile cache's second run, then the cover window ($(date +%T))"
+    set -f
+    timeout -s INT "${COMPILE_TIMEOUT:-240}" python benchmarks/compile_cache.py --tree . --device cuda \
+        --compile-modes default,max-autotune-no-cudagraphs --level level2 --problem "${COMPILE_PROBLEMS:-*00[12]_*}" \
+        --max-pair-seconds 3 > "$out/compile_cache.txt" 2>&1
+    set +f
+    tail -n 12 "$out/compile_cache.txt"
+    timeout -s INT 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_gpu.py -k start_event \
+        > "$out/gpu_tests_cover.txt" 2>&1
+    echo "-- cover window"; tail -n 25 "$out/gpu_tests_cover.txt"
+    echo "== solo46 ended ($(date +%T))"
     ;;
 quad46b)
     # The second 4-GPU lease of the fourteenth session, detached (BG="scripts/gpu_check.sh quad46b" ... bg):
