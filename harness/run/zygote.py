@@ -92,15 +92,16 @@ class Zygote:
     """One zygote process (harness.worker.zygote), started with `env` less the harness's KB_* variables, and the
     socket to it."""
 
-    def __init__(self, env: dict[str, str], cwd: str):
+    def __init__(self, env: dict[str, str], cwd: str, preload: bool = True):
         self.tag = containment.new_tag()
+        self.preload = preload and env.get(COMPILE_STACK_VAR) == "1"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         zenv = {k: v for k, v in env.items() if not k.startswith("KB_")}
         zenv.update({containment.TAG_VAR: self.tag, containment.PARENT_VAR: str(os.getpid()),
                      SOCKET_FD_VAR: str(theirs.fileno()), "PYTHONPATH": env.get("PYTHONPATH", "")})
         try:
             with containment.spawn_lock:
-                preload = [COMPILE_STACK_ARG] if env.get(COMPILE_STACK_VAR) == "1" else []
+                preload = [COMPILE_STACK_ARG] if self.preload else []
                 self.proc = subprocess.Popen([sys.executable, "-m", "harness.worker.zygote", *preload, ARGV_ROOM],
                                              pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=zenv, cwd=cwd,
@@ -163,6 +164,7 @@ class Zygotes:
         self.failures: dict[tuple, int] = {}
         self.lock = threading.Lock()        # spawn() against close() and shutdown() from another thread
         self.shut = False
+        self.preload = True                 # False once a zygote that imported the compile stack was not ready
 
     def enabled(self) -> bool:
         return (sys.platform.startswith("linux") and os.environ.get(ENABLE_VAR, "1") != "0"
@@ -180,7 +182,7 @@ class Zygotes:
             while len(self.live) >= MAX_LIVE:
                 self.live.pop(next(iter(self.live))).close()
             try:
-                self.live[key] = Zygote(env, str(cwd))
+                self.live[key] = Zygote(env, str(cwd), self.preload)
             except OSError as exc:
                 self.failures[key] = self.failures.get(key, 0) + 1
                 print(f"kb-harness: a zygote could not be started ({exc}); workers start on their own",
@@ -202,11 +204,14 @@ class Zygotes:
             if zygote is None:
                 while len(self.live) >= MAX_LIVE:
                     self.live.pop(next(iter(self.live))).close()
-                zygote = Zygote(env, str(cwd))
+                zygote = Zygote(env, str(cwd), self.preload)
             self.live[key] = zygote                     # the most recently used last
             return zygote.spawn(role, env, str(cwd), fds)
         except (ZygoteError, OSError) as exc:
-            self.failures[key] = self.failures.get(key, 0) + 1
+            if zygote is not None and zygote.preload:   # its next zygote imports torch alone: not counted
+                self.preload = False
+            else:
+                self.failures[key] = self.failures.get(key, 0) + 1
             self.live.pop(key, None)
             if zygote is not None:
                 zygote.close()

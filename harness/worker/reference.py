@@ -698,7 +698,9 @@ def _moved(tensors: list, devices: list) -> list:
         key = (storage.device, storage.data_ptr())
         if key not in copies:
             whole = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
-            copies[key] = whole.to(device, copy=True).untyped_storage()
+            pin = storage.device.type == "cuda" and torch.device(device).type == "cpu"   # fast both ways
+            copies[key] = torch.empty(whole.shape, dtype=torch.uint8, device=device,
+                                      pin_memory=pin).copy_(whole).untyped_storage()
             del whole
         y = torch.empty(0, dtype=x.dtype, device=device).set_(copies[key], x.storage_offset(), x.shape, x.stride())
         out.append(y.requires_grad_(x.requires_grad))

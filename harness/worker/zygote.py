@@ -53,6 +53,9 @@ def main() -> None:
         # otherwise pay in its warm-up (7.5-8.7 s on an H200 host); the cache folder is set in the worker, by its job.
         from harness.worker import compilewarm
         os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)     # imports and hashes only (each worker has its own env)
+        # Inductor imports torch.utils.cpp_extension, which asks torch.cuda.is_available(): answered from NVML here,
+        # not by initializing CUDA (which every fork would inherit as unusable); each worker's env is its own.
+        os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
         compilewarm.warm("cpu")
     # Not torch.utils.cpp_extension: at import it asks torch.cuda.is_available(), which initializes the CUDA driver
     # and marks every later fork as unable to use CUDA; the candidate and build roles import it after the fork.
