@@ -53,9 +53,9 @@ def from_logs(run_dir: Path) -> dict[str, dict[str, str]]:
     for log in sorted((run_dir / "logs").glob("*__reference.log")):
         row = out.setdefault(log.name[:-len("__reference.log")], {})
         for line in log.read_text(errors="replace").splitlines():
-            warm = re.match(r"kb-harness: compile warm-up beside the setup: ([\d.]+) s", line)
+            warm = re.match(r"kb-harness: compile warm-up beside the setup: ([\d.]+) s(?: \((.*)\))?", line)
             if warm:
-                row["warm"] = warm.group(1)
+                row["warm"], row["steps"] = warm.group(1), warm.group(2) or ""
             mode = re.match(r"kb-harness: compile baseline (\S+): [\d.]+ s(?: \(of which ([\d.]+) s waiting.*?\))?; "
                             r"fx graph cache: (\d+) hit, (\d+) miss.*AOTAutograd cache: (\d+) hit, (\d+) miss", line)
             if mode:
@@ -98,6 +98,8 @@ def main() -> int:
             said = "  ".join(f"{m}: {row[m]}" for m in modes if m in row)
             waits = f"warm-up {row.get('warm', '-')} s, waited {row.get('waited', '-')} s"
             print(f"  {which:6} {slug_name:40} {waits}  {said}")
+            if row.get("steps"):
+                print(f"  {'':6} {'':40} steps: {row['steps']}")
     for which, f in zip(("first", "second"), finished):
         totals = [r["worker"]["phases"]["total"] for r in f.records
                   if ((r.get("worker") or {}).get("phases") or {}).get("total") is not None]

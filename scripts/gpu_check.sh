@@ -44,6 +44,7 @@
 #   quad45:    a 4-GPU machine, detached: issue 45's scaling over 1, 2 and 4 GPUs, then a CUDA candidate's throughput
 #              on GPU 0 beside issue 44's short44 (GPU 2) and precision tests (GPU 3) (see the phase)
 #   quad46:    a 4-GPU machine, detached: the GPU tests over 4 GPUs, scaling traced, the compile cache (see the phase)
+#   solo46c:   one GPU: the compile stack's zygote, matrix_vector's memory and cost, the compile cache
 #   solo46:    one GPU, detached: matrix_vector's memory beside the other GPU tests, the compile cache, the cover window
 #   quad46b:   a 4-GPU machine, detached: builds beside the other GPU tests, scaling, the compile cache (see the phase)
 #   quad:      a 4-GPU machine: GPU tests | profile + sizes | suite on GPUs 2-3 (see the phase)
@@ -572,6 +573,41 @@ quad46)
         tail -n 14 "$out/compile_cache.txt"
     fi
     echo "== quad46 ended ($(date +%T))"
+    ;;
+solo46c)
+    # One GPU: whether a zygote that imports the compile stack is ready on a GPU host (a worker forked from it),
+    # then level1/005_matrix_vector (issue 44's memory clause and its untimed cost), then the compile cache's
+    # second run (issue 45 item 2) with every run's stderr kept
+    echo "== the compile stack's zygote ($(date +%T))"
+    timeout -s INT 120 python - <<'PY' 2>&1 | tail -n 5
+from pathlib import Path
+from harness.run import workerproc as procs
+env = procs.worker_env({"KB_DEVICE": "cuda", "CUDA_VISIBLE_DEVICES": "0", "KB_COMPILE_WARM": "1", "KB_SANDBOX": "off"})
+worker = procs.Worker("build", env, Path("/tmp/zygote_probe.log"))
+print("worker:", type(worker.proc).__name__, "preload kept:", procs._spawner.zygotes.preload,
+      "zygotes:", [z.preload for z in procs._spawner.zygotes.live.values()])
+worker.kill(); worker.close()
+PY
+    echo "== matrix_vector ($(date +%T))"
+    timeout -s INT 300 python run_eval.py --level level1 --problem '*005_matrix_vector*' --compile-modes none \
+        --max-pair-seconds 3 --json --output-dir "$out/mv" > "$out/mv.txt" 2>&1
+    grep -i "zygote" "$out/mv.txt" | head -n 3
+    python - "$out"/mv/*/results.jsonl <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    print(r["solution"], r["status"], r.get("speedup"), r.get("speedup_ci"), (r.get("error") or "")[:200])
+    print(json.dumps((r.get("worker") or {}).get("memory"))[:1500], json.dumps((r.get("worker") or {}).get("phases")))
+PY
+    echo "== the compile cache's second run ($(date +%T))"
+    set -f
+    timeout -s INT "${COMPILE_TIMEOUT:-240}" python benchmarks/compile_cache.py --tree . --device cuda \
+        --compile-modes default,max-autotune-no-cudagraphs --level level2 --problem "${COMPILE_PROBLEMS:-*00[12]_*}" \
+        --max-pair-seconds 3 > "$out/compile_cache.txt" 2>&1
+    set +f
+    tail -n 12 "$out/compile_cache.txt"
+    grep -rih "could not be forked\|compile warm-up" "$out/compile_cache.txt" /tmp/kb-compile-cache* 2>/dev/null | head -n 6
+    echo "== solo46c ended ($(date +%T))"
     ;;
 solo46)
     # The fourteenth session on one GPU, detached (BG="scripts/gpu_check.sh solo46" ... bg):
