@@ -217,17 +217,23 @@ def test_kb_zygote_0_starts_every_worker_on_its_own(tmp_path, monkeypatch):
 
 def test_a_zygote_that_would_share_writable_memory_with_its_workers_is_not_ready():
     """A shared writable mapping in the zygote would be one in every worker: a channel from a candidate to its
-    reference. The zygote checks for one (and for CUDA initialized before the fork) before it says it is ready."""
+    reference. The zygote checks for one (and for a second thread, whose locks would stay held in every worker, and
+    for CUDA initialized before the fork) before it says it is ready."""
     import subprocess
     code = ("import mmap, sys\n"
             "from harness.worker.zygote import _fork_fault\n"
             "clean = _fork_fault()\n"
             "shared = mmap.mmap(-1, 4096)\n"        # anonymous and MAP_SHARED, writable
-            "print(repr(clean)); print(_fork_fault())\n")
+            "print(repr(clean)); print(_fork_fault())\n"
+            "shared.close()\n"
+            "import threading\n"
+            "stop = threading.Event(); t = threading.Thread(target=stop.wait, name='left-running'); t.start()\n"
+            "print(_fork_fault()); stop.set(); t.join()\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}, check=True).stdout.splitlines()
     assert out[0] == "None"
     assert out[1].startswith("a shared writable mapping would be in every worker")
+    assert out[2].startswith("2 threads were running at the fork") and "left-running" in out[2], out
 
 
 def test_zygotes_are_kept_for_the_latest_startup_environments_only(tmp_path, monkeypatch):

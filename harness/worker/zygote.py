@@ -51,6 +51,8 @@ def main() -> None:
     if COMPILE_STACK_ARG in sys.argv:
         # A run with torch.compile baselines: the compile stack's imports and torch_key, which every reference would
         # otherwise pay in its warm-up (7.5-8.7 s on an H200 host); the cache folder is set in the worker, by its job.
+        # On the GPU host (torch 2.11, Triton) this left a second thread running, so such a zygote is not ready
+        # there and a plain one serves (docs/measurements.md, fourteenth session); on the CPU it serves.
         from harness.worker import compilewarm
         os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)     # imports and hashes only (each worker has its own env)
         # Inductor imports torch.utils.cpp_extension, which asks torch.cuda.is_available(): answered from NVML here,
@@ -119,9 +121,13 @@ def _fork_fault() -> str | None:
         shared = [line.split(None, 5)[-1].strip() for line in maps if line.split()[1][1::2] == "ws"]
     if shared:
         return f"a shared writable mapping would be in every worker: {shared[0]}"
-    threads = len(os.listdir("/proc/self/task"))
-    if threads > 1:             # a lock one of them held would stay held in every worker
-        return f"{threads} threads were running at the fork"
+    threads = sorted(os.listdir("/proc/self/task"), key=int)
+    if len(threads) > 1:        # a lock one of them held would stay held in every worker
+        import threading
+        python = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+        names = ", ".join(_thread_name(tid) for tid in threads[1:])
+        return (f"{len(threads)} threads were running at the fork (besides the main one: {names}; Python's: "
+                f"{', '.join(python) or 'none'})")
     pid = os.fork()
     if pid == 0:
         try:
@@ -132,6 +138,14 @@ def _fork_fault() -> str | None:
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
     return None if code == 0 else ("CUDA was initialized before the fork" if code == 1 else f"probe exit {code}")
+
+
+def _thread_name(tid: str) -> str:
+    try:
+        with open(f"/proc/self/task/{tid}/comm") as comm:
+            return comm.read().strip() or tid
+    except OSError:
+        return tid
 
 
 def _read_line(fd: int, timeout: float) -> bytes:
