@@ -189,6 +189,7 @@ def test_a_zygote_that_cannot_import_the_compile_stack_gives_way_to_one_that_doe
     monkeypatch.setattr(zy.Zygote, "spawn", spawn)
     monkeypatch.setattr(zygotes, "preload", True)
     env = _env(tmp_path, KB_COMPILE_WARM="1")
+    assert zy.preloads(env) and not zy.preloads({**env, "KB_DEVICE": "cuda:0"}) and not zy.preloads(_env(tmp_path))
     workers = []
     try:
         for name in ("first", "second"):

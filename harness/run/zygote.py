@@ -88,13 +88,20 @@ def startup_key(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
                         if (not k.startswith("KB_") or k == COMPILE_STACK_VAR) and k not in STARTED_LATER))
 
 
+def preloads(env: dict[str, str]) -> bool:
+    """Whether the zygote of env's workers imports the compile stack too: a run with compile baselines, on the CPU.
+    On a GPU host (torch 2.11, Triton) that import left a second thread running, and such a zygote, not ready, cost
+    its first worker the import before it started on its own (docs/measurements.md, fourteenth session)."""
+    return env.get(COMPILE_STACK_VAR) == "1" and env.get("KB_DEVICE", "cpu") == "cpu"
+
+
 class Zygote:
     """One zygote process (harness.worker.zygote), started with `env` less the harness's KB_* variables, and the
     socket to it."""
 
     def __init__(self, env: dict[str, str], cwd: str, preload: bool = True):
         self.tag = containment.new_tag()
-        self.preload = preload and env.get(COMPILE_STACK_VAR) == "1"
+        self.preload = preload and preloads(env)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         zenv = {k: v for k, v in env.items() if not k.startswith("KB_")}
         zenv.update({containment.TAG_VAR: self.tag, containment.PARENT_VAR: str(os.getpid()),
