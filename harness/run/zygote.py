@@ -9,9 +9,13 @@ forked twice and re-parented here, this process being a subreaper), so that Fork
 A zygote serves workers whose environment agrees with its own on everything read at startup (startup_key): the
 loader's and the allocator's variables, Python's, numpy's OpenBLAS thread count, CUDA_HOME, PATH. Only the variables
 read after the fork may differ (STARTED_LATER: the harness's KB_*, CUDA_VISIBLE_DEVICES, the thread counts torch
-sets again in the worker, TMPDIR); another key gets a zygote of its own (MAX_LIVE at once). No zygote (the worker
-is started with Popen) under a launcher (ncu), off Linux, where this process is not a subreaper, with KB_ZYGOTE=0,
-and after a zygote of that key failed MAX_FAILURES times; each failure says why on stderr. The zygotes end when
+sets again in the worker, TMPDIR, a build's extension folder, jobs and architectures); another key gets a zygote of
+its own (MAX_LIVE at once). A zygote can be started ahead of its first worker (Zygotes.prestart: the local executor's
+pairs' zygote, beside the builds). On the CPU, a run with torch.compile baselines forks its pair workers from a
+zygote that also imported the compile stack (preloads); where one of those is not ready, the next imports torch
+alone. No zygote (the worker is started with Popen) under a launcher (ncu), off Linux, where this process is not a
+subreaper, with KB_ZYGOTE=0, and after a zygote of that key failed MAX_FAILURES times; each failure says why on
+stderr. The zygotes end when
 this process does (Zygotes.shutdown at exit; PR_SET_PDEATHSIG and the guardian where it is killed)."""
 from __future__ import annotations
 
