@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from conftest import FIXTURES, run_cli, run_dirs, verdict, write_config
+from conftest import (FIXTURES, run_cli, run_dirs, skip_timing_if_box_loaded, skip_timing_if_loaded, verdict,
+                      write_config)
 from harness.run import between
 from harness.run.paired import Estimate
 
@@ -66,6 +67,13 @@ def test_calibrate_keeps_the_term_and_a_default_run_widens_by_it(tmp_path):
     first = run_cli("calibrate", "--config", str(config), "--problem", "001_linear_relu", "--processes", "3",
                     "--busy-ok")                                     # a test box runs other tests beside it
     assert first.returncode == 0, first.stderr[-2000:]
+    (run_dir,) = run_dirs(tmp_path)
+    (record,) = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    if "A/A rows are not ok" in first.stderr:
+        # its A/A pair read off 1.0 (two suites at once on the 2-core box): calibrate rightly kept no term, and
+        # nothing below can be checked; on a quiet box that is this test's failure
+        skip_timing_if_box_loaded()
+        skip_timing_if_loaded(record)
     assert "between-process term for cpu |" in first.stderr, first.stderr[-1000:]
     cache = json.loads((tmp_path / "cache" / between.FILE).read_text())
     (key, entry), = cache.items()
@@ -73,8 +81,6 @@ def test_calibrate_keeps_the_term_and_a_default_run_widens_by_it(tmp_path):
     assert entry["load"]["cores"] >= 1 and entry["load"]["samples"] >= 1
     # --processes 3: the pair measured whole three times (a fresh reference and candidate worker each time); the
     # record keeps every estimate and the geometric mean of them, with a CI over them
-    (run_dir,) = run_dirs(tmp_path)
-    (record,) = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
     assert verdict(record) == "ok", record["error"]
     each = record["timing"]["processes"]
     assert len(each) == 3 and all(p["speedup"] > 0 for p in each)

@@ -58,8 +58,8 @@ def test_status_and_message(first_run, candidate, status, words):
     record = first_run[2][candidate]
     assert verdict(record) == status, record["error"]
     assert record["correct"] is (record["status"] == "ok")
-    if words is None:
-        assert record["error"] is None and record["flags"] == []
+    if words is None:                   # `noisy`: the CI stopped short of its target, as a loaded box makes it
+        assert record["error"] is None and [f for f in record["flags"] if f != "noisy"] == []
     else:
         assert words in record["error"]
         assert "\n" not in record["error"]
@@ -106,7 +106,7 @@ def _shape(value, top=False):
     else the kind of value. Left out: what depends on the machine's noise (a retry, flags) or on the pair's place in
     its problem (worker.phases' names)."""
     if isinstance(value, dict):
-        noise = {"retried", "flag_details", "hmac"} if top else set()
+        noise = {"retried", "flags", "flag_details", "hmac"} if top else set()
         return [(k, "phases" if k == "phases" else _shape(v)) for k, v in value.items() if k not in noise]
     if isinstance(value, list):
         return ["list", _shape(value[0]) if value else None]
