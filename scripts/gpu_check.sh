@@ -121,6 +121,29 @@ staged_config() {   # config.yaml with timing.staged_gpu on, written to /tmp/sta
     echo /tmp/staged_gpu.yaml
 }
 
+matvec() {   # issue 44's memory clause: level1/005_matrix_vector with its candidate into $out/mv (args: run_eval flags)
+    timeout -s INT 300 python run_eval.py "$@" --level level1 --problem '*005_matrix_vector*' --compile-modes none \
+        --max-pair-seconds 3 --json --output-dir "$out/mv" > "$out/mv.txt" 2>&1
+}
+
+matvec_report() {   # each matrix_vector record's verdict, worker memory and phases
+    python - "$out"/mv/*/results.jsonl <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    print(r["solution"], r["status"], r.get("speedup"), r.get("speedup_ci"), (r.get("error") or "")[:200])
+    print(json.dumps((r.get("worker") or {}).get("memory"))[:1500], json.dumps((r.get("worker") or {}).get("phases")))
+PY
+}
+
+compile_cache_run() {   # issue 45 item 2: benchmarks/compile_cache.py's two runs of level 2's 001-002 ($1: the GPU)
+    set -f
+    CUDA_VISIBLE_DEVICES=$1 timeout -s INT "${COMPILE_TIMEOUT:-240}" python benchmarks/compile_cache.py --tree . \
+        --device cuda --compile-modes default,max-autotune-no-cudagraphs --level level2 \
+        --problem "${COMPILE_PROBLEMS:-*00[12]_*}" --max-pair-seconds 3 > "$out/compile_cache.txt" 2>&1
+    set +f
+}
+
 summary() {   # the one-line summary of each run folder under $1: wall, builds, and pairs a minute after the builds
     python - "$1" <<'PY'
 import json, pathlib, sys
@@ -502,11 +525,7 @@ lease45)
     fi
     if [[ "$steps" == *" E "* ]]; then
         echo "== E. the compile warm-up, GPU 1 ($(date +%T))"
-        set -f
-        CUDA_VISIBLE_DEVICES=1 timeout -s INT "${COMPILE_TIMEOUT:-330}" python benchmarks/compile_cache.py --tree . \
-            --device cuda --compile-modes default,max-autotune-no-cudagraphs --level level2 \
-            --problem "${COMPILE_PROBLEMS:-*00[12]_*}" --max-pair-seconds 3 > "$out/compile_cache.txt" 2>&1
-        set +f
+        COMPILE_TIMEOUT=${COMPILE_TIMEOUT:-330} compile_cache_run 1
         tail -n 14 "$out/compile_cache.txt"
     fi
     echo "== lease45 ended ($(date +%T))"
@@ -565,11 +584,7 @@ quad46)
     fi
     if [[ "$steps" == *" E "* ]]; then
         echo "== E. the compile cache's second run, GPU 0 ($(date +%T))"
-        set -f
-        CUDA_VISIBLE_DEVICES=0 timeout -s INT "${COMPILE_TIMEOUT:-300}" python benchmarks/compile_cache.py --tree . \
-            --device cuda --compile-modes default,max-autotune-no-cudagraphs --level level2 \
-            --problem "${COMPILE_PROBLEMS:-*00[12]_*}" --max-pair-seconds 3 > "$out/compile_cache.txt" 2>&1
-        set +f
+        COMPILE_TIMEOUT=${COMPILE_TIMEOUT:-300} compile_cache_run 0
         tail -n 14 "$out/compile_cache.txt"
     fi
     echo "== quad46 ended ($(date +%T))"
@@ -589,22 +604,11 @@ print("worker:", type(worker.proc).__name__, "preload kept:", procs._spawner.zyg
 worker.kill(); worker.close()
 PY
     echo "== matrix_vector ($(date +%T))"
-    timeout -s INT 300 python run_eval.py --level level1 --problem '*005_matrix_vector*' --compile-modes none \
-        --max-pair-seconds 3 --json --output-dir "$out/mv" > "$out/mv.txt" 2>&1
+    matvec
     grep -i "zygote" "$out/mv.txt" | head -n 3
-    python - "$out"/mv/*/results.jsonl <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    print(r["solution"], r["status"], r.get("speedup"), r.get("speedup_ci"), (r.get("error") or "")[:200])
-    print(json.dumps((r.get("worker") or {}).get("memory"))[:1500], json.dumps((r.get("worker") or {}).get("phases")))
-PY
+    matvec_report
     echo "== the compile cache's second run ($(date +%T))"
-    set -f
-    timeout -s INT "${COMPILE_TIMEOUT:-240}" python benchmarks/compile_cache.py --tree . --device cuda \
-        --compile-modes default,max-autotune-no-cudagraphs --level level2 --problem "${COMPILE_PROBLEMS:-*00[12]_*}" \
-        --max-pair-seconds 3 > "$out/compile_cache.txt" 2>&1
-    set +f
+    compile_cache_run 0
     tail -n 12 "$out/compile_cache.txt"
     grep -rih "could not be forked\|compile warm-up" "$out/compile_cache.txt" /tmp/kb-compile-cache* 2>/dev/null | head -n 6
     echo "== solo46c ended ($(date +%T))"
@@ -617,24 +621,13 @@ solo46)
     echo "== A. matrix_vector beside the other GPU tests ($(date +%T))"
     (timeout -s INT 300 python -m pytest -q -rfxX --tb=short -m gpu tests/test_peer.py tests/test_precision_gpu.py \
         tests/test_profile.py tests/test_profiling_gpu.py > "$out/gpu_tests_0.txt" 2>&1) &
-    timeout -s INT 300 python run_eval.py --level level1 --problem '*005_matrix_vector*' --compile-modes none \
-        --max-pair-seconds 3 --json --output-dir "$out/mv" > "$out/mv.txt" 2>&1
+    matvec
     wait
     tail -n 8 "$out/gpu_tests_0.txt"
     echo "-- matrix_vector"
-    python - "$out"/mv/*/results.jsonl <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    print(r["solution"], r["status"], r.get("speedup"), r.get("speedup_ci"), (r.get("error") or "")[:200])
-    print(json.dumps((r.get("worker") or {}).get("memory"))[:1500], json.dumps((r.get("worker") or {}).get("phases")))
-PY
+    matvec_report
     echo "== C. the compile cache's second run, then the cover window ($(date +%T))"
-    set -f
-    timeout -s INT "${COMPILE_TIMEOUT:-240}" python benchmarks/compile_cache.py --tree . --device cuda \
-        --compile-modes default,max-autotune-no-cudagraphs --level level2 --problem "${COMPILE_PROBLEMS:-*00[12]_*}" \
-        --max-pair-seconds 3 > "$out/compile_cache.txt" 2>&1
-    set +f
+    compile_cache_run 0
     tail -n 12 "$out/compile_cache.txt"
     timeout -s INT 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_gpu.py -k start_event \
         > "$out/gpu_tests_cover.txt" 2>&1
@@ -656,21 +649,14 @@ quad46b)
             tests/test_precision_gpu.py > "$out/gpu_tests_0.txt" 2>&1) &
         (CUDA_VISIBLE_DEVICES=1 timeout -s INT 300 python -m pytest -q -rfxX --tb=short -m gpu tests/test_profile.py \
             tests/test_profiling_gpu.py > "$out/gpu_tests_1.txt" 2>&1) &
-        (timeout -s INT 300 python run_eval.py --gpus 2 --level level1 --problem '*005_matrix_vector*' \
-            --compile-modes none --max-pair-seconds 3 --json --output-dir "$out/mv" > "$out/mv.txt" 2>&1) &
+        (matvec --gpus 2) &
         SCALE_SECONDS=1 SCALE_TIMEOUT=300 SCALE_ARGS=${SCALE_ARGS:---pairs 32 --max-pair-seconds 3} \
             bash "$0" scaling > "$out/scaling_build.txt" 2>&1
         wait
         grep "builds:" "$out/scaling_build.txt"
         for g in 0 1; do echo "-- GPU $g"; tail -n 6 "$out/gpu_tests_$g.txt"; done
         echo "-- matrix_vector (GPU 2)"
-        python - "$out"/mv/*/results.jsonl <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    print(r["solution"], r["status"], r.get("speedup"), r.get("speedup_ci"), (r.get("error") or "")[:200])
-    print(json.dumps((r.get("worker") or {}).get("memory"))[:1500])
-PY
+        matvec_report
     fi
     if [[ "$steps" == *" B "* ]]; then
         echo "== B. scaling ($(date +%T))"
@@ -681,11 +667,7 @@ PY
         echo "== C. the compile cache's second run (GPU 0), the cover-window tests (GPU 1) ($(date +%T))"
         (CUDA_VISIBLE_DEVICES=1 timeout -s INT 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_gpu.py \
             -k start_event > "$out/gpu_tests_cover.txt" 2>&1) &
-        set -f
-        CUDA_VISIBLE_DEVICES=0 timeout -s INT "${COMPILE_TIMEOUT:-240}" python benchmarks/compile_cache.py --tree . \
-            --device cuda --compile-modes default,max-autotune-no-cudagraphs --level level2 \
-            --problem "${COMPILE_PROBLEMS:-*00[12]_*}" --max-pair-seconds 3 > "$out/compile_cache.txt" 2>&1
-        set +f
+        compile_cache_run 0
         wait
         tail -n 12 "$out/compile_cache.txt"
         echo "-- cover window (GPU 1)"; tail -n 25 "$out/gpu_tests_cover.txt"
