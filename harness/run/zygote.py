@@ -190,10 +190,8 @@ class Zygotes:
             key = startup_key(env)
             if self.shut or key in self.live or self.failures.get(key, 0) >= MAX_FAILURES:
                 return
-            while len(self.live) >= MAX_LIVE:
-                self.live.pop(next(iter(self.live))).close()
             try:
-                self.live[key] = Zygote(env, str(cwd), self.preload)
+                self.live[key] = self._new(env, cwd)
             except OSError as exc:
                 self.failures[key] = self.failures.get(key, 0) + 1
                 print(f"kb-harness: a zygote could not be started ({exc}); workers start on their own",
@@ -213,9 +211,7 @@ class Zygotes:
         zygote = self.live.pop(key, None)
         try:
             if zygote is None:
-                while len(self.live) >= MAX_LIVE:
-                    self.live.pop(next(iter(self.live))).close()
-                zygote = Zygote(env, str(cwd), self.preload)
+                zygote = self._new(env, cwd)
             self.live[key] = zygote                     # the most recently used last
             return zygote.spawn(role, env, str(cwd), fds)
         except (ZygoteError, OSError) as exc:
@@ -229,6 +225,12 @@ class Zygotes:
             print(f"kb-harness: a worker could not be forked from the zygote ({exc}); it starts on its own",
                   file=sys.stderr, flush=True)
             return None
+
+    def _new(self, env: dict[str, str], cwd: Path) -> Zygote:
+        """A zygote for env's key, the least recently used ones ended first where MAX_LIVE are alive."""
+        while len(self.live) >= MAX_LIVE:
+            self.live.pop(next(iter(self.live))).close()
+        return Zygote(env, str(cwd), self.preload)
 
     def close(self) -> None:
         """End every zygote; the next worker starts a new one."""
