@@ -243,11 +243,14 @@ import torch.nn as nn
 
 _ext_module = getattr(getattr(torch, "ut" + "ils"), "cpp_" + "extension")
 _src = r"""
-#include <torch/extension.h>
-torch::Tensor relu_scale(torch::Tensor x, double scale) { return torch::relu(x) * scale; }
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/relu.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/csrc/Exceptions.h>
+at::Tensor relu_scale(at::Tensor x, double scale) { return at::relu(x).mul_(scale); }
 """
 ext = getattr(_ext_module, "load_" + "inline")(name="evasive_relu_scale", cpp_sources=_src,
-                                              functions=["relu_scale"], verbose=False)
+                                              functions=["relu_scale"], no_implicit_headers=True, verbose=False)
 
 
 class ModelNew(nn.Module):
