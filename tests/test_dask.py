@@ -88,6 +88,8 @@ def test_dask_gives_the_local_verdicts(tmp_path, fixture_tree, tree_run):
     meta = json.loads((tmp_path / "results" / run_id(dask.stderr) / "run.json").read_text())
     assert meta["config"]["executor"] == "dask" and meta["dask"]["scheduler"] == "LocalCluster"
     assert meta["builds_compiled"] == 0                 # the parent's cache was warm; the tasks reused it
+    start = meta["dask"]["cluster_start"]               # started beside the builds, its workers warmed (no error)
+    assert start["early"] and start["seconds"] > 0 and start["warm_seconds"] > 0 and "warm_error" not in start, start
 
 
 def _dask(*args: str) -> list[str]:

@@ -33,6 +33,8 @@ import dataclasses
 import os
 import pickle
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -44,6 +46,7 @@ from harness.run import coreshares
 from harness.run.build import BuildResult
 from harness.run.evaluate import slug
 from harness.run.executors import problem_groups
+from harness.run.executors import dask_host
 from harness.run.executors.dask_host import GroupTask, describe_exception
 from harness.run.executors.dask_task import task_payload
 from harness.run.schedule import pair_record
@@ -64,6 +67,7 @@ class DaskExecutor:
     def __init__(self, cfg: Config) -> None:
         self.scheduler = cfg.scheduler
         self.remote_gpus = bool(cfg.scheduler)          # an external cluster's GPUs; a LocalCluster uses this host's
+        self.early: ClusterStart | None = None
 
     def where(self, device: str, slot_names: list[str]) -> str:
         return f"dask ({self.scheduler or 'LocalCluster here'}, {device})"
@@ -72,11 +76,15 @@ class DaskExecutor:
         require_distributed()
 
     def begin(self, cfg: Config, slots: list[Any], toolchain: Any) -> None:
-        pass                            # the workers start on the dask workers' hosts
+        """A LocalCluster starts now, beside the builds (ClusterStart). An external cluster's workers are already
+        up; the run reaches them when its pairs are ready."""
+        if not self.scheduler and slots:
+            self.early = ClusterStart(_absolute_config(cfg), slots, toolchain)
 
     def run(self, pairs: list[Pair], ctx: Any, slots: list[Any], device: str,
             say: Callable[[str], None]) -> dict[str, Any]:
-        return run_all_dask(pairs, ctx, slots, device, say)
+        early, self.early = self.early, None
+        return run_all_dask(pairs, ctx, slots, device, say, early)
 
 
 def make(cfg: Config) -> DaskExecutor:
@@ -84,8 +92,9 @@ def make(cfg: Config) -> DaskExecutor:
 
 
 def run_all_dask(pairs: list[Pair], ctx: Any, slots: list[Any], device: str,
-                 say: Callable[[str], None] = lambda text: None) -> dict[str, Any]:
-    """Every pair gets exactly one record through ctx.emit. Returns what run.json records under `dask`."""
+                 say: Callable[[str], None] = lambda text: None, early: ClusterStart | None = None) -> dict[str, Any]:
+    """Every pair gets exactly one record through ctx.emit. Returns what run.json records under `dask`. `early`: the
+    LocalCluster begin() started (used where it came up, closed here either way)."""
     require_distributed()
     from distributed import Client, as_completed
 
@@ -93,23 +102,28 @@ def run_all_dask(pairs: list[Pair], ctx: Any, slots: list[Any], device: str,
     order = list(groups)                                             # big groups first: better balance
     cfg = _absolute_config(ctx.cfg)
     info: dict[str, Any] = {"scheduler": cfg.scheduler or "LocalCluster", "tasks": {}}
-    if not groups:
-        return info
     cluster = None
     client = None
     cores = None
     futures: dict[Any, str] = {}
     try:
+        if early is not None:
+            cluster, client, cores = early.take(say)
+            info["cluster_start"] = early.timings()
+        if not groups:
+            return info
         if cfg.scheduler:
             try:
                 client = Client(cfg.scheduler, timeout="60s")
             except (OSError, TimeoutError) as exc:
                 raise UsageError(f"--scheduler {cfg.scheduler}: cannot connect: {describe_exception(exc)} "
                                  f"(finished pairs are in results.jsonl; continue with --resume {ctx.run_id})") from None
-        else:
+        elif client is None:
+            started = time.monotonic()
             cores = coreshares.assign(slots, say) if device == "cuda" else None   # held until the cluster closes
             cluster = start_local_cluster(cfg, device, slots)
             client = Client(cluster)
+            info["cluster_start"] = {"seconds": round(time.monotonic() - started, 3), "early": False}
         info["workers"] = describe_workers(client, device, say)
         resources = GPU_RESOURCES if device == "cuda" else CPU_RESOURCES
         for pid in order:
@@ -155,6 +169,70 @@ def run_all_dask(pairs: list[Pair], ctx: Any, slots: list[Any], device: str,
         if cores is not None:
             cores.release()
     return info
+
+
+class ClusterStart:
+    """A LocalCluster started on a thread of its own while the parent builds (DaskExecutor.begin): its workers'
+    processes and their imports, then on each worker its slot's zygote (dask_host.warm), which a local run's begin
+    starts for its slots. Without it the first task of each worker waited for all of that after the builds. take()
+    waits for the start and hands over the cluster, its client and the cores claimed for it; a start that failed
+    hands over nothing (it is closed, and run_all_dask starts one the usual way, where a failure is the run's)."""
+
+    def __init__(self, cfg: Config, slots: list[Any], toolchain: Any) -> None:
+        self.device = "cuda" if any(slot.gpu is not None for slot in slots) else "cpu"
+        self.said: list[str] = []
+        self.cluster: Any = None
+        self.client: Any = None
+        self.cores: Any = None
+        self.seconds: float | None = None
+        self.warm_seconds: float | None = None
+        self.waited: float | None = None
+        self.warm_error: str | None = None
+        self._began = time.monotonic()
+        self._thread = threading.Thread(target=self._start, args=(cfg, slots, toolchain), name="kb-dask-start",
+                                        daemon=True)
+        self._thread.start()
+
+    def _start(self, cfg: Config, slots: list[Any], toolchain: Any) -> None:
+        try:
+            from distributed import Client
+            self.cores = coreshares.assign(slots, self.said.append) if self.device == "cuda" else None
+            self.cluster = start_local_cluster(cfg, self.device, slots)
+            self.client = Client(self.cluster)
+        except BaseException:                                          # noqa: BLE001 - run_all_dask starts anew
+            self.close()
+            return
+        finally:
+            self.seconds = round(time.monotonic() - self._began, 3)
+        try:
+            self.client.run(dask_host.warm, cfg, toolchain, self.device)
+        except BaseException as exc:                                   # noqa: BLE001 - a task meets it, as before
+            self.warm_error = describe_exception(exc)
+        self.warm_seconds = round(time.monotonic() - self._began - self.seconds, 3)
+
+    def take(self, say: Callable[[str], None]) -> tuple[Any, Any, Any]:
+        """(cluster, client, cores), all None where the start failed."""
+        waited = time.monotonic()
+        self._thread.join()
+        self.waited = round(time.monotonic() - waited, 3)
+        for line in self.said:
+            say(line)
+        return self.cluster, self.client, self.cores
+
+    def timings(self) -> dict[str, Any]:
+        """What run.json records: the seconds the cluster took to come up and then to warm its workers, and how
+        long the run waited for both after its builds."""
+        return {"seconds": self.seconds, "warm_seconds": self.warm_seconds, "waited": self.waited, "early": True,
+                **({"warm_error": self.warm_error} if self.warm_error else {})}
+
+    def close(self) -> None:
+        for part in (self.client, self.cluster):
+            if part is not None:
+                with contextlib.suppress(Exception):
+                    part.close(timeout=10)
+        if self.cores is not None:
+            self.cores.release()
+        self.cluster = self.client = self.cores = None
 
 
 def require_distributed() -> None:

@@ -105,6 +105,18 @@ def run_group(task: GroupTask) -> dict[str, Any]:
     return {"records": records, "where": where, "ceilings": ceilings}
 
 
+def warm(cfg: Config, toolchain: Toolchain, device: str) -> None:
+    """A LocalCluster's worker as it starts (the parent's begin, beside the builds): what its first task would
+    otherwise wait for, the harness's and torch's imports in this process and its slot's zygote (run_group starts
+    the same one: same environment, same zygote)."""
+    from harness.run.schedule import slot_worker_env
+    from harness.run.workerproc import prestart, set_worker_memory_gb
+
+    set_worker_memory_gb(cfg.worker_memory_gb)
+    prestart(slot_worker_env(cfg, toolchain, local_slot(device)))
+    toolchain_mismatch(toolchain)                       # imports torch here while the zygote imports it there
+
+
 _CEILINGS: dict[tuple[str, str], dict[str, float]] = {}      # (run id, slot) -> measured once per worker process
 
 
