@@ -47,6 +47,8 @@
 #   solo46c:   one GPU: the compile stack's zygote, matrix_vector's memory and cost, the compile cache
 #   solo46:    one GPU, detached: matrix_vector's memory beside the other GPU tests, the compile cache, the cover window
 #   quad46b:   a 4-GPU machine, detached: builds beside the other GPU tests, scaling, the compile cache (see the phase)
+#   duo47:     a 2-GPU machine, detached: scaling's builds alone, scaling on 1 and 2 GPUs with both executors, then
+#              the GPU tests (GPU 0) beside the compile stack's zygote probe and the compile cache (GPU 1) (see the phase)
 #   quad:      a 4-GPU machine: GPU tests | profile + sizes | suite on GPUs 2-3 (see the phase)
 #   multi:     a machine of 2+ GPUs: the GPU tests on GPU 0 beside `suite` (KB_TRACE=1) on the other GPUs
 #   cluster:   README's external-cluster recipe on this machine (issue 33): `dask scheduler` where the harness cannot
@@ -673,6 +675,57 @@ quad46b)
         echo "-- cover window (GPU 1)"; tail -n 25 "$out/gpu_tests_cover.txt"
     fi
     echo "== quad46b ended ($(date +%T))"
+    ;;
+duo47)
+    # The fifteenth session's 2-GPU lease, detached (BG="scripts/gpu_check.sh duo47" ... bg); STEPS picks:
+    #   A. scaling's 32 builds alone, every core (the build time with one zygote for all builds)
+    #   B. scaling (issue 45 item 1): local:1, local:2, dask:2 (the LocalCluster started beside the builds)
+    #   C. at once: the GPU tests of test_gpu.py on GPU 0; on GPU 1 the other GPU files, the compile stack's zygote
+    #      probe and the compile cache's second run (issue 45 item 2)
+    export TEST_RUNS_OUT="$out/runs"
+    steps=" ${STEPS:-A B C} "
+    if [[ "$steps" == *" A "* ]]; then
+        echo "== A. scaling's builds ($(date +%T))"
+        SCALE_SECONDS=1 SCALE_TIMEOUT=300 SCALE_ARGS=${SCALE_ARGS:---pairs 32 --max-pair-seconds 3} \
+            bash "$0" scaling > "$out/scaling_build.txt" 2>&1
+        grep "builds" "$out/scaling_build.txt" | head -n 3
+    fi
+    if [[ "$steps" == *" B "* ]]; then
+        echo "== B. scaling ($(date +%T))"
+        SCALE_SECONDS=${SCALE_SECONDS:-480} SCALE_SETTINGS=${SCALE_SETTINGS:-local:1,local:2,dask:2} \
+            SCALE_ARGS=${SCALE_ARGS:---pairs 32 --max-pair-seconds 3} bash "$0" scaling | tail -n 20
+        python - results/scaling/runs <<'PY'
+import json, pathlib, sys
+for run in sorted(pathlib.Path(sys.argv[1]).glob("*/*/run.json")):
+    meta = json.loads(run.read_text())
+    print(run.parent.parent.name, "wall", meta.get("wall_seconds"), "cluster_start", (meta.get("dask") or {}).get("cluster_start"))
+PY
+    fi
+    if [[ "$steps" == *" C "* ]]; then
+        echo "== C. test_gpu.py (GPU 0); the other GPU files, the zygote probe, the compile cache (GPU 1) ($(date +%T))"
+        (CUDA_VISIBLE_DEVICES=0 timeout -s INT "${TESTS_TIMEOUT:-420}" python -m pytest -q -rfxX --tb=short -m gpu \
+            tests/test_gpu.py > "$out/gpu_tests_0.txt" 2>&1) &
+        (CUDA_VISIBLE_DEVICES=1 timeout -s INT 240 python -m pytest -q -rfxX --tb=short -m gpu tests/test_peer.py \
+            tests/test_precision_gpu.py tests/test_profile.py tests/test_profiling_gpu.py > "$out/gpu_tests_1.txt" 2>&1
+         CUDA_VISIBLE_DEVICES=1 timeout -s INT 120 python - > "$out/zygote_probe.txt" 2>&1 <<'PY'
+from pathlib import Path
+from harness.run import workerproc as procs, zygote
+zygote.preloads = lambda env: env.get(zygote.COMPILE_STACK_VAR) == "1"     # what preloads() allows on the CPU only
+env = procs.worker_env({"KB_DEVICE": "cuda", "CUDA_VISIBLE_DEVICES": "0", "KB_COMPILE_WARM": "1", "KB_SANDBOX": "off"})
+worker = procs.Worker("build", env, Path("/tmp/zygote_probe.log"))
+print("worker:", type(worker.proc).__name__, "preload kept:", procs._spawner.zygotes.preload,
+      "zygotes:", [z.preload for z in procs._spawner.zygotes.live.values()])
+worker.kill(); worker.close()
+PY
+         compile_cache_run 1) &
+        wait
+        echo "-- test_gpu.py (GPU 0)"; tail -n 25 "$out/gpu_tests_0.txt"
+        echo "-- the other GPU files (GPU 1)"; tail -n 8 "$out/gpu_tests_1.txt"
+        echo "-- the zygote probe"; tail -n 6 "$out/zygote_probe.txt"
+        echo "-- the compile cache"; tail -n 12 "$out/compile_cache.txt"
+        grep -rih "could not be forked\|compile warm-up\|not ready" "$out/compile_cache.txt" 2>/dev/null | head -n 6
+    fi
+    echo "== duo47 ended ($(date +%T))"
     ;;
 lease44)
     # Issue 44 on the GPU in one detached run (BG="scripts/gpu_check.sh lease44" ... bg); STEPS picks ("T S", default):
