@@ -49,6 +49,7 @@
 #   quad46b:   a 4-GPU machine, detached: builds beside the other GPU tests, scaling, the compile cache (see the phase)
 #   duo47:     a 2-GPU machine, detached: scaling's builds alone, scaling on 1 and 2 GPUs with both executors, then
 #              the GPU tests (GPU 0) beside the compile stack's zygote probe and the compile cache (GPU 1) (see the phase)
+#   solo47:    one GPU, detached: the zygote probe, the compile cache, test_gpu.py, the other GPU files, in turn
 #   quad:      a 4-GPU machine: GPU tests | profile + sizes | suite on GPUs 2-3 (see the phase)
 #   multi:     a machine of 2+ GPUs: the GPU tests on GPU 0 beside `suite` (KB_TRACE=1) on the other GPUs
 #   cluster:   README's external-cluster recipe on this machine (issue 33): `dask scheduler` where the harness cannot
@@ -144,6 +145,19 @@ compile_cache_run() {   # issue 45 item 2: benchmarks/compile_cache.py's two run
         --device cuda --compile-modes default,max-autotune-no-cudagraphs --level level2 \
         --problem "${COMPILE_PROBLEMS:-*00[12]_*}" --max-pair-seconds 3 > "$out/compile_cache.txt" 2>&1
     set +f
+}
+
+zygote_probe() {   # whether a zygote that imports the compile stack is ready on GPU $1 (the reason where not)
+    CUDA_VISIBLE_DEVICES=$1 timeout -s INT 120 python - > "$out/zygote_probe.txt" 2>&1 <<'PY'
+from pathlib import Path
+from harness.run import workerproc as procs, zygote
+zygote.preloads = lambda env: env.get(zygote.COMPILE_STACK_VAR) == "1"     # what preloads() allows on the CPU only
+env = procs.worker_env({"KB_DEVICE": "cuda", "CUDA_VISIBLE_DEVICES": "0", "KB_COMPILE_WARM": "1", "KB_SANDBOX": "off"})
+worker = procs.Worker("build", env, Path("/tmp/zygote_probe.log"))
+print("worker:", type(worker.proc).__name__, "preload kept:", procs._spawner.zygotes.preload,
+      "zygotes:", [z.preload for z in procs._spawner.zygotes.live.values()])
+worker.kill(); worker.close()
+PY
 }
 
 summary() {   # the one-line summary of each run folder under $1: wall, builds, and pairs a minute after the builds
@@ -707,16 +721,7 @@ PY
             tests/test_gpu.py > "$out/gpu_tests_0.txt" 2>&1) &
         (CUDA_VISIBLE_DEVICES=1 timeout -s INT 240 python -m pytest -q -rfxX --tb=short -m gpu tests/test_peer.py \
             tests/test_precision_gpu.py tests/test_profile.py tests/test_profiling_gpu.py > "$out/gpu_tests_1.txt" 2>&1
-         CUDA_VISIBLE_DEVICES=1 timeout -s INT 120 python - > "$out/zygote_probe.txt" 2>&1 <<'PY'
-from pathlib import Path
-from harness.run import workerproc as procs, zygote
-zygote.preloads = lambda env: env.get(zygote.COMPILE_STACK_VAR) == "1"     # what preloads() allows on the CPU only
-env = procs.worker_env({"KB_DEVICE": "cuda", "CUDA_VISIBLE_DEVICES": "0", "KB_COMPILE_WARM": "1", "KB_SANDBOX": "off"})
-worker = procs.Worker("build", env, Path("/tmp/zygote_probe.log"))
-print("worker:", type(worker.proc).__name__, "preload kept:", procs._spawner.zygotes.preload,
-      "zygotes:", [z.preload for z in procs._spawner.zygotes.live.values()])
-worker.kill(); worker.close()
-PY
+         zygote_probe 1
          compile_cache_run 1) &
         wait
         echo "-- test_gpu.py (GPU 0)"; tail -n 25 "$out/gpu_tests_0.txt"
@@ -726,6 +731,22 @@ PY
         grep -rih "could not be forked\|compile warm-up\|not ready" "$out/compile_cache.txt" 2>/dev/null | head -n 6
     fi
     echo "== duo47 ended ($(date +%T))"
+    ;;
+solo47)
+    # The fifteenth session on one GPU, detached (BG="scripts/gpu_check.sh solo47" ... bg), one step after another:
+    # the compile stack's zygote probe, the compile cache's second run (issue 45 item 2), test_gpu.py, the other GPU
+    # files
+    export TEST_RUNS_OUT="$out/runs"
+    echo "== the zygote probe ($(date +%T))"; zygote_probe 0; tail -n 6 "$out/zygote_probe.txt"
+    echo "== the compile cache ($(date +%T))"; compile_cache_run 0; tail -n 12 "$out/compile_cache.txt"
+    grep -rih "could not be forked\|compile warm-up\|not ready" "$out/compile_cache.txt" 2>/dev/null | head -n 6
+    echo "== test_gpu.py ($(date +%T))"
+    timeout -s INT "${TESTS_TIMEOUT:-420}" python -m pytest -q -rfxX --tb=short -m gpu tests/test_gpu.py \
+        > "$out/gpu_tests_0.txt" 2>&1; tail -n 25 "$out/gpu_tests_0.txt"
+    echo "== the other GPU files ($(date +%T))"
+    timeout -s INT 240 python -m pytest -q -rfxX --tb=short -m gpu tests/test_peer.py tests/test_precision_gpu.py \
+        tests/test_profile.py tests/test_profiling_gpu.py > "$out/gpu_tests_1.txt" 2>&1; tail -n 8 "$out/gpu_tests_1.txt"
+    echo "== solo47 ended ($(date +%T))"
     ;;
 lease44)
     # Issue 44 on the GPU in one detached run (BG="scripts/gpu_check.sh lease44" ... bg); STEPS picks ("T S", default):
