@@ -150,8 +150,7 @@ compile_cache_run() {   # issue 45 item 2: benchmarks/compile_cache.py's two run
 zygote_probe() {   # whether a zygote that imports the compile stack is ready on GPU $1 (the reason where not)
     CUDA_VISIBLE_DEVICES=$1 timeout -s INT 120 python - > "$out/zygote_probe.txt" 2>&1 <<'PY'
 from pathlib import Path
-from harness.run import workerproc as procs, zygote
-zygote.preloads = lambda env: env.get(zygote.COMPILE_STACK_VAR) == "1"     # what preloads() allows on the CPU only
+from harness.run import workerproc as procs
 env = procs.worker_env({"KB_DEVICE": "cuda", "CUDA_VISIBLE_DEVICES": "0", "KB_COMPILE_WARM": "1", "KB_SANDBOX": "off"})
 worker = procs.Worker("build", env, Path("/tmp/zygote_probe.log"))
 print("worker:", type(worker.proc).__name__, "preload kept:", procs._spawner.zygotes.preload,

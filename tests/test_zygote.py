@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -170,6 +171,29 @@ def test_a_prestarted_zygote_serves_the_next_worker(tmp_path):
         worker.close()
 
 
+def test_a_gpu_runs_zygote_imports_the_compile_stack_short_of_inductor_and_forks(tmp_path):
+    """On a GPU host the zygote of a run with compile baselines imports Dynamo and AOTAutograd but not
+    torch._inductor.compile_fx (whose Triton backend starts a CUDA driver thread there, which no fork may carry);
+    such a zygote is ready and forks its workers."""
+    from harness.run import workerproc as procs
+    from harness.run import zygote as zy
+    from harness.run.zygote import ForkedProcess
+    code = ("import sys; from harness.worker import compilewarm; compilewarm.preload('cuda'); "
+            "print('torch._dynamo' in sys.modules, 'torch._functorch.aot_autograd' in sys.modules, "
+            "'torch._inductor.compile_fx' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.stdout.split() == ["True", "True", "False"], done.stderr[-2000:]
+    env = _env(tmp_path, KB_COMPILE_WARM="1", KB_DEVICE="cuda:0")     # no GPU here: a build worker touches none
+    zygotes = _zygotes()
+    worker = procs.Worker("build", env, tmp_path / "worker.log")
+    try:
+        assert isinstance(worker.proc, ForkedProcess), (tmp_path / "worker.log").read_text()[-2000:]
+        assert zygotes.live[zy.startup_key(env)].preload == "cuda" and zygotes.preload
+    finally:
+        worker.kill()
+        worker.close()
+
+
 def test_a_zygote_that_cannot_import_the_compile_stack_gives_way_to_one_that_does_not(tmp_path, monkeypatch):
     """A run with compile baselines forks its pair workers from a zygote that also imported the compile stack; where
     that zygote is not ready (e.g. an import initialized CUDA), that worker starts on its own and the next zygote
@@ -189,14 +213,15 @@ def test_a_zygote_that_cannot_import_the_compile_stack_gives_way_to_one_that_doe
     monkeypatch.setattr(zy.Zygote, "spawn", spawn)
     monkeypatch.setattr(zygotes, "preload", True)
     env = _env(tmp_path, KB_COMPILE_WARM="1")
-    assert zy.preloads(env) and not zy.preloads({**env, "KB_DEVICE": "cuda:0"}) and not zy.preloads(_env(tmp_path))
+    assert zy.preloads(env) == "cpu" and zy.preloads({**env, "KB_DEVICE": "cuda:0"}) == "cuda"
+    assert zy.preloads(_env(tmp_path)) is None
     workers = []
     try:
         for name in ("first", "second"):
             workers.append(procs.Worker("build", env, tmp_path / f"{name}.log"))
         assert not isinstance(workers[0].proc, ForkedProcess) and isinstance(workers[1].proc, ForkedProcess)
         assert not zygotes.preload and not zygotes.failures.get(zy.startup_key(env))
-        assert [z.preload for z in zygotes.live.values()] == [False]
+        assert [z.preload for z in zygotes.live.values()] == [None]
     finally:
         for worker in workers:
             worker.kill()

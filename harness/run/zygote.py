@@ -11,9 +11,9 @@ loader's and the allocator's variables, Python's, numpy's OpenBLAS thread count,
 read after the fork may differ (STARTED_LATER: the harness's KB_*, CUDA_VISIBLE_DEVICES, the thread counts torch
 sets again in the worker, TMPDIR, a build's extension folder, jobs and architectures); another key gets a zygote of
 its own (MAX_LIVE at once). A zygote can be started ahead of its first worker (Zygotes.prestart: the local executor's
-pairs' zygote, beside the builds). On the CPU, a run with torch.compile baselines forks its pair workers from a
-zygote that also imported the compile stack (preloads); where one of those is not ready, the next imports torch
-alone. No zygote (the worker is started with Popen) under a launcher (ncu), off Linux, where this process is not a
+pairs' zygote, beside the builds). A run with torch.compile baselines forks its pair workers from a zygote that also
+imported the compile stack, all of it on the CPU and what starts no CUDA thread on a GPU host (preloads); where one
+of those is not ready, the next imports torch alone. No zygote (the worker is started with Popen) under a launcher (ncu), off Linux, where this process is not a
 subreaper, with KB_ZYGOTE=0, and after a zygote of that key failed MAX_FAILURES times; each failure says why on
 stderr. The zygotes end when
 this process does (Zygotes.shutdown at exit; PR_SET_PDEATHSIG and the guardian where it is killed)."""
@@ -45,7 +45,8 @@ MAX_FAILURES = 2
 SHUTDOWN_WAIT_S = 5.0
 ARGV_ROOM = "-" * 64        # the zygote's last argument: room for its workers' command lines (ps shows their roles)
 COMPILE_STACK_VAR = "KB_COMPILE_WARM"   # "1" (a run with torch.compile baselines: harness.run.schedule
-COMPILE_STACK_ARG = "--compile-stack"   # .compile_warm_env): its zygote imports the compile stack too, part of the key
+COMPILE_STACK_ARG = "--compile-stack"   # .compile_warm_env): its zygote imports the compile stack too (=cpu|cuda:
+                                        # preloads), part of the key
 
 
 class ZygoteError(Exception):
@@ -92,11 +93,16 @@ def startup_key(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
                         if (not k.startswith("KB_") or k == COMPILE_STACK_VAR) and k not in STARTED_LATER))
 
 
-def preloads(env: dict[str, str]) -> bool:
-    """Whether the zygote of env's workers imports the compile stack too: a run with compile baselines, on the CPU.
-    On a GPU host (torch 2.11, Triton) that import left a second thread running, and such a zygote, not ready, cost
-    its first worker the import before it started on its own (docs/measurements.md, fourteenth session)."""
-    return env.get(COMPILE_STACK_VAR) == "1" and env.get("KB_DEVICE", "cpu") == "cpu"
+def preloads(env: dict[str, str]) -> str | None:
+    """What the zygote of env's workers imports of the compile stack beside torch (a run with compile baselines), as
+    harness.worker.compilewarm.preload's `device`: "cpu" (its imports and torch_key) on the CPU; "cuda" on a GPU
+    host, torch._dynamo's and AOTAutograd's imports only (6.8 of the stack's 8.8 s on the H200 host): importing
+    torch._inductor.compile_fx there loads Triton's NVIDIA backend, which leaves a CUDA driver thread running
+    (`cuda00001800007`), and such a zygote, not ready, cost its first worker the import before it started on its
+    own (docs/measurements.md, fourteenth and fifteenth sessions). None: torch alone."""
+    if env.get(COMPILE_STACK_VAR) != "1":
+        return None
+    return "cpu" if env.get("KB_DEVICE", "cpu") == "cpu" else "cuda"
 
 
 class Zygote:
@@ -105,14 +111,14 @@ class Zygote:
 
     def __init__(self, env: dict[str, str], cwd: str, preload: bool = True):
         self.tag = containment.new_tag()
-        self.preload = preload and preloads(env)
+        self.preload = preloads(env) if preload else None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         zenv = {k: v for k, v in env.items() if not k.startswith("KB_")}
         zenv.update({containment.TAG_VAR: self.tag, containment.PARENT_VAR: str(os.getpid()),
                      SOCKET_FD_VAR: str(theirs.fileno()), "PYTHONPATH": env.get("PYTHONPATH", "")})
         try:
             with containment.spawn_lock:
-                preload = [COMPILE_STACK_ARG] if self.preload else []
+                preload = [f"{COMPILE_STACK_ARG}={self.preload}"] if self.preload else []
                 self.proc = subprocess.Popen([sys.executable, "-m", "harness.worker.zygote", *preload, ARGV_ROOM],
                                              pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=zenv, cwd=cwd,

@@ -61,6 +61,17 @@ def warm(device: str, folder: str | None = None) -> dict[str, Any]:
     return steps
 
 
+def preload(device: str) -> None:
+    """A zygote's part of the warm-up (harness.run.zygote.preloads), before it forks any worker: on the CPU warm()'s
+    steps without a folder; on a GPU host only the imports that start no thread: torch._dynamo and AOTAutograd
+    (torch._inductor.compile_fx's import loads Triton's NVIDIA backend, which starts a CUDA driver thread)."""
+    if device == "cpu":
+        warm("cpu")
+        return
+    import torch._dynamo  # noqa: F401
+    import torch._functorch.aot_autograd  # noqa: F401
+
+
 def _steps(device: str | None):
     """(name, step) in order; `device` None: the steps that need no cache folder."""
     def imports() -> None:

@@ -3,8 +3,8 @@ milliseconds instead of the 1.4-3 CPU-seconds of its own `import torch` (harness
 
 It runs `python -m harness.worker.zygote`, started by the parent with the environment every worker of its key
 shares at exec (harness.run.zygote.startup_key: what the loader, the allocator and Python read at startup), its
-own KB_WORKER_TAG and KB_PARENT_PID. It imports torch and the worker's own modules (with --compile-stack, a run with
-torch.compile baselines, also the compile stack: harness.worker.compilewarm.warm without a folder), touches no GPU,
+own KB_WORKER_TAG and KB_PARENT_PID. It imports torch and the worker's own modules (with --compile-stack=cpu|cuda, a
+run with torch.compile baselines, also the compile stack: harness.worker.compilewarm.preload), touches no GPU,
 starts no thread and holds no secret. Before it says it is ready it checks that its workers would share no writable
 memory (no shared writable mapping), that it runs one thread, and that they could use CUDA (a forked child asks
 torch); otherwise `ready` is false and the
@@ -34,7 +34,7 @@ from harness.shared import containment
 from harness.worker.arena import ARENA_VAR
 
 SOCKET_FD_VAR = "KB_ZYGOTE_FD"
-COMPILE_STACK_ARG = "--compile-stack"       # harness.run.zygote.COMPILE_STACK_ARG
+COMPILE_STACK_ARG = "--compile-stack"       # harness.run.zygote.COMPILE_STACK_ARG (=cpu|cuda)
 PR_SET_DUMPABLE = 4
 READY_TIMEOUT_S = 5.0
 
@@ -48,17 +48,17 @@ def main() -> None:
     sock = socket.socket(fileno=int(os.environ.pop(SOCKET_FD_VAR)))
     import torch  # noqa: F401 - what every role but the flusher imports before its job
     import harness.worker.__main__  # noqa: F401 - the worker's own modules
-    if COMPILE_STACK_ARG in sys.argv:
-        # A run with torch.compile baselines: the compile stack's imports and torch_key, which every reference would
-        # otherwise pay in its warm-up (7.5-8.7 s on an H200 host); the cache folder is set in the worker, by its job.
-        # On the GPU host (torch 2.11, Triton) this left a second thread running, so such a zygote is not ready
-        # there and a plain one serves (docs/measurements.md, fourteenth session); on the CPU it serves.
+    stack = next((arg.split("=", 1)[1] for arg in sys.argv if arg.startswith(COMPILE_STACK_ARG + "=")), None)
+    if stack:
+        # A run with torch.compile baselines: what every reference would otherwise import in its warm-up (8.8-11 s
+        # on an H200 host), as far as it starts no thread (harness.run.zygote.preloads); the cache folder is set in
+        # the worker, by its job.
         from harness.worker import compilewarm
         os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)     # imports and hashes only (each worker has its own env)
         # Inductor imports torch.utils.cpp_extension, which asks torch.cuda.is_available(): answered from NVML here,
         # not by initializing CUDA (which every fork would inherit as unusable); each worker's env is its own.
         os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
-        compilewarm.warm("cpu")
+        compilewarm.preload(stack)
     # Not torch.utils.cpp_extension: at import it asks torch.cuda.is_available(), which initializes the CUDA driver
     # and marks every later fork as unable to use CUDA; the candidate and build roles import it after the fork.
     sys.stdout.flush()
