@@ -50,6 +50,8 @@
 #   duo47:     a 2-GPU machine, detached: scaling's builds alone, scaling on 1 and 2 GPUs with both executors, then
 #              the GPU tests (GPU 0) beside the compile stack's zygote probe and the compile cache (GPU 1) (see the phase)
 #   solo47:    one GPU, detached: the zygote probe, the compile cache, test_gpu.py, the other GPU files, in turn
+#   mem47:     one GPU, detached: issue 44 item 8 on both GPU paths, `calibrate` of LEVEL (level1) on the default
+#              path, then on the staged one: the A/A figures and each side's peak memory against 2x eager + 1.5 GiB
 #   quad:      a 4-GPU machine: GPU tests | profile + sizes | suite on GPUs 2-3 (see the phase)
 #   multi:     a machine of 2+ GPUs: the GPU tests on GPU 0 beside `suite` (KB_TRACE=1) on the other GPUs
 #   cluster:   README's external-cluster recipe on this machine (issue 33): `dask scheduler` where the harness cannot
@@ -748,6 +750,42 @@ solo47)
             tests/test_profile.py tests/test_profiling_gpu.py > "$out/gpu_tests_1.txt" 2>&1; tail -n 8 "$out/gpu_tests_1.txt"
     fi
     echo "== solo47 ended ($(date +%T))"
+    ;;
+mem47)
+    # Issue 44 item 8 on one GPU, detached (BG="scripts/gpu_check.sh mem47" ... bg): every problem of LEVEL (level1)
+    # calibrated (A/A, one process pair, MEM_ARGS: --max-pair-seconds 2) on the default path, then the staged path;
+    # per path the A/A summary and every side over 2x the eager peak + 1.5 GiB
+    staged_cfg=$(staged_config) || exit 1
+    set -f
+    for path in default staged; do
+        cfg=config.yaml; [ "$path" = staged ] && cfg=$staged_cfg
+        echo "== $path ($(date +%T))"
+        /usr/bin/time -f "calibrate $path wall %e s" timeout -s INT "${MEM_TIMEOUT:-400}" python run_eval.py calibrate \
+            --config "$cfg" --trials 1 --processes 1 --compile-modes none --level "${LEVEL:-level1}" \
+            ${MEM_ARGS:---max-pair-seconds 2} --output-dir "$out/aa_$path" > "$out/aa_$path.txt" 2>&1
+        grep -E "wall|within|problems" "$out/aa_$path.txt" | tail -n 4
+        python - "$out/aa_$path" <<'PY'
+import json, pathlib, sys
+GIB = 1 << 30
+rows = [json.loads(l) for f in pathlib.Path(sys.argv[1]).glob("*/results.jsonl") for l in f.read_text().splitlines() if l.strip()]
+over, n = [], 0
+for r in rows:
+    m = (r.get("worker") or {}).get("memory") or {}
+    eager = m.get("eager_peak_bytes")
+    if not isinstance(eager, int):
+        continue
+    n += 1
+    target = 2 * eager + 1.5 * GIB
+    for side in ("reference", "candidate"):
+        peak = m.get(f"{side}_peak_bytes")
+        if isinstance(peak, int) and peak > target:
+            over.append(f"{r['problem']} {side} {peak / GIB:.2f} > {target / GIB:.2f} GiB (eager {eager / GIB:.2f})")
+print(f"memory: {n} records with an eager peak; {len(over)} sides over 2x eager + 1.5 GiB")
+print("\n".join(over))
+PY
+    done
+    set +f
+    echo "== mem47 ended ($(date +%T))"
     ;;
 lease44)
     # Issue 44 on the GPU in one detached run (BG="scripts/gpu_check.sh lease44" ... bg); STEPS picks ("T S", default):
