@@ -13,10 +13,10 @@ sets again in the worker, TMPDIR, a build's extension folder, jobs and architect
 its own (MAX_LIVE at once). A zygote can be started ahead of its first worker (Zygotes.prestart: the local executor's
 pairs' zygote, beside the builds). A run with torch.compile baselines forks its pair workers from a zygote that also
 imported the compile stack, all of it on the CPU and what starts no CUDA thread on a GPU host (preloads); where one
-of those is not ready, the next imports torch alone. No zygote (the worker is started with Popen) under a launcher (ncu), off Linux, where this process is not a
-subreaper, with KB_ZYGOTE=0, and after a zygote of that key failed MAX_FAILURES times; each failure says why on
-stderr. The zygotes end when
-this process does (Zygotes.shutdown at exit; PR_SET_PDEATHSIG and the guardian where it is killed)."""
+of those is not ready, the next imports torch alone. No zygote (the worker is started with Popen) under a launcher
+(ncu), off Linux, where this process is not a subreaper, with KB_ZYGOTE=0, and after a zygote of that key failed
+MAX_FAILURES times; each failure says why on stderr. The zygotes end when this process does (Zygotes.shutdown at
+exit; PR_SET_PDEATHSIG and the guardian where it is killed)."""
 from __future__ import annotations
 
 import json
@@ -96,10 +96,10 @@ def startup_key(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
 def preloads(env: dict[str, str]) -> str | None:
     """What the zygote of env's workers imports of the compile stack beside torch (a run with compile baselines), as
     harness.worker.compilewarm.preload's `device`: "cpu" (its imports and torch_key) on the CPU; "cuda" on a GPU
-    host, torch._dynamo's and AOTAutograd's imports only (6.8 of the stack's 8.8 s on the H200 host): importing
-    torch._inductor.compile_fx there loads Triton's NVIDIA backend, which leaves a CUDA driver thread running
-    (`cuda00001800007`), and such a zygote, not ready, cost its first worker the import before it started on its
-    own (docs/measurements.md, fourteenth and fifteenth sessions). None: torch alone."""
+    host, torch._dynamo's and AOTAutograd's imports only, most of the stack's import time: importing
+    torch._inductor.compile_fx there loads Triton's NVIDIA backend, which leaves a CUDA driver thread running, and a
+    zygote with a second thread is not ready (its workers would start on their own, each paying the import;
+    docs/measurements.md). None: torch alone."""
     if env.get(COMPILE_STACK_VAR) != "1":
         return None
     return "cpu" if env.get("KB_DEVICE", "cpu") == "cpu" else "cuda"

@@ -50,9 +50,8 @@ def main() -> None:
     import harness.worker.__main__  # noqa: F401 - the worker's own modules
     stack = next((arg.split("=", 1)[1] for arg in sys.argv if arg.startswith(COMPILE_STACK_ARG + "=")), None)
     if stack:
-        # A run with torch.compile baselines: what every reference would otherwise import in its warm-up (8.8-11 s
-        # on an H200 host), as far as it starts no thread (harness.run.zygote.preloads); the cache folder is set in
-        # the worker, by its job.
+        # A run with torch.compile baselines: what every reference would otherwise import in its warm-up, as far as
+        # it starts no thread (harness.run.zygote.preloads); the cache folder is set in the worker, by its job.
         from harness.worker import compilewarm
         os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)     # imports and hashes only (each worker has its own env)
         # Inductor imports torch.utils.cpp_extension, which asks torch.cuda.is_available(): answered from NVML here,
