@@ -32,6 +32,8 @@ What each number means:
   time for two exact CIs of equal width), and how many differ beyond their combined CI, |z| > 1.96 (5% by chance;
   harness.commands.compare.agreement).
 * built: `builds_compiled` of the run (should be 0: the builds were done up front) / `builds_cached`.
+* below the table, for a dask run: its LocalCluster's start (run.json's `dask.cluster_start`): seconds to come up,
+  to warm its workers (torch, their zygotes), and how long the run waited for both once its builds were done.
 
 How to run it:
 
@@ -292,7 +294,7 @@ def read_run(run_dir: Path) -> dict[str, Any]:
             "evaluate_s": wall - built if wall is not None else None, "span_s": pairs_span_s(records.values()),
             "builds_compiled": meta.get("builds_compiled"), "builds_cached": meta.get("builds_cached"),
             "gpus": [g.get("name") for g in meta.get("gpus") or []], "hostname": meta.get("hostname"),
-            "records": records}
+            "cluster_start": (meta.get("dask") or {}).get("cluster_start"), "records": records}
 
 
 def pairs_span_s(records: Any) -> float | None:
@@ -376,6 +378,11 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(r["status_counts"].items()))
         lines.append(f"  {r['setting']}: {counts}; {r['run_dir']}")
+        start = r.get("cluster_start") or {}
+        if start:                                   # a dask run: its LocalCluster's start (run.json's dask)
+            lines.append(f"  {r['setting']}: cluster up in {cell(start.get('seconds'), 0)} s, its workers warmed in "
+                         f"{cell(start.get('warm_seconds'), 0)} s, the run waited {cell(start.get('waited'), 0)} s "
+                         f"for them after its builds" + ("" if start.get("early") else " (started after the builds)"))
         for d in (r["agreement"] or {}).get("status_differs", []):
             lines.append(f"  {r['setting']}: {d['pair']}: status {d['this']} (local:1: {d['base']})")
         for d in (r["agreement"] or {}).get("speedup_differs", []):
