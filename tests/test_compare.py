@@ -310,21 +310,25 @@ def test_memory_benchmark_tables_runs_already_made(tmp_path):
     spec.loader.exec_module(bench)
     gib = 1 << 30
 
-    def memory_rec(problem, ref, cand, run_id):
+    def memory_rec(problem, ref, cand, run_id, arena=0):
         return json.dumps(rec(problem, "aa_reference", run_id=run_id, worker={"memory": {
             "eager_peak_bytes": 2 * gib, "reference_peak_bytes": ref, "candidate_peak_bytes": cand,
             "reference_alloc_retries": 1, "candidate_alloc_retries": 0, "reference_share_bytes": 8 * gib,
-            "candidate_share_bytes": 8 * gib, "fp64": "run"}}))
+            "candidate_share_bytes": 8 * gib, "fp64": "run", "arena_bytes": arena}}))
     for run_id, lines in (("20261126-000000-aaaa", [memory_rec("level1/001_p", 3 * gib, 2 * gib, "a"),
-                                                    memory_rec("level1/002_p", 4 * gib, 3 * gib, "a")]),
+                                                    memory_rec("level1/002_p", 4 * gib, 3 * gib, "a"),
+                                                    memory_rec("level1/003_p", 6 * gib, 1 * gib, "a", gib)]),
                           ("20261126-000100-bbbb", [memory_rec("level1/002_p", 6 * gib, 2 * gib, "b")])):
         (tmp_path / run_id).mkdir()
         (tmp_path / run_id / "results.jsonl").write_text("\n".join(lines) + "\n")
     records = bench.from_runs([tmp_path / "20261126-000100-bbbb", tmp_path / "20261126-000000-aaaa"])
-    assert [r["problem"] for r in records] == ["level1/001_p", "level1/002_p"]
+    assert [r["problem"] for r in records] == ["level1/001_p", "level1/002_p", "level1/003_p"]
     assert bench.row(records[1])[2:9] == ["2.00", "6.00", "2.00", "8.00", "8.00", "1.45", "1/0"]   # the later run's
+    # 003: the reference's 6 GiB holds a 1 GiB arena (staged), the candidate's inputs: 5 and 2 GiB once moved
     assert bench.summary(records) == [
-        "target: both peaks together <= 2 x eager peak + 1.5 GiB; 1 of 2 measured pairs within it",
+        "target: both peaks together <= 2 x eager peak + 1.5 GiB; 1 of 3 measured pairs within it",
+        "each side <= 2 x eager peak + 1.5 GiB (issue 44): 1 of 3; with the staged path's arena (the candidate's "
+        "inputs) on the candidate's side: 2 of 3",
         "a candidate's peak at most its eager peak + 0.00 GiB (level1/002_p); the largest pair 8.00 GiB "
         "(level1/002_p)"]
     assert bench.table([bench.row(r) for r in records], markdown=True)[2].startswith("| level1/001_p | ok | 2.00 |")
