@@ -26,6 +26,10 @@ import threading
 import time
 from typing import Any
 
+# The compile stack: the first two start no thread anywhere; compile_fx's import loads Triton's NVIDIA backend, which
+# on a GPU host starts a CUDA driver thread (preload leaves it out there).
+_THREADLESS_MODULES = ("torch._dynamo", "torch._functorch.aot_autograd")
+_STACK_MODULES = (*_THREADLESS_MODULES, "torch._inductor.compile_fx")
 # A graph whose wrapper loads Triton kernels imports these on its first call (GPU); nothing of them starts CUDA.
 _GPU_MODULES = ("triton", "triton.language", "torch._inductor.runtime.triton_heuristics",
                 "torch._inductor.runtime.triton_helpers")
@@ -68,16 +72,15 @@ def preload(device: str) -> None:
     if device == "cpu":
         warm("cpu")
         return
-    import torch._dynamo  # noqa: F401
-    import torch._functorch.aot_autograd  # noqa: F401
+    for name in _THREADLESS_MODULES:
+        importlib.import_module(name)
 
 
 def _steps(device: str | None):
     """(name, step) in order; `device` None: the steps that need no cache folder."""
     def imports() -> None:
-        import torch._dynamo  # noqa: F401
-        import torch._inductor.compile_fx  # noqa: F401
-        import torch._functorch.aot_autograd  # noqa: F401
+        for name in _STACK_MODULES:
+            importlib.import_module(name)
 
     def cache_key() -> None:
         from torch._inductor.codecache import torch_key

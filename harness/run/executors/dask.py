@@ -161,14 +161,21 @@ def run_all_dask(pairs: list[Pair], ctx: Any, slots: list[Any], device: str,
         if client is not None:
             with contextlib.suppress(Exception):
                 client.cancel(list(futures), force=True)
-            with contextlib.suppress(Exception):
-                client.close(timeout=10)
-        if cluster is not None:
-            with contextlib.suppress(Exception):
-                cluster.close(timeout=20)
-        if cores is not None:
-            cores.release()
+        close_cluster(client, cluster, cores)
     return info
+
+
+def close_cluster(client: Any, cluster: Any, cores: Any) -> None:
+    """The client, the cluster started here and the cores claimed for it, each where there is one; a failure to
+    close is not the run's."""
+    if client is not None:
+        with contextlib.suppress(Exception):
+            client.close(timeout=10)
+    if cluster is not None:
+        with contextlib.suppress(Exception):
+            cluster.close(timeout=20)
+    if cores is not None:
+        cores.release()
 
 
 class ClusterStart:
@@ -226,12 +233,7 @@ class ClusterStart:
                 **({"warm_error": self.warm_error} if self.warm_error else {})}
 
     def close(self) -> None:
-        for part in (self.client, self.cluster):
-            if part is not None:
-                with contextlib.suppress(Exception):
-                    part.close(timeout=10)
-        if self.cores is not None:
-            self.cores.release()
+        close_cluster(self.client, self.cluster, self.cores)
         self.cluster = self.client = self.cores = None
 
 

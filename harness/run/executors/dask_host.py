@@ -56,13 +56,10 @@ def run_task_bytes(task_bytes: bytes) -> dict[str, Any]:
 def run_group(task: GroupTask) -> dict[str, Any]:
     """One problem group on this dask worker's host, as the local executor runs one on a slot. Returns the records
     (plain dicts, in order), where it ran and, on a GPU, that GPU's ceilings."""
-    from harness.run.schedule import Context, first_roles, measure_ceilings, serve_slot, slot_spares, slot_worker_env
-    from harness.run.workerproc import prestart, set_worker_memory_gb
+    from harness.run.schedule import Context, first_roles, measure_ceilings, serve_slot, slot_spares
 
     cfg = task.cfg
-    set_worker_memory_gb(cfg.worker_memory_gb)
-    slot = local_slot(task.device)
-    prestart(slot_worker_env(cfg, task.toolchain, slot))    # its imports beside this host's build check
+    slot = _prepared_slot(cfg, task.toolchain, task.device)   # its zygote's imports beside this host's build check
     log_dir = _log_dir(task)
     mismatch = toolchain_mismatch(task.toolchain)       # before any build: never cache a build under a wrong key
     cfg, builds = (cfg, dict(task.builds)) if mismatch else ensure_builds(task, cfg)
@@ -107,14 +104,21 @@ def run_group(task: GroupTask) -> dict[str, Any]:
 
 def warm(cfg: Config, toolchain: Toolchain, device: str) -> None:
     """A LocalCluster's worker as it starts (the parent's begin, beside the builds): what its first task would
-    otherwise wait for, the harness's and torch's imports in this process and its slot's zygote (run_group starts
-    the same one: same environment, same zygote)."""
+    otherwise wait for, the harness's and torch's imports in this process and its slot's zygote (run_group's
+    _prepared_slot starts the same one: same environment, same zygote)."""
+    _prepared_slot(cfg, toolchain, device)
+    toolchain_mismatch(toolchain)                       # imports torch here while the zygote imports it there
+
+
+def _prepared_slot(cfg: Config, toolchain: Toolchain, device: str):
+    """This worker's slot, its workers' memory cap set and their zygote started (not waited for)."""
     from harness.run.schedule import slot_worker_env
     from harness.run.workerproc import prestart, set_worker_memory_gb
 
     set_worker_memory_gb(cfg.worker_memory_gb)
-    prestart(slot_worker_env(cfg, toolchain, local_slot(device)))
-    toolchain_mismatch(toolchain)                       # imports torch here while the zygote imports it there
+    slot = local_slot(device)
+    prestart(slot_worker_env(cfg, toolchain, slot))
+    return slot
 
 
 _CEILINGS: dict[tuple[str, str], dict[str, float]] = {}      # (run id, slot) -> measured once per worker process

@@ -24,8 +24,8 @@ class LocalExecutor:
         pass
 
     def begin(self, cfg: Config, slots: list[Slot], toolchain: Toolchain) -> None:
-        """The slots' workers' zygote imports torch (on the CPU with compile baselines, the compile stack too) beside
-        the builds; its first worker, the first problem's reference, would otherwise wait for the whole import (~4 s
+        """The slots' workers' zygote imports torch (with compile baselines, the compile stack too: preloads in
+        harness.run.zygote) beside the builds; its first worker, the first problem's reference, would otherwise wait for the whole import (~4 s
         a run on a GPU host; harness.run.zygote)."""
         if slots:
             workerproc.prestart(slot_worker_env(cfg, toolchain, slots[0]))
