@@ -95,6 +95,15 @@ def _each_side(record: dict[str, Any]) -> tuple[bool, bool]:
     return max(ref, cand) <= target, max(ref - arena, cand + arena) <= target
 
 
+def _over(record: dict[str, Any]) -> str:
+    """A pair with a side over 2 x the eager peak + 1.5 GiB, as 'problem: reference 9.27 > 6.39 GiB (arena 0.00)'."""
+    eager, ref, cand = _peaks(record)
+    target = 2 * eager + 1.5 * GIB
+    sides = ", ".join(f"{side} {gib(peak)}" for side, peak in (("reference", ref), ("candidate", cand))
+                      if peak > target)
+    return f"{record['problem']}: {sides} > {gib(target)} GiB (arena {gib(_memory(record).get('arena_bytes') or 0)})"
+
+
 def row(record: dict[str, Any]) -> list[str]:
     memory, peaks = _memory(record), _peaks(record)
     eager, ref, cand = peaks or (memory.get(k) for k in ("eager_peak_bytes", "reference_peak_bytes",
@@ -148,6 +157,9 @@ def summary(records: list[dict[str, Any]]) -> list[str]:
         lines.append(f"each side <= 2 x eager peak + 1.5 GiB (issue 44): {sum(1 for x, _ in sides if x)} of "
                      f"{len(sides)}; with the staged path's arena (the candidate's inputs) on the candidate's side: "
                      f"{sum(1 for _, y in sides if y)} of {len(sides)}")
+        for record in records:
+            if _peaks(record) and not _each_side(record)[0]:
+                lines.append(f"  over: {_over(record)}")
     if beyond:
         most, where = max(beyond)
         top, which = max(pairs)

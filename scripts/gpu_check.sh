@@ -27,6 +27,8 @@
 #   exec44:    issue 44's reference executor: A/A of short problems on the default and the staged GPU path, back to
 #              back (PATHS="default staged", PROCS process pairs, EXEC_PROBLEMS="level:glob ...", CAL_ARGS added to
 #              each calibrate), then the GPU tests (K; SMOKE_ONLY=1: not)
+#   mem48:     one GPU, detached: issue 44 item 8's memory on the default and the staged path at once, over level1's
+#              007/009/011/042-060 and levels 2 and 3 (MEM_CAP s a pair, MEM_TIMEOUT), then each path's summary
 #   lease44:   issue 44 in one detached run: the GPU tests alone, then suite44's sweep (STEPS="T S P R C G A": P is
 #              paths44, R test_gpu.py's last tests, C short44, G the precision GPU tests, A the whole suite's staged A/A)
 #   short44:   issue 44: short cold calls on both paths with GPU 0's SM clock sampled (is the staged path's GPU idling?)
@@ -786,6 +788,36 @@ PY
     done
     set +f
     echo "== mem47 ended ($(date +%T))"
+    ;;
+mem48)
+    # Issue 44 item 8 on one GPU, detached (BG="scripts/gpu_check.sh mem48" ... bg): the bf16x3 host test, then
+    # `calibrate` (one process pair, MEM_CAP s a pair) on the default and the staged path at the same time, each on
+    # its own cores: a side's peak is its own process's, so the two runs do not change each other's; their A/A
+    # figures are not read. MEM_SEL: level1's 007, 009 and 011 (over the target in the fifteenth session) and
+    # 042-060 (not reached then), and levels 2 and 3. Then benchmarks/memory.py's summary of each path
+    export TEST_RUNS_OUT="$out/runs"
+    echo "== the bf16x3 host test ($(date +%T))"
+    timeout -s INT 120 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py -k large \
+        > "$out/precision_host.txt" 2>&1; tail -n 3 "$out/precision_host.txt"
+    sel=/tmp/memsel; rm -rf "$sel"; mkdir -p "$sel/level1"
+    cp problems/level1/0{07,09,11}_*.py problems/level1/0{4[2-9],5[0-9],60}_*.py "$sel/level1/"
+    cp -r problems/level2 problems/level3 "$sel/"
+    echo "== $(ls "$sel"/*/*.py | wc -l) problems, both paths at once ($(date +%T))"
+    staged_cfg=$(staged_config) || exit 1
+    for path in default staged; do
+        cfg=config.yaml; [ "$path" = staged ] && cfg=$staged_cfg
+        (/usr/bin/time -f "calibrate $path wall %e s" timeout -s INT "${MEM_TIMEOUT:-1000}" python run_eval.py \
+            calibrate --config "$cfg" --problems-dir "$sel" --trials 1 --processes 1 --compile-modes none \
+            --max-pair-seconds "${MEM_CAP:-1.5}" --output-dir "$out/mem_$path" > "$out/mem_$path.txt" 2>&1
+         echo "== $path ended ($(date +%T))") &
+    done
+    wait
+    for path in default staged; do
+        echo "-- $path"; grep -E "wall" "$out/mem_$path.txt" | tail -n 1
+        python benchmarks/memory.py --from "$out/mem_$path"/*/ > "$out/mem_${path}_table.txt" 2>&1
+        sed -n '/^target/,$p' "$out/mem_${path}_table.txt"
+    done
+    echo "== mem48 ended ($(date +%T))"
     ;;
 lease44)
     # Issue 44 on the GPU in one detached run (BG="scripts/gpu_check.sh lease44" ... bg); STEPS picks ("T S", default):

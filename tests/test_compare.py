@@ -329,6 +329,8 @@ def test_memory_benchmark_tables_runs_already_made(tmp_path):
         "target: both peaks together <= 2 x eager peak + 1.5 GiB; 1 of 3 measured pairs within it",
         "each side <= 2 x eager peak + 1.5 GiB (issue 44): 1 of 3; with the staged path's arena (the candidate's "
         "inputs) on the candidate's side: 2 of 3",
+        "  over: level1/002_p: reference 6.00 > 5.50 GiB (arena 0.00)",
+        "  over: level1/003_p: reference 6.00 > 5.50 GiB (arena 1.00)",
         "a candidate's peak at most its eager peak + 0.00 GiB (level1/002_p); the largest pair 8.00 GiB "
         "(level1/002_p)"]
     assert bench.table([bench.row(r) for r in records], markdown=True)[2].startswith("| level1/001_p | ok | 2.00 |")

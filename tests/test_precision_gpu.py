@@ -37,3 +37,34 @@ def test_honest_fp32_is_not_flagged(precision_run):
     assert "reduced_precision" not in record["flags"]
     corr = record["correctness"]
     assert corr["fp64_max_abs_err"] <= 8 * corr["fp64_reference_max_abs_err"], corr
+
+
+@pytest.mark.parametrize("scheme", ["bf16x3", "bf16x3:rz"])
+def test_a_large_bf16x3_correction_waits_on_the_host_with_the_same_bits(monkeypatch, scheme):
+    """Issue 44 item 8: a bf16x3 signature forward on the GPU keeps one output-sized float64 tensor on the device,
+    not two (its lo*lo product waits on the host while the main product is made; matmul_small_k's reference was
+    over 2x eager + 1.5 GiB for it), and its output is the same, bit for bit, as with both on the device."""
+    import torch
+    from harness.worker import precision
+    torch.manual_seed(0)
+    a = torch.randn(4096, 32, dtype=torch.float64, device="cuda")
+    b = torch.randn(32, 4096, dtype=torch.float64, device="cuda")
+    output = 4096 * 4096 * 8
+
+    def forward() -> tuple[torch.Tensor, int]:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        start = torch.cuda.memory_allocated()
+        with precision.Rounded(scheme) as mode:
+            out = torch.mm(a, b)
+        assert mode.rounded == 1
+        torch.cuda.synchronize()
+        return out, torch.cuda.max_memory_allocated() - start
+
+    monkeypatch.setattr(precision, "HOST_BYTES", 1 << 62)              # both products on the device
+    both, both_peak = forward()
+    monkeypatch.setattr(precision, "HOST_BYTES", 1 << 20)
+    monkeypatch.setattr(precision, "COPY_ELEMENTS", 1 << 20)            # sub_into: 256 rows a slice
+    one, one_peak = forward()
+    assert torch.equal(both, one)
+    assert both_peak >= 2 * output > one_peak >= output, (both_peak, one_peak)

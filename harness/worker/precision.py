@@ -31,6 +31,7 @@ _BITS = {torch.float64: (torch.int64, 52), torch.float32: (torch.int32, 23)}
 _EXPONENT = {torch.int64: 0x7FF << 52, torch.int32: 0xFF << 23}     # all ones: Inf or NaN
 CHUNK_ELEMENTS = 1 << 22      # an operand is rounded this many elements at a time (32 MiB of float64)
 COPY_ELEMENTS = 1 << 25       # copy_into: about this many elements a slice (256 MiB of float64)
+HOST_BYTES = 256 << 20        # bf16x3's lo*lo product this large waits on the host while the main one is made
 
 
 def round_mantissa(x: torch.Tensor, bits: int, truncate: bool = False) -> torch.Tensor:
@@ -54,6 +55,27 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
     for i in range(0, dst.shape[0], rows):
         part = src[i:i + rows]
         dst[i:i + rows].copy_(part.to(dst.device) if convert else part)
+
+
+def sub_into(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """dst.sub_(src) (the same shape), a slice of dim 0 at a time as copy_into takes them when src lies on another
+    device: each slice crosses on its own, so no src-sized tensor is made on dst's device. Bit for bit dst - src."""
+    if src.device == dst.device or dst.dim() == 0 or dst.numel() == 0:
+        dst.sub_(src.to(dst.device))
+        return
+    rows = max(1, COPY_ELEMENTS * dst.shape[0] // dst.numel())
+    for i in range(0, dst.shape[0], rows):
+        dst[i:i + rows].sub_(src[i:i + rows].to(dst.device))
+
+
+def _to_host(x: torch.Tensor) -> torch.Tensor:
+    """x, or where it lies on an accelerator and holds at least HOST_BYTES, a copy of it on the host (x's device
+    memory goes with the caller's last reference to it)."""
+    if x.device.type == "cpu" or x.numel() * x.element_size() < HOST_BYTES:
+        return x
+    host = torch.empty(x.shape, dtype=x.dtype, device="cpu")
+    copy_into(host, x)
+    return host
 
 
 def _copy(x: torch.Tensor) -> torch.Tensor:
@@ -142,16 +164,19 @@ def _part(x: torch.Tensor, truncate: bool, kept: bool, own: Callable = _copy) ->
 def _bf16x3(call: Callable, a: torch.Tensor, b: torch.Tensor, truncate: bool, own: Callable = _copy) -> torch.Tensor:
     """hi*hi + hi*lo + lo*hi as (hi + lo) * (hi + lo) - lo*lo: two exact products instead of three. The lo*lo
     product first, so that beside the operands at most one part of each and two outputs are alive at once (an
-    operand Rounded works on in place is written back by `call`, before its other part is made)."""
+    operand Rounded works on in place is written back by `call`, before its other part is made); on a GPU a lo*lo
+    product of HOST_BYTES or more waits on the host meanwhile, so that one output-sized float64 tensor is on the
+    device at a time (issue 44 item 8; the figures: docs/measurements.md)."""
     a_lo, b_lo = _part(a, truncate, False, own), _part(b, truncate, False, own)
-    low = call(a_lo, b_lo, False)
+    low = _to_host(call(a_lo, b_lo, False))            # a large one waits on the host: one output on the device
     del a_lo, b_lo
     a_kept, b_kept = _part(a, truncate, True, own), _part(b, truncate, True, own)
     out = call(a_kept, b_kept, True)
     del a_kept, b_kept
     if out.shape == low.shape and out.is_contiguous() and not out.requires_grad:
-        return out.sub_(low)                            # (contiguous: no element of it shares memory)
-    return out - low
+        sub_into(out, low)                              # (contiguous: no element of it shares memory)
+        return out
+    return out - low.to(out.device)
 
 
 _SCHEME: dict[str, Callable] = {
