@@ -29,6 +29,8 @@
 #              each calibrate), then the GPU tests (K; SMOKE_ONLY=1: not)
 #   mem48:     one GPU, detached: issue 44 item 8's memory on the default and the staged path at once, over level1's
 #              007/009/011/042-060 and levels 2 and 3 (MEM_CAP s a pair, MEM_TIMEOUT), then each path's summary
+#   aa48:      one GPU, detached: huber_loss's staged reference traced, then A/A of AA_LEVEL/AA_GLOB (level 2's
+#              020-099) on the default path and the staged one, back to back (AA_CAP s a pair, AA_TIMEOUT each)
 #   lease44:   issue 44 in one detached run: the GPU tests alone, then suite44's sweep (STEPS="T S P R C G A": P is
 #              paths44, R test_gpu.py's last tests, C short44, G the precision GPU tests, A the whole suite's staged A/A)
 #   short44:   issue 44: short cold calls on both paths with GPU 0's SM clock sampled (is the staged path's GPU idling?)
@@ -818,6 +820,33 @@ mem48)
         sed -n '/^target/,$p' "$out/mem_${path}_table.txt"
     done
     echo "== mem48 ended ($(date +%T))"
+    ;;
+aa48)
+    # Issue 44, one GPU, detached (BG="scripts/gpu_check.sh aa48" ... bg): level1/055_huber_loss on the staged path
+    # with KB_TRACE=1 (each stage's allocator figures: where its reference holds 2 GiB more than on the default
+    # path), then the A/A (calibrate, one process pair, AA_CAP s a pair) of AA_LEVEL's AA_GLOB problems on the
+    # default path and then on the staged one, back to back
+    staged_cfg=$(staged_config) || exit 1
+    set -f
+    echo "== huber, staged, traced ($(date +%T))"
+    KB_TRACE=1 timeout -s INT 150 python run_eval.py calibrate --config "$staged_cfg" --trials 1 --processes 1 \
+        --compile-modes none --level level1 --problem '*055_huber*' --max-pair-seconds 2 --output-dir "$out/huber" \
+        > "$out/huber.txt" 2>&1
+    set +f
+    for log in "$out"/huber/*/logs/*.log; do echo "# $log"; grep "trace" "$log"; done > "$out/huber_trace.txt" 2>&1
+    grep -c trace "$out/huber_trace.txt"
+    set -f
+    for path in default staged; do
+        cfg=config.yaml; [ "$path" = staged ] && cfg=$staged_cfg
+        echo "== A/A $path ($(date +%T))"
+        /usr/bin/time -f "calibrate $path wall %e s" timeout -s INT "${AA_TIMEOUT:-300}" python run_eval.py calibrate \
+            --config "$cfg" --processes 1 --compile-modes none --level "${AA_LEVEL:-level2}" \
+            --problem "${AA_GLOB:-0[2-9]*}" --max-pair-seconds "${AA_CAP:-6}" --output-dir "$out/aa_$path" \
+            > "$out/aa_$path.txt" 2>&1
+        grep -E "wall|within|problems" "$out/aa_$path.txt" | tail -n 4
+    done
+    set +f
+    echo "== aa48 ended ($(date +%T))"
     ;;
 lease44)
     # Issue 44 on the GPU in one detached run (BG="scripts/gpu_check.sh lease44" ... bg); STEPS picks ("T S", default):
