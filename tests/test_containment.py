@@ -238,6 +238,63 @@ def test_a_worker_keeps_double_forked_descendants_in_its_tree():
         kill(grandchild)
 
 
+LOCKED = """
+    import ctypes, os, signal, time
+    from harness.shared.containment import setup_worker
+    from harness.worker import treelock
+    setup_worker()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    libc.prctl(38, 1, 0, 0, 0)                                   # no_new_privs, as the sandbox sets it first
+    print(treelock.lock(), flush=True)
+    print(libc.prctl(36, 0, 0, 0, 0), ctypes.get_errno(), flush=True)      # PR_SET_CHILD_SUBREAPER, 0
+    nr = {"x86_64": 56, "aarch64": 220}[os.uname().machine]
+    pid = libc.syscall(ctypes.c_long(nr), ctypes.c_ulong(0x8000 | signal.SIGCHLD), 0, 0, 0, 0)    # CLONE_PARENT
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    print(pid, ctypes.get_errno(), flush=True)
+    # a chain of forks that never ends: each generation leaves the worker's group (setsid), forks the next and exits
+    if os.fork() == 0:
+        while True:
+            os.setsid()
+            if os.fork() != 0:
+                os._exit(0)
+            time.sleep(0.001)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="no tree lock for this architecture")
+def test_a_locked_worker_keeps_every_descendant_in_its_tree_and_ends_them():
+    """harness.worker.treelock: a worker cannot stop adopting its descendants' orphans (PR_SET_CHILD_SUBREAPER, 0) or
+    make a child the parent's (clone with CLONE_PARENT): both refused with EPERM. So a chain of forks in which each
+    generation leaves the worker's group, forks the next and exits (too fast for tree() then a signal to each: it
+    outran that) stays in the worker's tree, where stop_tree catches it and end_descendants ends it while the
+    worker lives; the worker itself is left alone."""
+    tag = containment.new_tag()
+    worker = start(LOCKED, tag, KB_PARENT_PID=str(os.getpid()))
+    try:
+        assert worker.stdout.readline().strip() == "None"
+        assert worker.stdout.readline().split() == ["-1", "1"]
+        assert worker.stdout.readline().split() == ["-1", "1"]
+        assert wait_for(lambda: len(containment.tree([worker.pid])) > 1), "the chain did not start"
+        time.sleep(0.3)                                           # generations come and go, re-parented to the worker
+        mine = set(containment.children(os.getpid()))
+        assert containment.end_descendants(worker.pid, worker.pid) >= 1
+        session = lambda: [p for p, st in containment._all_stats().items()                    # noqa: E731
+                           if st[3] != os.getsid(0) and st[1] not in (0, 1) and p != worker.pid
+                           and st[0] not in "ZX" and containment.environ_tag(p) == tag]
+        assert not session()
+        assert alive(worker.pid) and containment.stat(worker.pid)[0] != "T"
+        time.sleep(0.2)
+        assert not session()
+        assert set(containment.children(os.getpid())) <= mine | {worker.pid}     # nothing landed on this process
+    finally:
+        containment.end_descendants(worker.pid, worker.pid)
+        end(worker)
+
+
 def test_the_memory_cap_makes_a_large_allocation_fail_in_the_worker():
     script = """
         from harness.shared.containment import apply_memory_cap

@@ -358,6 +358,7 @@ class Worker:
         launcher is then the process started here, the worker its child (containment.WRAPPED_VAR)."""
         containment.setup_parent()
         self.role = role
+        self.wrapped = bool(wrapper)
         self.tag = containment.new_tag()
         env = {**env, containment.TAG_VAR: self.tag, containment.PARENT_VAR: str(os.getpid())}
         cmd_r, cmd_w = os.pipe()
@@ -526,7 +527,10 @@ class Worker:
         """Tell the worker to stop, give it `wait_s` (a launcher such as ncu writes its report after the worker
         ends), then make sure every process of it is gone. It is resumed first: a worker left stopped (pause, as the
         CPU path's candidate after its trials) could not read the exit request, and waited out `wait_s` to be
-        killed."""
+        killed. Its descendants are killed before it is told: while it lives they are in its tree (a launcher's
+        worker aside: the worker is then the launcher's descendant)."""
+        if not self.wrapped and self.alive():
+            containment.end_descendants(self.proc.pid, self.proc.pid)
         self.resume()
         self.send(m.wire(m.ExitRequest()))
         code = self.wait(wait_s)

@@ -256,15 +256,42 @@ def _strays(since: int, my_sid: int, own: set[int]) -> list[int]:
     return out
 
 
+def stop_tree(root: int) -> set[int]:
+    """SIGSTOP every descendant of `root` (not `root`), each one the moment its parent's list of children is read,
+    and every child of a process read only after that process was stopped; walked again until a walk finds no one
+    new. A process that forks a successor and exits, over and over, is caught within a few microseconds of its list
+    being read, not after a walk of the whole tree (the fork chain that outran tree() then a signal to each; an
+    exiting one's children go to `root`, a subreaper, read again by the next walk). Returns the pids stopped."""
+    stopped: set[int] = set()
+    while True:
+        new, seen, todo = False, set(), [root]
+        while todo:
+            pid = todo.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            kids = children(pid)
+            for kid in kids:
+                if kid not in stopped:
+                    _signal(kid, signal.SIGSTOP)
+                    stopped.add(kid)
+                    new = True
+            todo.extend(kids)
+        if not new:
+            return stopped
+
+
 def signal_tree(root: int, pgid: int, tag: str, sig: int, known: set[int]) -> set[int]:
     """Send `sig` to everything of one worker: its group, its tree, and strays of the parent carrying its tag (and
     their trees). `known` holds the strays already found to be this worker's (their environment is read once);
     returns the pids signalled one by one."""
     _signal_group(pgid, sig)
-    signalled = set()
-    for pid in tree([root])[1:]:
-        _signal(pid, sig)
-        signalled.add(pid)
+    if sig == signal.SIGSTOP:
+        signalled = stop_tree(root)
+    else:
+        signalled = set(tree([root])[1:])
+        for pid in signalled:
+            _signal(pid, sig)
     own = registry.snapshot()
     for pid in children(os.getpid()):
         if pid in own or pid == root:
@@ -278,6 +305,22 @@ def signal_tree(root: int, pgid: int, tag: str, sig: int, known: set[int]) -> se
             _signal(member, sig)
             signalled.add(member)
     return signalled
+
+
+def end_descendants(root: int, pgid: int) -> int:
+    """Kill every process of the live worker `root` but the worker itself; returns how many were signalled. Its
+    process group `pgid` is stopped first, all at once (killpg: a fork in flight is stopped too), then its tree
+    (stop_tree: a chain of forks in groups of their own too), then all of them are killed, and the worker is
+    continued. While it lives its descendants cannot leave its tree (harness.worker.treelock), which they can once
+    it is gone, re-parented to this process: so a worker's processes are ended here, before it is told to exit."""
+    _signal_group(pgid, signal.SIGSTOP)
+    try:
+        found = stop_tree(root) | {p for p, st in _all_stats().items() if st[2] == pgid and p != root}
+        for pid in found:
+            _signal(pid, signal.SIGKILL)
+        return len(found)
+    finally:
+        _signal(root, signal.SIGCONT)
 
 
 def sweep(root: int | None, pgid: int, tag: str, since: int, timeout: float = 5.0) -> int:

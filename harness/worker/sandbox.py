@@ -210,7 +210,18 @@ def confine_worker(role: str, job: dict[str, Any]) -> dict[str, Any]:
     _applied = confine(writable, require=current == "require", hide=hide, ncu=ports)
     _applied["mode"] = current
     _applied["privileges"] = drop_privileges()      # last: the private mount namespace needed CAP_SYS_ADMIN
+    _lock_tree(_applied["privileges"])
     return _applied
+
+
+def _lock_tree(report: dict[str, Any]) -> None:
+    """Every process the worker starts stays in its tree (harness.worker.treelock), said in the privileges report:
+    `tree_locked`, and why not in its `error`."""
+    from harness.worker import treelock
+    why = treelock.lock()
+    report["tree_locked"] = why is None
+    if why:
+        report["error"] = "; ".join(x for x in (report.get("error"), why) if x)
 
 
 # Capabilities a worker that runs candidate code has no need of, by number (linux/capability.h): with them a process
