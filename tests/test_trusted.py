@@ -109,6 +109,29 @@ def test_whole_checks_are_spread_over_the_whole_pair():
     assert rounds_seen >= set(range(10, 200, 7))        # late rounds are as likely a place as any in their window
 
 
+def test_a_pair_cut_short_by_the_time_cap_still_checks_whole_and_profiles():
+    """A slow problem's pair may end by the time cap after two rounds, before the rounds its whole checks and
+    profiled calls were drawn among (red team, 2026-11-29: bf16 only once timed, 3 runs of 3 with no whole check).
+    The round the parent expects to be the last takes the missing ones, at places drawn from its secret."""
+    import random
+    from harness.run.interleave import FULL_CHECKS, likely_last, top_up
+    from harness.run.paired import StopRule
+    rule = StopRule(min_rounds=10, max_rounds=200, target_rel_ci=0.01, max_seconds=8.0)
+    assert not likely_last(0.0, 0, rule) and not likely_last(3.0, 3, rule)
+    assert likely_last(4.0, 1, rule) and likely_last(7.5, 10, rule)
+    for seed in range(200):
+        draw = random.Random(seed)
+        chosen = {(5, 1), (8, 3)}                        # drawn among the first ten rounds; round 1 is the last
+        top_up(chosen, 1, range(4), FULL_CHECKS, draw)
+        assert len({x for x in chosen if x[0] == 1}) == FULL_CHECKS and {(5, 1), (8, 3)} <= chosen
+        profiled = {(0, 1), (7, 0), (9, 1)}
+        top_up(profiled, 1, (0, 1), 3, draw)
+        assert {x for x in profiled if x[0] <= 1} == {(0, 1), (1, 0), (1, 1)}
+        kept = {(0, 2), (1, 3)}                          # enough already: nothing added
+        top_up(kept, 1, range(4), FULL_CHECKS, draw)
+        assert kept == {(0, 2), (1, 3)}
+
+
 def test_a_raw_copy_round_trips_through_the_tensor_file(tmp_path):
     from harness.shared.tensorfile import read_tensors, write_raw
     t = torch.randn(6, 4).t()

@@ -364,6 +364,9 @@ class Interleaver:
             samples: dict[str, list[float]] = {}
             forward, backward = self._seeds(), self._seeds()
             r = len(out.rounds)
+            if r < rule.min_rounds and likely_last(out.seconds, r, rule):     # cut by time before the rounds
+                top_up(full_at, r, range(self.block), FULL_CHECKS, draw)     # every pair was meant to run
+                top_up(self._profile_at, r, (0, 1), self.profiles, draw)
             self.full_seeds = {forward[self.warmup + i] for (fr, i) in full_at if fr == r}
             for side, variant in order:
                 self._block(side, variant, forward, out, samples, profile=(r, 0) in self._profile_at)
@@ -396,6 +399,28 @@ def full_check_samples(draw: random.Random, min_rounds: int, max_rounds: int, bl
         chosen.add((draw.randrange(start, end), draw.randrange(block)))
         start = end
     return chosen
+
+
+def likely_last(elapsed: float, done: int, rule) -> bool:
+    """Whether the round about to start (after `done` rounds in `elapsed` seconds) is likely a pair's last: the time
+    cap comes within it at the rounds' mean length so far (paired.should_stop), or max_rounds does."""
+    if done + 1 >= rule.max_rounds:
+        return True
+    return done > 0 and elapsed + 1.2 * elapsed / done >= rule.max_seconds
+
+
+def top_up(chosen: set[tuple[int, int]], r: int, places: range | tuple[int, ...], wanted: int,
+           draw: random.Random) -> None:
+    """Round `r` is likely a pair's last, before the end of the rounds its checks were drawn among (the whole
+    checks, the profiled calls: among the min_rounds every pair runs, but for the time cap). Add to `chosen`, the
+    (round, place) drawn, as many places in round `r` as are missing for `wanted` among the rounds up to it,
+    drawn from the parent's secret `draw` (`places`: a forward half's samples, or the two halves). So a pair cut
+    short by the time cap still checks outputs whole and profiles calls, in a round the candidate cannot tell
+    from another: when the cap comes is the parent's clock's."""
+    held = {x for x in chosen if x[0] <= r}
+    free = [p for p in places if (r, p) not in held]
+    for place in draw.sample(free, min(max(0, wanted - len(held)), len(free))):
+        chosen.add((r, place))
 
 
 def ratios(out: Collected, variant: str) -> list[float]:
