@@ -826,6 +826,41 @@ def test_a_failed_write_inside_a_pair_is_the_harness_s_and_the_run_goes_on(tmp_p
     assert all(line.endswith("(the run goes on)") for line in said), done.stderr    # its build's log, if built
 
 
+def test_a_disk_the_candidate_filled_is_not_the_harness_s(tmp_path):
+    """The parent's copy of a candidate's output fails for want of space (ENOSPC). Where the candidate's own files in
+    the pair's folder (its private temporary folder is there) hold at least what the copy needed, the candidate
+    filled the disk: `runtime_error`, not `skipped` with `harness_write`, which `ci` lets pass (red team,
+    2026-11-29). The parent's own earlier files there are not the candidate's, and a sparse file counts only the
+    blocks it takes."""
+    import errno
+    from harness.results.records import Status, finish, new_record
+    from harness.run import scratch
+    from harness.run.schedule import write_fault
+
+    def failed(folder: Path, candidate_bytes: int, sparse: bool = False) -> dict:
+        pair = folder / "cand"
+        (pair / ".kb-tmp-x").mkdir(parents=True)
+        junk = pair / ".kb-tmp-x" / "fill"
+        with open(junk, "wb") as f:
+            if sparse:
+                f.truncate(1 << 40)
+            else:
+                f.write(b"\1" * candidate_bytes)
+        mine = pair / "trial0.kbt"
+        mine.write_bytes(b"\2" * (1 << 20))              # the parent's own copy of trial 0, written before
+        scratch.wrote(mine)
+        scratch.failed_write(pair / "trial1.kbt", OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), 1 << 19)
+        record = finish(new_record("level1/p", "level1/p/c", "cpu", "r"), Status.CRASHED, "harness fault: ...")
+        return write_fault(record, folder).to_json()
+
+    filled = failed(tmp_path / "a", 1 << 20)
+    assert filled["status"] == "runtime_error" and "candidate filled" in filled["error"], filled["error"]
+    assert "harness_write" not in filled["flags"]
+    for name, kwargs in (("b", {"candidate_bytes": 1 << 10}), ("c", {"candidate_bytes": 0, "sparse": True})):
+        record = failed(tmp_path / name, **kwargs)
+        assert record["status"] == "skipped" and record["flags"] == ["harness_write"], (name, record["error"])
+
+
 def test_an_append_that_fails_leaves_no_torn_line(tmp_path):
     """results.jsonl filled up mid-line: the append is undone, so a reader (or a resumed run's next append) meets
     only whole lines, and the failure is one WriteError naming the file."""

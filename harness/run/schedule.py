@@ -253,14 +253,20 @@ def write_fault(record: RecordDraft, folder: Path, footprint: int | None = None)
     the failure's words name a failed write and the parent cannot now write there what the pair needs
     (scratch.room: `footprint`, one trial's files, or more than a file a worker left cut short). Without it, a
     write of the reference worker's that failed (its arena, its torch.save) read `crashed`, or the problem's
-    `load_error`."""
+    `load_error`. A parent's write that failed for want of space while the candidate's own files in the pair's
+    folder held at least what it needed is the candidate's doing: `runtime_error` (a `skipped` pair passes `ci`)."""
     own = scratch.own_failure(folder)
     if record.status not in WRITE_FAULTS:
+        return record
+    if own is not None and own.candidates():
+        finish(record, Status.RUNTIME_ERROR, f"the candidate filled the file system the harness writes its outputs "
+                                             f"to: {own.error}, with {own.others:,} bytes in the candidate's own "
+                                             f"files there (the write needed {own.size:,})")
         return record
     worker = record.worker.log_tail if record.worker is not None else None
     detail = record.error_detail if isinstance(record.error_detail, str) else None
     said = scratch.names_a_failed_write(record.error, detail, worker)
-    cause = own or (scratch.room(folder, scratch.need(folder, footprint)) if said else None)
+    cause = own.error if own is not None else (scratch.room(folder, scratch.need(folder, footprint)) if said else None)
     if cause is None:
         return record
     finish(record, Status.SKIPPED, f"harness_write: {cause}" + ("" if own else f"; the pair ended: {record.error}"))

@@ -15,6 +15,7 @@ import os
 import resource
 import shutil
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -138,25 +139,72 @@ def _alive_without_proc(pid: int) -> str:
 WRITE_FAILED = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)) + (
     "SIGBUS", "SIGXFSZ", "PytorchStreamWriter", "inline_container.cc")
 
-_failed: dict[str, WriteError] = {}     # a pair's folder -> the parent's own write there that failed (failed_write)
+@dataclass(frozen=True)
+class OwnFailure:
+    """The parent's own write in a pair's folder that failed: its error, how many bytes it was to write, and how
+    many the pair's folder held then in files the parent had not written there itself (the candidate's: its
+    private temporary folder, its Triton cache, whatever it wrote; counted as allocated blocks, so a sparse file
+    counts what it takes)."""
+    error: WriteError
+    size: int
+    others: int
+
+    def candidates(self) -> bool:
+        """Whether the candidate's files are what left no room: the write fails for want of space and they hold
+        at least what it needed."""
+        return self.error.errno in (errno.ENOSPC, errno.EDQUOT) and self.others >= max(self.size, 1)
+
+
+_failed: dict[str, OwnFailure] = {}     # a pair's folder -> the parent's own write there that failed (failed_write)
+_written: dict[str, set[str]] = {}      # a pair's folder -> the files the parent wrote there (wrote)
 _failed_lock = threading.Lock()         # slots are threads
 
 
-def failed_write(path: Path | str, exc: OSError) -> WriteError:
-    """The parent's own write of `path` in a pair's scratch failed (harness.run.trusted.copy_out): a WriteError
-    naming it, noted for own_failure()."""
-    error = WriteError(path, exc)
+def wrote(path: Path | str) -> None:
+    """The parent wrote `path` in a pair's folder (harness.run.trusted.copy_out): not the candidate's."""
+    path = os.path.abspath(path)
     with _failed_lock:
-        _failed[os.path.dirname(os.path.abspath(path))] = error
+        _written.setdefault(os.path.dirname(path), set()).add(path)
+
+
+def failed_write(path: Path | str, exc: OSError, size: int = 0) -> WriteError:
+    """The parent's own write of `path` (`size` bytes) in a pair's folder failed (harness.run.trusted.copy_out): a
+    WriteError naming it, noted for own_failure() with what the folder held besides the parent's own files."""
+    error = WriteError(path, exc)
+    folder = os.path.dirname(os.path.abspath(path))
+    with _failed_lock:
+        mine = _written.get(folder, set()) | {os.path.abspath(path)}
+    failure = OwnFailure(error, size, _allocated(folder, mine))
+    with _failed_lock:
+        _failed[folder] = failure
     return error
 
 
-def own_failure(folder: Path) -> WriteError | None:
-    """The parent's failed write noted for `folder` or a folder inside it (a pair's), taken off the notes."""
+def own_failure(folder: Path) -> OwnFailure | None:
+    """The parent's failed write noted for `folder` or a folder inside it (a pair's), taken off the notes (with
+    the record of what the parent wrote there)."""
     base = os.path.abspath(folder)
     with _failed_lock:
         found = [_failed.pop(k) for k in list(_failed) if k == base or k.startswith(base + os.sep)]
+        for k in [k for k in _written if k == base or k.startswith(base + os.sep)]:
+            del _written[k]
     return found[0] if found else None
+
+
+def _allocated(folder: str, skip: set[str]) -> int:
+    """Bytes of disk the files under `folder` take (st_blocks), but those in `skip`."""
+    total = 0
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            if path in skip:
+                continue
+            try:
+                total += os.lstat(path).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
 
 
 def names_a_failed_write(*texts: str | None) -> bool:

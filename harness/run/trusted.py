@@ -210,7 +210,8 @@ def copy_out(pid: int, exported: list[m.Exported], path: str) -> tuple[str, list
     try:
         written = write_raw(entries, path)
     except OSError as exc:
-        raise scratch.failed_write(path, exc) from None
+        raise scratch.failed_write(path, exc, sum(len(d) for d in data)) from None
+    scratch.wrote(written)
     return written, [list(e.shape) for e in exported], [list(e.strides) for e in exported], data
 
 
