@@ -314,7 +314,8 @@ _started: list[tuple[Path, subprocess.Popen]] = []
 # skipped (skip_timing_if_loaded). They are left out of exploit_run and timed in a run of their own while the box is
 # quiet (exploit_timed_run).
 EXPLOITS_TIMED = ("precompute_at_inputs", "tamper_timer", "patch_sampler", "arena_watcher", "precompute_in_torch",
-                  "thread_when_timed", "forge_sample_times", "scale_reports", "patch_reference", "control_plain")
+                  "thread_when_timed", "forge_sample_times", "scale_reports", "patch_reference", "control_plain",
+                  "extra_threads")
 # GPU-only exploits in the same tree, which exploit_run (the CPU path) leaves out: tests/test_gpu.py runs them
 EXPLOITS_GPU_ONLY = ("cover_window",)
 SHARED_RUN_LEAVES_OUT = {"exploit_run": EXPLOITS_TIMED + EXPLOITS_GPU_ONLY}

@@ -64,6 +64,8 @@ ALIASED_OUTPUT = _invalid(
                       "own")
 SCHEDULING_CHANGED = _invalid(
     "scheduling_changed", "a worker's scheduling policy or priority changed while the pair was timed")
+EXTRA_CORES = _invalid(
+    "extra_cores", "the candidate's processes used more CPU cores at once while timed than cpu_threads allows")
 NOISY = _warning("noisy", "the speedup's 95% CI did not reach the target width within the time cap", ranked=True)
 NO_CUSTOM_KERNEL = _warning(
     "no_custom_kernel", "no GPU kernel from the candidate's own extension or Triton ran in a profiled call",
@@ -83,7 +85,7 @@ HARNESS_WRITE = _warning(
 FLAGS: tuple[Flag, ...] = (
     MUTATES_INPUTS, OUTPUT_CHANGED_UNDER_TIMING, UNSYNCHRONIZED_WORK, TAMPERED_TIMER, FASTER_THAN_PHYSICS,
     OUTPUT_NOT_PLAIN_TENSOR, INTERFERENCE, REDUCED_PRECISION, TIMING_INCONSISTENT, ALIASED_OUTPUT,
-    SCHEDULING_CHANGED, NOISY, NO_CUSTOM_KERNEL, LITTLE_CUSTOM_WORK, DEGENERATE_PROBLEM, HARNESS_OOM,
+    SCHEDULING_CHANGED, EXTRA_CORES, NOISY, NO_CUSTOM_KERNEL, LITTLE_CUSTOM_WORK, DEGENERATE_PROBLEM, HARNESS_OOM,
     HARNESS_WRITE,
 )
 BY_NAME: dict[str, Flag] = {f.name: f for f in FLAGS}

@@ -197,6 +197,7 @@ class Timing(JsonObject):
     speedup_ci_rounds: list[float] | None | Absent = ABSENT    # the CI of the rounds alone, before that term
     graph_calls: int | None | Absent = ABSENT                  # graph mode: calls per captured graph
     graph_calls_capped: str | None | Absent = ABSENT           # why fewer than timing.graph_calls (memory budget)
+    cpu_cores: dict[str, float | None] | Absent = ABSENT        # CPU path: cores each side used while awake
 
 
 @dataclass

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 from harness.core import flags
-from harness.run import paired
+from harness.run import cores, paired
 from harness.core.flags import Flag
 from harness.core.numbers import number
 from harness.run.interleave import CANDIDATE, EAGER, Collected
@@ -316,6 +316,7 @@ class Evidence:
     ceilings: dict[str, float] = field(default_factory=dict)
     speedup_ci: list[float] | None = None       # the record's, once the rounds' estimate is made
     candidate_ms: float | None = None           # the candidate's median sample
+    cpu_threads: int = 1                        # config: the threads each side may use (harness.run.cores)
 
 
 Check = Callable[[Evidence], Verdict]
@@ -353,6 +354,19 @@ def kernels(ev: Evidence) -> Verdict:
 
 def sample_flags(ev: Evidence) -> Verdict:
     return flag_timing(ev.out) if ev.out is not None else Verdict()
+
+
+@defense
+def cpu_cores(ev: Evidence) -> Verdict:
+    """CPU path: the candidate's processes used more cores at once while timed than `cpu_threads` (run.cores)."""
+    verdict = Verdict()
+    used = (ev.out.cores or {}) if ev.out is not None else {}
+    if cores.excess(used.get("candidate"), ev.cpu_threads):
+        reference = used.get("reference")
+        verdict.flag(flags.EXTRA_CORES, f"{flags.EXTRA_CORES.meaning}: {used['candidate']:.2f} cores on average "
+                                        f"while awake, where cpu_threads is {ev.cpu_threads}" +
+                     (f" (the reference's executor: {reference:.2f})" if reference is not None else ""))
+    return verdict
 
 
 @defense
@@ -424,4 +438,5 @@ def physics(ev: Evidence) -> Verdict:
 AFTER_TRIALS: tuple[Check, ...] = (trial_flags, trial_precision)     # a flag these add that invalidates ends
                                                                      # the pair before timing (trial_flags' do not:
                                                                      # the rounds still run, for the record)
-AFTER_ROUNDS: tuple[Check, ...] = (kernels, sample_flags, timed_outputs, interference, consistency, noisy, physics)
+AFTER_ROUNDS: tuple[Check, ...] = (kernels, sample_flags, cpu_cores, timed_outputs, interference, consistency, noisy,
+                                   physics)

@@ -547,7 +547,8 @@ def _conclude(record: RecordDraft, reference: ReferenceSide, inter: Interleaver,
     evidence = defenses.Evidence(reference.ready, reference.derived, pc.cfg.timing, reference.device, out=out,
                                  before=before, after=after, calls_per_sample=inter.calls_per_sample,
                                  ceilings=pc.ceilings, speedup_ci=record.speedup_ci,
-                                 candidate_ms=record.timing.candidate.median_ms if record.timing.candidate else None)
+                                 candidate_ms=record.timing.candidate.median_ms if record.timing.candidate else None,
+                                 cpu_threads=pc.cfg.cpu_threads)
     verdicts.write(record, defenses.run(defenses.AFTER_ROUNDS, evidence, pc.cfg.defenses))
     phases["checks"] = phases.get("checks", 0.0) + time.monotonic() - t0
     invalid = flags.invalidating(record.flags)
@@ -603,6 +604,7 @@ def _timing_record(record: RecordDraft, reference: ReferenceSide, out: Collected
         timer_floor_ms=reference.ready.timer_floor_ms,
         cold_probe_ms=reference.ready.cold_probe_ms,
         cpu_threads=pc.cfg.cpu_threads,
+        **({"cpu_cores": out.cores} if out.cores else {}),
         block_samples=t.block_samples, block_warmup=t.block_warmup, profiled_calls=len(out.profiles),
         rounds=main.rounds,
         seconds=round(out.seconds, 3),

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from harness.shared import messages as m
-from harness.run import scheduling
+from harness.run import cores, scheduling
 from harness.run.clients import CandidateClient, FlusherClient, ReferenceClient, Timed
 from harness.run.paired import StopRule, should_stop
 from harness.run.workerproc import SpareWorkers, WorkerExit
@@ -66,6 +66,7 @@ class Collected:
     switch_seconds: float = 0.0             # the parent's clock in stopping one side and resuming the other
     profile_seconds: float = 0.0            # the parent's clock in profiled calls (both sides)
     sizes: list = field(default_factory=list)   # timing.sizes all: the other sizes' rounds (harness.run.sizes)
+    cores: dict[str, float | None] | None = None   # CPU path: the cores each side used while awake (run.cores)
 
     def samples(self, variant: str) -> list[float]:
         return [s for r in self.rounds for s in r.get(variant, [])]
@@ -357,6 +358,9 @@ class Interleaver:
         # the timed samples whose outputs are checked whole: forward halves (the reference's block comes first
         # there, so its output on the same inputs is kept), spread over the whole pair (full_check_samples)
         full_at = full_check_samples(draw, rule.min_rounds, rule.max_rounds, self.block)
+        meters = {side: cores.Meter.start(c.worker) for side, c in (("candidate", self.candidate),
+                                                                     ("reference", self.executor))
+                  if c is not None and self.device == "cpu"}
         started = time.monotonic()
         order = [("reference", v) for v in self.variants] + [(CANDIDATE, CANDIDATE)]
         ratios: list[float] = []
@@ -379,6 +383,7 @@ class Interleaver:
             stop, noisy = should_stop(ratios, out.seconds, rule)
             if stop:
                 out.noisy = noisy
+                out.cores = {side: meter.cores() for side, meter in meters.items()} or None
                 if self.staged:
                     self._staged_end(out)
                 return out

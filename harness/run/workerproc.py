@@ -375,6 +375,8 @@ class Worker:
         self._strays: set[int] = set()      # escaped descendants attributed to this worker (pause/resume cache)
         self._stopped: set[int] = set()
         self._woken: set[int] = set()       # what wake() continued: freeze() stops the same
+        self.awake_s = 0.0                  # seconds it was not stopped, so far (harness.run.cores)
+        self._woke_at: float | None = time.monotonic()      # since when it runs; None while stopped
         try:
             self.sink = LogSink(log_path, out_r)
         except BaseException:
@@ -475,11 +477,13 @@ class Worker:
             return
         self._stopped = containment.signal_tree(self.proc.pid, self.proc.pid, self.tag, signal.SIGSTOP,
                                                 self._strays)
+        self._asleep()
 
     def resume(self) -> None:
         """SIGCONT to everything pause() stopped and everything of this worker found now."""
         if self.proc.returncode is not None:
             return
+        self._awake()
         found = containment.signal_tree(self.proc.pid, self.proc.pid, self.tag, signal.SIGCONT, self._strays)
         for pid in self._stopped - found:
             try:
@@ -492,6 +496,7 @@ class Worker:
         """SIGCONT to what pause() stopped, and nothing else: no /proc scan (a stopped process starts nothing), so
         that waking a side inside a timed bracket costs a few system calls on both sides."""
         self._woken = self._stopped
+        self._awake()
         self._signal_known(self._woken, signal.SIGCONT)
         self._stopped = set()
 
@@ -501,6 +506,16 @@ class Worker:
         a staged call can end after the stop (work left running past the reply is then inside the clock); pause()
         then stops whatever else belongs to it."""
         self._signal_known(self._woken | self._strays, signal.SIGSTOP)
+        self._asleep()
+
+    def _awake(self) -> None:
+        if self._woke_at is None:
+            self._woke_at = time.monotonic()
+
+    def _asleep(self) -> None:
+        if self._woke_at is not None:
+            self.awake_s += time.monotonic() - self._woke_at
+            self._woke_at = None
 
     def _signal_known(self, pids: set[int], sig: int) -> None:
         if self.proc.returncode is not None:

@@ -1,0 +1,58 @@
+"""CPU path: how many cores each side's processes used at once while timed. Both sides run with `cpu_threads`
+threads (config) on the same cores, and each is stopped while the other is timed, so a candidate that starts more
+threads (torch.set_num_threads, a pool of its own) or helper processes has the other side's cores to itself and
+reads faster for using more hardware (red team, 2026-11-29: 1.56-1.70x with two threads on two cores). The parent
+reads what the kernel counted for every process of a worker (its tree: user and system time, and that of its
+children it reaped) at the start and the end of the rounds, and divides by the seconds the worker was not
+stopped (harness.run.workerproc.Worker.awake_s): the cores it used on average while awake."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from harness.run.workerproc import Worker
+from harness.shared import containment
+
+MIN_AWAKE_S = 0.2           # fewer seconds awake than this: the kernel's 10 ms ticks (two of them: +/- 0.1 core) say too little
+SLACK = 0.25                # cores beyond cpu_threads allowed (the worker's own request handling, the tick's error)
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(root: int) -> float | None:
+    """CPU seconds the kernel counted for process `root` and every process of its tree (utime, stime, cutime,
+    cstime: a reaped child's time is its parent's from then on), or None where /proc cannot say."""
+    total, seen = 0, False
+    for pid in containment.tree([root]):
+        fields = containment.stat_fields(pid)
+        try:
+            total += sum(int(fields[k]) for k in (11, 12, 13, 14))    # proc(5) fields 14-17
+            seen = True
+        except (IndexError, ValueError):
+            continue
+    return total / _TICK if seen else None
+
+
+@dataclass
+class Meter:
+    """One worker's CPU seconds and seconds awake when the rounds began."""
+    worker: Worker
+    cpu: float | None
+    awake: float
+
+    @classmethod
+    def start(cls, worker: Worker) -> "Meter":
+        return cls(worker, cpu_seconds(worker.proc.pid), worker.awake_s)
+
+    def cores(self) -> float | None:
+        """The cores the worker used on average while awake since start(), or None (too little time awake, or
+        nothing to read)."""
+        now = cpu_seconds(self.worker.proc.pid)
+        awake = self.worker.awake_s - self.awake
+        if self.cpu is None or now is None or awake < MIN_AWAKE_S:
+            return None
+        return round((now - self.cpu) / awake, 3)
+
+
+def excess(cores: float | None, cpu_threads: int) -> bool:
+    """Whether `cores` is more than `cpu_threads` allow."""
+    return cores is not None and cores > max(1, cpu_threads) + SLACK
