@@ -1,7 +1,7 @@
 """CPU path: how many cores each side's processes used at once while timed. Both sides run with `cpu_threads`
 threads (config) on the same cores, and each is stopped while the other is timed, so a candidate that starts more
 threads (torch.set_num_threads, a pool of its own) or helper processes has the other side's cores to itself and
-reads faster for using more hardware (red team, 2026-11-29: 1.56-1.70x with two threads on two cores). The parent
+reads faster for using more hardware (a red team read 1.56-1.70x with two threads on two cores). The parent
 reads what the kernel counted for every process of a worker (its tree: user and system time, and that of its
 children it reaped) at the start and the end of the rounds, and divides by the seconds the worker was not
 stopped (harness.run.workerproc.Worker.awake_s): the cores it used on average while awake."""

@@ -353,6 +353,9 @@ class Worker:
     """One worker process. Every process it starts belongs to it (harness.shared.containment): pause() and resume() stop
     and continue all of them, kill() and close() end all of them."""
 
+    awake_s = 0.0                           # seconds it was not stopped, so far (harness.run.cores)
+    _woke_at: float | None = None           # since when it runs; None while stopped
+
     def __init__(self, role: str, env: dict[str, str], log_path: Path, wrapper: list[str] | None = None):
         """`wrapper`: a launcher's command line the worker's own goes after (ncu, for `run_eval.py profile`); the
         launcher is then the process started here, the worker its child (containment.WRAPPED_VAR)."""
@@ -375,8 +378,7 @@ class Worker:
         self._strays: set[int] = set()      # escaped descendants attributed to this worker (pause/resume cache)
         self._stopped: set[int] = set()
         self._woken: set[int] = set()       # what wake() continued: freeze() stops the same
-        self.awake_s = 0.0                  # seconds it was not stopped, so far (harness.run.cores)
-        self._woke_at: float | None = time.monotonic()      # since when it runs; None while stopped
+        self._woke_at = time.monotonic()    # it runs from its start
         try:
             self.sink = LogSink(log_path, out_r)
         except BaseException:

@@ -4,8 +4,8 @@ that refuses the two ways out of it.
 A worker is a child subreaper (harness.shared.containment.setup_worker): a descendant whose parent exits is
 re-parented to the worker, so the parent's pause, wake and kill reach it by walking the worker's tree
 (containment.stop_tree). Two system calls would take a process out of that tree, to the harness's own parent, where
-nothing stops it while the other side is timed and where it can outlive the pair (red team, 2026-11-29: a helper
-that computed the next answer from the staged inputs before the clock started, 4-6x on the CPU path):
+nothing stops it while the other side is timed and where it can outlive the pair (a red team's helper computed the
+next answer from the staged inputs before the clock started: 4-6x on the CPU path):
   * prctl(PR_SET_CHILD_SUBREAPER, 0): the worker stops adopting, and a double fork leaves a grandchild to the
     harness's parent;
   * clone(CLONE_PARENT): a child made a sibling of the worker, the parent's child from the start.
