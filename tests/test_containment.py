@@ -331,3 +331,17 @@ def test_what_counts_as_out_of_memory():
     assert containment.log_says_oom("OpenBLAS error: Memory allocation still failed after 10 retries")
     assert containment.log_says_oom("terminate called after throwing an instance of 'std::bad_alloc'")
     assert not containment.log_says_oom("Segmentation fault (core dumped)")
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_tree_lock_filter_jumps_only_forward_within_itself(machine):
+    """harness.worker.treelock's program for each architecture: every jump lands on an instruction of the program
+    (a seccomp filter the kernel would refuse otherwise, and only the x86_64 one is loaded here), and it ends in
+    its three answers: ENOSYS, EPERM, allow."""
+    from harness.worker import treelock
+    insns = treelock.program(machine)
+    for i, (op, jt, jf, _) in enumerate(insns):
+        if op & 0x07 == 0x05:                                   # BPF_JMP
+            assert i + 1 + max(jt, jf) < len(insns), (i, jt, jf)
+    assert [op for op, *_ in insns[-3:]] == [0x06, 0x06, 0x06]
+    assert treelock.program("sparc") is None

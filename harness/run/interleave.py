@@ -406,7 +406,7 @@ def full_check_samples(draw: random.Random, min_rounds: int, max_rounds: int, bl
     return chosen
 
 
-def likely_last(elapsed: float, done: int, rule) -> bool:
+def likely_last(elapsed: float, done: int, rule: StopRule) -> bool:
     """Whether the round about to start (after `done` rounds in `elapsed` seconds) is likely a pair's last: the time
     cap comes within it at the rounds' mean length so far (paired.should_stop), or max_rounds does."""
     if done + 1 >= rule.max_rounds:

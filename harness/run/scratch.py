@@ -206,7 +206,6 @@ def _allocated(folder: str, skip: set[str]) -> int:
     return total
 
 
-
 def names_a_failed_write(*texts: str | None) -> bool:
     """Whether a failure's words (its error, detail, log tail) say that a write failed (WRITE_FAILED)."""
     return any(words in text for text in texts if text for words in WRITE_FAILED)

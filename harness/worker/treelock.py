@@ -71,22 +71,22 @@ def program(machine: str) -> list[tuple[int, int, int, int]] | None:
         "eperm", (_RET, 0, 0, _ERRNO | errno.EPERM),
         "allow", (_RET, 0, 0, _ALLOW),
     ]
-    labels, out = {}, []
+    return _resolved(code)
+
+
+def _resolved(code: list) -> list[tuple[int, int, int, int]]:
+    """`code` with its label strings taken out and each jump to a label made an offset from the next instruction."""
+    labels, at = {}, 0
     for item in code:
         if isinstance(item, str):
-            labels[item] = len(out)
+            labels[item] = at
         else:
-            out.append(item)
-    at = 0
-    resolved = []
-    for item in code:
-        if isinstance(item, str):
-            continue
-        op, jt, jf, k = item
-        jump = lambda target: target if isinstance(target, int) else labels[target] - at - 1     # noqa: E731
-        resolved.append((op, jump(jt), jump(jf), k))
-        at += 1
-    return resolved
+            at += 1
+    insns = [item for item in code if not isinstance(item, str)]
+
+    def offset(target: int | str, i: int) -> int:
+        return target if isinstance(target, int) else labels[target] - i - 1
+    return [(op, offset(jt, i), offset(jf, i), k) for i, (op, jt, jf, k) in enumerate(insns)]
 
 
 def lock() -> str | None:
