@@ -42,7 +42,6 @@ class FakeWorker:
         self.paused, self.cold, self.reply, self.sleep = False, False, None, 0.0
         self.requests: list[dict] = []
         self.proc = types.SimpleNamespace(pid=os.getpid())   # the scheduling watch reads this test's own threads
-        self.awake_s = 0.0                                   # (the cores meter: too little awake to judge)
         world.members.append(self)
 
     def pause(self) -> None:
@@ -58,6 +57,9 @@ class FakeWorker:
 
     def arena_path(self) -> str:
         return f"/proc/1/fd/{self.name}"
+
+    def awake_seconds(self) -> float:
+        return 0.0                                   # (the cores meter: too little awake to judge)
 
     def send(self, message: dict) -> None:
         assert not self.paused, f"{self.name} was sent {message} while stopped"

@@ -4,7 +4,7 @@ threads (torch.set_num_threads, a pool of its own) or helper processes has the o
 reads faster for using more hardware (a red team read 1.56-1.70x with two threads on two cores). The parent
 reads what the kernel counted for every process of a worker (its tree: user and system time, and that of its
 children it reaped) at the start and the end of the rounds, and divides by the seconds the worker was not
-stopped (harness.run.workerproc.Worker.awake_s): the cores it used on average while awake."""
+stopped (harness.run.workerproc.Worker.awake_seconds): the cores it used on average while awake."""
 from __future__ import annotations
 
 import os
@@ -41,13 +41,13 @@ class Meter:
 
     @classmethod
     def start(cls, worker: Worker) -> "Meter":
-        return cls(worker, cpu_seconds(worker.proc.pid), worker.awake_s)
+        return cls(worker, cpu_seconds(worker.proc.pid), worker.awake_seconds())
 
     def cores(self) -> float | None:
         """The cores the worker used on average while awake since start(), or None (too little time awake, or
         nothing to read)."""
         now = cpu_seconds(self.worker.proc.pid)
-        awake = self.worker.awake_s - self.awake
+        awake = self.worker.awake_seconds() - self.awake
         if self.cpu is None or now is None or awake < MIN_AWAKE_S:
             return None
         return round((now - self.cpu) / awake, 3)

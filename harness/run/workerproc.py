@@ -353,7 +353,7 @@ class Worker:
     """One worker process. Every process it starts belongs to it (harness.shared.containment): pause() and resume() stop
     and continue all of them, kill() and close() end all of them."""
 
-    awake_s = 0.0                           # seconds it was not stopped, so far (harness.run.cores)
+    awake_s = 0.0                           # seconds it was not stopped, until it was last stopped (awake_seconds)
     _woke_at: float | None = None           # since when it runs; None while stopped
 
     def __init__(self, role: str, env: dict[str, str], log_path: Path, wrapper: list[str] | None = None):
@@ -509,6 +509,10 @@ class Worker:
         then stops whatever else belongs to it."""
         self._signal_known(self._woken | self._strays, signal.SIGSTOP)
         self._asleep()
+
+    def awake_seconds(self) -> float:
+        """Seconds it was not stopped so far (the cores it used: harness.run.cores)."""
+        return self.awake_s + (time.monotonic() - self._woke_at if self._woke_at is not None else 0.0)
 
     def _awake(self) -> None:
         if self._woke_at is None:
