@@ -17,6 +17,7 @@ How (each where the kernel has it; the worker reports what it actually applied):
     handled with no port allowed (no TCP at all; UDP is not covered); ABI >= 6: no signals to, and no abstract
     unix sockets of, processes outside the sandbox (the parent, the reference worker, other pairs).
   * PR_SET_NO_NEW_PRIVS: no setuid binary gives the worker or its children more rights.
+  * A seccomp filter (harness.worker.treelock): every process it starts stays in its process tree.
   * Without Landlock's network rules (ABI < 4): a new user and network namespace (its only interface, loopback,
     is down) where the kernel lets an unprivileged process make one.
 The restrictions hold for every thread created after them and every child process (fork, setsid, exec), and
