@@ -78,10 +78,15 @@ def _peaks(record: dict[str, Any]) -> tuple[int, int, int] | None:
     return values if all(isinstance(x, int) for x in values) else None
 
 
+def _target(eager: int) -> float:
+    """What each side may hold: 2 x the eager peak + 1.5 GiB (issue 44)."""
+    return 2 * eager + 1.5 * GIB
+
+
 def _ratio(peaks: tuple[int, int, int]) -> float:
-    """Both sides' peaks together against the target, 2 x the eager peak + 1.5 GiB (under 1.0: within it)."""
+    """Both sides' peaks together against the target (under 1.0: within it)."""
     eager, ref, cand = peaks
-    return (ref + cand) / (2 * eager + 1.5 * GIB)
+    return (ref + cand) / _target(eager)
 
 
 def _each_side(record: dict[str, Any]) -> tuple[bool, bool]:
@@ -91,14 +96,14 @@ def _each_side(record: dict[str, Any]) -> tuple[bool, bool]:
     the candidate's side."""
     eager, ref, cand = _peaks(record)
     arena = _memory(record).get("arena_bytes") or 0
-    target = 2 * eager + 1.5 * GIB
+    target = _target(eager)
     return max(ref, cand) <= target, max(ref - arena, cand + arena) <= target
 
 
 def _over(record: dict[str, Any]) -> str:
     """A pair with a side over 2 x the eager peak + 1.5 GiB, as 'problem: reference 9.27 > 6.39 GiB (arena 0.00)'."""
     eager, ref, cand = _peaks(record)
-    target = 2 * eager + 1.5 * GIB
+    target = _target(eager)
     sides = ", ".join(f"{side} {gib(peak)}" for side, peak in (("reference", ref), ("candidate", cand))
                       if peak > target)
     return f"{record['problem']}: {sides} > {gib(target)} GiB (arena {gib(_memory(record).get('arena_bytes') or 0)})"

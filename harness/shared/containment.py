@@ -312,10 +312,11 @@ def end_descendants(root: int, pgid: int) -> int:
     process group `pgid` is stopped first, all at once (killpg: a fork in flight is stopped too), then its tree
     (stop_tree: a chain of forks in groups of their own too), then all of them are killed, and the worker is
     continued. While it lives its descendants cannot leave its tree (harness.worker.treelock), which they can once
-    it is gone, re-parented to this process: so a worker's processes are ended here, before it is told to exit."""
+    it is gone, re-parented to this process: so a worker's processes are ended here, before it is told to exit.
+    A member of its group outside its tree (an unconfined worker's) stays stopped until the sweep that follows."""
     _signal_group(pgid, signal.SIGSTOP)
     try:
-        found = stop_tree(root) | {p for p, st in _all_stats().items() if st[2] == pgid and p != root}
+        found = stop_tree(root)
         for pid in found:
             _signal(pid, signal.SIGKILL)
         return len(found)

@@ -50,11 +50,10 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
     if dst.dim() == 0 or dst.numel() == 0:
         dst.copy_(src)
         return
-    rows = max(1, COPY_ELEMENTS * dst.shape[0] // dst.numel())
     convert = src.device != dst.device and src.dtype != dst.dtype
-    for i in range(0, dst.shape[0], rows):
-        part = src[i:i + rows]
-        dst[i:i + rows].copy_(part.to(dst.device) if convert else part)
+    for rows in _slices(dst):
+        part = src[rows]
+        dst[rows].copy_(part.to(dst.device) if convert else part)
 
 
 def sub_into(dst: torch.Tensor, src: torch.Tensor) -> None:
@@ -63,9 +62,14 @@ def sub_into(dst: torch.Tensor, src: torch.Tensor) -> None:
     if src.device == dst.device or dst.dim() == 0 or dst.numel() == 0:
         dst.sub_(src.to(dst.device))
         return
-    rows = max(1, COPY_ELEMENTS * dst.shape[0] // dst.numel())
-    for i in range(0, dst.shape[0], rows):
-        dst[i:i + rows].sub_(src[i:i + rows].to(dst.device))
+    for rows in _slices(dst):
+        dst[rows].sub_(src[rows].to(dst.device))
+
+
+def _slices(t: torch.Tensor):
+    """Slices of t's dim 0 of about COPY_ELEMENTS elements each (t has a dim 0 and elements)."""
+    rows = max(1, COPY_ELEMENTS * t.shape[0] // t.numel())
+    return [slice(i, i + rows) for i in range(0, t.shape[0], rows)]
 
 
 def _to_host(x: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,8 @@ import errno
 import platform
 import sys
 
+from harness.shared.sandboxprobe import syscall
+
 # (the audit architecture, its system call numbers, the lowest number of a table this filter refuses as a whole)
 _ARCHES = {
     "x86_64": (0xC000003E, {"prctl": 157, "clone": 56, "clone3": 435, "seccomp": 317}, 0x40000000),
@@ -100,13 +102,11 @@ def lock() -> str | None:
         return f"no process tree lock for {machine}"
     table = (_Insn * len(insns))(*(_Insn(*i) for i in insns))
     prog = _Prog(len(insns), table)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    nr = _ARCHES[machine.lower()][1]["seccomp"]
-    result = libc.syscall(ctypes.c_long(nr), ctypes.c_uint(_SECCOMP_SET_MODE_FILTER),
-                          ctypes.c_uint(_SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(prog))
-    if result == 0:
-        return None
+    try:
+        result = syscall(_ARCHES[machine.lower()][1]["seccomp"], ctypes.c_uint(_SECCOMP_SET_MODE_FILTER),
+                         ctypes.c_uint(_SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(prog))
+    except OSError as exc:
+        return f"process tree lock: seccomp: {errno.errorcode.get(exc.errno, exc.errno)}"
     if result > 0:                          # TSYNC: that thread could not be synchronised
         return f"process tree lock: thread {result} could not take the filter"
-    return f"process tree lock: seccomp: {errno.errorcode.get(ctypes.get_errno(), ctypes.get_errno())}"
+    return None
