@@ -31,6 +31,8 @@
 #              007/009/011/042-060 and levels 2 and 3 (MEM_CAP s a pair, MEM_TIMEOUT), then each path's summary
 #   aa48:      one GPU, detached: huber_loss's staged reference traced, then A/A of AA_LEVEL/AA_GLOB (level 2's
 #              020-099) on the default path and the staged one, back to back (AA_CAP s a pair, AA_TIMEOUT each)
+#   aa49:      one GPU, detached: the precision GPU tests, the staged path's A/A over the whole suite at the default
+#              cap (calibrate --processes 1, AA49_LEVELS: level1 level3 level2), then the staged GPU exploit tests
 #   lease44:   issue 44 in one detached run: the GPU tests alone, then suite44's sweep (STEPS="T S P R C G A": P is
 #              paths44, R test_gpu.py's last tests, C short44, G the precision GPU tests, A the whole suite's staged A/A)
 #   short44:   issue 44: short cold calls on both paths with GPU 0's SM clock sampled (is the staged path's GPU idling?)
@@ -847,6 +849,28 @@ aa48)
     done
     set +f
     echo "== aa48 ended ($(date +%T))"
+    ;;
+aa49)
+    # Issue 44 item 8, one GPU, detached (BG="scripts/gpu_check.sh aa49" ... bg): the precision GPU tests, then the
+    # staged path's A/A over the whole suite at the default cap, as a default run makes it (`calibrate --processes 1`,
+    # each level of AA49_LEVELS in turn, level 1 first: its short calls are the staged path's weak spot), then the GPU
+    # exploit tests on the staged path. Read back: scripts/calibration_table.py, benchmarks/pair_time.py --from,
+    # benchmarks/memory.py --from
+    staged_cfg=$(staged_config) || exit 1
+    export TEST_RUNS_OUT="$out/runs"
+    echo "== precision GPU tests ($(date +%T))"
+    timeout -s INT 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py \
+        > "$out/precision.txt" 2>&1; tail -n 3 "$out/precision.txt"
+    for lvl in ${AA49_LEVELS:-level1 level3 level2}; do
+        echo "== A/A staged $lvl ($(date +%T))"
+        /usr/bin/time -f "calibrate $lvl wall %e s" python run_eval.py calibrate --config "$staged_cfg" \
+            --processes 1 --compile-modes none --level "$lvl" --output-dir "$out/aa_staged" > "$out/aa_$lvl.txt" 2>&1
+        grep -E "wall|within|problems" "$out/aa_$lvl.txt" | tail -n 4
+    done
+    echo "== the exploit tests, staged ($(date +%T))"
+    timeout -s INT 300 python -m pytest -q -rfxX --tb=short -m gpu tests/test_gpu.py -k "staged and exploits" \
+        > "$out/exploits.txt" 2>&1; tail -n 3 "$out/exploits.txt"
+    echo "== aa49 ended ($(date +%T))"
     ;;
 lease44)
     # Issue 44 on the GPU in one detached run (BG="scripts/gpu_check.sh lease44" ... bg); STEPS picks ("T S", default):
