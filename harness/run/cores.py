@@ -2,9 +2,11 @@
 threads (config) on the same cores, and each is stopped while the other is timed, so a candidate that starts more
 threads (torch.set_num_threads, a pool of its own) or helper processes has the other side's cores to itself and
 reads faster for using more hardware (a red team read 1.56-1.70x with two threads on two cores). The parent
-reads what the kernel counted for every process of a worker (its tree: user and system time, and that of its
-children it reaped) at the start and the end of the rounds, and divides by the seconds the worker was not
-stopped (harness.run.workerproc.Worker.awake_seconds): the cores it used on average while awake."""
+reads the CPU time the kernel counted for every process of a worker at the start and the end of the rounds, and
+divides by the seconds the worker was not stopped (harness.run.workerproc.Worker.awake_seconds): the cores it used on
+average while awake. The count is the worker's cgroup's (harness.shared.cpugroup: every process that was ever in
+it, however it was reaped) where the worker has one, else its process tree's (user and system time, and that of
+the children each process reaped: a helper the kernel reaps itself, SIGCHLD ignored, is missed there)."""
 from __future__ import annotations
 
 import os
@@ -16,6 +18,9 @@ from harness.shared import containment
 MIN_AWAKE_S = 0.2           # fewer seconds awake than this: the kernel's 10 ms ticks (two of them: +/- 0.1 core) say too little
 SLACK = 0.25                # cores beyond cpu_threads allowed (the worker's own request handling, the tick's error)
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+CGROUP, TREE = "cgroup", "process tree"      # what counted a side's CPU (`timing.cpu_cores_counted`)
 
 
 def cpu_seconds(root: int) -> float | None:
@@ -32,25 +37,42 @@ def cpu_seconds(root: int) -> float | None:
     return total / _TICK if seen else None
 
 
+def counted(worker: Worker, source: str) -> float | None:
+    """`worker`'s CPU seconds so far, counted by `source` (CGROUP or TREE), or None where it cannot say."""
+    if source == CGROUP:
+        return worker.cpu_group.seconds() if worker.cpu_group is not None else None
+    return cpu_seconds(worker.proc.pid)
+
+
 @dataclass
 class Meter:
-    """One worker's CPU seconds and seconds awake when the rounds began."""
+    """One worker's CPU seconds and seconds awake when the rounds began, and what counted them (its cgroup where it
+    has one, else its process tree)."""
     worker: Worker
     cpu: float | None
     awake: float
+    source: str = TREE
 
     @classmethod
     def start(cls, worker: Worker) -> "Meter":
-        return cls(worker, cpu_seconds(worker.proc.pid), worker.awake_seconds())
+        source = CGROUP if worker.cpu_group is not None and worker.cpu_group.seconds() is not None else TREE
+        return cls(worker, counted(worker, source), worker.awake_seconds(), source)
 
     def cores(self) -> float | None:
         """The cores the worker used on average while awake since start(), or None (too little time awake, or
         nothing to read)."""
-        now = cpu_seconds(self.worker.proc.pid)
+        now = counted(self.worker, self.source)
         awake = self.worker.awake_seconds() - self.awake
         if self.cpu is None or now is None or awake < MIN_AWAKE_S:
             return None
         return round((now - self.cpu) / awake, 3)
+
+
+def source(meters: dict[str, Meter]) -> str | None:
+    """What counted the sides' CPU: CGROUP where every side's was its cgroup, else TREE (None: no meters)."""
+    if not meters:
+        return None
+    return CGROUP if all(meter.source == CGROUP for meter in meters.values()) else TREE
 
 
 def excess(cores: float | None, cpu_threads: int) -> bool:

@@ -604,7 +604,7 @@ def _timing_record(record: RecordDraft, reference: ReferenceSide, out: Collected
         timer_floor_ms=reference.ready.timer_floor_ms,
         cold_probe_ms=reference.ready.cold_probe_ms,
         cpu_threads=pc.cfg.cpu_threads,
-        **({"cpu_cores": out.cores} if out.cores else {}),
+        **({"cpu_cores": out.cores, "cpu_cores_counted": out.cores_counted} if out.cores else {}),
         block_samples=t.block_samples, block_warmup=t.block_warmup, profiled_calls=len(out.profiles),
         rounds=main.rounds,
         seconds=round(out.seconds, 3),

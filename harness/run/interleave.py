@@ -67,6 +67,7 @@ class Collected:
     profile_seconds: float = 0.0            # the parent's clock in profiled calls (both sides)
     sizes: list = field(default_factory=list)   # timing.sizes all: the other sizes' rounds (harness.run.sizes)
     cores: dict[str, float | None] | None = None   # CPU path: the cores each side used while awake (run.cores)
+    cores_counted: str | None = None        # what counted them: cores.CGROUP or cores.TREE
 
     def samples(self, variant: str) -> list[float]:
         return [s for r in self.rounds for s in r.get(variant, [])]
@@ -384,6 +385,7 @@ class Interleaver:
             if stop:
                 out.noisy = noisy
                 out.cores = {side: meter.cores() for side, meter in meters.items()} or None
+                out.cores_counted = cores.source(meters)
                 if self.staged:
                     self._staged_end(out)
                 return out

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from harness.core.untrusted import WriteError
-from harness.shared import containment
+from harness.shared import containment, cpugroup
 from harness.shared import messages as m
 from harness.shared.channel import (ChannelClosed, ChannelProtocolError, ChannelTimeout, LineReader, encode, write_all)
 from harness.run.zygote import ForkedProcess, Zygotes
@@ -355,6 +355,7 @@ class Worker:
 
     awake_s = 0.0                           # seconds it was not stopped, until it was last stopped (awake_seconds)
     _woke_at: float | None = None           # since when it runs; None while stopped
+    cpu_group: cpugroup.Group | None = None   # its processes' cgroup, which counts their CPU (harness.run.cores)
 
     def __init__(self, role: str, env: dict[str, str], log_path: Path, wrapper: list[str] | None = None):
         """`wrapper`: a launcher's command line the worker's own goes after (ncu, for `run_eval.py profile`); the
@@ -394,6 +395,7 @@ class Worker:
             raise
         for fd in (cmd_r, res_w, out_w):
             os.close(fd)
+        self.cpu_group = cpugroup.join(self.tag, self.proc.pid)     # before its job: all it starts is born there
         st = containment.stat(self.proc.pid)
         self.since = st[4] if st else 0    # its start time (clock ticks since boot): descendants start later
         _pump.add(self.sink)
@@ -556,6 +558,8 @@ class Worker:
         self.send(m.wire(m.ExitRequest()))
         code = self.wait(wait_s)
         self.kill()
+        if self.cpu_group is not None:
+            self.cpu_group.remove()
         for fd in (self.cmd_w, self.reader.fd, self.arena_fd):
             try:
                 os.close(fd)

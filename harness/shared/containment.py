@@ -530,7 +530,8 @@ def mem_total_bytes() -> int | None:
 
 def guard(run_tag: str, parent: int) -> None:
     """Block until the parent's pipe closes (the parent ended, however), then kill every process carrying the run's
-    tag until none is left for a while (at most 30 s), and exit."""
+    tag until none is left for a while (at most 30 s), remove the parent's worker cgroups (harness.shared.cpugroup),
+    and exit."""
     prefix = f"{run_tag}."
     try:
         while os.read(0, 4096):
@@ -556,6 +557,8 @@ def guard(run_tag: str, parent: int) -> None:
             _signal(pid, signal.SIGKILL)
         quiet = quiet + 1 if not found else 0
         time.sleep(0.1)
+    from harness.shared import cpugroup
+    cpugroup.remove_all(parent)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,99 @@
+"""A worker's cgroup counts the CPU of every process that was ever in it (harness.shared.cpugroup), helpers the kernel
+reaped itself included, which the process tree's count (harness.run.cores.cpu_seconds) never sees."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.run import cores
+from harness.shared import cpugroup
+
+# a parent that ignores SIGCHLD and forks three helpers of 0.3 s of CPU each: the kernel reaps them at once
+AUTOREAP = """
+import os, signal, sys, time
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+sys.stdin.readline()
+done_r, done_w = os.pipe()
+for _ in range(3):
+    if os.fork() == 0:
+        start = time.process_time()
+        while time.process_time() - start < 0.3:
+            pass
+        os.write(done_w, b"x")
+        os._exit(0)
+os.close(done_w)
+while os.read(done_r, 1):
+    pass
+time.sleep(0.2)
+print("done", flush=True)
+sys.stdin.readline()
+"""
+
+
+def needs_cgroup():
+    if cpugroup.base() is None:
+        pytest.skip("no cgroup2 hierarchy this process may make cgroups in")
+
+
+def test_a_cgroup_counts_the_cpu_of_helpers_the_kernel_reaped():
+    needs_cgroup()
+    proc = subprocess.Popen([sys.executable, "-c", AUTOREAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    group = cpugroup.join(f"test-{os.getpid()}-{time.monotonic_ns()}", proc.pid)
+    try:
+        assert group is not None and (group.path / "cgroup.procs").read_text().split() == [str(proc.pid)]
+        before, tree_before = group.seconds(), cores.cpu_seconds(proc.pid)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "done"
+        counted, tree = group.seconds() - before, cores.cpu_seconds(proc.pid) - tree_before
+        assert counted >= 0.8, counted                 # the three helpers' 0.9 s
+        assert tree < 0.3, tree                        # gone with them from the tree's count
+    finally:
+        proc.stdin.write("end\n")
+        proc.stdin.flush()
+        proc.wait(10)
+        if group is not None:
+            group.remove()
+    assert not group.path.exists()                     # removed once its process is gone
+
+
+def test_a_worker_is_in_its_own_cgroup_from_its_start_and_it_goes_at_close(tmp_path):
+    needs_cgroup()
+    from harness.run import workerproc
+    worker = workerproc.Worker("build", workerproc.worker_env({"KB_SANDBOX": "off"}), tmp_path / "w.log")
+    try:
+        group = worker.cpu_group
+        assert group is not None and group.path.parent == cpugroup.base()
+        assert str(worker.proc.pid) in (group.path / "cgroup.procs").read_text().split()
+        assert group.seconds() is not None
+    finally:
+        worker.close()
+    assert not group.path.exists()
+
+
+def test_no_cgroup_where_none_can_be_made(monkeypatch):
+    """No cgroup2 hierarchy (or one this process may not write): nothing is made, and the cores are the tree's."""
+    monkeypatch.setattr(cpugroup, "_base", [None])
+    assert cpugroup.join("any", os.getpid()) is None
+
+
+def test_the_guardian_removes_what_a_dead_parent_left(tmp_path):
+    """A parent killed before it closed its workers leaves their cgroups; its guardian removes them."""
+    needs_cgroup()
+    script = ("from harness.shared import containment, cpugroup; import os, sys, time; containment.setup_parent(); "
+              "print(cpugroup.base(), flush=True); sys.stdin.readline()")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, cwd=str(Path(__file__).resolve().parents[1]))
+    folder = Path(parent.stdout.readline().strip())
+    assert folder.is_dir()
+    (folder / "leftover").mkdir()
+    parent.send_signal(signal.SIGKILL)
+    parent.wait(10)
+    deadline = time.monotonic() + 30
+    while folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not folder.exists()
