@@ -1,7 +1,8 @@
 """GPU memory per side of an A/A pair: runs `run_eval.py calibrate` (each problem's Model against itself) over a
 sample of problems on the GPU and prints, per problem, the eager call's peak, each worker's peak
-(torch.cuda.max_memory_allocated over the whole process, as the record's `worker.memory` reports it), the plan's
-shares, and the ratio of both peaks together to the target (2x the eager peak + 1.5 GiB; under 1.0 is within it).
+(torch.cuda.max_memory_allocated over the whole process, as the record's `worker.memory` reports it; in records
+written before `arena_peak_bytes` the reference's includes the staged path's arena), the plan's shares, and the ratio
+of both peaks together to the target (2x the eager peak + 1.5 GiB; under 1.0 is within it).
 The summary also counts the pairs whose each side is within that target (issue 44's reading), as recorded and with
 the staged path's arena counted on the candidate's side.
 A problem the budget cannot hold prints its `harness_oom` line instead.
@@ -89,15 +90,25 @@ def _ratio(peaks: tuple[int, int, int]) -> float:
     return (ref + cand) / _target(eager)
 
 
+def _arena(record: dict[str, Any]) -> tuple[int, bool]:
+    """The staged path's arena (the inputs the reference writes for the candidate, which on the default path the
+    candidate's own process holds), and whether `reference_peak_bytes` includes it: the measured `arena_peak_bytes`
+    where the record has it (apart from both peaks), else the plan's `arena_bytes`, which the reference's peak of a
+    record written before `arena_peak_bytes` includes."""
+    memory = _memory(record)
+    measured = memory.get("arena_peak_bytes")
+    if isinstance(measured, int):
+        return measured, False
+    return memory.get("arena_bytes") or 0, True
+
+
 def _each_side(record: dict[str, Any]) -> tuple[bool, bool]:
     """Whether each side's peak is within 2 x the eager peak + 1.5 GiB: as the record counts them, and with the
-    staged path's arena (`arena_bytes`, which the reference allocates and `reference_peak_bytes` includes: the
-    inputs it writes for the candidate, which on the default path the candidate's own process holds) counted on
-    the candidate's side."""
+    staged path's arena (_arena) counted on the candidate's side (taken off the reference's where it included it)."""
     eager, ref, cand = _peaks(record)
-    arena = _memory(record).get("arena_bytes") or 0
+    arena, in_reference = _arena(record)
     target = _target(eager)
-    return max(ref, cand) <= target, max(ref - arena, cand + arena) <= target
+    return max(ref, cand) <= target, max(ref - arena if in_reference else ref, cand + arena) <= target
 
 
 def _over(record: dict[str, Any]) -> str:
@@ -106,7 +117,7 @@ def _over(record: dict[str, Any]) -> str:
     target = _target(eager)
     sides = ", ".join(f"{side} {gib(peak)}" for side, peak in (("reference", ref), ("candidate", cand))
                       if peak > target)
-    return f"{record['problem']}: {sides} > {gib(target)} GiB (arena {gib(_memory(record).get('arena_bytes') or 0)})"
+    return f"{record['problem']}: {sides} > {gib(target)} GiB (arena {gib(_arena(record)[0])})"
 
 
 def row(record: dict[str, Any]) -> list[str]:

@@ -784,6 +784,8 @@ for r in rows:
     target = 2 * eager + 1.5 * GIB
     for side in ("reference", "candidate"):
         peak = m.get(f"{side}_peak_bytes")
+        if side == "candidate" and isinstance(peak, int):
+            peak += m.get("arena_peak_bytes") or 0      # the staged inputs' arena counts on the candidate's side
         if isinstance(peak, int) and peak > target:
             over.append(f"{r['problem']} {side} {peak / GIB:.2f} > {target / GIB:.2f} GiB (eager {eager / GIB:.2f})")
 print(f"memory: {n} records with an eager peak; {len(over)} sides over 2x eager + 1.5 GiB")

@@ -336,6 +336,26 @@ def test_memory_benchmark_tables_runs_already_made(tmp_path):
     assert bench.table([bench.row(r) for r in records], markdown=True)[2].startswith("| level1/001_p | ok | 2.00 |")
 
 
+def test_memory_benchmark_counts_the_measured_arena_on_the_candidates_side():
+    """benchmarks/memory.py's issue 44 reading: a record with `arena_peak_bytes` has the reference's allocator peak
+    alone, so the measured arena is only added to the candidate's; an older record's reference peak includes the
+    planned `arena_bytes`, which moves from the reference's side to the candidate's."""
+    spec = importlib.util.spec_from_file_location("memory_bench", REPO / "benchmarks" / "memory.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    gib = 1 << 30
+    figures = {"eager_peak_bytes": 2 * gib, "reference_peak_bytes": 6 * gib, "candidate_peak_bytes": 3 * gib,
+               "arena_bytes": gib}                                         # target: 5.5 GiB a side
+    new = {"problem": "level1/004_p", "worker": {"memory": {**figures, "arena_peak_bytes": gib}}}
+    old = {"problem": "level1/004_p", "worker": {"memory": figures}}
+    assert bench._each_side(new) == (False, False)                         # max(6, 3 + 1)
+    assert bench._each_side(old) == (False, True)                          # max(6 - 1, 3 + 1)
+    assert bench._over(new) == "level1/004_p: reference 6.00 > 5.50 GiB (arena 1.00)"
+    none_held = {"problem": "p", "worker": {"memory": {**figures, "reference_peak_bytes": 5 * gib,
+                                                       "candidate_peak_bytes": 5 * gib, "arena_peak_bytes": 0}}}
+    assert bench._each_side(none_held) == (True, True)                     # the measured 0, not the planned 1 GiB
+
+
 # ---------------------------------------------------------------- scripts/calibration_table.py
 
 def _script(name):

@@ -757,3 +757,45 @@ def test_each_sides_allocator_retries_are_recorded_beside_its_peak():
     assert memory.record(ready, "cuda:0", None, None, memory.Seen(200)) == {
         "eager_peak_bytes": 100, "reference_peak_bytes": 200, "candidate_peak_bytes": None}
     assert memory.record(ready, "cpu", None, None, None) is None
+
+
+def test_the_staged_arena_is_recorded_apart_from_the_references_peak():
+    """The staged path's arena holds the inputs the candidate reads (on the default path the candidate's own
+    process holds them): worker.memory keeps it out of `reference_peak_bytes` (the allocator's peak alone) and
+    reports the most it held at once as `arena_peak_bytes`, beside the plan's `arena_bytes`."""
+    from types import SimpleNamespace
+    from harness.run import memory
+    from harness.shared import memplan
+    ready = SimpleNamespace(memory={"eager_peak_bytes": 100})
+    found = memplan.PairPlan(1000, 2, 400, 300, 0, 0, None, None, None, arena=150)
+    record = memory.record(ready, "cuda:0", found, memory.Seen(300, 0, 0, 0), memory.Seen(200, 4, 1, 120))
+    assert record["reference_peak_bytes"] == 200 and record["candidate_peak_bytes"] == 300
+    assert record["arena_peak_bytes"] == 120 and record["arena_bytes"] == 150     # measured, and planned
+    assert "arena_peak_bytes" not in memory.record(ready, "cuda:0", None, None, memory.Seen(200))   # not reported
+
+
+def test_a_memory_reply_carries_the_arena_apart_from_the_allocators_peak(monkeypatch):
+    """sampler.peak_memory reports torch's allocator peaks as they are and the arena's most bytes at once beside
+    them (held_outside); the parent's reading (memory.peak) keeps a figure that is a count, else None."""
+    import torch
+    from types import SimpleNamespace
+    from harness.run import memory
+    from harness.shared import messages as m
+    from harness.worker import sampler
+    monkeypatch.setattr(sampler, "_outside", [0, 0])
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda: {"num_alloc_retries": 2, "num_ooms": 0})
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 1000)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: 1200)
+    assert sampler.peak_memory("cuda:0").arena_bytes == 0                   # no arena held: 0, not None
+    sampler.held_outside(300)
+    sampler.held_outside(-300)
+    sampler.held_outside(200)                                               # grown again, smaller: the most stays
+    assert sampler.peak_memory("cuda:0") == m.MemoryPeak(1000, 1200, 2, 0, arena_bytes=300)
+    assert sampler.peak_memory("cpu") == m.MemoryPeak()
+
+    def seen(reply):
+        side = SimpleNamespace(worker=SimpleNamespace(alive=lambda: True), memory=lambda deadline: reply)
+        return memory.peak(side, "cuda:0")
+    assert seen(m.MemoryPeak(1000, 1200, 2, 0, arena_bytes=300)) == memory.Seen(1000, 2, 0, 300)
+    assert seen(m.MemoryPeak(1000, 1200, 2, 0, arena_bytes=-1)).arena is None
+    assert seen(m.MemoryPeak(1000, 1200, 2, 0)).arena is None

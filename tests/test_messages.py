@@ -61,7 +61,7 @@ def test_every_reply_travels_as_a_typed_message_and_round_trips():
     from harness.shared import messages as m
     checks = m.ProblemChecks(False, False, False, False, True, False, [])
     replies = [
-        m.BudgetSet(1 << 30, None), m.MemoryPeak(10, 12, 0, 0), m.MemoryPeak(), m.PeerClosed(), m.Health(True),
+        m.BudgetSet(1 << 30, None), m.MemoryPeak(10, 12, 0, 0, arena_bytes=4), m.MemoryPeak(), m.PeerClosed(), m.Health(True),
         m.Verified([m.from_fields(m.FileCheck, {"ok": True, "label": "t", "max_abs_err": 0.0, "mismatches": 0})]),
         m.Outputs("seed", [], "eval", [m.TrialFile("trial0", "/tmp/o.kbt", 0)], False, False, False,
                   sandbox={"mode": "off"}),
@@ -74,6 +74,8 @@ def test_every_reply_travels_as_a_typed_message_and_round_trips():
         assert data["kind"] == type(reply).KIND
         assert m.parse(type(reply), data) == reply
     assert "mismatches" not in m.wire(replies[5])["results"][0]
+    # a memory reply without the arena's figure reads as None (not reported), not 0
+    assert m.parse(m.MemoryPeak, {"kind": "memory", "peak_allocated_bytes": 10}) == m.MemoryPeak(10)
 
 
 def test_a_worker_dispatches_from_one_table_of_request_types():

@@ -70,10 +70,12 @@ class Seen:
     often it met its cap: `alloc_retries` (it freed its cache and asked again: a device-wide synchronisation, which
     slows what is being timed) and `ooms` (it gave up; a caller such as cuDNN may have caught it and chosen a plan
     with a smaller workspace). The candidate's count its whole life, the reference's since its share for the pairs
-    was applied."""
+    was applied. `arena`: the most device bytes the staged inputs' arena held at once in that worker, apart from
+    its peak (MemoryPeak.arena_bytes: the reference allocates it, 0 where it held none); None where not reported."""
     peak: int | None
     alloc_retries: int | None = None
     ooms: int | None = None
+    arena: int | None = None
 
     def record(self, side: str) -> dict[str, Any]:
         return {f"{side}_peak_bytes": self.peak, **({} if self.alloc_retries is None else {
@@ -88,9 +90,10 @@ def peak(side: Timed, device: str) -> Seen | None:
         reply = side.memory(time.monotonic() + 30)
     except (WorkerExit, CandidateFailed):
         return None
-    value, retries, ooms = reply.peak_allocated_bytes, reply.alloc_retries, reply.ooms
+    value, retries, ooms, arena = reply.peak_allocated_bytes, reply.alloc_retries, reply.ooms, reply.arena_bytes
     counts = all(_count(v) for v in (retries, ooms))
-    return Seen(value if _count(value) else None, retries if counts else None, ooms if counts else None)
+    return Seen(value if _count(value) else None, retries if counts else None, ooms if counts else None,
+                arena if _count(arena) else None)
 
 
 def _count(value: Any) -> bool:
@@ -99,11 +102,13 @@ def _count(value: Any) -> bool:
 
 def record(ready: m.Ready | None, device: str, found: memplan.PairPlan | None, candidate: Seen | None,
            reference_seen: Seen | None) -> dict[str, Any] | None:
-    """`worker.memory`: each side's peak and allocator retries, the problem's eager peak, and the plan `found`
-    (budget, shares, fp64)."""
+    """`worker.memory`: each side's allocator peak and retries, the problem's eager peak, the most the staged inputs'
+    arena held at once (`arena_peak_bytes`, where the reference reported it: apart from both peaks, and counted on
+    the candidate's side, whose inputs it holds), and the plan `found` (budget, shares, the planned arena, fp64)."""
     memory = ready.memory if ready is not None else None
     if not isinstance(memory, dict) or device == "cpu":
         return None
+    arena = reference_seen.arena if reference_seen is not None else None
     return {"eager_peak_bytes": memory.get("eager_peak_bytes"),
             **(reference_seen or Seen(None)).record("reference"), **(candidate or Seen(None)).record("candidate"),
-            **(found.record() if found else {})}
+            **({} if arena is None else {"arena_peak_bytes": arena}), **(found.record() if found else {})}

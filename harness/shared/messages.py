@@ -643,14 +643,16 @@ class BudgetSet:
 
 @dataclass(frozen=True)
 class MemoryPeak:
-    """The reply to MemoryRequest (also `ready`'s setup peak): the allocator's peak so far, allocated and reserved
-    (with the arena's staged inputs, held outside it), and how often it met its cap
-    (harness.worker.sampler.peak_memory); all None on the CPU."""
+    """The reply to MemoryRequest (also `ready`'s setup peak): the allocator's peak so far, allocated and reserved,
+    and how often it met its cap; apart from them, `arena_bytes`: the most device bytes the staged inputs' arena
+    (allocated outside the allocator, harness.worker.arena) held at once in this process, 0 where it held none
+    (harness.worker.sampler.peak_memory). All None on the CPU."""
     KIND: ClassVar[str] = "memory"
     peak_allocated_bytes: int | None = None
     peak_reserved_bytes: int | None = None
     alloc_retries: int | None = None
     ooms: int | None = None
+    arena_bytes: int | None = None
 
 
 @dataclass(frozen=True)

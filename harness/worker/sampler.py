@@ -431,12 +431,13 @@ class Sampler:
         return m.CheckResult(m.pack_floats(values), shapes)
 
 
-_outside = [0, 0]               # device bytes held outside torch's allocator now (the arena), and the most at once
+_outside = [0, 0]               # device bytes held outside torch's allocator now (the arena), and the most at once:
+                                # peak_memory reports the most apart from the allocator's peaks (MemoryPeak.arena_bytes)
 
 
 def held_outside(delta: int) -> None:
     """`delta` bytes of device memory taken (or, negative, given back) outside torch's allocator: the staged
-    samples' arena (harness.worker.arena), which peak_memory adds to the allocator's peaks."""
+    samples' arena (harness.worker.arena), whose most at once peak_memory reports beside the allocator's peaks."""
     _outside[0] += delta
     _outside[1] = max(_outside)
 
@@ -455,19 +456,20 @@ def count_retries(device: str) -> None:
 
 
 def peak_memory(device: str) -> m.MemoryPeak:
-    """This process's peak of device memory so far (torch's allocator: allocated and reserved; with the arena's
-    staged inputs, held outside it), and how often its
+    """This process's peak of device memory so far in torch's allocator (allocated and reserved), and how often its
     allocator met its cap since count_retries (else since the process began): `alloc_retries` (it freed its cache
     and asked again, a device-wide synchronisation) and `ooms` (it gave up, and the caller, e.g. cuDNN choosing a
-    plan with a smaller workspace, caught it); all None on the CPU."""
+    plan with a smaller workspace, caught it); apart from them `arena_bytes`, the most the staged inputs' arena
+    held at once (held_outside). The arena is not added to the peaks: it holds the inputs the candidate reads, which
+    on the default path the candidate's own process holds, so the record counts it on the candidate's side
+    (harness.run.memory.record). All None on the CPU."""
     if device == "cpu":
         return m.MemoryPeak()
     import torch
     stats = torch.cuda.memory_stats()
     retries, ooms = (int(stats.get(key, 0)) - _retries_before[key] for key in _RETRY_KEYS)
-    arena = _outside[1]                 # the staged inputs' device memory, outside the allocator (the reference's)
-    return m.MemoryPeak(int(torch.cuda.max_memory_allocated()) + arena, int(torch.cuda.max_memory_reserved()) + arena,
-                        retries, ooms)
+    return m.MemoryPeak(int(torch.cuda.max_memory_allocated()), int(torch.cuda.max_memory_reserved()), retries, ooms,
+                        arena_bytes=_outside[1])
 
 
 def _clone_all(inputs: list) -> list:
