@@ -560,13 +560,17 @@ def get_init_inputs():
 
 def test_large_outputs_of_a_stateless_model_are_computed_again_when_checked(monkeypatch, tmp_path):
     """Past trial 0, large expected outputs are not copied to the host: the check computes them again from the
-    trial's seed (dropout included), the same as they were at setup."""
+    trial's seed (dropout included), the same as they were at setup. Trial 0's waits on the host once the setup is
+    done: it is checked while the float64 reference's outputs are on the device, and made again there it would sit
+    beside them."""
     kept = _prepare(monkeypatch, tmp_path, STATELESS, keep_bytes=1 << 30)[3]        # small: every output kept
     _, model, _, trials, _ = _prepare(monkeypatch, tmp_path, STATELESS)
     assert kept.forward is None and all(e is not None for e in kept.expected)
     assert trials.forward is model and trials.expected[0] is not None and trials.expected[1:] == [None] * 3
-    trials.settle_first()                          # the setup's checks are done with trial 0: it goes too
-    assert trials.expected == [None] * 4 and trials.kept_bytes() == 0
+    first = trials.expected[0][0]
+    trials.settle_first()                          # the setup's checks are done with trial 0: to the host
+    assert trials.expected[1:] == [None] * 3 and trials.kept_bytes() == 0
+    assert trials.expected[0][0].device.type == "cpu" and torch.equal(trials.expected[0][0], first)
     for k in range(4):
         assert torch.equal(trials.expected_for(k)[0], kept.expected[k][0])
     assert not torch.equal(trials.expected_for(1)[0], trials.expected_for(2)[0])
@@ -799,3 +803,18 @@ def test_a_memory_reply_carries_the_arena_apart_from_the_allocators_peak(monkeyp
     assert seen(m.MemoryPeak(1000, 1200, 2, 0, arena_bytes=300)) == memory.Seen(1000, 2, 0, 300)
     assert seen(m.MemoryPeak(1000, 1200, 2, 0, arena_bytes=-1)).arena is None
     assert seen(m.MemoryPeak(1000, 1200, 2, 0)).arena is None
+
+
+def test_a_float64_output_holds_only_its_own_bytes():
+    """mse_loss (as smooth_l1_loss) writes an input-sized result and resizes it to a scalar, which keeps the whole
+    buffer: the float64 reference's outputs, kept for the reference's life, are copied where that happens."""
+    from harness.worker.reference import _own_storage
+    x, y = torch.randn(256, 1024, dtype=torch.float64), torch.randn(256, 1024, dtype=torch.float64)
+    loss = torch.nn.functional.mse_loss(x, y)
+    own = _own_storage(loss)
+    assert own.untyped_storage().nbytes() == 8 and torch.equal(own, loss)
+    plain = torch.randn(64, 64)
+    assert _own_storage(plain) is plain                 # nothing to give back: the same tensor
+    column = torch.randn(512, 512)[:, 0]
+    assert _own_storage(column).untyped_storage().nbytes() == 512 * 4
+

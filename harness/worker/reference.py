@@ -329,9 +329,9 @@ class _Trials:
 
     def recompute(self, model) -> None:
         """Large outputs of a model whose forward leaves its state as it found it (_prepare checks): the trials
-        past 0 keep no copy of their output, trial 0 none past the setup (settle_first); expected_for computes it
-        again, from the trial's seed, when its check comes. A large output's copy to the host at setup and back
-        for its check costs far more a trial than the forward does (docs/measurements.md)."""
+        past 0 keep no copy of their output (trial 0's waits on the host past the setup: settle_first);
+        expected_for computes it again, from the trial's seed, when its check comes. A large output's copy to the
+        host at setup and back for its check costs far more a trial than the forward does (docs/measurements.md)."""
         self.forward = model
 
     def expected_for(self, k: int) -> list:
@@ -359,12 +359,14 @@ class _Trials:
             self.kept_inputs[k] = inputs
 
     def settle_first(self) -> None:
-        """Once the setup's checks are done with trial 0's large outputs: dropped where they can be computed again
-        (recompute), else moved to the host. Kept on the device until then, they cost no copy to the host (nor
-        back for each candidate's first check, a large part of a pair's time for GiBs of output)."""
+        """Once the setup's checks are done with trial 0's large outputs: moved to the host, even where they could
+        be computed again (recompute). Trial 0 is checked while the float64 reference's outputs are on the device
+        (_derive's own error, then each candidate's first trial until fp64.max_abs_err drops them): computed again
+        there, a float32 output sat on the device beside its float64 twin (docs/measurements.md, "The staged GPU
+        path's A/A over the suite"). From the host it is compared a slice at a time. Kept on the device until then, they cost no copy to the host during the setup's checks."""
         if self.keep_outputs or not self.expected or self.expected[0] is None:
             return
-        self.expected[0] = None if self.forward is not None else [t.to("cpu") for t in self.expected[0]]
+        self.expected[0] = [t.to("cpu") for t in self.expected[0]]
 
     def note_size(self, size, inputs: list) -> None:
         """A size's trial-0 inputs: its `ready` entry (messages.SizeInfo). The main size's inputs are the largest
@@ -606,11 +608,24 @@ def _float64_reference(model, initial_state, draw, host: bool = False, mode=None
             if mode is not None:
                 mode.forget()                          # (it held the float64 inputs)
         del model64, x64
+        out = [_own_storage(t) for t in out]
         return ([t.to("cpu") for t in out] if host else out), None
     except Exception as exc:                           # noqa: BLE001 - some ops have no float64 kernel
         if is_oom(exc):
             return None, f"skipped: out of memory ({describe(exc)[:200]})"
         return None, f"skipped: {describe(exc)[:200]}"
+
+
+def _own_storage(t):
+    """`t`, or a copy of it where its storage is larger than its elements need: some of torch's reductions
+    (smooth_l1_loss, mse_loss) write an input-sized result and resize it to a scalar, which then holds the whole
+    buffer (2 GiB of float64 behind huber_loss's 8-byte output) for as long as the output is kept."""
+    import torch
+    if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+        return t
+    if t.untyped_storage().nbytes() <= t.numel() * t.element_size() + 4096:
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
 
 
 def _as_float64(x, device: str | None, mode):
