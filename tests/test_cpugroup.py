@@ -97,3 +97,18 @@ def test_the_guardian_removes_what_a_dead_parent_left(tmp_path):
     while folder.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not folder.exists()
+
+
+def test_a_cgroup_is_made_where_its_folder_was_removed_meanwhile():
+    """A guardian started with this process's pid (tests do) removes its empty worker cgroups and their folder:
+    the next worker's cgroup is made all the same."""
+    needs_cgroup()
+    cpugroup.remove_all(os.getpid())
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    try:
+        group = cpugroup.join(f"test-{os.getpid()}-{time.monotonic_ns()}", proc.pid)
+        assert group is not None and group.seconds() is not None
+    finally:
+        proc.kill()
+        proc.wait(10)
+    group.remove()

@@ -42,6 +42,7 @@ class FakeWorker:
         self.paused, self.cold, self.reply, self.sleep = False, False, None, 0.0
         self.requests: list[dict] = []
         self.proc = types.SimpleNamespace(pid=os.getpid())   # the scheduling watch reads this test's own threads
+        self.cpu_group = None                                # its cores counted over its (this test's) process tree
         world.members.append(self)
 
     def pause(self) -> None:

@@ -112,6 +112,7 @@ def join(tag: str, pid: int) -> Group | None:
         return None
     path = folder / tag
     try:
+        folder.mkdir(exist_ok=True)         # again where something removed it while it was empty
         path.mkdir()
         (path / "cgroup.procs").write_text(str(pid))
     except OSError:
