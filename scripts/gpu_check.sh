@@ -28,11 +28,13 @@
 #              back (PATHS="default staged", PROCS process pairs, EXEC_PROBLEMS="level:glob ...", CAL_ARGS added to
 #              each calibrate), then the GPU tests (K; SMOKE_ONLY=1: not)
 #   mem48:     one GPU, detached: issue 44 item 8's memory on the default and the staged path at once, over level1's
-#              007/009/011/042-060 and levels 2 and 3 (MEM_CAP s a pair, MEM_TIMEOUT), then each path's summary
+#              007/009/011/042-060 and levels 2 and 3 (MEM_CAP s a pair, MEM_TIMEOUT, MEM_TRIALS trials: 1; a default
+#              run makes 5), then each path's summary
 #   aa48:      one GPU, detached: huber_loss's staged reference traced, then A/A of AA_LEVEL/AA_GLOB (level 2's
 #              020-099) on the default path and the staged one, back to back (AA_CAP s a pair, AA_TIMEOUT each)
 #   aa49:      one GPU, detached: the precision GPU tests, the staged path's A/A over the whole suite at the default
-#              cap (calibrate --processes 1, AA49_LEVELS: level1 level3 level2), then the staged GPU exploit tests
+#              cap (calibrate --processes 1, AA49_LEVELS: "level1 level3 level2", each LEVEL or LEVEL:GLOB), then the
+#              staged GPU exploit tests
 #   lease44:   issue 44 in one detached run: the GPU tests alone, then suite44's sweep (STEPS="T S P R C G A": P is
 #              paths44, R test_gpu.py's last tests, C short44, G the precision GPU tests, A the whole suite's staged A/A)
 #   short44:   issue 44: short cold calls on both paths with GPU 0's SM clock sampled (is the staged path's GPU idling?)
@@ -813,7 +815,8 @@ mem48)
     for path in default staged; do
         cfg=config.yaml; [ "$path" = staged ] && cfg=$staged_cfg
         (/usr/bin/time -f "calibrate $path wall %e s" timeout -s INT "${MEM_TIMEOUT:-1000}" python run_eval.py \
-            calibrate --config "$cfg" --problems-dir "$sel" --trials 1 --processes 1 --compile-modes none \
+            calibrate --config "$cfg" --problems-dir "$sel" --trials "${MEM_TRIALS:-1}" --processes 1 \
+            --compile-modes none \
             --max-pair-seconds "${MEM_CAP:-1.5}" --output-dir "$out/mem_$path" > "$out/mem_$path.txt" 2>&1
          echo "== $path ended ($(date +%T))") &
     done
@@ -863,12 +866,17 @@ aa49)
     echo "== precision GPU tests ($(date +%T))"
     timeout -s INT 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py \
         > "$out/precision.txt" 2>&1; tail -n 3 "$out/precision.txt"
-    for lvl in ${AA49_LEVELS:-level1 level3 level2}; do
-        echo "== A/A staged $lvl ($(date +%T))"
-        /usr/bin/time -f "calibrate $lvl wall %e s" python run_eval.py calibrate --config "$staged_cfg" \
-            --processes 1 --compile-modes none --level "$lvl" --output-dir "$out/aa_staged" > "$out/aa_$lvl.txt" 2>&1
+    set -f
+    for entry in ${AA49_LEVELS:-level1 level3 level2}; do       # LEVEL or LEVEL:GLOB
+        lvl=${entry%%:*} glob=()
+        [ "$entry" != "$lvl" ] && glob=(--problem "${entry#*:}")
+        echo "== A/A staged $entry ($(date +%T))"
+        /usr/bin/time -f "calibrate $entry wall %e s" python run_eval.py calibrate --config "$staged_cfg" \
+            --processes 1 --compile-modes none --level "$lvl" "${glob[@]}" --output-dir "$out/aa_staged" \
+            > "$out/aa_$lvl.txt" 2>&1
         grep -E "wall|within|problems" "$out/aa_$lvl.txt" | tail -n 4
     done
+    set +f
     echo "== the exploit tests, staged ($(date +%T))"
     timeout -s INT 300 python -m pytest -q -rfxX --tb=short -m gpu tests/test_gpu.py -k "staged and exploits" \
         > "$out/exploits.txt" 2>&1; tail -n 3 "$out/exploits.txt"
