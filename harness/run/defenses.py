@@ -19,6 +19,7 @@ from harness.run import cores, paired
 from harness.core.flags import Flag
 from harness.core.numbers import number
 from harness.run.interleave import CANDIDATE, EAGER, Collected
+from harness.shared import layout
 from harness.shared import messages as m
 
 FLAG_DETAILS = flags.DETAILS    # each flag's default flag_details text (its meaning in flags.FLAGS)
@@ -113,10 +114,12 @@ def values_match(got: list[Any], want: list[Any], atol: float, rtol: float) -> t
     return bad == 0, bad
 
 
-def check_timed_outputs(out: Collected, atol: float, rtol: float) -> tuple[int, list[m.FileCheck], str | None]:
+def check_timed_outputs(out: Collected, atol: float, rtol: float,
+                        orders: list | None = None) -> tuple[int, list[m.FileCheck], str | None]:
     """Every timed output of the candidate against the reference's output for the same inputs, at positions drawn
     after the candidate handed the output over and read by a process it cannot touch (harness.run.trusted), and the
-    few checked whole: (samples checked, the whole-output results, the first failure or None)."""
+    few checked whole: (samples checked, the whole-output results, the first failure or None). `orders`: the
+    reference's outputs' layouts (harness.shared.layout), each timed output held to its own."""
     checked, full = 0, []
     for n, (seed, sides) in enumerate(out.checks.items()):
         cand, ref = sides.get(CANDIDATE), sides.get("reference")
@@ -131,7 +134,7 @@ def check_timed_outputs(out: Collected, atol: float, rtol: float) -> tuple[int, 
             return checked, full, f"timed call {n}: output shape {cand.shapes} != the reference's {ref.shapes}"
         if cand.dtypes is not None and ref.dtypes is not None and cand.dtypes != ref.dtypes:
             return checked, full, f"timed call {n}: output dtype {cand.dtypes} != the reference's {ref.dtypes}"
-        folded = _folded(cand.layouts, ref.layouts)
+        folded = _folded(cand.layouts, ref.layouts) or layout.reordered(cand.layouts, orders)
         if folded:
             return checked, full, f"timed call {n}: {folded}"
         ok, bad = values_match(cand.values, ref.values, atol, rtol)
@@ -374,7 +377,8 @@ def timed_outputs(ev: Evidence) -> Verdict:
     """Every timed output read by the trusted side, a few whole, and those against float64."""
     if ev.out is None:
         return Verdict()
-    checked, full, failure = check_timed_outputs(ev.out, ev.ready.atol, ev.ready.rtol)
+    checked, full, failure = check_timed_outputs(ev.out, ev.ready.atol, ev.ready.rtol,
+                                                 layout.orders(ev.ready.output_shapes, ev.ready.output_strides))
     verdict = Verdict(timed_outputs=(checked, len(full)))
     if failure is not None:
         verdict.flag(flags.OUTPUT_CHANGED_UNDER_TIMING, failure)

@@ -39,7 +39,7 @@ from harness.run.workerproc import SpareWorkers, Worker, WorkerExit
 from harness.results.parts import (Baseline, Correctness, Precision, Sandbox, Seed, SideStats, Timing, WorkerRun)
 from harness.results.records import RecordDraft, Status, exit_status, finish
 from harness.core.seeds import RunSeed
-from harness.shared import memplan
+from harness.shared import layout, memplan
 from harness.shared.stats import summarize
 from harness.run.between import Term, Terms, widen
 from harness.run.trusted import Reader
@@ -343,7 +343,8 @@ def _start_executor(pair: Pair, pc: PairContext, reference: ReferenceSide, devic
     scratch.mkdir(parents=True, exist_ok=True)
     work = reference_executor.job(str(pair.problem.path.resolve()), device, pc.seed.base,
                                   reference.mode.spec(cfg, [EAGER]), str(scratch), str(reference.state_path),
-                                  cfg.defenses, cfg.precision, hidden_from_candidates(cfg.cache_dir))
+                                  cfg.defenses, cfg.precision, hidden_from_candidates(cfg.cache_dir),
+                                  output_orders(reference.ready))
     return reference_executor.start(spares, pc.log_dir / f"{slug(pair.candidate.id)}__reference-executor.log", work,
                                     deadline)
 
@@ -376,7 +377,13 @@ def candidate_job(pair: Pair, pc: PairContext, reference: ReferenceSide, device:
         reference.mode.spec(cfg, [CANDIDATE]), str(pair_dir), str(reference.state_path),
         cfg.defenses, cfg.precision, hide=hidden_from_candidates(cfg.cache_dir), env=env,
         memory_share_bytes=reference.plan.candidate if reference.plan else None, staged=staged and device == "cpu",
-        staged_samples=staged and device != "cpu")
+        staged_samples=staged and device != "cpu", output_orders=output_orders(reference.ready))
+
+
+def output_orders(ready: m.Ready | None) -> list | None:
+    """The layout each timed output is held to (harness.shared.layout.orders: the reference's where it is
+    contiguous), copied into inside the call where it is not in it; None where the reference did not say."""
+    return layout.orders(ready.output_shapes, ready.output_strides) if ready is not None else None
 
 
 def _worker_ended(record: RecordDraft, exc: WorkerExit, reference: ReferenceSide, worker: Worker,

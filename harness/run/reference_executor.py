@@ -44,11 +44,12 @@ class ExecutorClient(CandidateClient):
 
 
 def job(problem_path: str, device: str, seed: int, timing: m.TimingSpec, scratch: str, state_path: str,
-        defenses: bool, precision: str | None, hide: list[str]) -> m.CandidateJob:
+        defenses: bool, precision: str | None, hide: list[str], output_orders: list | None = None) -> m.CandidateJob:
     """The executor's job: the problem as the candidate file (its Model, not a ModelNew), no trials, staged calls;
-    the rest as the candidate's job says it (harness.run.evaluate.candidate_job)."""
+    the rest as the candidate's job says it (harness.run.evaluate.candidate_job), the outputs' layouts included:
+    its calls go through the same check of them as the candidate's (which finds nothing to copy)."""
     return m.CandidateJob(problem_path, problem_path, device, seed, 0, timing, scratch, state_path, defenses,
-                          precision, hide=hide, executor=True)
+                          precision, hide=hide, executor=True, output_orders=output_orders)
 
 
 def start(spares: SpareWorkers, log_path: Path, work: m.CandidateJob, deadline: float) -> ExecutorClient:

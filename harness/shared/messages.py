@@ -79,6 +79,9 @@ class CandidateJob:
                                     # the problem and its Model is built as a candidate's ModelNew is, with the
                                     # reference's state;
                                     # no trials, only staged calls (the reference's eager samples, CPU and GPU alike)
+    output_orders: list[list[int] | None] | None = None     # the layout each timed output is held to (the reference's
+                                    # where it is contiguous): one in another is copied into it inside the call
+                                    # (harness.shared.layout)
 
 
 @dataclass(frozen=True)
@@ -463,6 +466,7 @@ class Ready:
     cold_probe_ms: float | None
     memory: dict[str, Any] | None = None    # GPU: what it measured and keeps, and the budget (harness.shared.memplan)
     sizes: list[SizeInfo] = field(default_factory=list)     # the problem's sizes, as declared (one: the main size)
+    output_strides: list[list[int]] | None = None   # its trial 0 outputs' strides (harness.shared.layout)
 
 
 @dataclass(frozen=True)

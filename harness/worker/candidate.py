@@ -90,7 +90,7 @@ def _serve_staged(conn: Conn, job, device: str) -> None:
             _serve_staged_device(conn, model, job, device)
             return
         pin_for_timing()                    # on the reference's timing cores, as its sampler's settle() holds it
-        arena.serve(conn, lambda x: model(*x), lambda exc, label: _classify(exc, _NoLog, f"forward ({label})"))
+        arena.serve(conn, _timed_call(model, job), lambda exc, label: _classify(exc, _NoLog, f"forward ({label})"))
     except Failed as f:
         conn.reply(m.Failed(f.status, f.error, f.detail))
 
@@ -110,7 +110,18 @@ def _serve_staged_device(conn: Conn, model, job, device: str) -> None:
     spec = job.timing
     calls = arena.DeviceCalls(device, spec.warmup, spec.mode, spec.graph_replays, spec.graph_calls)
     trace("candidate settled")
-    arena.serve(conn, lambda x: model(*x), lambda exc, label: _classify(exc, _NoLog, f"forward ({label})"), calls)
+    arena.serve(conn, _timed_call(model, job), lambda exc, label: _classify(exc, _NoLog, f"forward ({label})"),
+                calls)
+
+
+def _timed_call(model, job):
+    """The timed call: the model on a sample's inputs, each output copied into the layout it is held to (the
+    reference's, where that is contiguous) where it is in another (harness.shared.layout: the copy is timed)."""
+    from harness.shared.layout import conform
+    orders = job.output_orders
+    if not orders:
+        return lambda x: model(*x)
+    return lambda x: conform(model(*x), orders)
 
 
 def _problem_side(job, device):
@@ -321,11 +332,8 @@ def _serve(conn, model, problem, settings, job, device, sizes: list, flusher) ->
     request for it; its output is checked by the parent or the reference, never here."""
     from harness.worker.sampler import Sampler
 
-    def call(x: list):
-        return model(*x)
-
-    sampler = Sampler({"candidate": call}, problem, settings, device, job.timing, job.defenses, sizes=sizes,
-                      flusher=flusher)
+    sampler = Sampler({"candidate": _timed_call(model, job)}, problem, settings, device, job.timing, job.defenses,
+                      sizes=sizes, flusher=flusher)
     sampler.settle()
     trace("candidate settled")
     while True:

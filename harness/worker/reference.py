@@ -61,6 +61,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         "dtype": settings.dtype, "dtype_source": settings.dtype_source, "atol": settings.atol, "rtol": settings.rtol,
         "allow_tf32": settings.allow_tf32,
         "output_shapes": [list(t.shape) for t in trials.expected[0]],
+        "output_strides": [list(t.stride()) for t in trials.expected[0]],
         "parameters": sum(p.numel() for p in model.parameters()),
         "module_mode": "train" if model.training else "eval",
         "footprint_bytes": trials.input_bytes + trials.output_bytes + _param_bytes(model),
@@ -499,9 +500,13 @@ def _variants(model, modes: list[str], trials: "_Trials", settings, device: str,
     per-process part started as the job arrived, beside the model's construction and the expected outputs). The
     log says, per mode, what the caches answered, and what the warm-up took in all."""
     import torch
+    from harness.shared import layout
     from harness.worker import compilewarm
     from harness.worker.verify import compare_outputs
-    calls = {"eager": lambda x: model(*x)}
+    expected = trials.expected_for(0)                  # every call's outputs held to eager's layout where it is
+    orders = layout.orders([t.shape for t in expected], [t.stride() for t in expected])   # contiguous, as the
+    del expected                                       # candidate's are (harness.shared.layout)
+    calls = {"eager": lambda x: layout.conform(model(*x), orders)}
     notes: dict[str, Any] = {}
     waited = None
     for mode in modes:
@@ -521,7 +526,7 @@ def _variants(model, modes: list[str], trials: "_Trials", settings, device: str,
         except Exception as exc:                       # noqa: BLE001 - a baseline that fails is noted
             notes[mode] = {"error": describe(exc), "compile_seconds": round(time.monotonic() - started, 2)}
         else:
-            calls[f"compile:{mode}"] = lambda x, c=compiled: c(*x)
+            calls[f"compile:{mode}"] = lambda x, c=compiled: layout.conform(c(*x), orders)
             notes[mode] = {"error": None, "compile_seconds": round(time.monotonic() - started, 2)}
         print(compilewarm.log_line(mode, notes[mode]["compile_seconds"], compilewarm.counted_since(counted),
                                    waited if mode == modes[0] else None), file=sys.stderr, flush=True)

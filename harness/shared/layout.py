@@ -1,0 +1,84 @@
+"""An output's memory layout against the reference's.
+
+A candidate whose output has the reference's values in another layout skipped the layout's work: a problem that
+transposes and copies (`x.t().contiguous()`) answered with a plain copy viewed transposed reads several times faster,
+and every element is right. So where the reference's output is contiguous, the timed call delivers a contiguous
+one: the worker copies an output that is not into that layout inside the call (`conform`), and the copy is timed
+with it. A candidate whose own layout differs (a channels_last output for a contiguous reference) pays that copy, as
+the reference pays its layout. Where the reference returns another layout (a permuted view, channels_last) nothing
+is held to it (`orders`). The trusted side then reads each timed output's strides (harness.run.defenses): an output
+still in another layout means the worker's copy was skipped, and the pair is `output_changed_under_timing`.
+
+`order` works on shapes and strides alone (the parent's side); `conform` needs torch (the workers').
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+
+def order(shape: Sequence[int], strides: Sequence[int]) -> list[int] | None:
+    """The dimensions of a dense layout (no gaps, no overlaps) from the outermost to the innermost, or None where
+    the layout is not dense (a view with gaps, an expanded dimension) and so says nothing to hold others to."""
+    dims = sorted(range(len(shape)), key=lambda d: (-strides[d], d))
+    return dims if dense_in(shape, strides, dims) else None
+
+
+def dense_in(shape: Sequence[int], strides: Sequence[int], dims: Sequence[int]) -> bool:
+    """Whether a layout is a contiguous one with its dimensions in the order `dims` (outermost first); the strides
+    of dimensions of size 1 do not matter, nor do any where the tensor has no element."""
+    if len(dims) != len(shape) or any(n == 0 for n in shape):
+        return len(dims) == len(shape)
+    expected = 1
+    for d in reversed(dims):
+        if shape[d] != 1 and strides[d] != expected:
+            return False
+        expected *= shape[d]
+    return True
+
+
+def orders(shapes: Sequence[Sequence[int]] | None, strides: Sequence[Sequence[int]] | None) -> list | None:
+    """The layout each reference output holds the candidate's to: its order where it is contiguous (dimensions in
+    their own order), else None: a reference that returns a permuted or channels_last layout paid nothing for it a
+    candidate could skip, and holding a candidate to it would make one that writes contiguous memory pay a copy.
+    None where the reference did not say its strides."""
+    if not shapes or not strides or len(shapes) != len(strides):
+        return None
+    found = [order(shape, stride) if len(shape) == len(stride) else None for shape, stride in zip(shapes, strides)]
+    return [dims if dims is not None and dense_in(shape, stride, list(range(len(shape)))) else None
+            for dims, shape, stride in zip(found, shapes, strides)]
+
+
+def reordered(cand: list | None, orders_: list | None) -> str | None:
+    """Why a timed output (shape, strides) is not in its reference's layout (the worker's copy into that layout was
+    skipped), or None. `orders_`: each reference output's order (`orders`); outputs whose reference layout is not
+    dense, or that have another number of dimensions, are not held to one."""
+    for j, ((shape, strides), dims) in enumerate(zip(cand or [], orders_ or [])):
+        if dims is not None and len(shape) == len(dims) and not dense_in(shape, strides, dims):
+            return (f"output {j}'s strides {list(strides)} for shape {list(shape)} are not in the reference's layout "
+                    f"(its dimensions from the outermost: {list(dims)}): the copy into that layout, made in its "
+                    f"process inside the timed call, was skipped")
+    return None
+
+
+def conform(out: Any, orders_: list | None) -> Any:
+    """`out` (a tensor, or a list or tuple of them) with every output that is not dense in its reference's order
+    copied into that order; an output that is, or that is not a plain tensor (its own type's methods are candidate
+    code), or that has another number of dimensions, as it is."""
+    if not orders_:
+        return out
+    import torch
+    if type(out) is torch.Tensor:
+        return _one(out, orders_[0])
+    if type(out) in (list, tuple):
+        return type(out)(_one(t, o) for t, o in zip(out, list(orders_) + [None] * (len(out) - len(orders_))))
+    return out
+
+
+def _one(t: Any, dims: list[int] | None) -> Any:
+    import torch
+    if dims is None or type(t) is not torch.Tensor or t.layout != torch.strided or t.dim() != len(dims):
+        return t
+    if dense_in(t.shape, t.stride(), dims):
+        return t
+    back = sorted(range(len(dims)), key=dims.__getitem__)       # the permutation that undoes `dims`
+    return t.permute(dims).contiguous().permute(back)
