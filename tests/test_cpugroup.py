@@ -112,3 +112,14 @@ def test_a_cgroup_is_made_where_its_folder_was_removed_meanwhile():
         proc.kill()
         proc.wait(10)
     group.remove()
+
+
+def test_what_an_ended_process_left_is_removed_by_the_next():
+    needs_cgroup()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(10)
+    left = cpugroup.base().parent / f"{cpugroup.PREFIX}{gone.pid}"
+    (left / "worker").mkdir(parents=True)
+    cpugroup._sweep(left.parent)
+    assert not left.exists()
+    assert cpugroup.base().is_dir()                    # a live process's folder stays

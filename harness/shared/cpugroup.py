@@ -13,7 +13,8 @@ outside what its sandbox may write (harness.worker.sandbox).
 
 Layout: <this process's own cgroup>/kb-harness-<pid>/<worker tag>. A worker's cgroup is removed when the worker is
 closed; what is left of kb-harness-<pid> when this process ends is removed by its guardian
-(harness.shared.containment.guard, `remove_all`).
+(harness.shared.containment.guard, `remove_all`), and what even that left (a cgroup that still held a process then)
+by the next process that makes its folder here.
 """
 from __future__ import annotations
 
@@ -70,6 +71,7 @@ def _make() -> Path | None:
     own = _own(mount) if mount else None
     if own is None:
         return None
+    _sweep(own)
     folder = own / f"{PREFIX}{os.getpid()}"
     try:
         folder.mkdir(exist_ok=True)
@@ -130,6 +132,18 @@ def remove_all(parent: int) -> None:
         if child.is_dir():
             _rmdir(child)
     _rmdir(folder)
+
+
+def _sweep(own: Path) -> None:
+    """The folders of processes that ended while one of their workers' cgroups still held a process (their guardian
+    could not remove them then), removed where empty now."""
+    try:
+        folders = [f for f in own.iterdir() if f.name.startswith(PREFIX) and f.name[len(PREFIX):].isdigit()]
+    except OSError:
+        return
+    for folder in folders:
+        if not Path(f"/proc/{folder.name[len(PREFIX):]}").exists():
+            remove_all(int(folder.name[len(PREFIX):]))
 
 
 def _rmdir(path: Path) -> None:
