@@ -1,25 +1,24 @@
-"""An output's layout against the reference's (harness.shared.layout): the order of a dense layout's dimensions,
+"""An output's layout against the reference's (harness.shared.layout): which layout a reference holds outputs to,
 the copy into it that a timed call makes, and what the trusted side reads from the strides alone."""
 import torch
 
 from harness.shared import layout
 
 
-def test_the_order_of_a_dense_layout_and_none_for_others():
+def test_a_contiguous_reference_holds_its_outputs_to_that_layout_and_no_other_does():
     x = torch.randn(4, 6, 5)
-    assert layout.order(x.shape, x.stride()) == [0, 1, 2]
-    assert layout.order(x.permute(2, 0, 1).shape, x.permute(2, 0, 1).stride()) == [1, 2, 0]
     cl = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
-    assert layout.order(cl.shape, cl.stride()) == [0, 2, 3, 1]
-    gaps = x[:, ::2]
-    assert layout.order(gaps.shape, gaps.stride()) is None                  # a view with gaps says nothing
-    expanded = torch.randn(4, 1).expand(4, 6)
-    assert layout.order(expanded.shape, expanded.stride()) is None
+    shapes = [x.shape, x.permute(2, 0, 1).shape, cl.shape, x[:, ::2].shape, [4, 1]]
+    strides = [x.stride(), x.permute(2, 0, 1).stride(), cl.stride(), x[:, ::2].stride(), [1, 7]]
+    assert layout.orders(shapes, strides) == [[0, 1, 2], None, None, None, [0, 1]]   # size 1: any stride
+    assert layout.dense_in(cl.shape, cl.stride(), [0, 2, 3, 1])
+    assert not layout.dense_in(x[:, ::2].shape, x[:, ::2].stride(), [0, 1, 2])         # a view with gaps
+    assert layout.orders(shapes, None) is None
 
 
 def test_a_timed_output_is_copied_into_the_references_layout_and_only_then():
     reference = torch.randn(64, 96).t().contiguous()                        # (96, 64), contiguous
-    dims = layout.order(reference.shape, reference.stride())
+    dims = layout.orders([reference.shape], [reference.stride()])[0]
     view = torch.randn(64, 96).t()                                          # the same shape, transposed strides
     out = layout.conform(view, [dims])
     assert out.stride() == reference.stride() and torch.equal(out, view)    # the same values, the reference's layout
@@ -39,7 +38,5 @@ def test_the_trusted_side_reads_a_skipped_copy_from_the_strides():
     assert layout.reordered([([96, 64], [1, 96])], dims).startswith("output 0's strides [1, 96]")
     assert layout.reordered([([32, 64], [1, 32])], dims) is not None       # another size: the same order
     assert layout.reordered([([96, 1], [1, 7])], dims) is None              # a size-1 dimension's stride
-    assert layout.reordered([([96, 64], [1, 96])], layout.orders([[96, 64]], [[0, 1]])) is None   # expanded: no rule
+    assert layout.reordered([([96, 64], [1, 96])], layout.orders([[96, 64]], [[0, 1]])) is None   # expanded: none
     assert layout.reordered([([96, 64], [1, 96])], None) is None            # a reference that did not say
-    cl = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
-    assert layout.orders([cl.shape, [4, 5]], [cl.stride(), [1, 4]]) == [None, None]   # not contiguous: no rule

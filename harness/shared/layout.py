@@ -9,23 +9,17 @@ the reference pays its layout. Where the reference returns another layout (a per
 is held to it (`orders`). The trusted side then reads each timed output's strides (harness.run.defenses): an output
 still in another layout means the worker's copy was skipped, and the pair is `output_changed_under_timing`.
 
-`order` works on shapes and strides alone (the parent's side); `conform` needs torch (the workers').
+`orders`, `dense_in` and `reordered` work on shapes and strides alone (the parent's side); `conform` needs torch
+(the workers').
 """
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 
-def order(shape: Sequence[int], strides: Sequence[int]) -> list[int] | None:
-    """The dimensions of a dense layout (no gaps, no overlaps) from the outermost to the innermost, or None where
-    the layout is not dense (a view with gaps, an expanded dimension) and so says nothing to hold others to."""
-    dims = sorted(range(len(shape)), key=lambda d: (-strides[d], d))
-    return dims if dense_in(shape, strides, dims) else None
-
-
 def dense_in(shape: Sequence[int], strides: Sequence[int], dims: Sequence[int]) -> bool:
-    """Whether a layout is a contiguous one with its dimensions in the order `dims` (outermost first); the strides
-    of dimensions of size 1 do not matter, nor do any where the tensor has no element."""
+    """Whether a layout is a dense one (no gaps, no overlaps) with its dimensions in the order `dims` (outermost
+    first); the strides of dimensions of size 1 do not matter, nor do any where the tensor has no element."""
     if len(dims) != len(shape) or any(n == 0 for n in shape):
         return len(dims) == len(shape)
     expected = 1
@@ -43,15 +37,14 @@ def orders(shapes: Sequence[Sequence[int]] | None, strides: Sequence[Sequence[in
     None where the reference did not say its strides."""
     if not shapes or not strides or len(shapes) != len(strides):
         return None
-    found = [order(shape, stride) if len(shape) == len(stride) else None for shape, stride in zip(shapes, strides)]
-    return [dims if dims is not None and dense_in(shape, stride, list(range(len(shape)))) else None
-            for dims, shape, stride in zip(found, shapes, strides)]
+    return [list(range(len(shape))) if len(shape) == len(stride) and dense_in(shape, stride, range(len(shape)))
+            else None for shape, stride in zip(shapes, strides)]
 
 
 def reordered(cand: list | None, orders_: list | None) -> str | None:
     """Why a timed output (shape, strides) is not in its reference's layout (the worker's copy into that layout was
-    skipped), or None. `orders_`: each reference output's order (`orders`); outputs whose reference layout is not
-    dense, or that have another number of dimensions, are not held to one."""
+    skipped), or None. `orders_`: each reference output's (`orders`); outputs held to none, or that have another
+    number of dimensions, are not checked."""
     for j, ((shape, strides), dims) in enumerate(zip(cand or [], orders_ or [])):
         if dims is not None and len(shape) == len(dims) and not dense_in(shape, strides, dims):
             return (f"output {j}'s strides {list(strides)} for shape {list(shape)} are not in the reference's layout "
