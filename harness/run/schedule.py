@@ -21,7 +21,8 @@ from harness.run.evaluate import PairContext, ReferenceSide, run_pair, slug
 from harness.shared import messages as m
 from harness.shared.messages import CeilingsJob
 from harness.run.clients import CeilingsClient
-from harness.run.workerproc import SpareWorkers, Worker, WorkerExit, same_role_again, worker_env
+from harness.run.workerproc import (CPU_PAIR_MALLOC_TUNABLES, SpareWorkers, Worker, WorkerExit, same_role_again,
+                                    worker_env)
 from harness.results.parts import Gpu, Retried
 from harness.results.records import RecordDraft, Status, finish, new_record
 from harness.core.seeds import RunSeed
@@ -163,10 +164,13 @@ def pair_worker_env(cfg: Config, slot: Slot) -> dict[str, str]:
     calls), they start CUDA tracing once before the rounds (KB_WARM_PROFILER, harness.worker.common.warm_profiler):
     the reference as its job arrives, the candidate once confined, so the first profiled call does not stall a
     round. A spare only imports torch before its job (no CUDA), on the slot's spare cores (Slot.spare_cpus) or,
-    where there are none, stopped while a side is timed."""
+    where there are none, stopped while a side is timed. On a CPU slot their heap keeps what they free
+    (workerproc.CPU_PAIR_MALLOC_TUNABLES)."""
     env = worker_env(slot.env(cfg.cpu_threads))
     if slot.gpu is not None and cfg.defenses:
         env["KB_WARM_PROFILER"] = "1"
+    if slot.gpu is None:
+        env["GLIBC_TUNABLES"] = CPU_PAIR_MALLOC_TUNABLES
     return env
 
 

@@ -46,6 +46,12 @@ ENV_WHITELIST = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "CUDA_HOME"
 # and how much varied from process to process, enough to read one side of A/A process pairs faster every time
 # (docs/measurements.md).
 MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456:glibc.malloc.hugetlb=1"
+# The CPU path's pair workers: no allocation of its own mmap (above the 32 MiB ceiling each call's output was fresh
+# pages, a page fault per 4 KiB, which a candidate that kept one buffer across calls skipped: 1.7-1.9x on a 64 MiB
+# output), and no trimming: every allocation comes from a heap that keeps what was freed, so each call's output
+# reuses warm memory on both sides, as a caching allocator does on the GPU (docs/measurements.md).
+CPU_PAIR_MALLOC_TUNABLES = ("glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1099511627776:"
+                            "glibc.malloc.hugetlb=1")
 
 # A worker's log keeps its first LOG_HEAD_BYTES and, once it passes LOG_CAP_BYTES, only its last
 # LOG_CAP_BYTES / 2 beyond those (a line in between says how much was dropped): a candidate printing 100 MB
