@@ -364,7 +364,8 @@ class _Trials:
         be computed again (recompute). Trial 0 is checked while the float64 reference's outputs are on the device
         (_derive's own error, then each candidate's first trial until fp64.max_abs_err drops them): computed again
         there, a float32 output sat on the device beside its float64 twin (docs/measurements.md, "The staged GPU
-        path's A/A over the suite"). From the host it is compared a slice at a time. Kept on the device until then, they cost no copy to the host during the setup's checks."""
+        path's A/A over the suite"). From the host it is compared a slice at a time. Kept on the device until then,
+        they cost no copy to the host during the setup's checks."""
         if self.keep_outputs or not self.expected or self.expected[0] is None:
             return
         self.expected[0] = [t.to("cpu") for t in self.expected[0]]
