@@ -35,6 +35,8 @@
 #   aa49:      one GPU, detached: the precision GPU tests, the staged path's A/A over the whole suite at the default
 #              cap (calibrate --processes 1, AA49_LEVELS: "level1 level3 level2", each LEVEL or LEVEL:GLOB), then the
 #              staged GPU exploit tests
+#   next44:    one GPU, detached: the GPU tests of the seventeenth session's changes, mem48 with 5 trials over the
+#              problems near the memory target (MEM_PICK), the staged A/A of level 2 from 034 (see the phase)
 #   lease44:   issue 44 in one detached run: the GPU tests alone, then suite44's sweep (STEPS="T S P R C G A": P is
 #              paths44, R test_gpu.py's last tests, C short44, G the precision GPU tests, A the whole suite's staged A/A)
 #   short44:   issue 44: short cold calls on both paths with GPU 0's SM clock sampled (is the staged path's GPU idling?)
@@ -807,9 +809,14 @@ mem48)
     echo "== the bf16x3 host test ($(date +%T))"
     timeout -s INT 120 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py -k large \
         > "$out/precision_host.txt" 2>&1; tail -n 3 "$out/precision_host.txt"
-    sel=/tmp/memsel; rm -rf "$sel"; mkdir -p "$sel/level1"
-    cp problems/level1/0{07,09,11}_*.py problems/level1/0{4[2-9],5[0-9],60}_*.py "$sel/level1/"
-    cp -r problems/level2 problems/level3 "$sel/"
+    sel=/tmp/memsel; rm -rf "$sel"; mkdir -p "$sel/level1" "$sel/level2" "$sel/level3"
+    if [ -n "${MEM_PICK:-}" ]; then             # e.g. "level1/0{07,55}_*.py level3/007_*.py" (paths under problems/)
+        for pick in $(cd problems && eval "ls -d $MEM_PICK"); do cp "problems/$pick" "$sel/${pick%%/*}/"; done
+        rmdir "$sel"/level? 2>/dev/null     # the levels it picked nothing of
+    else
+        cp problems/level1/0{07,09,11}_*.py problems/level1/0{4[2-9],5[0-9],60}_*.py "$sel/level1/"
+        cp -r problems/level2 problems/level3 "$sel/"
+    fi
     echo "== $(ls "$sel"/*/*.py | wc -l) problems, both paths at once ($(date +%T))"
     staged_cfg=$(staged_config) || exit 1
     for path in default staged; do
@@ -881,6 +888,30 @@ aa49)
     timeout -s INT 300 python -m pytest -q -rfxX --tb=short -m gpu tests/test_gpu.py -k "staged and exploits" \
         > "$out/exploits.txt" 2>&1; tail -n 3 "$out/exploits.txt"
     echo "== aa49 ended ($(date +%T))"
+    ;;
+next44)
+    # Issue 44's next lease on one GPU, detached (BG="scripts/gpu_check.sh next44" ... bg, then `follow`): the GPU
+    # tests of what the seventeenth session could not run there (test_precision_gpu.py; test_gpu.py's exploits, the
+    # layout fixtures among them, and its memory tests, arena_peak_bytes), then each side's memory with the default
+    # 5 trials on both paths over the problems that were over or near the target (mem48, MEM_PICK), then the staged
+    # A/A of level 2's problems the last pass did not reach (aa49 without its tests)
+    export TEST_RUNS_OUT="$out/runs"
+    echo "== GPU tests ($(date +%T))"
+    timeout -s INT "${NEXT_TESTS_TIMEOUT:-480}" python -m pytest -q -rfxX --tb=short -m gpu \
+        tests/test_precision_gpu.py tests/test_gpu.py -k "precision or exploits or memory" > "$out/next_tests.txt" 2>&1
+    tail -n 5 "$out/next_tests.txt"
+    MEM_TRIALS=5 MEM_CAP=${MEM_CAP:-1.5} MEM_TIMEOUT=${MEM_TIMEOUT:-480} \
+        MEM_PICK=${MEM_PICK:-"level1/0{05,07,18,19,2[0-8],3[4-9],4[67],5[2-8],60}_*.py level3/007_*.py"} \
+        bash "$0" mem48
+    echo "== staged A/A, level 2 from 034 ($(date +%T))"
+    staged_cfg=$(staged_config) || exit 1
+    set -f
+    /usr/bin/time -f "calibrate level2 rest wall %e s" timeout -s INT "${NEXT_AA_TIMEOUT:-300}" python run_eval.py \
+        calibrate --config "$staged_cfg" --processes 1 --compile-modes none --level level2 \
+        --problem "${NEXT_AA_GLOB:-0[3-9]*}" --output-dir "$out/aa_staged" > "$out/aa_level2_rest.txt" 2>&1
+    set +f
+    grep -E "wall|within|problems" "$out/aa_level2_rest.txt" | tail -n 4
+    echo "== next44 ended ($(date +%T))"
     ;;
 lease44)
     # Issue 44 on the GPU in one detached run (BG="scripts/gpu_check.sh lease44" ... bg); STEPS picks ("T S", default):
