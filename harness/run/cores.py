@@ -55,8 +55,10 @@ class Meter:
 
     @classmethod
     def start(cls, worker: Worker) -> "Meter":
-        source = CGROUP if worker.cpu_group is not None and worker.cpu_group.seconds() is not None else TREE
-        return cls(worker, counted(worker, source), worker.awake_seconds(), source)
+        grouped = counted(worker, CGROUP)
+        if grouped is not None:
+            return cls(worker, grouped, worker.awake_seconds(), CGROUP)
+        return cls(worker, counted(worker, TREE), worker.awake_seconds(), TREE)
 
     def cores(self) -> float | None:
         """The cores the worker used on average while awake since start(), or None (too little time awake, or

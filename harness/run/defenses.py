@@ -134,7 +134,7 @@ def check_timed_outputs(out: Collected, atol: float, rtol: float,
             return checked, full, f"timed call {n}: output shape {cand.shapes} != the reference's {ref.shapes}"
         if cand.dtypes is not None and ref.dtypes is not None and cand.dtypes != ref.dtypes:
             return checked, full, f"timed call {n}: output dtype {cand.dtypes} != the reference's {ref.dtypes}"
-        folded = _folded(cand.layouts, ref.layouts) or layout.reordered(cand.layouts, orders)
+        folded = layout.folded(cand.layouts, ref.layouts) or layout.reordered(cand.layouts, orders)
         if folded:
             return checked, full, f"timed call {n}: {folded}"
         ok, bad = values_match(cand.values, ref.values, atol, rtol)
@@ -149,17 +149,6 @@ def check_timed_outputs(out: Collected, atol: float, rtol: float,
     if out.output_errors:
         return checked, full, out.output_errors[0]
     return checked, full, None
-
-
-def _folded(cand: list | None, ref: list | None) -> str | None:
-    """Why an output's strides let its elements share memory where the reference's output's do not (a row computed
-    once and expanded, a stride of 0): the values read at points can be right while the work was not done."""
-    from harness.shared.points import overlapping
-    for j, ((shape, strides), (_, ref_strides)) in enumerate(zip(cand or [], ref or [])):
-        if overlapping(shape, strides) and not overlapping(shape, ref_strides):
-            return (f"output {j}'s strides {strides} for shape {shape} let its elements share memory (the "
-                    f"reference's {ref_strides} do not)")
-    return None
 
 
 def check_timed_precision(full: list[m.FileCheck], ready: m.Ready) -> Verdict:

@@ -193,17 +193,18 @@ def own_failure(folder: Path) -> OwnFailure | None:
 
 def _allocated(folder: str, skip: set[str]) -> int:
     """Bytes of disk the files under `folder` take (st_blocks), but those in `skip`."""
-    total = 0
+    return sum(st.st_blocks * 512 for path, st in _files(folder) if path not in skip)
+
+
+def _files(folder: Path | str) -> Iterator[tuple[str, os.stat_result]]:
+    """Every file under `folder`, with its lstat (one that went meanwhile left out)."""
     for root, _, names in os.walk(folder):
         for name in names:
             path = os.path.join(root, name)
-            if path in skip:
-                continue
             try:
-                total += os.lstat(path).st_blocks * 512
+                yield path, os.lstat(path)
             except OSError:
                 pass
-    return total
 
 
 def names_a_failed_write(*texts: str | None) -> bool:
@@ -238,11 +239,5 @@ def need(folder: Path, footprint: int | None) -> int:
     """What a pair's files in `folder` take at least: one trial's inputs, outputs, parameters and buffers
     (`footprint`, where the reference said), and a byte more than the largest file a worker left there (a write
     that failed leaves its file cut short)."""
-    largest = 0
-    for root, _, names in os.walk(folder):
-        for name in names:
-            try:
-                largest = max(largest, os.lstat(os.path.join(root, name)).st_size)
-            except OSError:
-                pass
+    largest = max((st.st_size for _, st in _files(folder)), default=0)
     return max(PROBE_BYTES, footprint or 0, largest + 1)

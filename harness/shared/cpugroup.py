@@ -40,10 +40,11 @@ def _mount() -> Path | None:
     return None
 
 
-def _own(mount: Path) -> Path | None:
-    """This process's cgroup in the v2 hierarchy mounted at `mount` (/proc/self/cgroup's "0::" line), or None."""
+def _own() -> Path | None:
+    """This process's cgroup in the v2 hierarchy (/proc/self/cgroup's "0::" line under its mount), or None."""
+    mount = _mount()
     try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        lines = Path("/proc/self/cgroup").read_text().splitlines() if mount else []
     except OSError:
         return None
     for line in lines:
@@ -53,13 +54,8 @@ def _own(mount: Path) -> Path | None:
     return None
 
 
-def base(parent: int | None = None) -> Path | None:
-    """This process's folder of worker cgroups, made on the first call (None where it cannot be). `parent`: the
-    folder of another process of this cgroup (the guardian's view), not made."""
-    if parent is not None:
-        mount = _mount()
-        own = _own(mount) if mount else None
-        return own / f"{PREFIX}{parent}" if own else None
+def base() -> Path | None:
+    """This process's folder of worker cgroups, made on the first call (None where it cannot be)."""
     with _lock:
         if not _base:
             _base.append(_make())
@@ -67,8 +63,7 @@ def base(parent: int | None = None) -> Path | None:
 
 
 def _make() -> Path | None:
-    mount = _mount()
-    own = _own(mount) if mount else None
+    own = _own()
     if own is None:
         return None
     _sweep(own)
@@ -124,14 +119,11 @@ def join(tag: str, pid: int) -> Group | None:
 
 
 def remove_all(parent: int) -> None:
-    """Every worker cgroup of process `parent` (already ended) and its folder removed, where empty."""
-    folder = base(parent)
-    if folder is None or not folder.is_dir():
-        return
-    for child in folder.iterdir():
-        if child.is_dir():
-            _rmdir(child)
-    _rmdir(folder)
+    """Every worker cgroup of process `parent` (already ended; of this process's own cgroup, as its guardian is)
+    and its folder removed, where empty."""
+    own = _own()
+    if own is not None:
+        _remove_folder(own / f"{PREFIX}{parent}")
 
 
 def _sweep(own: Path) -> None:
@@ -143,7 +135,18 @@ def _sweep(own: Path) -> None:
         return
     for folder in folders:
         if not Path(f"/proc/{folder.name[len(PREFIX):]}").exists():
-            remove_all(int(folder.name[len(PREFIX):]))
+            _remove_folder(folder)
+
+
+def _remove_folder(folder: Path) -> None:
+    """A process's folder of worker cgroups and the cgroups in it removed, where empty."""
+    try:
+        children = [child for child in folder.iterdir() if child.is_dir()]
+    except OSError:
+        return
+    for child in children:
+        _rmdir(child)
+    _rmdir(folder)
 
 
 def _rmdir(path: Path) -> None:

@@ -9,8 +9,8 @@ the reference pays its layout. Where the reference returns another layout (a per
 is held to it (`orders`). The trusted side then reads each timed output's strides (harness.run.defenses): an output
 still in another layout means the worker's copy was skipped, and the pair is `output_changed_under_timing`.
 
-`orders`, `dense_in` and `reordered` work on shapes and strides alone (the parent's side); `conform` needs torch
-(the workers').
+`orders`, `dense_in`, `reordered` and `folded` (an output whose elements share memory, where the reference's do
+not) work on shapes and strides alone (the parent's side); `conform` needs torch (the workers').
 """
 from __future__ import annotations
 
@@ -50,6 +50,18 @@ def reordered(cand: list | None, orders_: list | None) -> str | None:
             return (f"output {j}'s strides {list(strides)} for shape {list(shape)} are not in the reference's layout "
                     f"(its dimensions from the outermost: {list(dims)}): the copy into that layout, made in its "
                     f"process inside the timed call, was skipped")
+    return None
+
+
+def folded(cand: list | None, ref: list | None) -> str | None:
+    """Why a timed output's strides (shape, strides) let its elements share memory where the reference output's do
+    not (a row computed once and expanded, a stride of 0): the values read at points can be right while the work
+    was not done."""
+    from harness.shared.points import overlapping
+    for j, ((shape, strides), (_, ref_strides)) in enumerate(zip(cand or [], ref or [])):
+        if overlapping(shape, strides) and not overlapping(shape, ref_strides):
+            return (f"output {j}'s strides {strides} for shape {shape} let its elements share memory (the "
+                    f"reference's {ref_strides} do not)")
     return None
 
 
