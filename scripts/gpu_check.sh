@@ -35,6 +35,8 @@
 #   aa49:      one GPU, detached: the precision GPU tests, the staged path's A/A over the whole suite at the default
 #              cap (calibrate --processes 1, AA49_LEVELS: "level1 level3 level2", each LEVEL or LEVEL:GLOB), then the
 #              staged GPU exploit tests
+#   beside44:  one GPU, detached: the staged exploit tests, two problems' memory with 5 trials, then level 2's A/A
+#              on the default and the staged path back to back, with pair_time's parts (see the phase)
 #   next44:    one GPU, detached: the GPU tests of the seventeenth session's changes, mem48 with 5 trials over the
 #              problems near the memory target (MEM_PICK), the staged A/A of level 2 from 034 (see the phase)
 #   lease44:   issue 44 in one detached run: the GPU tests alone, then suite44's sweep (STEPS="T S P R C G A": P is
@@ -834,6 +836,34 @@ mem48)
         sed -n '/^target/,$p' "$out/mem_${path}_table.txt"
     done
     echo "== mem48 ended ($(date +%T))"
+    ;;
+beside44)
+    # Issue 44 item 8, one GPU, detached (BG="scripts/gpu_check.sh beside44" ... bg), after the eighteenth session
+    # started the staged path's executor beside the candidate: the staged exploit tests, each side's memory with 5
+    # trials on both paths for the two problems fixed last session (MEM_PICK), then the A/A (calibrate, one process
+    # pair, AA_CAP s a pair) of AA_LEVEL's AA_GLOB problems on the default path and then on the staged one, back to
+    # back, each run's parts read by benchmarks/pair_time.py
+    export TEST_RUNS_OUT="$out/runs"
+    echo "== staged exploit tests ($(date +%T))"
+    timeout -s INT "${BESIDE_TESTS_TIMEOUT:-220}" python -m pytest -q -rfxX --tb=short -m gpu tests/test_gpu.py \
+        -k "exploits_on_the_gpu and staged" > "$out/beside_tests.txt" 2>&1
+    tail -n 5 "$out/beside_tests.txt"
+    MEM_TRIALS=5 MEM_CAP=${MEM_CAP:-1.5} MEM_TIMEOUT=${MEM_TIMEOUT:-120} \
+        MEM_PICK=${MEM_PICK:-"level1/055_*.py level3/007_*.py"} bash "$0" mem48
+    staged_cfg=$(staged_config) || exit 1
+    set -f
+    for path in default staged; do
+        cfg=config.yaml; [ "$path" = staged ] && cfg=$staged_cfg
+        echo "== A/A $path ($(date +%T))"
+        /usr/bin/time -f "calibrate $path wall %e s" timeout -s INT "${AA_TIMEOUT:-170}" python run_eval.py calibrate \
+            --config "$cfg" --processes 1 --compile-modes none --level "${AA_LEVEL:-level2}" \
+            --problem "${AA_GLOB:-0[23]*}" --max-pair-seconds "${AA_CAP:-6}" --output-dir "$out/aa_$path" \
+            > "$out/aa_$path.txt" 2>&1
+        grep -E "wall|within|problems" "$out/aa_$path.txt" | tail -n 4
+        python benchmarks/pair_time.py --from "$out"/aa_$path/2* 2>&1 | tail -n 2
+    done
+    set +f
+    echo "== beside44 ended ($(date +%T))"
     ;;
 aa48)
     # Issue 44, one GPU, detached (BG="scripts/gpu_check.sh aa48" ... bg): level1/055_huber_loss on the staged path

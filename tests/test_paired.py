@@ -43,3 +43,39 @@ def test_combine_is_the_geometric_mean_with_a_t_interval_over_processes():
     same = combine([Estimate(1.0, 0.99, 1.01, 10)] * 2)
     assert same.hi - same.lo >= 0.02 * t95(1) / 1.96 / math.sqrt(2) * 0.99
     assert combine(pairs[:1]) == pairs[0]
+
+
+def test_interference_needs_the_reference_slower_than_every_bracket_that_counts():
+    from harness.run.paired import interference
+    quiet, slowed = [1.0, 1.01, 0.99], [4.0, 4.1, 3.9]
+    # a candidate that leaves work running slows the reference's blocks beside it to 4x: caught between 1x brackets
+    found = interference(quiet, slowed, quiet, 2.0)
+    assert found.found and found.before_ms == pytest.approx(1.0)
+    assert "than before (1 ms) and after it (1 ms)" in found.detail()
+    # 2.5x is inside the allowance of 200%
+    assert not interference(quiet, [2.5] * 3, quiet, 2.0).found
+    # a `before` bracket as slow as the blocks beside the candidate would hide it: the staged GPU path's first
+    # blocks run beside the candidate's start, so the bracket there is `after` alone (before empty)
+    assert not interference(slowed, slowed, quiet, 2.0).found
+    alone = interference([], slowed, quiet, 2.0)
+    assert alone.found and alone.before_ms is None
+    assert "than after it (1 ms)" in alone.detail()
+
+
+def test_the_interference_check_leaves_out_before_blocks_that_ran_beside_the_candidate():
+    """defenses.interference with Evidence.before_beside (the staged GPU path, harness.run.evaluate._executor_beside):
+    `before` blocks the candidate could have slowed (it loads beside them) do not widen the bracket."""
+    from types import SimpleNamespace
+    from harness.run import defenses
+    from harness.run.interleave import EAGER, Collected
+    out = Collected(rounds=[{EAGER: [4.0, 4.0]} for _ in range(4)])
+    timing = SimpleNamespace(block_samples=2, interference_tolerance=2.0)
+
+    def verdict(beside: bool) -> defenses.Verdict:
+        ev = defenses.Evidence(None, None, timing, "cuda", out=out, before=[4.0, 4.1, 3.9], after=[1.0, 1.0, 1.0],
+                               before_beside=beside)
+        return defenses.interference(ev)
+    assert verdict(beside=False).names() == []          # a slow `before` that counts hides the slowdown
+    caught = verdict(beside=True)
+    assert caught.names() == ["interference"]
+    assert caught.interference["before_ms"] == [4.0, 4.1, 3.9]     # recorded all the same

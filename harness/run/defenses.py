@@ -304,6 +304,7 @@ class Evidence:
     out: Collected | None = None
     before: list[float] = field(default_factory=list)
     after: list[float] = field(default_factory=list)
+    before_beside: bool = False         # `before` ran beside the candidate's start (the staged GPU path): not a bracket
     calls_per_sample: int = 1
     ceilings: dict[str, float] = field(default_factory=dict)
     speedup_ci: list[float] | None = None       # the record's, once the rounds' estimate is made
@@ -384,11 +385,13 @@ def block_medians(out: Collected, variant: str, block: int) -> list[float]:
 
 @defense
 def interference(ev: Evidence) -> Verdict:
-    """The reference's blocks while the candidate was alive against its blocks before and after it."""
-    if ev.out is None or not ev.before or not ev.after:
+    """The reference's blocks while the candidate was alive against its blocks before and after it; only after it
+    where the `before` blocks ran beside the candidate's start (the staged GPU path), which could slow them."""
+    if ev.out is None or not ev.after or not (ev.before or ev.before_beside):
         return Verdict()
     during = block_medians(ev.out, EAGER, ev.timing.block_samples)
-    found = paired.interference(ev.before, during, ev.after, ev.timing.interference_tolerance)
+    found = paired.interference([] if ev.before_beside else ev.before, during, ev.after,
+                                ev.timing.interference_tolerance)
     verdict = Verdict(interference=dict(before_ms=ev.before, after_ms=ev.after, during_ms=found.during_ms,
                                         tolerance=found.tolerance, found=found.found))
     return verdict.flag(flags.INTERFERENCE, found.detail()) if found.found else verdict

@@ -260,18 +260,19 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
                         cfg.timing.block_warmup, defenses.PROFILED_CALLS if cfg.defenses else 0, spares,
                         Reader(reference.client, device, str(pair_dir), deadline), device=device)
     try:
+        beside = False          # the staged GPU path: the executor loads beside the candidate (_executor_beside)
+        executor: reference_executor.ExecutorClient | None = None
+        before: list[float] = []
         try:
             inter.flusher = reference.flusher()
             reference.mode = reference.mode.prepare(inter, cfg)
-            if inter.staged:
+            beside = inter.staged and inter.on_device
+            if inter.staged and not beside:
                 inter.attach_executor(_start_executor(pair, pc, reference, device, pair_dir, spares, deadline))
-            try:
-                before = inter.reference_blocks(cfg.timing.baseline_blocks)
-            except GraphFallback as fell:       # its capture for this pair failed: cold for the rest of the problem
-                inter.release()
-                cold = reference.mode.fallback(f"{fell.side}: {fell.error}")
-                reference.mode = cold.prepare(inter, cfg)
-                before = inter.reference_blocks(cfg.timing.baseline_blocks)
+            if not beside:
+                before = _before_blocks(inter, reference, cfg)
+            else:                               # its job out first, so that it loads beside the candidate's
+                executor = _send_executor(pair, pc, reference, device, pair_dir, spares)
         except (WorkerExit, reference_executor.ExecutorFailed) as exc:
             if isinstance(exc, WorkerExit):
                 memory.reference_lost(record, reference.worker, f"reference side: {exc.detail}; last output: "
@@ -288,10 +289,16 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
         candidate.start(candidate_job(pair, pc, reference, device, pair_dir, staged=inter.staged))
         phases["start"] = time.monotonic() - t_start
         collected = None
+        fell: GraphFallback | None = None
         try:
+            if executor is not None:
+                t0 = time.monotonic()
+                sent, executor = executor, None         # the Interleaver holds it from here, or it is closed
+                before, fell = _executor_beside(inter, sent, reference, cfg)
+                phases["baseline_before"] += time.monotonic() - t0
             if reference.beside_trials():
                 reference.ask_derived()
-            collected = _drive(candidate, record, reference, inter, pc, phases)
+            collected = _drive(candidate, record, reference, inter, pc, phases, fell)
         except WorkerExit as exc:
             _worker_ended(record, exc, reference, worker, cfg.timeout)
         except CandidateFailed as failed:
@@ -321,8 +328,10 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
                                                      memory.peak(reference.client, device))
             shutil.rmtree(pair_dir, ignore_errors=True)
         if collected is not None and record.status is None:
-            _conclude(record, reference, inter, collected, before, pc, phases)
+            _conclude(record, reference, inter, collected, before, pc, phases, before_beside=beside)
         _close_executor(inter)
+        if executor is not None:                # sent, never attached: the candidate's start failed meanwhile
+            executor.worker.close()
         record.worker.phases = {k: round(v, 3) for k, v in phases.items()}
         record.worker.phases["total"] = round(time.monotonic() - started, 3)
         if record.status is not Status.OK:
@@ -332,12 +341,20 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
     except BaseException:          # a harness fault: every worker of the pair running again (each reads the exit
         inter.release()            # it is sent next instead of waiting out its close stopped), and the executor
         _close_executor(inter, detach=False)       # closed, not left for the run's end
+        if executor is not None:
+            executor.worker.close()
         raise
 
 
 def _start_executor(pair: Pair, pc: PairContext, reference: ReferenceSide, device: str, pair_dir: Path,
                     spares: SpareWorkers, deadline: float) -> CandidateClient:
     """The pair's reference executor (harness.run.reference_executor), its model built."""
+    return reference_executor.loaded(_send_executor(pair, pc, reference, device, pair_dir, spares), deadline)
+
+
+def _send_executor(pair: Pair, pc: PairContext, reference: ReferenceSide, device: str, pair_dir: Path,
+                   spares: SpareWorkers) -> reference_executor.ExecutorClient:
+    """The pair's reference executor with its job sent, not waited for (reference_executor.send)."""
     cfg = pc.cfg
     scratch = pair_dir / "reference-executor"
     scratch.mkdir(parents=True, exist_ok=True)
@@ -345,8 +362,43 @@ def _start_executor(pair: Pair, pc: PairContext, reference: ReferenceSide, devic
                                   reference.mode.spec(cfg, [EAGER]), str(scratch), str(reference.state_path),
                                   cfg.defenses, cfg.precision, hidden_from_candidates(cfg.cache_dir),
                                   output_orders(reference.ready))
-    return reference_executor.start(spares, pc.log_dir / f"{slug(pair.candidate.id)}__reference-executor.log", work,
-                                    deadline)
+    return reference_executor.send(spares, pc.log_dir / f"{slug(pair.candidate.id)}__reference-executor.log", work)
+
+
+def _before_blocks(inter: Interleaver, reference: ReferenceSide, cfg: Config) -> list[float]:
+    """The reference's blocks before the candidate starts (the `before` bracket of the interference check); where
+    its capture fails, cold for the rest of the problem."""
+    try:
+        return inter.reference_blocks(cfg.timing.baseline_blocks)
+    except GraphFallback as fell:       # its capture for this pair failed: cold for the rest of the problem
+        inter.release()
+        cold = reference.mode.fallback(f"{fell.side}: {fell.error}")
+        reference.mode = cold.prepare(inter, cfg)
+        return inter.reference_blocks(cfg.timing.baseline_blocks)
+
+
+def _executor_beside(inter: Interleaver, executor: reference_executor.ExecutorClient, reference: ReferenceSide,
+                     cfg: Config) -> tuple[list[float], GraphFallback | None]:
+    """The staged GPU path: the executor, sent its job just before the candidate was, read loaded and attached, then
+    the reference's first blocks run in it while the candidate loads and starts its trials. Its start (the profiler,
+    CUDA, the first calls' libraries and modules) is so hidden behind the candidate's instead of added to the pair.
+    Those blocks ran beside the candidate, so they are not a bracket the candidate could not reach: the
+    interference check counts only the `after` blocks there (defenses.interference). Returns their medians, and
+    the capture failure that sends the pair back to cold (the rounds start with it: harness.run.evaluate._drive)."""
+    reference_executor.loaded(executor, inter.deadline)
+    try:
+        inter.attach_executor(executor, executor.threads)
+    except BaseException:
+        executor.worker.close()
+        raise
+    try:
+        return inter.reference_blocks(cfg.timing.baseline_blocks), None
+    except GraphFallback as fell:
+        return [], fell
+    except WorkerExit as exc:                   # the executor's end is the harness's fault, never the candidate's
+        if not executor.worker.alive():
+            raise reference_executor.ExecutorFailed(f"the reference's executor ended: {exc.detail}") from None
+        raise
 
 
 def _close_executor(inter: Interleaver, detach: bool = True) -> None:
@@ -418,9 +470,10 @@ def candidate_failed(record: RecordDraft, reply: m.Failed, device: str) -> None:
 
 
 def _drive(candidate: CandidateClient, record: RecordDraft, reference: ReferenceSide, inter: Interleaver,
-           pc: PairContext, phases: dict[str, float]) -> Collected | None:
+           pc: PairContext, phases: dict[str, float], fell: GraphFallback | None = None) -> Collected | None:
     """Correctness trials, then the timed rounds. Returns what the rounds collected, or None when the record was
-    finished here (an incorrect or invalid result; a failure raises CandidateFailed or WorkerExit)."""
+    finished here (an incorrect or invalid result; a failure raises CandidateFailed or WorkerExit). `fell`: the
+    reference's capture failed in its first blocks, beside the candidate's trials: the rounds are cold."""
     t0 = time.monotonic()
     if inter.staged and not inter.on_device:    # the CPU path: the parent runs them (harness.run.stagedtrials)
         loaded = trials_reply(candidate, record, inter.deadline, m.Loaded)
@@ -462,9 +515,11 @@ def _drive(candidate: CandidateClient, record: RecordDraft, reference: Reference
     rule = paired.StopRule(pc.cfg.timing.rounds_floor(), pc.cfg.timing.max_rounds, pc.cfg.timing.target_rel_ci,
                            pc.cfg.timing.max_pair_seconds)
     try:
+        if fell is not None:
+            raise fell
         collected = inter.rounds(candidate, rule)
-    except GraphFallback as fell:
-        collected = _cold_again(candidate, reference, inter, rule, fell, pc.cfg)
+    except GraphFallback as failed:
+        collected = _cold_again(candidate, reference, inter, rule, failed, pc.cfg)
     if pc.cfg.timing.sizes == "all" and sizes.several(ready):
         collected.sizes = sizes.time_others(candidate, inter, ready, rule, collected)
     phases["timing"] = time.monotonic() - t0
@@ -534,8 +589,9 @@ def _cold_again(candidate: CandidateClient, reference: ReferenceSide, inter: Int
 
 
 def _conclude(record: RecordDraft, reference: ReferenceSide, inter: Interleaver, out: Collected,
-              before: list[float], pc: PairContext, phases: dict[str, float]) -> None:
-    """The candidate is gone: the `after` bracket, the estimates and the verdict."""
+              before: list[float], pc: PairContext, phases: dict[str, float], before_beside: bool = False) -> None:
+    """The candidate is gone: the `after` bracket, the estimates and the verdict. `before_beside`: the `before`
+    blocks ran beside the candidate's start (_executor_beside)."""
     t0 = time.monotonic()
     inter.candidate_gone(time.monotonic() + pc.cfg.reference_timeout)
     try:
@@ -552,7 +608,8 @@ def _conclude(record: RecordDraft, reference: ReferenceSide, inter: Interleaver,
     _timing_record(record, reference, out, before, after, pc)
     t0 = time.monotonic()
     evidence = defenses.Evidence(reference.ready, reference.derived, pc.cfg.timing, reference.device, out=out,
-                                 before=before, after=after, calls_per_sample=inter.calls_per_sample,
+                                 before=before, after=after, before_beside=before_beside,
+                                 calls_per_sample=inter.calls_per_sample,
                                  ceilings=pc.ceilings, speedup_ci=record.speedup_ci,
                                  candidate_ms=record.timing.candidate.median_ms if record.timing.candidate else None,
                                  cpu_threads=pc.cfg.cpu_threads)

@@ -273,16 +273,19 @@ class Interleaver:
                 raise WorkerExit("protocol", None, f"the reference could not open {attached.error}")
             self._attached = candidate
 
-    def attach_executor(self, executor: CandidateClient) -> None:
+    def attach_executor(self, executor: CandidateClient,
+                        threads: dict[int, tuple[int, int]] | None = None) -> None:
         """The reference's eager samples run in `executor` from now on (harness.run.reference_executor), on inputs
-        the reference stages into its arena (CPU: its memfd; GPU: the one device arena, mapped by its handle)."""
+        the reference stages into its arena (CPU: its memfd; GPU: the one device arena, mapped by its handle).
+        `threads`: its threads' scheduling as read before any candidate code existed (scheduling.settings), where it
+        is attached after the candidate started; else read now."""
         self._activate(self.reference)
         attached = self.reference.arena("" if self.on_device else executor.worker.arena_path(), "executor",
                                         self.deadline)
         if attached.error:
             raise WorkerExit("protocol", None, f"the reference could not open {attached.error}")
         self.executor = executor
-        self._executor_threads = scheduling.settings(executor.worker.proc.pid)  # before any candidate code exists
+        self._executor_threads = threads if threads is not None else scheduling.settings(executor.worker.proc.pid)
 
     def detach_executor(self) -> CandidateClient | None:
         """The executor is done (the pair's last reference blocks ran): the reference forgets its arena; returns it,

@@ -121,12 +121,15 @@ def should_stop(ratios: list[float], elapsed_s: float, rule: StopRule) -> tuple[
 @dataclass(frozen=True)
 class Interference:
     found: bool
-    before_ms: float
+    before_ms: float | None         # None: no `before` bracket counted (it ran beside the candidate's start)
     during_ms: float
     after_ms: float
     tolerance: float                # the relative slowdown allowed (the larger of the configured one and the noise)
 
     def detail(self) -> str:
+        if self.before_ms is None:
+            return (f"the reference ran {self.during_ms / self.after_ms - 1:+.1%} slower while the candidate was alive "
+                    f"({self.during_ms:.4g} ms) than after it ({self.after_ms:.4g} ms); allowed {self.tolerance:.1%}")
         return (f"the reference ran {self.during_ms / max(self.before_ms, self.after_ms) - 1:+.1%} slower while "
                 f"the candidate was alive ({self.during_ms:.4g} ms) than before ({self.before_ms:.4g} ms) and after "
                 f"it ({self.after_ms:.4g} ms); allowed {self.tolerance:.1%}")
@@ -190,10 +193,11 @@ def interference(before: list[float], during: list[float], after: list[float], t
     """Block medians of the reference measured before the candidate started, while it was alive (interleaved with
     it) and after it was killed. A candidate that leaves work running to slow the reference down would make
     `during` slower than both brackets; a drifting machine moves the brackets too. The tolerance grows with
-    the noise of the bracket blocks (four robust standard deviations)."""
-    b, d, a = statistics.median(before), statistics.median(during), statistics.median(after)
+    the noise of the bracket blocks (four robust standard deviations). `before` empty: `after` is the one bracket."""
+    d, a = statistics.median(during), statistics.median(after)
+    b = statistics.median(before) if before else None
     brackets = before + after
     centre = statistics.median(brackets)
     mad = statistics.median(abs(x - centre) for x in brackets) * 1.4826
     allowed = max(tolerance, 4 * mad / centre if centre > 0 else 0.0)
-    return Interference(d > max(b, a) * (1 + allowed), b, d, a, allowed)
+    return Interference(d > max(a, b if b is not None else a) * (1 + allowed), b, d, a, allowed)

@@ -11,13 +11,17 @@ processes then differ by their code alone; the reference worker stages, checks a
 what only trusted code may do (trials' expected outputs, float64, full checks, torch.compile baselines).
 
 One executor a pair, fresh like the candidate's worker, taken from the slot's spares (role `executor`) and closed
-after the pair's last reference blocks.
+after the pair's last reference blocks. On the CPU it is loaded before the reference's first block. On the GPU its
+job goes out just before the candidate's (`send`), and it loads and runs the pair's first reference blocks beside
+the candidate's load and trials (harness.run.evaluate.run_pair): its start, about 0.9 s a pair on an H200, is then
+hidden behind the candidate's instead of added to it.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from harness.run import scheduling
 from harness.run.clients import CandidateClient, CandidateFailed
 from harness.run.workerproc import SpareWorkers
 from harness.shared import messages as m
@@ -35,6 +39,7 @@ class ExecutorClient(CandidateClient):
     CandidateFailed, so that the reference's own code failing in it is never read as the candidate's failure (the
     pair ends `crashed`, a harness fault, where evaluate.run_pair meets it)."""
     NAME = "reference's executor"
+    threads: dict[int, tuple[int, int]] | None = None     # its threads' scheduling when its job was sent (send)
 
     def parsed(self, data: dict[str, Any], *replies: type) -> Any:
         try:
@@ -55,16 +60,32 @@ def job(problem_path: str, device: str, seed: int, timing: m.TimingSpec, scratch
 def start(spares: SpareWorkers, log_path: Path, work: m.CandidateJob, deadline: float) -> ExecutorClient:
     """The executor worker with its model built (its Loaded read). ExecutorFailed where it said it could not build
     it, WorkerExit where it ended or said anything else; the worker is closed then."""
-    worker = spares.take(ROLE, log_path)
-    executor = ExecutorClient(worker)
+    return loaded(send(spares, log_path, work), deadline)
+
+
+def send(spares: SpareWorkers, log_path: Path, work: m.CandidateJob) -> ExecutorClient:
+    """The executor worker, its job sent and not waited for: it builds its model while the caller goes on (the
+    staged GPU path: beside the candidate's load and trials); `loaded` reads its answer."""
+    executor = ExecutorClient(spares.take(ROLE, log_path))
     try:
+        executor.threads = scheduling.settings(executor.worker.proc.pid)    # before any candidate code exists
         executor.start(work)
+    except BaseException:
+        executor.worker.close()
+        raise
+    return executor
+
+
+def loaded(executor: ExecutorClient, deadline: float) -> ExecutorClient:
+    """`executor` once it said it built its model. ExecutorFailed where it said it could not, WorkerExit where it
+    ended or said anything else; the worker is closed then."""
+    try:
         reply = executor.trial_reply(deadline, m.Loaded)
         if isinstance(reply, m.Failed):
             raise ExecutorFailed(f"the reference's executor: {reply.status}: {reply.error}")
         if isinstance(reply, m.HarnessError):
             raise ExecutorFailed(f"the reference's executor: {reply.error}")
     except BaseException:
-        worker.close()
+        executor.worker.close()
         raise
     return executor
