@@ -37,6 +37,8 @@
 #              staged GPU exploit tests
 #   beside44:  one GPU, detached: the staged exploit tests, two problems' memory with 5 trials, then level 2's A/A
 #              on the default and the staged path back to back, with pair_time's parts (see the phase)
+#   beside44b: one GPU, short: a subset of the exploit fixtures on the staged path, then level 2's A/A on both
+#              paths back to back, with pair_time's parts (see the phase)
 #   next44:    one GPU, detached: the GPU tests of the seventeenth session's changes, mem48 with 5 trials over the
 #              problems near the memory target (MEM_PICK), the staged A/A of level 2 from 034 (see the phase)
 #   lease44:   issue 44 in one detached run: the GPU tests alone, then suite44's sweep (STEPS="T S P R C G A": P is
@@ -860,10 +862,38 @@ beside44)
             --problem "${AA_GLOB:-0[23]*}" --max-pair-seconds "${AA_CAP:-6}" --output-dir "$out/aa_$path" \
             > "$out/aa_$path.txt" 2>&1
         grep -E "wall|within|problems" "$out/aa_$path.txt" | tail -n 4
-        python benchmarks/pair_time.py --from "$out"/aa_$path/2* 2>&1 | tail -n 2
+        set +f; python benchmarks/pair_time.py --from "$out"/aa_$path/2* 2>&1 | tail -n 2; set -f
     done
     set +f
     echo "== beside44 ended ($(date +%T))"
+    ;;
+beside44b)
+    # Issue 44 item 8, one GPU, short: the staged path with its executor warmed beside the candidate's trials and
+    # attached after them (eighteenth session): a subset of the exploit fixtures on the staged path (statuses), then
+    # the A/A (calibrate, one process pair, AA_CAP s a pair) of AA_GLOB's level-2 problems on the default and the
+    # staged path back to back, each run's parts read by benchmarks/pair_time.py
+    staged_cfg=$(staged_config) || exit 1
+    echo "== exploit subset, staged ($(date +%T))"
+    timeout -s INT "${EX_TIMEOUT:-80}" python run_eval.py --config "$staged_cfg" --compile-modes none --json \
+        --problems-dir tests/fixtures/exploits/problems --solutions-dir tests/fixtures/exploits/solutions \
+        --problem '*001_linear_relu*' --candidate "${EX_GLOB:-[cmbfl]*}" --output-dir "$out/ex" > "$out/ex.txt" 2>&1
+    python - "$out/ex.txt" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        r = json.loads(line)
+        print(r["solution"].rsplit("/", 1)[-1], r["status"], ",".join(r["flags"]), (r["error"] or "")[:90])
+PY
+    for path in default staged; do
+        cfg=config.yaml; [ "$path" = staged ] && cfg=$staged_cfg
+        echo "== A/A $path ($(date +%T))"
+        /usr/bin/time -f "calibrate $path wall %e s" timeout -s INT "${AA_TIMEOUT:-70}" python run_eval.py calibrate \
+            --config "$cfg" --processes 1 --compile-modes none --level level2 --problem "${AA_GLOB:-02[0-7]*}" \
+            --max-pair-seconds "${AA_CAP:-4}" --output-dir "$out/aa_$path" > "$out/aa_$path.txt" 2>&1
+        grep -E "wall|within" "$out/aa_$path.txt" | tail -n 2
+        python benchmarks/pair_time.py --from "$out"/aa_$path/2* 2>&1 | tail -n 1
+    done
+    echo "== beside44b ended ($(date +%T))"
     ;;
 aa48)
     # Issue 44, one GPU, detached (BG="scripts/gpu_check.sh aa48" ... bg): level1/055_huber_loss on the staged path

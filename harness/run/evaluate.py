@@ -272,7 +272,8 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
             if not beside:
                 before = _before_blocks(inter, reference, cfg)
             else:                               # its job out first, so that it loads beside the candidate's
-                executor = _send_executor(pair, pc, reference, device, pair_dir, spares)
+                executor = _send_executor(pair, pc, reference, device, pair_dir, spares,
+                                          warm=reference.beside_trials())
         except (WorkerExit, reference_executor.ExecutorFailed) as exc:
             if isinstance(exc, WorkerExit):
                 memory.reference_lost(record, reference.worker, f"reference side: {exc.detail}; last output: "
@@ -289,16 +290,17 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
         candidate.start(candidate_job(pair, pc, reference, device, pair_dir, staged=inter.staged))
         phases["start"] = time.monotonic() - t_start
         collected = None
-        fell: GraphFallback | None = None
         try:
-            if executor is not None:
-                t0 = time.monotonic()
-                sent, executor = executor, None         # the Interleaver holds it from here, or it is closed
-                before, fell = _executor_beside(inter, sent, reference, cfg)
-                phases["baseline_before"] += time.monotonic() - t0
             if reference.beside_trials():
                 reference.ask_derived()
-            collected = _drive(candidate, record, reference, inter, pc, phases, fell)
+            if _checked_trials(candidate, record, reference, inter, pc, phases):
+                fell = None
+                if executor is not None:
+                    t0 = time.monotonic()
+                    sent, executor = executor, None         # the Interleaver holds it from here, or it is closed
+                    before, fell = _executor_beside(inter, sent, reference, cfg)
+                    phases["baseline_before"] += time.monotonic() - t0
+                collected = _timed_rounds(candidate, reference, inter, pc, phases, fell)
         except WorkerExit as exc:
             _worker_ended(record, exc, reference, worker, cfg.timeout)
         except CandidateFailed as failed:
@@ -330,7 +332,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
         if collected is not None and record.status is None:
             _conclude(record, reference, inter, collected, before, pc, phases, before_beside=beside)
         _close_executor(inter)
-        if executor is not None:                # sent, never attached: the candidate's start failed meanwhile
+        if executor is not None:                # sent, never attached: the pair ended before its rounds
             executor.worker.close()
         record.worker.phases = {k: round(v, 3) for k, v in phases.items()}
         record.worker.phases["total"] = round(time.monotonic() - started, 3)
@@ -353,15 +355,16 @@ def _start_executor(pair: Pair, pc: PairContext, reference: ReferenceSide, devic
 
 
 def _send_executor(pair: Pair, pc: PairContext, reference: ReferenceSide, device: str, pair_dir: Path,
-                   spares: SpareWorkers) -> reference_executor.ExecutorClient:
-    """The pair's reference executor with its job sent, not waited for (reference_executor.send)."""
+                   spares: SpareWorkers, warm: bool = False) -> reference_executor.ExecutorClient:
+    """The pair's reference executor with its job sent, not waited for (reference_executor.send); `warm`: it makes
+    its first call on its own before it says it is loaded (CandidateJob.warm)."""
     cfg = pc.cfg
     scratch = pair_dir / "reference-executor"
     scratch.mkdir(parents=True, exist_ok=True)
     work = reference_executor.job(str(pair.problem.path.resolve()), device, pc.seed.base,
                                   reference.mode.spec(cfg, [EAGER]), str(scratch), str(reference.state_path),
                                   cfg.defenses, cfg.precision, hidden_from_candidates(cfg.cache_dir),
-                                  output_orders(reference.ready))
+                                  output_orders(reference.ready), warm)
     return reference_executor.send(spares, pc.log_dir / f"{slug(pair.candidate.id)}__reference-executor.log", work)
 
 
@@ -379,12 +382,14 @@ def _before_blocks(inter: Interleaver, reference: ReferenceSide, cfg: Config) ->
 
 def _executor_beside(inter: Interleaver, executor: reference_executor.ExecutorClient, reference: ReferenceSide,
                      cfg: Config) -> tuple[list[float], GraphFallback | None]:
-    """The staged GPU path: the executor, sent its job just before the candidate was, read loaded and attached, then
-    the reference's first blocks run in it while the candidate loads and starts its trials. Its start (the profiler,
-    CUDA, the first calls' libraries and modules) is so hidden behind the candidate's instead of added to the pair.
-    Those blocks ran beside the candidate, so they are not a bracket the candidate could not reach: the
-    interference check counts only the `after` blocks there (defenses.interference). Returns their medians, and
-    the capture failure that sends the pair back to cold (the rounds start with it: harness.run.evaluate._drive)."""
+    """The staged GPU path, once the candidate's trials passed: the executor, sent its job just before the candidate
+    was, so loaded (and warmed by a call of its own, where the problem is small enough to run it beside the trials:
+    ReferenceSide.beside_trials) while the candidate loaded and ran its trials, is attached, and the reference's first
+    blocks run in it. Its start (the profiler, CUDA, the first call's libraries and modules) is so hidden behind the
+    candidate's instead of added to the pair, and a pair that fails its trials never waits for it. Those blocks run
+    while the candidate is alive, so they are not a bracket it could not reach: the interference check counts only
+    the `after` blocks there (defenses.interference). Returns their medians, and the capture failure that sends the
+    pair back to cold (the rounds start with it: _timed_rounds)."""
     reference_executor.loaded(executor, inter.deadline)
     try:
         inter.attach_executor(executor, executor.threads)
@@ -469,11 +474,10 @@ def candidate_failed(record: RecordDraft, reply: m.Failed, device: str) -> None:
     record.error_detail = reply.detail
 
 
-def _drive(candidate: CandidateClient, record: RecordDraft, reference: ReferenceSide, inter: Interleaver,
-           pc: PairContext, phases: dict[str, float], fell: GraphFallback | None = None) -> Collected | None:
-    """Correctness trials, then the timed rounds. Returns what the rounds collected, or None when the record was
-    finished here (an incorrect or invalid result; a failure raises CandidateFailed or WorkerExit). `fell`: the
-    reference's capture failed in its first blocks, beside the candidate's trials: the rounds are cold."""
+def _checked_trials(candidate: CandidateClient, record: RecordDraft, reference: ReferenceSide, inter: Interleaver,
+                    pc: PairContext, phases: dict[str, float]) -> bool:
+    """The correctness trials and the checks after them. True where the pair goes on to its timed rounds; False when
+    the record was finished here (an incorrect or invalid result; a failure raises CandidateFailed or WorkerExit)."""
     t0 = time.monotonic()
     if inter.staged and not inter.on_device:    # the CPU path: the parent runs them (harness.run.stagedtrials)
         loaded = trials_reply(candidate, record, inter.deadline, m.Loaded)
@@ -504,13 +508,21 @@ def _drive(candidate: CandidateClient, record: RecordDraft, reference: Reference
     failing = [r for r in results if not r.ok]
     if failing:
         _trials_failed(record, failing[0], ready)
-        return None
+        return False
     earlier = list(record.flags)
     verdicts.write(record, defenses.run(defenses.AFTER_TRIALS[1:], evidence, pc.cfg.defenses))
     invalid = flags.invalidating([f for f in record.flags if f not in earlier])
     if invalid:                                             # e.g. inside the tolerance, but not fp32 arithmetic
         finish(record, Status.INVALID, f"{invalid[0]}: {record.flag_detail(invalid[0]) or ''}")
-        return None
+        return False
+    return True
+
+
+def _timed_rounds(candidate: CandidateClient, reference: ReferenceSide, inter: Interleaver, pc: PairContext,
+                  phases: dict[str, float], fell: GraphFallback | None = None) -> Collected:
+    """The timed rounds, until the stop rule ends them. `fell`: the reference's capture failed in its first blocks
+    (_executor_beside): the rounds are cold."""
+    ready = reference.ready
     t0 = time.monotonic()
     rule = paired.StopRule(pc.cfg.timing.rounds_floor(), pc.cfg.timing.max_rounds, pc.cfg.timing.target_rel_ci,
                            pc.cfg.timing.max_pair_seconds)

@@ -49,12 +49,14 @@ class ExecutorClient(CandidateClient):
 
 
 def job(problem_path: str, device: str, seed: int, timing: m.TimingSpec, scratch: str, state_path: str,
-        defenses: bool, precision: str | None, hide: list[str], output_orders: list | None = None) -> m.CandidateJob:
+        defenses: bool, precision: str | None, hide: list[str], output_orders: list | None = None,
+        warm: bool = False) -> m.CandidateJob:
     """The executor's job: the problem as the candidate file (its Model, not a ModelNew), no trials, staged calls;
     the rest as the candidate's job says it (harness.run.evaluate.candidate_job), the outputs' layouts included:
-    its calls go through the same check of them as the candidate's (which finds nothing to copy)."""
+    its calls go through the same check of them as the candidate's (which finds nothing to copy). `warm`: one call
+    of its own before it says Loaded (CandidateJob.warm)."""
     return m.CandidateJob(problem_path, problem_path, device, seed, 0, timing, scratch, state_path, defenses,
-                          precision, hide=hide, executor=True, output_orders=output_orders)
+                          precision, hide=hide, executor=True, output_orders=output_orders, warm=warm)
 
 
 def start(spares: SpareWorkers, log_path: Path, work: m.CandidateJob, deadline: float) -> ExecutorClient:

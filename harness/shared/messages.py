@@ -82,6 +82,9 @@ class CandidateJob:
     output_orders: list[list[int] | None] | None = None     # the layout each timed output is held to (the reference's
                                     # where it is contiguous): one in another is copied into it inside the call
                                     # (harness.shared.layout)
+    warm: bool = False              # the executor on the GPU: before it says Loaded, one call on inputs it draws from
+                                    # the public base seed, so that its first call's start (libraries, modules) runs
+                                    # beside the candidate's trials, as the candidate's runs in them
 
 
 @dataclass(frozen=True)

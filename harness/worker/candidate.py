@@ -84,6 +84,9 @@ def _serve_staged(conn: Conn, job, device: str) -> None:
         settings = problem_settings(problem, job.precision)
         setup_torch(settings)
         model, log, param_match = _load_candidate(job, device, settings, init_inputs(problem))
+        if job.executor and job.warm and device != "cpu":
+            _warm(model, problem, job, settings, device)
+            trace("candidate warm")
         conn.reply(m.Loaded(param_match, log.calls, "train" if model.training else "eval"))
         trace("candidate loaded")
         if device != "cpu":
@@ -93,6 +96,17 @@ def _serve_staged(conn: Conn, job, device: str) -> None:
         arena.serve(conn, _timed_call(model, job), lambda exc, label: _classify(exc, _NoLog, f"forward ({label})"))
     except Failed as f:
         conn.reply(m.Failed(f.status, f.error, f.detail))
+
+
+def _warm(model, problem, job, settings, device: str) -> None:
+    """The executor's first call, before it says Loaded (CandidateJob.warm): on inputs drawn from the public base seed,
+    its output dropped. Its first call's start (cuBLAS and cuDNN handles, lazily loaded modules) so runs beside the
+    candidate's trials, where the candidate pays its own, and not in the pair's first reference block."""
+    import torch
+    inputs = device_inputs(problem, job.seed, settings, device)
+    _timed_call(model, job)(inputs)
+    torch.cuda.synchronize()
+    del inputs
 
 
 def _serve_staged_device(conn: Conn, model, job, device: str) -> None:
