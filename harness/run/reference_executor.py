@@ -12,9 +12,10 @@ what only trusted code may do (trials' expected outputs, float64, full checks, t
 
 One executor a pair, fresh like the candidate's worker, taken from the slot's spares (role `executor`) and closed
 after the pair's last reference blocks. On the CPU it is loaded before the reference's first block. On the GPU its
-job goes out just before the candidate's (`send`), and it loads and runs the pair's first reference blocks beside
-the candidate's load and trials (harness.run.evaluate.run_pair): its start, about 0.9 s a pair on an H200, is then
-hidden behind the candidate's instead of added to it.
+job goes out just before the candidate's (`send`): it loads, and warms itself with one call where the problem is
+small, beside the candidate's load and trials, and is attached once they pass (harness.run.evaluate._executor_beside).
+Its start, which cost a pair about 0.9 s before the candidate's on an H200, so runs beside it instead
+(docs/measurements.md, eighteenth session).
 """
 from __future__ import annotations
 
