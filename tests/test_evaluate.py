@@ -68,3 +68,34 @@ def test_later_process_pairs_reuse_the_flop_count_and_still_report_it():
     wrong.ask_derived()
     with pytest.raises(WorkerExit, match="derive"):
         wrong.read_derived()
+
+
+class _GoneWorker:
+    """A worker that ended before it answered (its pipe closed)."""
+
+    def __init__(self):
+        self.closed = 0
+
+    def recv(self, deadline: float) -> dict:
+        from harness.run.workerproc import WorkerExit
+        raise WorkerExit("exited", 1, "the reference's executor exited with code 1")
+
+    def close(self) -> int:
+        self.closed += 1
+        return 1
+
+    def alive(self) -> bool:
+        return False
+
+
+def test_an_executor_that_ends_before_it_loaded_is_the_harness_fault_and_is_closed():
+    """The staged GPU path reads its executor's Loaded only after the candidate's trials (_executor_beside). An
+    executor that ended meanwhile is the harness's fault (ExecutorFailed: the pair is `crashed`, a harness fault),
+    never read as the candidate's exit, and its worker is closed."""
+    from types import SimpleNamespace
+    from harness.run import evaluate, reference_executor
+    worker = _GoneWorker()
+    executor = reference_executor.ExecutorClient(worker)
+    with pytest.raises(reference_executor.ExecutorFailed, match="exited with code 1"):
+        evaluate._executor_beside(SimpleNamespace(deadline=0.0), executor, None, None)
+    assert worker.closed >= 1

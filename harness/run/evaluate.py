@@ -390,7 +390,10 @@ def _executor_beside(inter: Interleaver, executor: reference_executor.ExecutorCl
     while the candidate is alive, so they are not a bracket it could not reach: the interference check counts only
     the `after` blocks there (defenses.interference). Returns their medians, and the capture failure that sends the
     pair back to cold (the rounds start with it: _timed_rounds)."""
-    reference_executor.loaded(executor, inter.deadline)
+    try:
+        reference_executor.loaded(executor, inter.deadline)
+    except WorkerExit as exc:                   # the executor's end is the harness's fault, never the candidate's
+        raise reference_executor.ExecutorFailed(f"the reference's executor: {exc.detail}") from None
     try:
         inter.attach_executor(executor, executor.threads)
     except BaseException:
@@ -400,7 +403,7 @@ def _executor_beside(inter: Interleaver, executor: reference_executor.ExecutorCl
         return inter.reference_blocks(cfg.timing.baseline_blocks), None
     except GraphFallback as fell:
         return [], fell
-    except WorkerExit as exc:                   # the executor's end is the harness's fault, never the candidate's
+    except WorkerExit as exc:
         if not executor.worker.alive():
             raise reference_executor.ExecutorFailed(f"the reference's executor ended: {exc.detail}") from None
         raise
