@@ -35,6 +35,8 @@
 #   aa49:      one GPU, detached: the precision GPU tests, the staged path's A/A over the whole suite at the default
 #              cap (calibrate --processes 1, AA49_LEVELS: "level1 level3 level2", each LEVEL or LEVEL:GLOB), then the
 #              staged GPU exploit tests
+#   verify44:  one GPU, detached: the GPU exploit and staged tests on the last tree, reuse_buffer traced on both
+#              paths, then level 1's A/A on both paths back to back with pair_time's parts (see the phase)
 #   beside44:  one GPU, detached: the staged exploit tests, two problems' memory with 5 trials, then level 2's A/A
 #              on the default and the staged path back to back, with pair_time's parts (see the phase)
 #   beside44b: one GPU, short: a subset of the exploit fixtures on the staged path, then level 2's A/A on both
@@ -839,6 +841,45 @@ mem48)
     done
     echo "== mem48 ended ($(date +%T))"
     ;;
+verify44)
+    # Issue 44's next lease on one GPU, detached (BG="scripts/gpu_check.sh verify44" ... bg, then `follow`): what the
+    # eighteenth session's last tree (the executor warmed beside the candidate's trials, attached after them) has not
+    # run on a GPU. In turn: the GPU exploit tests on both paths and the staged path's own GPU tests; `reuse_buffer`
+    # alone on each path with KB_TRACE=1 and its record (why the staged path reads a timed output of it as changed);
+    # then level 1's A/A (the short calls) on the default and the staged path back to back, AA_CAP s a pair, with
+    # pair_time's parts
+    export TEST_RUNS_OUT="$out/runs"
+    echo "== GPU tests ($(date +%T))"
+    timeout -s INT "${VERIFY_TESTS_TIMEOUT:-360}" python -m pytest -q -rfxX --tb=short -m gpu tests/test_gpu.py \
+        -k "exploits_on_the_gpu or work_moved or staged" > "$out/verify_tests.txt" 2>&1
+    tail -n 8 "$out/verify_tests.txt"
+    staged_cfg=$(staged_config) || exit 1
+    for path in default staged; do
+        cfg=config.yaml; [ "$path" = staged ] && cfg=$staged_cfg
+        echo "== reuse_buffer, $path ($(date +%T))"
+        KB_TRACE=1 timeout -s INT 90 python run_eval.py --config "$cfg" --compile-modes none --json \
+            --problems-dir tests/fixtures/exploits/problems --solutions-dir tests/fixtures/exploits/solutions \
+            --problem '*004_scale*' --max-pair-seconds 4 --output-dir "$out/reuse_$path" > "$out/reuse_$path.txt" 2>&1
+        python - "$out/reuse_$path.txt" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        r = json.loads(line)
+        print(r["solution"].rsplit("/", 1)[-1], r["status"], ",".join(r["flags"]), r.get("speedup"),
+              (r["error"] or "")[:160])
+PY
+    done
+    for path in default staged; do
+        cfg=config.yaml; [ "$path" = staged ] && cfg=$staged_cfg
+        echo "== A/A level1 $path ($(date +%T))"
+        /usr/bin/time -f "calibrate $path wall %e s" timeout -s INT "${AA_TIMEOUT:-240}" python run_eval.py calibrate \
+            --config "$cfg" --processes 1 --compile-modes none --level level1 --problem "${AA_GLOB:-0[0-4]*}" \
+            --max-pair-seconds "${AA_CAP:-6}" --output-dir "$out/aa_$path" > "$out/aa_$path.txt" 2>&1
+        grep -E "wall|within" "$out/aa_$path.txt" | tail -n 2
+        python benchmarks/pair_time.py --from "$out"/aa_$path/2* 2>&1 | tail -n 1
+    done
+    echo "== verify44 ended ($(date +%T))"
+    ;;
 beside44)
     # Issue 44 item 8, one GPU, detached (BG="scripts/gpu_check.sh beside44" ... bg), after the eighteenth session
     # started the staged path's executor beside the candidate: the staged exploit tests, each side's memory with 5
@@ -874,9 +915,12 @@ beside44b)
     # staged path back to back, each run's parts read by benchmarks/pair_time.py
     staged_cfg=$(staged_config) || exit 1
     echo "== exploit subset, staged ($(date +%T))"
+    # EX_GLOB: fnmatch's * crosses /, so the id's last part is matched after "*/" ("[cmbfl]*" alone matched
+    # every id: they all start with "level1/")
     timeout -s INT "${EX_TIMEOUT:-80}" python run_eval.py --config "$staged_cfg" --compile-modes none --json \
         --problems-dir tests/fixtures/exploits/problems --solutions-dir tests/fixtures/exploits/solutions \
-        --problem '*001_linear_relu*' --candidate "${EX_GLOB:-[cmbfl]*}" --output-dir "$out/ex" > "$out/ex.txt" 2>&1
+        --problem '*001_linear_relu*' --candidate "${EX_GLOB:-*/[cmbfl]*}" --max-pair-seconds 4 \
+        --output-dir "$out/ex" > "$out/ex.txt" 2>&1
     python - "$out/ex.txt" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):

@@ -272,7 +272,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
             if not beside:
                 before = _before_blocks(inter, reference, cfg)
             else:                               # its job out first, so that it loads beside the candidate's
-                executor = _send_executor(pair, pc, reference, device, pair_dir, spares,
+                executor = _begin_executor(pair, pc, reference, device, pair_dir, spares,
                                           warm=reference.beside_trials())
         except (WorkerExit, reference_executor.ExecutorFailed) as exc:
             if isinstance(exc, WorkerExit):
@@ -351,12 +351,12 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
 def _start_executor(pair: Pair, pc: PairContext, reference: ReferenceSide, device: str, pair_dir: Path,
                     spares: SpareWorkers, deadline: float) -> CandidateClient:
     """The pair's reference executor (harness.run.reference_executor), its model built."""
-    return reference_executor.loaded(_send_executor(pair, pc, reference, device, pair_dir, spares), deadline)
+    return reference_executor.loaded(_begin_executor(pair, pc, reference, device, pair_dir, spares), deadline)
 
 
-def _send_executor(pair: Pair, pc: PairContext, reference: ReferenceSide, device: str, pair_dir: Path,
+def _begin_executor(pair: Pair, pc: PairContext, reference: ReferenceSide, device: str, pair_dir: Path,
                    spares: SpareWorkers, warm: bool = False) -> reference_executor.ExecutorClient:
-    """The pair's reference executor with its job sent, not waited for (reference_executor.send); `warm`: it makes
+    """The pair's reference executor with its job sent, not waited for (reference_executor.begin); `warm`: it makes
     its first call on its own before it says it is loaded (CandidateJob.warm)."""
     cfg = pc.cfg
     scratch = pair_dir / "reference-executor"
@@ -365,7 +365,7 @@ def _send_executor(pair: Pair, pc: PairContext, reference: ReferenceSide, device
                                   reference.mode.spec(cfg, [EAGER]), str(scratch), str(reference.state_path),
                                   cfg.defenses, cfg.precision, hidden_from_candidates(cfg.cache_dir),
                                   output_orders(reference.ready), warm)
-    return reference_executor.send(spares, pc.log_dir / f"{slug(pair.candidate.id)}__reference-executor.log", work)
+    return reference_executor.begin(spares, pc.log_dir / f"{slug(pair.candidate.id)}__reference-executor.log", work)
 
 
 def _before_blocks(inter: Interleaver, reference: ReferenceSide, cfg: Config) -> list[float]:

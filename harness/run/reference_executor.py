@@ -12,7 +12,7 @@ what only trusted code may do (trials' expected outputs, float64, full checks, t
 
 One executor a pair, fresh like the candidate's worker, taken from the slot's spares (role `executor`) and closed
 after the pair's last reference blocks. On the CPU it is loaded before the reference's first block. On the GPU its
-job goes out just before the candidate's (`send`): it loads, and warms itself with one call where the problem is
+job goes out just before the candidate's (`begin`): it loads, and warms itself with one call where the problem is
 small, beside the candidate's load and trials, and is attached once they pass (harness.run.evaluate._executor_beside).
 Its start, which cost a pair about 0.9 s before the candidate's on an H200, so runs beside it instead
 (docs/measurements.md, eighteenth session).
@@ -63,10 +63,10 @@ def job(problem_path: str, device: str, seed: int, timing: m.TimingSpec, scratch
 def start(spares: SpareWorkers, log_path: Path, work: m.CandidateJob, deadline: float) -> ExecutorClient:
     """The executor worker with its model built (its Loaded read). ExecutorFailed where it said it could not build
     it, WorkerExit where it ended or said anything else; the worker is closed then."""
-    return loaded(send(spares, log_path, work), deadline)
+    return loaded(begin(spares, log_path, work), deadline)
 
 
-def send(spares: SpareWorkers, log_path: Path, work: m.CandidateJob) -> ExecutorClient:
+def begin(spares: SpareWorkers, log_path: Path, work: m.CandidateJob) -> ExecutorClient:
     """The executor worker, its job sent and not waited for: it builds its model while the caller goes on (the
     staged GPU path: beside the candidate's load and trials); `loaded` reads its answer."""
     executor = ExecutorClient(spares.take(ROLE, log_path))
