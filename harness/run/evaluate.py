@@ -298,7 +298,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
                 if executor is not None:
                     t0 = time.monotonic()
                     sent, executor = executor, None         # the Interleaver holds it from here, or it is closed
-                    before, fell = _executor_beside(inter, sent, reference, cfg)
+                    before, fell = _executor_beside(inter, sent, candidate, reference, cfg)
                     phases["baseline_before"] += time.monotonic() - t0
                 collected = _timed_rounds(candidate, reference, inter, pc, phases, fell)
         except WorkerExit as exc:
@@ -380,16 +380,17 @@ def _before_blocks(inter: Interleaver, reference: ReferenceSide, cfg: Config) ->
         return inter.reference_blocks(cfg.timing.baseline_blocks)
 
 
-def _executor_beside(inter: Interleaver, executor: reference_executor.ExecutorClient, reference: ReferenceSide,
-                     cfg: Config) -> tuple[list[float], GraphFallback | None]:
+def _executor_beside(inter: Interleaver, executor: reference_executor.ExecutorClient, candidate: CandidateClient,
+                     reference: ReferenceSide, cfg: Config) -> tuple[list[float], GraphFallback | None]:
     """The staged GPU path, once the candidate's trials passed: the executor, sent its job just before the candidate
     was, so loaded (and warmed by a call of its own, where the problem is small enough to run it beside the trials:
     ReferenceSide.beside_trials) while the candidate loaded and ran its trials, is attached, and the reference's first
-    blocks run in it. Its start (the profiler, CUDA, the first call's libraries and modules) is so hidden behind the
-    candidate's instead of added to the pair, and a pair that fails its trials never waits for it. Those blocks run
-    while the candidate is alive, so they are not a bracket it could not reach: the interference check counts only
-    the `after` blocks there (defenses.interference). Returns their medians, and the capture failure that sends the
-    pair back to cold (the rounds start with it: _timed_rounds)."""
+    blocks run in it, the candidate stopped meanwhile as in the rounds. Its start (the profiler, CUDA, the first
+    call's libraries and modules) is so hidden behind the candidate's instead of added to the pair, and a pair that
+    fails its trials never waits for it. Those blocks run while the candidate is alive (work it left on the device
+    runs on), so they are not a bracket it could not reach: the interference check counts only the `after` blocks
+    there (defenses.interference). Returns their medians, and the capture failure that sends the pair back to cold
+    (the rounds start with it: _timed_rounds)."""
     try:
         reference_executor.loaded(executor, inter.deadline)
     except WorkerExit as exc:                   # the executor's end is the harness's fault, never the candidate's
@@ -399,6 +400,7 @@ def _executor_beside(inter: Interleaver, executor: reference_executor.ExecutorCl
     except BaseException:
         executor.worker.close()
         raise
+    inter.candidate_alive(candidate)
     try:
         return inter.reference_blocks(cfg.timing.baseline_blocks), None
     except GraphFallback as fell:

@@ -144,6 +144,11 @@ class Interleaver:
         samples, or timing.flush_l2 off)."""
         self.calls_per_sample, self.staged, self.flushed = calls_per_sample, staged, flushed
 
+    def candidate_alive(self, candidate: CandidateClient) -> None:
+        """The candidate worker is alive (its trials done): stopped from now on whenever another side runs, as in
+        the rounds (which name it again), so that it never runs beside the reference's executor."""
+        self.candidate = candidate
+
     def candidate_gone(self, deadline: float) -> None:
         """The candidate worker is closed: reference blocks alone from here, until `deadline`."""
         self.candidate, self.deadline = None, deadline
