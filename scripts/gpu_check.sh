@@ -35,8 +35,8 @@
 #   aa49:      one GPU, detached: the precision GPU tests, the staged path's A/A over the whole suite at the default
 #              cap (calibrate --processes 1, AA49_LEVELS: "level1 level3 level2", each LEVEL or LEVEL:GLOB), then the
 #              staged GPU exploit tests
-#   verify44:  one GPU, detached: the GPU exploit and staged tests on the last tree, reuse_buffer traced on both
-#              paths, then level 1's A/A on both paths back to back with pair_time's parts (see the phase)
+#   verify44:  one GPU, detached: the GPU exploit and staged tests on the last tree, reuse_buffer staged in cold and
+#              graph mode, then level 1's A/A on both paths back to back with pair_time's parts (see the phase)
 #   beside44:  one GPU, detached: the staged exploit tests, two problems' memory with 5 trials, then level 2's A/A
 #              on the default and the staged path back to back, with pair_time's parts (see the phase)
 #   beside44b: one GPU, short: a subset of the exploit fixtures on the staged path, then level 2's A/A on both
@@ -845,8 +845,8 @@ verify44)
     # Issue 44's next lease on one GPU, detached (BG="scripts/gpu_check.sh verify44" ... bg, then `follow`): what the
     # eighteenth session's last tree (the executor warmed beside the candidate's trials, attached after them) has not
     # run on a GPU. In turn: the GPU exploit tests on both paths and the staged path's own GPU tests; `reuse_buffer`
-    # alone on each path with KB_TRACE=1 and its record (why the staged path reads a timed output of it as changed);
-    # then level 1's A/A (the short calls) on the default and the staged path back to back, AA_CAP s a pair, with
+    # alone on the staged path in cold and in graph mode (it read invalid in graph mode, where auto chose it); then
+    # level 1's A/A (the short calls) on the default and the staged path back to back, AA_CAP s a pair, with
     # pair_time's parts
     export TEST_RUNS_OUT="$out/runs"
     echo "== GPU tests ($(date +%T))"
@@ -854,19 +854,18 @@ verify44)
         -k "exploits_on_the_gpu or work_moved or staged" > "$out/verify_tests.txt" 2>&1
     tail -n 8 "$out/verify_tests.txt"
     staged_cfg=$(staged_config) || exit 1
-    for path in default staged; do
-        cfg=config.yaml; [ "$path" = staged ] && cfg=$staged_cfg
-        echo "== reuse_buffer, $path ($(date +%T))"
-        KB_TRACE=1 timeout -s INT 90 python run_eval.py --config "$cfg" --compile-modes none --json \
+    for mode in cold graph; do
+        echo "== reuse_buffer, staged, $mode ($(date +%T))"
+        timeout -s INT 90 python run_eval.py --config "$staged_cfg" --compile-modes none --json --timing-mode "$mode" \
             --problems-dir tests/fixtures/exploits/problems --solutions-dir tests/fixtures/exploits/solutions \
-            --problem '*004_scale*' --max-pair-seconds 4 --output-dir "$out/reuse_$path" > "$out/reuse_$path.txt" 2>&1
-        python - "$out/reuse_$path.txt" <<'PY'
+            --problem '*004_scale*' --max-pair-seconds 4 --output-dir "$out/reuse_$mode" > "$out/reuse_$mode.txt" 2>&1
+        python - "$out/reuse_$mode.txt" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     if line.startswith("{"):
         r = json.loads(line)
-        print(r["solution"].rsplit("/", 1)[-1], r["status"], ",".join(r["flags"]), r.get("speedup"),
-              (r["error"] or "")[:160])
+        print(r["solution"].rsplit("/", 1)[-1], r["status"], (r.get("timing") or {}).get("mode"), ",".join(r["flags"]),
+              r.get("speedup"), (r["error"] or "")[:160])
 PY
     done
     for path in default staged; do
