@@ -140,3 +140,38 @@ def test_a_raw_copy_round_trips_through_the_tensor_file(tmp_path):
     path = write_raw([("float32", span, data)], str(tmp_path / "x.kbt"))
     (flat,) = read_tensors(path, "cpu")
     assert torch.equal(flat.as_strided(t.shape, t.stride()), t)
+
+
+def test_captured_calls_that_hand_back_one_buffer_are_named():
+    """Graph mode: a sample's captured calls each hand back an output of their own; one buffer kept by the model and
+    written by every call (reuse_buffer) is named as such, not left to read as values that differ."""
+    import base64
+    from harness.run.trusted import shared_between_calls
+    handle = base64.b64encode(b"a" * 64).decode()
+    other = base64.b64encode(b"b" * 64).decode()
+
+    def out(address: int, at: str = handle, shape=(4, 4)) -> dict:
+        return {"dtype": "torch.float32", "shape": list(shape), "strides": [shape[1], 1], "address": address,
+                "handle": at}
+    # four calls, one buffer: the same allocation at the same offset
+    found = shared_between_calls([[out(0)], [out(0)], [out(0)], [out(0)]])
+    assert found is not None and found.startswith("captured calls 0 and 1 handed back the same memory")
+    # outputs of their own: one allocation at offsets 64 bytes apart (4 x 4 floats), or other allocations
+    assert shared_between_calls([[out(0)], [out(64)], [out(128)]]) is None
+    assert shared_between_calls([[out(0)], [out(0, other)]]) is None
+    # overlapping, not equal: the second starts inside the first
+    assert shared_between_calls([[out(0)], [out(32)]]) is not None
+    # two outputs of one call may share an allocation (the check is between calls); host outputs have no handle
+    assert shared_between_calls([[out(0), out(64)], [out(128), out(192)]]) is None
+    assert shared_between_calls([[out(0, "")], [out(0, "")]]) is None
+
+
+def test_a_shared_buffer_in_graph_mode_is_the_reason_timed_outputs_fail():
+    from harness.run import defenses
+    from harness.run.interleave import CANDIDATE, Collected
+    from harness.run.trusted import Checked
+    out = Collected()
+    out.checks[1] = {CANDIDATE: Checked([1.0], [[1]]), "reference": Checked([2.0], [[1]])}
+    assert "values read" in defenses.check_timed_outputs(out, 1e-4, 1e-4)[2]
+    out.shared_outputs = "captured calls 0 and 1 handed back the same memory"
+    assert defenses.check_timed_outputs(out, 1e-4, 1e-4)[2] == out.shared_outputs

@@ -27,7 +27,7 @@ from harness.run.clients import CandidateClient, FlusherClient, ReferenceClient,
 from harness.run.paired import StopRule, should_stop
 from harness.run.workerproc import SpareWorkers, WorkerExit
 from harness.core.seeds import SeedStream
-from harness.run.trusted import Checked, Reader, slots_for
+from harness.run.trusted import Checked, Reader, shared_between_calls, slots_for
 
 CANDIDATE = "candidate"
 EAGER = "eager"
@@ -57,6 +57,7 @@ class Collected:
     aliased: str | None = None              # a timed output lay in memory the harness gave the call (CPU: its arena)
     scheduling: str | None = None           # a worker's scheduling was raised during the rounds (one line)
     output_errors: list[str] = field(default_factory=list)
+    shared_outputs: str | None = None       # graph mode: two captured calls of a sample handed back the same memory
     tampered: set[str] = field(default_factory=set)
     profiles: list[m.Profile | None] = field(default_factory=list)  # the candidate's profiled calls (None: CPU)
     reference_profiles: list[m.Profile | None] = field(default_factory=list)    # the reference's (eager) ones
@@ -193,6 +194,8 @@ class Interleaver:
         out.not_plain = out.not_plain or result.not_plain
         if variant not in (EAGER, CANDIDATE):
             return
+        if side == CANDIDATE and len(result.outputs) > 1 and out.shared_outputs is None:
+            out.shared_outputs = shared_between_calls(result.outputs)
         check_seed = self.check_for.setdefault(seed, self.check_seeds.next())
         full = seed in self.full_seeds
         if self.reader is None:

@@ -135,6 +135,7 @@ def _join(main: Collected, other: Collected) -> None:
     main.changed_after_return = main.changed_after_return or other.changed_after_return
     main.not_plain = main.not_plain or other.not_plain
     main.output_errors.extend(other.output_errors)
+    main.shared_outputs = main.shared_outputs or other.shared_outputs
     main.tampered.update(other.tampered)
 
 

@@ -188,6 +188,33 @@ def _span_bytes(e: m.Exported) -> int:
     return points.span(e.shape, e.strides) * size
 
 
+def shared_between_calls(slots: list[list[dict[str, Any]]]) -> str | None:
+    """Graph mode: why two of a sample's captured calls handed back the same memory (one line), or None. Each call's
+    output must be its own: the earlier calls' outputs are read after the later calls ran, so one buffer that every
+    call writes (a model that keeps its output buffer) holds only the last call's answer. Device outputs are the
+    same memory where they lie in one allocation (the same IPC handle) at overlapping bytes."""
+    seen: list[tuple[int, str, int, int]] = []          # (call, handle, first byte, last byte + 1)
+    for call, items in enumerate(slots):
+        try:
+            exported = _exported(items)
+        except m.ProtocolError:
+            return None                                 # the read says what is wrong with it
+        for e in exported:
+            if not e.handle:
+                continue
+            try:
+                start, end = e.address, e.address + _span_bytes(e)
+            except peek.PeekError:
+                continue
+            for other, handle, lo, hi in seen:
+                if other != call and handle == e.handle and start < hi and lo < end:
+                    return (f"captured calls {other} and {call} handed back the same memory (one output buffer for "
+                            f"every call?): in graph mode each call's output must be its own, since the earlier "
+                            f"calls' outputs are read after the later ones ran")
+            seen.append((call, e.handle, start, end))
+    return None
+
+
 def read_whole(pid: int, exported: list[m.Exported]) -> list[bytes] | None:
     """Each output's bytes, first element to last, read from process `pid`'s memory (it stopped); None past
     FULL_CHECK_BYTES in all. PeekError where its memory cannot be read there."""
