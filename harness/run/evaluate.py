@@ -273,7 +273,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
                 before = _before_blocks(inter, reference, cfg)
             else:                               # its job out first, so that it loads beside the candidate's
                 executor = _begin_executor(pair, pc, reference, device, pair_dir, spares,
-                                          warm=reference.beside_trials())
+                                           warm=reference.beside_trials())
         except (WorkerExit, reference_executor.ExecutorFailed) as exc:
             if isinstance(exc, WorkerExit):
                 memory.reference_lost(record, reference.worker, f"reference side: {exc.detail}; last output: "
