@@ -350,3 +350,22 @@ def test_fastest_is_the_variant_with_the_smallest_median():
     assert fastest(out, [EAGER, COMPILED]) == COMPILED
     assert ratios(out, COMPILED) == [1.5] * len(out.rounds)
     assert fastest(out, []) is None
+
+
+def test_the_candidate_is_stopped_while_the_executors_first_blocks_run_after_its_trials():
+    """The staged GPU path attaches the reference's executor after the candidate's trials and runs its first blocks
+    then (harness.run.evaluate._executor_beside): the candidate, alive by then, is held (candidate_alive) so that it is
+    stopped while the executor's calls run, as in the rounds; the two never run at once."""
+    world, il, _, candidate, _ = setup(block=2, warmup=1)
+    executor = FakeWorker(world, "executor", lambda variant, seed: 2.0)
+    il.use_mode(1, staged=True)
+    il.attach_executor(CandidateClient(executor))
+
+    def beside() -> list[set]:
+        return [running for kind, name, _, _, running in world.events if kind == "call" and name == "executor"]
+    il.reference_blocks(1)
+    assert beside() and all(CANDIDATE in running for running in beside())    # not held: it ran beside them
+    world.events.clear()
+    il.candidate_alive(CandidateClient(candidate))
+    il.reference_blocks(1)
+    assert beside() and all(running == set() for running in beside()), beside()
