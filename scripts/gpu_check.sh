@@ -142,6 +142,21 @@ staged_config() {   # config.yaml with timing.staged_gpu on, written to /tmp/sta
     echo /tmp/staged_gpu.yaml
 }
 
+aa_both() {   # issue 44: A/A of level $1's problems $2 (calibrate, one process pair, $3 s a pair, each run cut at $4 s)
+    # on the default path and then on the staged one, back to back, into $out/aa_<path>, with pair_time's parts
+    local path cfg staged_cfg
+    staged_cfg=$(staged_config) || return 1
+    for path in default staged; do
+        cfg=config.yaml; [ "$path" = staged ] && cfg=$staged_cfg
+        echo "== A/A $1 $path ($(date +%T))"
+        /usr/bin/time -f "calibrate $path wall %e s" timeout -s INT "$4" python run_eval.py calibrate --config "$cfg" \
+            --processes 1 --compile-modes none --level "$1" --problem "$2" --max-pair-seconds "$3" \
+            --output-dir "$out/aa_$path" > "$out/aa_$path.txt" 2>&1
+        grep -E "wall|within" "$out/aa_$path.txt" | tail -n 2
+        python benchmarks/pair_time.py --from "$out"/aa_$path/2* 2>&1 | tail -n 1
+    done
+}
+
 matvec() {   # issue 44's memory clause: level1/005_matrix_vector with its candidate into $out/mv (args: run_eval flags)
     timeout -s INT 300 python run_eval.py "$@" --level level1 --problem '*005_matrix_vector*' --compile-modes none \
         --max-pair-seconds 3 --json --output-dir "$out/mv" > "$out/mv.txt" 2>&1
@@ -868,15 +883,7 @@ for line in open(sys.argv[1]):
               r.get("speedup"), (r["error"] or "")[:160])
 PY
     done
-    for path in default staged; do
-        cfg=config.yaml; [ "$path" = staged ] && cfg=$staged_cfg
-        echo "== A/A level1 $path ($(date +%T))"
-        /usr/bin/time -f "calibrate $path wall %e s" timeout -s INT "${AA_TIMEOUT:-240}" python run_eval.py calibrate \
-            --config "$cfg" --processes 1 --compile-modes none --level level1 --problem "${AA_GLOB:-0[0-4]*}" \
-            --max-pair-seconds "${AA_CAP:-6}" --output-dir "$out/aa_$path" > "$out/aa_$path.txt" 2>&1
-        grep -E "wall|within" "$out/aa_$path.txt" | tail -n 2
-        python benchmarks/pair_time.py --from "$out"/aa_$path/2* 2>&1 | tail -n 1
-    done
+    aa_both level1 "${AA_GLOB:-0[0-4]*}" "${AA_CAP:-6}" "${AA_TIMEOUT:-240}"
     echo "== verify44 ended ($(date +%T))"
     ;;
 beside44)
@@ -892,19 +899,7 @@ beside44)
     tail -n 5 "$out/beside_tests.txt"
     MEM_TRIALS=5 MEM_CAP=${MEM_CAP:-1.5} MEM_TIMEOUT=${MEM_TIMEOUT:-120} \
         MEM_PICK=${MEM_PICK:-"level1/055_*.py level3/007_*.py"} bash "$0" mem48
-    staged_cfg=$(staged_config) || exit 1
-    set -f
-    for path in default staged; do
-        cfg=config.yaml; [ "$path" = staged ] && cfg=$staged_cfg
-        echo "== A/A $path ($(date +%T))"
-        /usr/bin/time -f "calibrate $path wall %e s" timeout -s INT "${AA_TIMEOUT:-170}" python run_eval.py calibrate \
-            --config "$cfg" --processes 1 --compile-modes none --level "${AA_LEVEL:-level2}" \
-            --problem "${AA_GLOB:-0[23]*}" --max-pair-seconds "${AA_CAP:-6}" --output-dir "$out/aa_$path" \
-            > "$out/aa_$path.txt" 2>&1
-        grep -E "wall|within|problems" "$out/aa_$path.txt" | tail -n 4
-        set +f; python benchmarks/pair_time.py --from "$out"/aa_$path/2* 2>&1 | tail -n 2; set -f
-    done
-    set +f
+    aa_both "${AA_LEVEL:-level2}" "${AA_GLOB:-0[23]*}" "${AA_CAP:-6}" "${AA_TIMEOUT:-170}"
     echo "== beside44 ended ($(date +%T))"
     ;;
 beside44b)
@@ -927,15 +922,7 @@ for line in open(sys.argv[1]):
         r = json.loads(line)
         print(r["solution"].rsplit("/", 1)[-1], r["status"], ",".join(r["flags"]), (r["error"] or "")[:90])
 PY
-    for path in default staged; do
-        cfg=config.yaml; [ "$path" = staged ] && cfg=$staged_cfg
-        echo "== A/A $path ($(date +%T))"
-        /usr/bin/time -f "calibrate $path wall %e s" timeout -s INT "${AA_TIMEOUT:-70}" python run_eval.py calibrate \
-            --config "$cfg" --processes 1 --compile-modes none --level level2 --problem "${AA_GLOB:-02[0-7]*}" \
-            --max-pair-seconds "${AA_CAP:-4}" --output-dir "$out/aa_$path" > "$out/aa_$path.txt" 2>&1
-        grep -E "wall|within" "$out/aa_$path.txt" | tail -n 2
-        python benchmarks/pair_time.py --from "$out"/aa_$path/2* 2>&1 | tail -n 1
-    done
+    aa_both level2 "${AA_GLOB:-02[0-7]*}" "${AA_CAP:-4}" "${AA_TIMEOUT:-70}"
     echo "== beside44b ended ($(date +%T))"
     ;;
 aa48)
