@@ -268,7 +268,8 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
             reference.mode = reference.mode.prepare(inter, cfg)
             beside = inter.staged and inter.on_device
             if inter.staged and not beside:
-                inter.attach_executor(_start_executor(pair, pc, reference, device, pair_dir, spares, deadline))
+                started_executor = _start_executor(pair, pc, reference, device, pair_dir, spares, deadline)
+                inter.attach_executor(started_executor, started_executor.threads)
             if not beside:
                 before = _before_blocks(inter, reference, cfg)
             else:                               # its job out first, so that it loads beside the candidate's
@@ -349,7 +350,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
 
 
 def _start_executor(pair: Pair, pc: PairContext, reference: ReferenceSide, device: str, pair_dir: Path,
-                    spares: SpareWorkers, deadline: float) -> CandidateClient:
+                    spares: SpareWorkers, deadline: float) -> reference_executor.ExecutorClient:
     """The pair's reference executor (harness.run.reference_executor), its model built."""
     return reference_executor.loaded(_begin_executor(pair, pc, reference, device, pair_dir, spares), deadline)
 

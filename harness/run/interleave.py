@@ -285,8 +285,8 @@ class Interleaver:
                         threads: dict[int, tuple[int, int]] | None = None) -> None:
         """The reference's eager samples run in `executor` from now on (harness.run.reference_executor), on inputs
         the reference stages into its arena (CPU: its memfd; GPU: the one device arena, mapped by its handle).
-        `threads`: its threads' scheduling as read before any candidate code existed (scheduling.settings), where it
-        is attached after the candidate started; else read now."""
+        `threads`: its threads' scheduling as read when its job was sent, before any candidate code existed
+        (reference_executor.begin); else read now."""
         self._activate(self.reference)
         attached = self.reference.arena("" if self.on_device else executor.worker.arena_path(), "executor",
                                         self.deadline)
