@@ -35,6 +35,8 @@
 #   aa49:      one GPU, detached: the precision GPU tests, the staged path's A/A over the whole suite at the default
 #              cap (calibrate --processes 1, AA49_LEVELS: "level1 level3 level2", each LEVEL or LEVEL:GLOB), then the
 #              staged GPU exploit tests
+#   flip44:    one GPU, detached: after staged_gpu became the default, level3/007's memory with 5 trials, the GPU tests
+#              the staged parametrizations do not cover, a plain run_eval.py with shipped CUDA candidates (see the phase)
 #   verify44:  one GPU, detached: the GPU exploit and staged tests on the last tree, reuse_buffer staged in cold and
 #              graph mode, then level 1's A/A on both paths back to back with pair_time's parts (see the phase)
 #   beside44:  one GPU, detached: the staged exploit tests, two problems' memory with 5 trials, then level 2's A/A
@@ -136,18 +138,22 @@ dask_wheels() {   # dask.distributed is not in the image: .whl's wheels for this
         --target /tmp/site $wheels && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 }
 
-staged_config() {   # config.yaml with timing.staged_gpu on, written to /tmp/staged_gpu.yaml; its path
-    sed 's/^  staged_gpu: false/  staged_gpu: true/' config.yaml > /tmp/staged_gpu.yaml
-    grep -q '^  staged_gpu: true' /tmp/staged_gpu.yaml || { echo "config.yaml has no 'staged_gpu: false' line" >&2; return 1; }
-    echo /tmp/staged_gpu.yaml
+path_config() {   # config.yaml with timing.staged_gpu set to $1 (true: the staged path, the default since the
+    # nineteenth session; false: the earlier default path), written to /tmp/staged_gpu_$1.yaml; its path
+    sed "s/^  staged_gpu: \(true\|false\)/  staged_gpu: $1/" config.yaml > "/tmp/staged_gpu_$1.yaml"
+    grep -q "^  staged_gpu: $1" "/tmp/staged_gpu_$1.yaml" || { echo "config.yaml has no 'staged_gpu:' line" >&2; return 1; }
+    echo "/tmp/staged_gpu_$1.yaml"
 }
+
+staged_config() { path_config true; }       # the staged GPU path (config.yaml's own since the nineteenth session)
+unstaged_config() { path_config false; }    # the GPU path where each side draws, flushes and checks in its process
 
 aa_both() {   # issue 44: A/A of level $1's problems $2 (calibrate, one process pair, $3 s a pair, each run cut at $4 s)
     # on the default path and then on the staged one, back to back, into $out/aa_<path>, with pair_time's parts
     local path cfg staged_cfg
     staged_cfg=$(staged_config) || return 1
     for path in default staged; do
-        cfg=config.yaml; [ "$path" = staged ] && cfg=$staged_cfg
+        cfg=$(unstaged_config); [ "$path" = staged ] && cfg=$staged_cfg
         echo "== A/A $1 $path ($(date +%T))"
         /usr/bin/time -f "calibrate $path wall %e s" timeout -s INT "$4" python run_eval.py calibrate --config "$cfg" \
             --processes 1 --compile-modes none --level "$1" --problem "$2" --max-pair-seconds "$3" \
@@ -467,7 +473,7 @@ exec44)
     # then (unless SMOKE_ONLY) the GPU tests K selects, their runs kept under $out/runs
     staged_cfg=$(staged_config) || exit 1
     for path in ${PATHS:-default staged}; do
-        cfgs=(); [ "$path" = staged ] && cfgs=(--config "$staged_cfg")
+        cfgs=(--config "$(unstaged_config)"); [ "$path" = staged ] && cfgs=(--config "$staged_cfg")
         echo "== A/A, $path path: the gpu_tree fixtures and ${EXEC_PROBLEMS:-level1 018/019/026, level2 001}"
         timeout -s INT "${CAL_TIMEOUT:-150}" python run_eval.py calibrate "${cfgs[@]}" --compile-modes none \
             --processes "${PROCS:-2}" ${CAL_ARGS:-} --problems-dir tests/fixtures/gpu_tree/problems \
@@ -789,7 +795,7 @@ mem47)
     staged_cfg=$(staged_config) || exit 1
     set -f
     for path in default staged; do
-        cfg=config.yaml; [ "$path" = staged ] && cfg=$staged_cfg
+        cfg=$(unstaged_config); [ "$path" = staged ] && cfg=$staged_cfg
         echo "== $path ($(date +%T))"
         /usr/bin/time -f "calibrate $path wall %e s" timeout -s INT "${MEM_TIMEOUT:-400}" python run_eval.py calibrate \
             --config "$cfg" --trials 1 --processes 1 --compile-modes none --level "${LEVEL:-level1}" \
@@ -827,9 +833,11 @@ mem48)
     # figures are not read. MEM_SEL: level1's 007, 009 and 011 (over the target in the fifteenth session) and
     # 042-060 (not reached then), and levels 2 and 3. Then benchmarks/memory.py's summary of each path
     export TEST_RUNS_OUT="$out/runs"
-    echo "== the bf16x3 host test ($(date +%T))"
-    timeout -s INT 120 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py -k large \
-        > "$out/precision_host.txt" 2>&1; tail -n 3 "$out/precision_host.txt"
+    if [ -z "${MEM_SKIP_HOST:-}" ]; then        # MEM_SKIP_HOST=1: straight to the memory runs
+        echo "== the bf16x3 host test ($(date +%T))"
+        timeout -s INT 120 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py -k large \
+            > "$out/precision_host.txt" 2>&1; tail -n 3 "$out/precision_host.txt"
+    fi
     sel=/tmp/memsel; rm -rf "$sel"; mkdir -p "$sel/level1" "$sel/level2" "$sel/level3"
     if [ -n "${MEM_PICK:-}" ]; then             # e.g. "level1/0{07,55}_*.py level3/007_*.py" (paths under problems/)
         for pick in $(cd problems && eval "ls -d $MEM_PICK"); do cp "problems/$pick" "$sel/${pick%%/*}/"; done
@@ -841,7 +849,7 @@ mem48)
     echo "== $(ls "$sel"/*/*.py | wc -l) problems, both paths at once ($(date +%T))"
     staged_cfg=$(staged_config) || exit 1
     for path in default staged; do
-        cfg=config.yaml; [ "$path" = staged ] && cfg=$staged_cfg
+        cfg=$(unstaged_config); [ "$path" = staged ] && cfg=$staged_cfg
         (/usr/bin/time -f "calibrate $path wall %e s" timeout -s INT "${MEM_TIMEOUT:-1000}" python run_eval.py \
             calibrate --config "$cfg" --problems-dir "$sel" --trials "${MEM_TRIALS:-1}" --processes 1 \
             --compile-modes none \
@@ -855,6 +863,27 @@ mem48)
         sed -n '/^target/,$p' "$out/mem_${path}_table.txt"
     done
     echo "== mem48 ended ($(date +%T))"
+    ;;
+flip44)
+    # Issue 44 after the nineteenth session turned timing.staged_gpu on in config.yaml, one GPU, detached
+    # (BG="scripts/gpu_check.sh flip44" ... bg, then `follow`). In turn: each side's memory with 5 trials on both paths
+    # at once for level3/007 (the trials' expected outputs now kept on the device only within half of KEEP_BYTES) and
+    # FLIP_PICK's others; the GPU tests of test_gpu.py that the staged parametrizations do not cover, now on the
+    # staged path by default; then a plain `run_eval.py` (config.yaml as it is) over four level-1 problems with their
+    # shipped CUDA candidates, builds included
+    export TEST_RUNS_OUT="$out/runs"
+    MEM_SKIP_HOST=1 MEM_TRIALS=5 MEM_CAP=${MEM_CAP:-1.5} MEM_TIMEOUT=${MEM_TIMEOUT:-150} \
+        MEM_PICK=${FLIP_PICK:-"level3/007_*.py level2/00[1-3]_*.py"} bash "$0" mem48
+    echo "== GPU tests, the default config now staged ($(date +%T))"
+    timeout -s INT "${FLIP_TESTS_TIMEOUT:-400}" python -m pytest -q -rfxX --tb=short -m gpu tests/test_gpu.py \
+        -k "not exploits_on_the_gpu and not calibrate_on_the_gpu and not forged_report" > "$out/flip_tests.txt" 2>&1
+    tail -n 12 "$out/flip_tests.txt"
+    echo "== run_eval.py as configured ($(date +%T))"
+    /usr/bin/time -f "run_eval wall %e s" timeout -s INT "${FLIP_RUN_TIMEOUT:-200}" python run_eval.py --level level1 \
+        --problem '0[12][89]_*' --compile-modes none --max-pair-seconds 3 --output-dir "$out/flip_run" \
+        > "$out/flip_run.txt" 2>&1
+    grep -v "━" "$out/flip_run.txt" | tail -n 14
+    echo "== flip44 ended ($(date +%T))"
     ;;
 verify44)
     # Issue 44's next lease on one GPU, detached (BG="scripts/gpu_check.sh verify44" ... bg, then `follow`): what the
@@ -941,7 +970,7 @@ aa48)
     grep -c trace "$out/huber_trace.txt"
     set -f
     for path in default staged; do
-        cfg=config.yaml; [ "$path" = staged ] && cfg=$staged_cfg
+        cfg=$(unstaged_config); [ "$path" = staged ] && cfg=$staged_cfg
         echo "== A/A $path ($(date +%T))"
         /usr/bin/time -f "calibrate $path wall %e s" timeout -s INT "${AA_TIMEOUT:-300}" python run_eval.py calibrate \
             --config "$cfg" --processes 1 --compile-modes none --level "${AA_LEVEL:-level2}" \
@@ -1045,7 +1074,7 @@ short44)
     # then on the default path; the clock's quartiles during each (SHORT_GPU: another GPU than 0)
     staged_cfg=$(staged_config) || exit 1
     for p in staged default; do
-        cfg=config.yaml; [ "$p" = staged ] && cfg=$staged_cfg
+        cfg=$(unstaged_config); [ "$p" = staged ] && cfg=$staged_cfg
         nvidia-smi --query-gpu=clocks.sm --format=csv,noheader,nounits -i "${SHORT_GPU:-0}" -lms 10 > "$out/clocks_$p.txt" &
         smi=$!
         CUDA_VISIBLE_DEVICES=${SHORT_GPU:-0} KB_TRACE=1 timeout -s INT "${SHORT_SECONDS:-150}" python run_eval.py calibrate \
@@ -1070,7 +1099,7 @@ paths44)
     staged_cfg=$(staged_config) || exit 1
     set -f
     for p in default staged; do
-        cfg=config.yaml; g=0
+        cfg=$(unstaged_config); g=0
         [ "$p" = staged ] && cfg=$staged_cfg && g=1
         (for sel in ${PATHS_PROBLEMS:-level2:*0[01][0-9]_*}; do
              KB_TRACE=1 timeout -s INT "${PATHS_SECONDS:-240}" python run_eval.py calibrate --config "$cfg" --gpus "$g" --trials 1 \

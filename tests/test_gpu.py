@@ -85,7 +85,7 @@ STAGED_GAINS_NOTHING = ("tamper_timer", "patch_sampler", "precompute_at_inputs")
 def test_exploits_on_the_gpu(tmp_path, staged):
     """The CPU-reproducible exploit set, run on the GPU path (each side's samples in its own process, or staged by
     the reference with timing.staged_gpu): the verdicts below."""
-    config = write_config(tmp_path, FIXTURES / "exploits", timing={"staged_gpu": "true"} if staged else None)
+    config = write_config(tmp_path, FIXTURES / "exploits", timing={"staged_gpu": "true" if staged else "false"})
     done = run_cli("--config", str(config), "--device", "cuda", "--json", "--timeout", "60")
     assert done.returncode == 0, done.stderr
     records = json_records(done.stdout)
@@ -140,7 +140,7 @@ def test_forged_report_in_graph_mode_is_caught(tmp_path, staged):
     Python spin runs only at capture, so what it hides is the replays' real time: the parent picks enough replays
     per sample (timing.graph_replays) for its own clock to see that against the per-sample overhead (on the H200,
     with 20 calls a sample and no replays, it read `ok` at 96x)."""
-    config = write_config(tmp_path, FIXTURES / "exploits", timing={"staged_gpu": "true"} if staged else None)
+    config = write_config(tmp_path, FIXTURES / "exploits", timing={"staged_gpu": "true" if staged else "false"})
     done = run_cli("--config", str(config), "--device", "cuda", "--json", "--timeout", "60", "--timing-mode", "graph",
                    "--candidate", "forge_sample_times", "--problem", "*001_linear_relu")
     assert done.returncode == 0, done.stderr
@@ -225,7 +225,7 @@ def test_calibrate_on_the_gpu_reads_one(tmp_path, staged):
     read 1.026, 0.978, 0.980 and 1.044 on the H200, each with a CI of about +/-1% that missed 1.0. Three process
     pairs give a CI over the bias between processes (README, Process pairs), which must reach 1.0; the estimate
     must sit within 5% of it (the harness's own asymmetries once read 0.50x-0.86x)."""
-    config = write_config(tmp_path, FIXTURES / "gpu_tree", timing={"staged_gpu": "true"} if staged else None)
+    config = write_config(tmp_path, FIXTURES / "gpu_tree", timing={"staged_gpu": "true" if staged else "false"})
     done = run_cli("calibrate", "--config", str(config), "--device", "cuda", "--target-rel-ci", "0.01",
                    "--max-pair-seconds", "15", "--timing-mode", "cold", "--processes", "3")
     assert done.returncode == 0, done.stderr

@@ -43,7 +43,7 @@ def test_choose_picks_host_on_the_cpu_and_graph_for_short_calls():
 
 def test_graph_sizes_its_replays_once_then_a_sample_is_calls_times_replays():
     inter = FakeInterleaver(block_ms=0.02)
-    mode = modes.Graph().prepare(inter, cfg(graph_calls=20))
+    mode = modes.Graph().prepare(inter, cfg(graph_calls=20, staged_gpu=False))
     assert isinstance(mode, modes.Graph) and mode.sized and mode.sized > 1
     assert inter.told == [("graph", 1), ("graph", mode.sized)]
     assert inter.calls_per_sample == 20 * mode.sized and inter.prepare is False
@@ -70,7 +70,7 @@ def test_a_reference_that_cannot_be_captured_goes_cold_for_the_problem_and_says_
 
 
 def test_host_mode_stages_cold_with_staged_gpu_and_cold_flushes_per_config():
-    for mode, config, staged in ((modes.Host(), cfg(), True), (modes.Cold(), cfg(), False),
+    for mode, config, staged in ((modes.Host(), cfg(), True), (modes.Cold(), cfg(staged_gpu=False), False),
                                  (modes.Cold(), cfg(staged_gpu=True), True)):
         inter = FakeInterleaver(block_ms=1.0)
         mode.prepare(inter, config)

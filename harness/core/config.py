@@ -48,7 +48,7 @@ class TimingConfig:
                                         # else a default; harness.run.between) | off
     sizes: str = "main"                 # problems with several sizes (SIZES): main = time the main size only,
                                         # all = time every size too (correctness runs on every size either way)
-    staged_gpu: bool = False            # GPU: the reference stages every timed sample's inputs in device memory the
+    staged_gpu: bool = True             # GPU: the reference stages every timed sample's inputs in device memory the
                                         # candidate maps, a flusher process flushes the L2 (issue 44; the CPU path
                                         # always stages); off: each side draws, flushes and checks in its own process
 
