@@ -9,14 +9,14 @@ ones it kept.
 Device memory (harness.shared.memplan): it works within a share of the budget, capped by
 torch.cuda.set_per_process_memory_fraction (the budget less every CUDA context while it sets up; the parent's
 `budget` after `ready`). It keeps on the device only what is small: trial 0's inputs up to memplan.KEEP_BYTES (the
-others are drawn again from their seed when needed), the trials' expected outputs while all of them fit KEEP_BYTES
-(else computed again from their seed when checked, where the model's forward leaves its state unchanged, trial 0's
-after the setup's checks have used it; on the host, compared on the device a slice at a time, where it does not), the
-float64 reference's outputs until a candidate's trial 0 has been measured (_Float64); a full check keeps a
-sample's seed, not its tensors, and recomputes the reference's output when the check comes. While a float64 forward
-runs, no float32 input is on the device beside it (_Parked). The float64 checks run where the plan says they fit,
-else the record says `fp64: skipped: needs X GiB, budget Y GiB`. Running out of memory all the same is `harness_oom`
-(a line in the log, then the worker exits): the parent does not blame the candidate for it.
+others are drawn again from their seed when needed), the trials' expected outputs while all of them fit half of
+KEEP_BYTES (else computed again from their seed when checked, where the model's forward leaves its state unchanged,
+trial 0's after the setup's checks have used it; on the host, compared on the device a slice at a time, where it
+does not), the float64 reference's outputs until a candidate's trial 0 has been measured (_Float64); a full check
+keeps a sample's seed, not its tensors, and recomputes the reference's output when the check comes. While a float64
+forward runs, no float32 input is on the device beside it (_Parked). The float64 checks run where the plan says they
+fit, else the record says `fp64: skipped: needs X GiB, budget Y GiB`. Running out of memory all the same is
+`harness_oom` (a line in the log, then the worker exits): the parent does not blame the candidate for it.
 """
 from __future__ import annotations
 
@@ -294,9 +294,9 @@ class _Memory:
 
 class _Trials:
     """The correctness trials' expected outputs (and inputs). On the device while small: every trial's expected
-    outputs while all of them together are at most KEEP_BYTES, trial 0's inputs up to KEEP_BYTES; else the outputs
-    computed again (recompute) or on the host, and the inputs drawn again from their seed (device_inputs(problem,
-    seed + k)) when a check needs them. The CPU path keeps everything, as before."""
+    outputs while all of them together are at most half of KEEP_BYTES, trial 0's inputs up to KEEP_BYTES; else the
+    outputs computed again (recompute) or on the host, and the inputs drawn again from their seed
+    (device_inputs(problem, seed + k)) when a check needs them. The CPU path keeps everything, as before."""
 
     def __init__(self, problem, settings, device: str, seed: int, count: int, keep_all: bool | None = None,
                  plan: list | None = None):
@@ -348,7 +348,9 @@ class _Trials:
     def add(self, k: int, inputs: list, outs: list) -> None:
         if k == 0:
             self.input_bytes, self.output_bytes = tensor_bytes(inputs), tensor_bytes(outs)
-            self.keep_outputs = self.keep_all or self.output_bytes * self.count <= KEEP_BYTES
+            # half of KEEP_BYTES: five trials' 48 MiB outputs kept took level3/007's reference 0.10-0.15 GiB past
+            # 2x its eager peak + 1.5 GiB (issue 44 item 8); computed again or on the host, they cost milliseconds
+            self.keep_outputs = self.keep_all or self.output_bytes * self.count <= KEEP_BYTES // 2
             self.keep_first_inputs = self.keep_all or self.input_bytes <= KEEP_BYTES
         if self.keep_outputs or k == 0:                # trial 0's large ones until the setup is done (settle_first)
             self.expected.append([t.clone() for t in outs])
