@@ -37,6 +37,7 @@
 #              staged GPU exploit tests
 #   flip44:    one GPU, detached: after staged_gpu became the default, level3/007's memory with 5 trials, the GPU tests
 #              the staged parametrizations do not cover, a plain run_eval.py with shipped CUDA candidates (see the phase)
+#   flip44b:   one GPU, short: the GPU tests changed after flip44 (memory on both paths, cover_window's bound)
 #   verify44:  one GPU, detached: the GPU exploit and staged tests on the last tree, reuse_buffer staged in cold and
 #              graph mode, then level 1's A/A on both paths back to back with pair_time's parts (see the phase)
 #   beside44:  one GPU, detached: the staged exploit tests, two problems' memory with 5 trials, then level 2's A/A
@@ -884,6 +885,12 @@ flip44)
         > "$out/flip_run.txt" 2>&1
     grep -v "━" "$out/flip_run.txt" | tail -n 14
     echo "== flip44 ended ($(date +%T))"
+    ;;
+flip44b)
+    # Issue 44, one GPU, short: the GPU tests changed after flip44 (the memory tests on both paths, the staged one
+    # with the arena's and two more contexts' room; cover_window against the parent's clock's allowance)
+    timeout -s INT "${FLIP_TESTS_TIMEOUT:-400}" python -m pytest -q -rfxX --tb=short -m gpu tests/test_gpu.py \
+        -k "memory_aa_pair or memory_peaks or start_event" 2>&1 | tail -n 20
     ;;
 verify44)
     # Issue 44's next lease on one GPU, detached (BG="scripts/gpu_check.sh verify44" ... bg, then `follow`): what the
