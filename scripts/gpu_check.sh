@@ -38,6 +38,7 @@
 #   flip44:    one GPU, detached: after staged_gpu became the default, level3/007's memory with 5 trials, the GPU tests
 #              the staged parametrizations do not cover, a plain run_eval.py with shipped CUDA candidates (see the phase)
 #   flip44b:   one GPU, short: the GPU tests changed after flip44 (memory on both paths, cover_window's bound)
+#   aa44:      one GPU, short: aa_both alone (AA_LEVEL, AA_GLOB, AA_CAP, AA_TIMEOUT), its runs as aa44.tgz in $OUT
 #   verify44:  one GPU, detached: the GPU exploit and staged tests on the last tree, reuse_buffer staged in cold and
 #              graph mode, then level 1's A/A on both paths back to back with pair_time's parts (see the phase)
 #   beside44:  one GPU, detached: the staged exploit tests, two problems' memory with 5 trials, then level 2's A/A
@@ -150,10 +151,10 @@ staged_config() { path_config true; }       # the staged GPU path (config.yaml's
 unstaged_config() { path_config false; }    # the GPU path where each side draws, flushes and checks in its process
 
 aa_both() {   # issue 44: A/A of level $1's problems $2 (calibrate, one process pair, $3 s a pair, each run cut at $4 s)
-    # on the default path and then on the staged one, back to back, into $out/aa_<path>, with pair_time's parts
+    # on the in-process path and then on the staged one, back to back, into $out/aa_<path>, with pair_time's parts
     local path cfg staged_cfg
     staged_cfg=$(staged_config) || return 1
-    for path in default staged; do
+    for path in in_process staged; do
         cfg=$(unstaged_config); [ "$path" = staged ] && cfg=$staged_cfg
         echo "== A/A $1 $path ($(date +%T))"
         /usr/bin/time -f "calibrate $path wall %e s" timeout -s INT "$4" python run_eval.py calibrate --config "$cfg" \
@@ -891,6 +892,12 @@ flip44b)
     # with the arena's and two more contexts' room; cover_window against the parent's clock's allowance)
     timeout -s INT "${FLIP_TESTS_TIMEOUT:-400}" python -m pytest -q -rfxX --tb=short -m gpu tests/test_gpu.py \
         -k "memory_aa_pair or memory_peaks or start_event" 2>&1 | tail -n 20
+    ;;
+aa44)
+    # Issue 44 item 8, one GPU, short: aa_both alone (A/A of AA_LEVEL's AA_GLOB problems, AA_CAP s a pair, each run
+    # cut at AA_TIMEOUT, on the in-process and then the staged path, back to back, with pair_time's parts)
+    aa_both "${AA_LEVEL:-level2}" "${AA_GLOB:-02*}" "${AA_CAP:-3}" "${AA_TIMEOUT:-120}"
+    cd "$out" && tar czf /tmp/aa44.tgz aa_* && rm -rf aa_* && mv /tmp/aa44.tgz .
     ;;
 verify44)
     # Issue 44's next lease on one GPU, detached (BG="scripts/gpu_check.sh verify44" ... bg, then `follow`): what the
