@@ -91,7 +91,7 @@ def _ratio(peaks: tuple[int, int, int]) -> float:
 
 
 def _arena(record: dict[str, Any]) -> tuple[int, bool]:
-    """The staged path's arena (the inputs the reference writes for the candidate, which on the default path the
+    """The staged path's arena (the inputs the reference writes for the candidate, which on the in-process path the
     candidate's own process holds), and whether `reference_peak_bytes` includes it: the measured `arena_peak_bytes`
     where the record has it (apart from both peaks), else the plan's `arena_bytes`, which the reference's peak of a
     record written before `arena_peak_bytes` includes."""

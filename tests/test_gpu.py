@@ -98,8 +98,8 @@ def test_exploits_on_the_gpu(tmp_path, staged):
                 "thread_when_timed": "invalid", "precompute_at_inputs": "invalid", "precompute_in_torch": "ok",
                 "fill_checked_points": "invalid", "precision_when_timed": "invalid", "skip_captured_calls": "ok",
                 "split_bf16": "invalid", "lower_reference": "ok", "layout_view": "ok", "layout_unconverted": "invalid"}
-    if staged:       # lower_reference: the reference's executor lowered (on the default GPU path the reference worker
-        #              times its own calls, and a candidate that lowers its priority there is not named: README)
+    if staged:       # lower_reference: the reference's executor lowered (on the in-process GPU path the reference
+        #              worker times its own calls, and a candidate that lowers its priority there is not named: README)
         expected.update({name: "ok" for name in STAGED_GAINS_NOTHING}, arena_watcher="invalid",
                         alias_view="invalid", frames_and_instances="invalid", lower_reference="invalid")
     # compute_on_read and read_points_only forge torch's reads of an output whose memory never holds the answer:

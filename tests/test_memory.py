@@ -764,7 +764,7 @@ def test_each_sides_allocator_retries_are_recorded_beside_its_peak():
 
 
 def test_the_staged_arena_is_recorded_apart_from_the_references_peak():
-    """The staged path's arena holds the inputs the candidate reads (on the default path the candidate's own
+    """The staged path's arena holds the inputs the candidate reads (on the in-process path the candidate's own
     process holds them): worker.memory keeps it out of `reference_peak_bytes` (the allocator's peak alone) and
     reports the most it held at once as `arena_peak_bytes`, beside the plan's `arena_bytes`."""
     from types import SimpleNamespace

@@ -461,7 +461,7 @@ def peak_memory(device: str) -> m.MemoryPeak:
     and asked again, a device-wide synchronisation) and `ooms` (it gave up, and the caller, e.g. cuDNN choosing a
     plan with a smaller workspace, caught it); apart from them `arena_bytes`, the most the staged inputs' arena
     held at once (held_outside). The arena is not added to the peaks: it holds the inputs the candidate reads, which
-    on the default path the candidate's own process holds, so the record counts it on the candidate's side
+    on the in-process path the candidate's own process holds, so the record counts it on the candidate's side
     (harness.run.memory.record). All None on the CPU."""
     if device == "cpu":
         return m.MemoryPeak()
