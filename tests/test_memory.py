@@ -457,6 +457,17 @@ def test_large_trials_keep_their_outputs_off_the_device_and_draw_their_inputs_ag
     assert small.keep_outputs and set(small.kept_inputs) == {0}          # trial 0's inputs stay, the rest are drawn
 
 
+def test_the_trials_outputs_stay_on_the_device_only_within_half_of_keep_bytes(monkeypatch):
+    """Three trials' outputs of 2560 bytes each (7680 together) under a KEEP_BYTES of 10000: within it, but not
+    within its half, so they are not kept (level3/007's five 48 MiB outputs, 240 MiB under 256, took its reference
+    past 2x eager + 1.5 GiB), while trial 0's 3840-byte inputs still are; every expected output is the same."""
+    reference, model, trials, originals = _trials(monkeypatch, keep_bytes=10000)
+    assert trials.output_bytes * trials.count == 7680
+    assert not trials.keep_outputs and trials.keep_first_inputs and set(trials.kept_inputs) == {0}
+    for k in range(3):
+        assert torch.equal(trials.expected[k][0], model(*originals[k]))
+
+
 def test_a_large_output_file_is_verified_from_the_host_with_the_same_figures(monkeypatch, tmp_path):
     from harness.shared import messages as m
     from harness.shared.tensorfile import write_tensors
