@@ -5,9 +5,12 @@ records: `build.seconds` (cold run only) and the parts of `worker.phases` (summe
 (candidate import and correctness trials), `derive` (`derive_wait`: the wait after the trials for what the reference
 works out meanwhile: FLOPs, the float64 reference), `timing` (interleaved timed rounds), `checks` (verification and
 defense checks), `baseline` (reference-only blocks before and after the pair, for the interference check), `close`
-(the candidate worker's exit and the sweep after it), `total` (the whole pair) and `other` (total minus the parts);
-then two parts of `timing`: `profile` (the profiled calls, both sides) and `switch` (stopping one side and resuming
-the other between blocks); and `ref setup` (`reference_setup`: the problem's reference process from its start to
+(the candidate worker's exit and the sweep after it), `ex close` (`executor_close`, the staged paths: the reference's
+executor detached and closed after the verdict), `total` (the whole pair) and `other` (total minus the parts); then
+two parts of `timing`: `profile` (the profiled calls, both sides) and `switch` (stopping one side and resuming the
+other between blocks); two parts of `baseline` on the staged GPU path: `ex wait` (`executor_wait`, for the executor's
+Loaded after the candidate's trials) and `ex attach` (`executor_attach`, its mapping of the arena); and `ref setup`
+(`reference_setup`: the problem's reference process from its start to
 `ready`, counted by the first pair it serves, before that pair's `total`; averaged over every pair, so a problem
 with several candidates spreads it). A part no record has (records written before phases existed) prints as "-". A
 run cut short (Ctrl-C, `timeout -s INT`) prints the pairs it finished. Last column: the harness overhead per pair,
@@ -42,8 +45,11 @@ from typing import Any, Iterable, NamedTuple
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_TREE = REPO / "tests" / "fixtures" / "tree"
-PARTS = ("start", "trials", "derive_wait", "timing", "checks", "baseline", "close", "total")
-SUBPARTS = ("timing_profile", "timing_switch")      # inside `timing`: profiled calls, stopping/resuming the sides
+PARTS = ("start", "trials", "derive_wait", "timing", "checks", "baseline", "close", "executor_close", "total")
+SUBPARTS = ("timing_profile", "timing_switch",      # inside `timing`: profiled calls, stopping/resuming the sides
+            "executor_wait", "executor_attach")     # inside `baseline` (staged GPU path): the executor's Loaded, attach
+LABELS = {"derive_wait": "derive", "executor_close": "ex close", "timing_profile": "profile", "timing_switch": "switch",
+          "executor_wait": "ex wait", "executor_attach": "ex attach", "reference_setup": "ref setup"}
 BEFORE = ("reference_setup",)                       # before the pair (the problem's reference process), not in total
 
 
@@ -137,7 +143,7 @@ def _cell(x: float | None, width: int, digits: int = 2) -> str:
 def format_rows(rows: list[tuple[str, dict[str, Any]]], pooled: bool = False) -> list[str]:
     """The printed table: one line per run, seconds. `profile` and `switch` are parts of `timing`. `pooled`: runs of
     one pass (--from), whose untimed figure is also given over all of them."""
-    columns = ["build", *(p.replace("_wait", "") for p in PARTS), "other", "profile", "switch", "ref setup"]
+    columns = ["build", *(LABELS.get(p, p) for p in PARTS + ("other",) + SUBPARTS + BEFORE)]
     lines = [f"{'run':24} {'wall s':>8} {'pairs':>5} " + " ".join(f"{c:>8}" for c in columns)
              + f" {'in samples s':>12} {'overhead/pair s':>15} {'untimed/pair s':>14}",
              f"{'':24} {'':>8} {'':>5} " + "mean seconds per pair".center(9 * len(columns) - 1, "-")]

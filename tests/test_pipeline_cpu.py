@@ -87,6 +87,8 @@ def test_correct_record_has_correctness_and_timing_details(first_run):
     assert timing["l2_flush"] is True          # the CPU's caches flushed before every sample (timing.HostCacheFlusher)
     assert record["seed"]["fixed"] is False and record["correctness"]["seed"] == record["seed"]["base"]
     assert record["build"]["extensions"] == ["fixture_relu_cpp"]
+    phases = record["worker"]["phases"]        # the reference's executor closed after the verdict, inside the total
+    assert 0 <= phases["executor_close"] < phases["total"] and "executor_wait" not in phases    # (staged GPU only)
 
 
 def test_incorrect_record_says_where(first_run):

@@ -299,7 +299,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
                 if executor is not None:
                     t0 = time.monotonic()
                     sent, executor = executor, None         # the Interleaver holds it from here, or it is closed
-                    before, fell = _executor_beside(inter, sent, candidate, reference, cfg)
+                    before, fell = _executor_beside(inter, sent, candidate, reference, cfg, phases)
                     phases["baseline_before"] += time.monotonic() - t0
                 collected = _timed_rounds(candidate, reference, inter, pc, phases, fell)
         except WorkerExit as exc:
@@ -332,7 +332,10 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
             shutil.rmtree(pair_dir, ignore_errors=True)
         if collected is not None and record.status is None:
             _conclude(record, reference, inter, collected, before, pc, phases, before_beside=beside)
+        t0, had_executor = time.monotonic(), inter.executor is not None
         _close_executor(inter)
+        if had_executor:
+            phases["executor_close"] = time.monotonic() - t0
         if executor is not None:                # sent, never attached: the pair ended before its rounds
             executor.worker.close()
         record.worker.phases = {k: round(v, 3) for k, v in phases.items()}
@@ -382,7 +385,8 @@ def _before_blocks(inter: Interleaver, reference: ReferenceSide, cfg: Config) ->
 
 
 def _executor_beside(inter: Interleaver, executor: reference_executor.ExecutorClient, candidate: CandidateClient,
-                     reference: ReferenceSide, cfg: Config) -> tuple[list[float], GraphFallback | None]:
+                     reference: ReferenceSide, cfg: Config,
+                     phases: dict[str, float]) -> tuple[list[float], GraphFallback | None]:
     """The staged GPU path, once the candidate's trials passed: the executor, sent its job just before the candidate
     was, so loaded (and warmed by a call of its own, where the problem is small enough to run it beside the trials:
     ReferenceSide.beside_trials) while the candidate loaded and ran its trials, is attached, and the reference's first
@@ -391,17 +395,22 @@ def _executor_beside(inter: Interleaver, executor: reference_executor.ExecutorCl
     fails its trials never waits for it. Those blocks run while the candidate is alive (work it left on the device
     runs on), so they are not a bracket it could not reach: the interference check counts only the `after` blocks
     there (defenses.interference). Returns their medians, and the capture failure that sends the pair back to cold
-    (the rounds start with it: _timed_rounds)."""
+    (the rounds start with it: _timed_rounds). `phases` gets two parts of `baseline_before`: `executor_wait` (for
+    its Loaded, after the trials) and `executor_attach` (its mapping of the arena, the candidate stopped)."""
+    t0 = time.monotonic()
     try:
         reference_executor.loaded(executor, inter.deadline)
     except WorkerExit as exc:                   # the executor's end is the harness's fault, never the candidate's
         raise reference_executor.ExecutorFailed(f"the reference's executor: {exc.detail}") from None
+    t1 = time.monotonic()
+    phases["executor_wait"] = t1 - t0
     try:
         inter.attach_executor(executor, executor.threads)
     except BaseException:
         executor.worker.close()
         raise
     inter.candidate_alive(candidate)
+    phases["executor_attach"] = time.monotonic() - t1
     try:
         return inter.reference_blocks(cfg.timing.baseline_blocks), None
     except GraphFallback as fell:
