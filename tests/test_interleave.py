@@ -15,6 +15,7 @@ from harness.core.seeds import SeedStream
 from harness.run.clients import CandidateClient, CandidateFailed, FlusherClient, ReferenceClient
 from harness.run.interleave import CANDIDATE, EAGER, FULL_CHECKS, GraphFallback, Interleaver, fastest, ratios
 from harness.run.paired import StopRule
+from harness.run.reference_executor import ExecutorClient
 from harness.run.trusted import Checked
 from harness.run.workerproc import WorkerExit
 
@@ -359,7 +360,7 @@ def test_the_candidate_is_stopped_while_the_executors_first_blocks_run_after_its
     world, il, _, candidate, _ = setup(block=2, warmup=1)
     executor = FakeWorker(world, "executor", lambda variant, seed: 2.0)
     il.use_mode(1, staged=True)
-    il.attach_executor(CandidateClient(executor))
+    il.attach_executor(ExecutorClient(executor))
 
     def beside() -> list[set]:
         return [running for kind, name, _, _, running in world.events if kind == "call" and name == "executor"]

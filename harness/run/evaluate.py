@@ -268,8 +268,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
             reference.mode = reference.mode.prepare(inter, cfg)
             beside = inter.staged and inter.on_device
             if inter.staged and not beside:
-                started_executor = _start_executor(pair, pc, reference, device, pair_dir, spares, deadline)
-                inter.attach_executor(started_executor, started_executor.threads)
+                inter.attach_executor(_start_executor(pair, pc, reference, device, pair_dir, spares, deadline))
             if not beside:
                 before = _before_blocks(inter, reference, cfg)
             else:                               # its job out first, so that it loads beside the candidate's
@@ -405,7 +404,7 @@ def _executor_beside(inter: Interleaver, executor: reference_executor.ExecutorCl
     t1 = time.monotonic()
     phases["executor_wait"] = t1 - t0
     try:
-        inter.attach_executor(executor, executor.threads)
+        inter.attach_executor(executor)
     except BaseException:
         executor.worker.close()
         raise
@@ -541,12 +540,13 @@ def _timed_rounds(candidate: CandidateClient, reference: ReferenceSide, inter: I
     t0 = time.monotonic()
     rule = paired.StopRule(pc.cfg.timing.rounds_floor(), pc.cfg.timing.max_rounds, pc.cfg.timing.target_rel_ci,
                            pc.cfg.timing.max_pair_seconds)
-    try:
-        if fell is not None:
-            raise fell
-        collected = inter.rounds(candidate, rule)
-    except GraphFallback as failed:
-        collected = _cold_again(candidate, reference, inter, rule, failed, pc.cfg)
+    if fell is None:
+        try:
+            collected = inter.rounds(candidate, rule)
+        except GraphFallback as failed:
+            fell = failed
+    if fell is not None:
+        collected = _cold_again(candidate, reference, inter, rule, fell, pc.cfg)
     if pc.cfg.timing.sizes == "all" and sizes.several(ready):
         collected.sizes = sizes.time_others(candidate, inter, ready, rule, collected)
     phases["timing"] = time.monotonic() - t0

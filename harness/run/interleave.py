@@ -25,6 +25,7 @@ from harness.shared import messages as m
 from harness.run import cores, scheduling
 from harness.run.clients import CandidateClient, FlusherClient, ReferenceClient, Timed
 from harness.run.paired import StopRule, should_stop
+from harness.run.reference_executor import ExecutorClient
 from harness.run.workerproc import SpareWorkers, WorkerExit
 from harness.core.seeds import SeedStream
 from harness.run.trusted import Checked, Reader, shared_between_calls, slots_for
@@ -97,7 +98,7 @@ class Interleaver:
         self.flusher = flusher                  # the process that flushes the caches before each staged call
         self._nice_at_start: dict[int, int | None] = {}     # each worker's lowest nice when the rounds began
         self._attached: CandidateClient | None = None   # the candidate whose arena the reference stages into
-        self.executor: CandidateClient | None = None    # the reference's executor (harness.run.reference_executor):
+        self.executor: ExecutorClient | None = None     # the reference's executor (harness.run.reference_executor):
                                                         # it runs the eager samples where the reference stages them
         self._executor_threads: dict[int, tuple[int, int]] = {}     # its threads' (nice, policy) when attached
 
@@ -281,21 +282,21 @@ class Interleaver:
                 raise WorkerExit("protocol", None, f"the reference could not open {attached.error}")
             self._attached = candidate
 
-    def attach_executor(self, executor: CandidateClient,
-                        threads: dict[int, tuple[int, int]] | None = None) -> None:
+    def attach_executor(self, executor: ExecutorClient) -> None:
         """The reference's eager samples run in `executor` from now on (harness.run.reference_executor), on inputs
-        the reference stages into its arena (CPU: its memfd; GPU: the one device arena, mapped by its handle).
-        `threads`: its threads' scheduling as read when its job was sent, before any candidate code existed
-        (reference_executor.begin); else read now."""
+        the reference stages into its arena (CPU: its memfd; GPU: the one device arena, mapped by its handle). The
+        baseline of its threads' scheduling is what `begin` read when its job was sent, before any candidate code
+        existed (else read now)."""
         self._activate(self.reference)
         attached = self.reference.arena("" if self.on_device else executor.worker.arena_path(), "executor",
                                         self.deadline)
         if attached.error:
             raise WorkerExit("protocol", None, f"the reference could not open {attached.error}")
         self.executor = executor
+        threads = executor.threads
         self._executor_threads = threads if threads is not None else scheduling.settings(executor.worker.proc.pid)
 
-    def detach_executor(self) -> CandidateClient | None:
+    def detach_executor(self) -> ExecutorClient | None:
         """The executor is done (the pair's last reference blocks ran): the reference forgets its arena; returns it,
         for the caller to close."""
         executor, self.executor = self.executor, None

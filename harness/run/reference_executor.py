@@ -40,7 +40,7 @@ class ExecutorClient(CandidateClient):
     CandidateFailed, so that the reference's own code failing in it is never read as the candidate's failure (the
     pair ends `crashed`, a harness fault, where evaluate.run_pair meets it)."""
     NAME = "reference's executor"
-    threads: dict[int, tuple[int, int]] | None = None     # its threads' scheduling when its job was sent (send)
+    threads: dict[int, tuple[int, int]] | None = None     # its threads' scheduling when its job was sent (begin)
 
     def parsed(self, data: dict[str, Any], *replies: type) -> Any:
         try:
@@ -58,12 +58,6 @@ def job(problem_path: str, device: str, seed: int, timing: m.TimingSpec, scratch
     of its own before it says Loaded (CandidateJob.warm)."""
     return m.CandidateJob(problem_path, problem_path, device, seed, 0, timing, scratch, state_path, defenses,
                           precision, hide=hide, executor=True, output_orders=output_orders, warm=warm)
-
-
-def start(spares: SpareWorkers, log_path: Path, work: m.CandidateJob, deadline: float) -> ExecutorClient:
-    """The executor worker with its model built (its Loaded read). ExecutorFailed where it said it could not build
-    it, WorkerExit where it ended or said anything else; the worker is closed then."""
-    return loaded(begin(spares, log_path, work), deadline)
 
 
 def begin(spares: SpareWorkers, log_path: Path, work: m.CandidateJob) -> ExecutorClient:
