@@ -150,6 +150,11 @@ path_config() {   # config.yaml with timing.staged_gpu set to $1 (true: the stag
 staged_config() { path_config true; }       # the staged GPU path (config.yaml's own since the nineteenth session)
 unstaged_config() { path_config false; }    # the GPU path where each side draws, flushes and checks in its process
 
+gpu_tests() {   # GPU tests of tests/test_gpu.py that -k "$3" selects, cut at $2 s, into $out/$1.txt; its last $4 lines
+    timeout -s INT "$2" python -m pytest -q -rfxX --tb=short -m gpu tests/test_gpu.py -k "$3" > "$out/$1.txt" 2>&1
+    tail -n "$4" "$out/$1.txt"
+}
+
 aa_both() {   # issue 44: A/A of level $1's problems $2 (calibrate, one process pair, $3 s a pair, each run cut at $4 s)
     # on the in-process path and then on the staged one, back to back, into $out/aa_<path>, with pair_time's parts
     local path cfg staged_cfg
@@ -877,9 +882,8 @@ flip44)
     MEM_SKIP_HOST=1 MEM_TRIALS=5 MEM_CAP=${MEM_CAP:-1.5} MEM_TIMEOUT=${MEM_TIMEOUT:-150} \
         MEM_PICK=${FLIP_PICK:-"level3/007_*.py level2/00[1-3]_*.py"} bash "$0" mem48
     echo "== GPU tests, the default config now staged ($(date +%T))"
-    timeout -s INT "${FLIP_TESTS_TIMEOUT:-400}" python -m pytest -q -rfxX --tb=short -m gpu tests/test_gpu.py \
-        -k "not exploits_on_the_gpu and not calibrate_on_the_gpu and not forged_report" > "$out/flip_tests.txt" 2>&1
-    tail -n 12 "$out/flip_tests.txt"
+    gpu_tests flip_tests "${FLIP_TESTS_TIMEOUT:-400}" \
+        "not exploits_on_the_gpu and not calibrate_on_the_gpu and not forged_report" 12
     echo "== run_eval.py as configured ($(date +%T))"
     /usr/bin/time -f "run_eval wall %e s" timeout -s INT "${FLIP_RUN_TIMEOUT:-200}" python run_eval.py --level level1 \
         --problem '0[12][89]_*' --compile-modes none --max-pair-seconds 3 --output-dir "$out/flip_run" \
@@ -890,8 +894,7 @@ flip44)
 flip44b)
     # Issue 44, one GPU, short: the GPU tests changed after flip44 (the memory tests on both paths, the staged one
     # with the arena's and two more contexts' room; cover_window against the parent's clock's allowance)
-    timeout -s INT "${FLIP_TESTS_TIMEOUT:-400}" python -m pytest -q -rfxX --tb=short -m gpu tests/test_gpu.py \
-        -k "memory_aa_pair or memory_peaks or start_event" 2>&1 | tail -n 20
+    gpu_tests flip44b_tests "${FLIP_TESTS_TIMEOUT:-400}" "memory_aa_pair or memory_peaks or start_event" 20
     ;;
 aa44)
     # Issue 44 item 8, one GPU, short: aa_both alone (A/A of AA_LEVEL's AA_GLOB problems, AA_CAP s a pair, each run
@@ -904,13 +907,11 @@ verify44)
     # eighteenth session's last tree (the executor warmed beside the candidate's trials, attached after them) has not
     # run on a GPU. In turn: the GPU exploit tests on both paths and the staged path's own GPU tests; `reuse_buffer`
     # alone on the staged path in cold and in graph mode (it read invalid in graph mode, where auto chose it); then
-    # level 1's A/A (the short calls) on the default and the staged path back to back, AA_CAP s a pair, with
+    # level 1's A/A (the short calls) on the in-process and the staged path back to back, AA_CAP s a pair, with
     # pair_time's parts
     export TEST_RUNS_OUT="$out/runs"
     echo "== GPU tests ($(date +%T))"
-    timeout -s INT "${VERIFY_TESTS_TIMEOUT:-360}" python -m pytest -q -rfxX --tb=short -m gpu tests/test_gpu.py \
-        -k "exploits_on_the_gpu or work_moved or staged" > "$out/verify_tests.txt" 2>&1
-    tail -n 8 "$out/verify_tests.txt"
+    gpu_tests verify_tests "${VERIFY_TESTS_TIMEOUT:-360}" "exploits_on_the_gpu or work_moved or staged" 8
     staged_cfg=$(staged_config) || exit 1
     for mode in cold graph; do
         echo "== reuse_buffer, staged, $mode ($(date +%T))"
@@ -937,9 +938,7 @@ beside44)
     # back, each run's parts read by benchmarks/pair_time.py
     export TEST_RUNS_OUT="$out/runs"
     echo "== staged exploit tests ($(date +%T))"
-    timeout -s INT "${BESIDE_TESTS_TIMEOUT:-220}" python -m pytest -q -rfxX --tb=short -m gpu tests/test_gpu.py \
-        -k "exploits_on_the_gpu and staged" > "$out/beside_tests.txt" 2>&1
-    tail -n 5 "$out/beside_tests.txt"
+    gpu_tests beside_tests "${BESIDE_TESTS_TIMEOUT:-220}" "exploits_on_the_gpu and staged" 5
     MEM_TRIALS=5 MEM_CAP=${MEM_CAP:-1.5} MEM_TIMEOUT=${MEM_TIMEOUT:-120} \
         MEM_PICK=${MEM_PICK:-"level1/055_*.py level3/007_*.py"} bash "$0" mem48
     aa_both "${AA_LEVEL:-level2}" "${AA_GLOB:-0[23]*}" "${AA_CAP:-6}" "${AA_TIMEOUT:-170}"
