@@ -893,8 +893,10 @@ flip44)
     ;;
 flip44b)
     # Issue 44, one GPU, short: the GPU tests changed after flip44 (the memory tests on both paths, the staged one
-    # with the arena's and two more contexts' room; cover_window against the parent's clock's allowance)
-    gpu_tests flip44b_tests "${FLIP_TESTS_TIMEOUT:-400}" "memory_aa_pair or memory_peaks or start_event" 20
+    # with the arena's and two more contexts' room; cover_window against the parent's clock's allowance; the graph
+    # test's candidate named; hog_uncapped, written after the nineteenth session's last lease)
+    gpu_tests flip44b_tests "${FLIP_TESTS_TIMEOUT:-400}" \
+        "memory_aa_pair or memory_peaks or start_event or takes_the_cards_memory or graph_mode_captures" 20
     ;;
 aa44)
     # Issue 44 item 8, one GPU, short: aa_both alone (A/A of AA_LEVEL's AA_GLOB problems, AA_CAP s a pair, each run

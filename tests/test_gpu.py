@@ -310,13 +310,32 @@ def test_memory_graph_mode_captures_only_the_calls_that_fit(tmp_path):
     in the record's timing, and the pair is ok."""
     config = write_config(tmp_path, FIXTURES / "gpu_memory")
     done = run_cli("--config", str(config), "--device", "cuda", "--json", "--timeout", "300", "--timing-mode", "graph",
-                   "--problem", "*relu_128mib*")
+                   "--problem", "*relu_128mib*", "--candidate", "*/same_as_reference")
     assert done.returncode == 0, done.stderr
     record = json_records(done.stdout)["same_as_reference"]
     assert record["status"] == "ok", (record["error"], record["worker"])
     timing = record["timing"]
     assert timing["mode"] == "graph" and timing["graph_calls"] == 2, timing
     assert timing["graph_calls_capped"].startswith("2 of 20 calls captured"), timing["graph_calls_capped"]
+
+
+def test_a_candidate_that_takes_the_cards_memory_loses_no_record_and_the_next_pair_is_ok(tmp_path):
+    """hog_uncapped lifts its own allocator cap and takes all but 256 MiB of the card's free memory while it is
+    built, beside the staged path's executor loading (the default path). Whatever that breaks for its own pair, it
+    gains nothing (not `ok` faster than 1.2x), every pair has its record, and the pair after it, the reference's own
+    code as the candidate, is `ok` (its memory is back once its process ends). Not yet run on a GPU (written in the
+    nineteenth session with no device time left): where the executor fails to load, its pair reads `crashed`
+    ("harness fault"), which names the wrong party (docs/measurements.md, nineteenth session)."""
+    config = write_config(tmp_path, FIXTURES / "gpu_memory")
+    done = run_cli("--config", str(config), "--device", "cuda", "--json", "--timeout", "300", "--timing-mode", "cold",
+                   "--problem", "*relu_128mib*")
+    assert done.returncode == 0, done.stderr
+    records = json_records(done.stdout)
+    assert set(records) == {"hog_uncapped", "same_as_reference"}, sorted(records)
+    hog = records["hog_uncapped"]
+    assert hog["status"] != "ok" or hog["speedup"] < 1.2, (hog["status"], hog["speedup"], hog["error"])
+    after = records["same_as_reference"]
+    assert after["status"] == "ok", (after["error"], after["worker"])
 
 
 @pytest.fixture(scope="module")
