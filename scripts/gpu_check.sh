@@ -39,6 +39,7 @@
 #              the staged parametrizations do not cover, a plain run_eval.py with shipped CUDA candidates (see the phase)
 #   flip44b:   one GPU, short: the GPU tests changed after flip44 (memory on both paths, cover_window's bound)
 #   aa44:      one GPU, short: aa_both alone (AA_LEVEL, AA_GLOB, AA_CAP, AA_TIMEOUT), its runs as aa44.tgz in $OUT
+#   cost44:    one GPU, detached: flip44b's tests, then a traced staged A/A (AA_*): pair_time's parts, trace_pair's stages
 #   verify44:  one GPU, detached: the GPU exploit and staged tests on the last tree, reuse_buffer staged in cold and
 #              graph mode, then level 1's A/A on both paths back to back with pair_time's parts (see the phase)
 #   beside44:  one GPU, detached: the staged exploit tests, two problems' memory with 5 trials, then level 2's A/A
@@ -897,6 +898,21 @@ flip44b)
     # test's candidate named; hog_uncapped, written after the nineteenth session's last lease)
     gpu_tests flip44b_tests "${FLIP_TESTS_TIMEOUT:-400}" \
         "memory_aa_pair or memory_peaks or start_event or takes_the_cards_memory or graph_mode_captures" 20
+    ;;
+cost44)
+    # Issue 44 item 8, one GPU, detached: flip44b's tests, then A/A of AA_LEVEL's AA_GLOB problems on the staged path
+    # (the default) with the workers' stages traced (KB_TRACE), cap AA_CAP s, cut at AA_TIMEOUT s; pair_time's parts
+    # and trace_pair's stages, where the untimed part of a pair goes
+    gpu_tests flip44b_tests "${FLIP_TESTS_TIMEOUT:-400}" \
+        "memory_aa_pair or memory_peaks or start_event or takes_the_cards_memory or graph_mode_captures" 20
+    echo "== A/A ${AA_LEVEL:-level2} ${AA_GLOB:-02*} staged, traced ($(date +%T))"
+    KB_TRACE=1 /usr/bin/time -f "calibrate wall %e s" timeout -s INT "${AA_TIMEOUT:-150}" python run_eval.py calibrate \
+        --processes 1 --compile-modes none --level "${AA_LEVEL:-level2}" --problem "${AA_GLOB:-02*}" \
+        --max-pair-seconds "${AA_CAP:-3}" --output-dir "$out/aa_staged" > "$out/aa_staged.txt" 2>&1
+    grep -E "wall|within" "$out/aa_staged.txt" | tail -n 2
+    python benchmarks/pair_time.py --from "$out"/aa_staged/2* > "$out/pair_time.txt" 2>&1; cat "$out/pair_time.txt"
+    python benchmarks/trace_pair.py "$out"/aa_staged/2* > "$out/stages.txt" 2>&1; tail -n 60 "$out/stages.txt"
+    cd "$out" && tar czf /tmp/cost44.tgz aa_staged && rm -rf aa_staged && mv /tmp/cost44.tgz .
     ;;
 aa44)
     # Issue 44 item 8, one GPU, short: aa_both alone (A/A of AA_LEVEL's AA_GLOB problems, AA_CAP s a pair, each run
