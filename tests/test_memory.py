@@ -627,6 +627,32 @@ def test_large_float64_outputs_are_dropped_after_a_candidate_and_made_again_for_
     assert not reference._Float64(model, state, trials, "cpu").wanted()   # no float64 made: nothing measured
 
 
+ELEMENTWISE = STATELESS.replace("torch.relu(self.linear(x))", "torch.relu(x)")
+
+
+@pytest.mark.parametrize("source, products", [(STATELESS, True), (ELEMENTWISE, False)], ids=["linear", "relu"])
+def test_a_forward_with_no_product_to_round_makes_no_signature_forward(monkeypatch, tmp_path, source, products):
+    """Issue 44 item 8: the derive's FLOP count also tells whether the forward has a product for the signature
+    forwards to round; where it has none, none of the four float64 signature forwards runs (each cost a float64
+    forward of the problem, inputs and all) and the signature says why, as it did after the first of them."""
+    from types import SimpleNamespace
+    from harness.worker import precision, reference
+    _, model, _, trials, state = _prepare(monkeypatch, tmp_path, source.replace("0.5)", "0.0)"))
+    float64_calls = []
+    forward = type(model).forward
+
+    def spy(self, *xs):
+        float64_calls.append(xs[0].dtype == torch.float64)
+        return forward(self, *xs)
+
+    monkeypatch.setattr(type(model), "forward", spy)
+    fp64 = reference._Float64(model, state, trials, "cpu")
+    derived = reference._derive(model, trials, True, "cpu", True, SimpleNamespace(fp64_note=None), fp64)
+    assert derived.work.flops is not None and (derived.work.flops > 0) == products
+    assert sum(float64_calls) == (1 + len(precision.SCHEMES) if products else 1), float64_calls
+    assert (derived.signature == reference.NO_PRODUCTS) != products and fp64.wanted()
+
+
 MATVEC = '''
 import torch
 class Model(torch.nn.Module):
@@ -728,6 +754,7 @@ def test_a_rounded_float64_forward_rounds_its_input_in_place_and_writes_it_back(
     from harness.worker import precision, reference
     monkeypatch.setattr(precision, "CHUNK_ELEMENTS", 64)
     monkeypatch.setattr(precision, "COPY_ELEMENTS", 100)             # copy_into: 4 rows a slice
+    monkeypatch.setattr(precision, "SLICE_BYTES", 64)                # bf16x3's lo*lo: 8 rows of A's 40 a slice
     largest: list = []
 
     class Model(torch.nn.Module):

@@ -102,6 +102,57 @@ def test_bf16x3_on_strided_operands_gives_what_the_three_products_give():
         assert torch.allclose(sliced, sh @ th.t() + sh @ tl.t() + sl @ th.t(), rtol=1e-14, atol=1e-12)
 
 
+@pytest.mark.parametrize("slice_bytes", [1, 1 << 40])
+def test_bf16x3_makes_its_correction_a_slice_of_rows_at_a_time_with_the_whole_products_values(monkeypatch,
+                                                                                             slice_bytes):
+    """Issue 44 item 8: where an op's output rows are its first operand's (a batched convolution, linear, mm, mv,
+    matmul by a matrix), bf16x3's lo*lo product is made a slice of rows at a time (one row a slice, or all at once)
+    and gives the three products' values; where they are not (bmm, an unbatched convolution, einsum), the whole
+    product as before."""
+    monkeypatch.setattr(precision, "SLICE_BYTES", slice_bytes)
+    torch.manual_seed(7)
+    d = torch.float64
+    x3, w, v = torch.randn(3, 5, 40, dtype=d), torch.randn(24, 40, dtype=d), torch.randn(40, dtype=d)
+    img, ker, bias = torch.randn(4, 3, 9, 9, dtype=d), torch.randn(6, 3, 3, 3, dtype=d), torch.randn(6, dtype=d)
+    seq, tker = torch.randn(5, 4, 11, dtype=d), torch.randn(4, 2, 3, dtype=d)
+    batch_a, batch_b = torch.randn(3, 5, 40, dtype=d), torch.randn(3, 40, 7, dtype=d)
+    calls = [  # (the op on its operands as `f` gives them, whether its rows are the first operand's)
+        (lambda f: F.linear(f(x3), f(w), bias[:1].expand(24).contiguous()), True),
+        (lambda f: torch.mm(f(x3[0]), f(w.t())), True),
+        (lambda f: torch.mv(f(w), f(v)), True),
+        (lambda f: torch.matmul(f(x3), f(w.t())), True),
+        (lambda f: F.conv2d(f(img), f(ker), bias, padding=1), True),
+        (lambda f: F.conv_transpose1d(f(seq), f(tker), stride=2), True),
+        (lambda f: F.conv2d(f(img[0]), f(ker), bias), False),
+        (lambda f: torch.bmm(f(batch_a), f(batch_b)), False),
+    ]
+    for truncate, scheme in ((False, "bf16x3"), (True, "bf16x3:rz")):
+        for op, rows in calls:
+            with precision.Rounded(scheme) as mode:
+                got = op(lambda t: t)
+            assert mode.rounded == 1
+            want = _three_products(op, truncate)
+            assert torch.allclose(got, want, rtol=1e-13, atol=1e-12), (scheme, rows, (got - want).abs().max())
+    assert [precision._row_wise(f, a, b) for f, a, b in ((F.conv2d, img, ker), (F.conv2d, img[0], ker),
+            (torch.bmm, batch_a, batch_b), (torch.matmul, x3, w.t()), (torch.matmul, x3, batch_b))] == [
+        True, False, False, True, False]
+
+
+def _three_products(op, truncate: bool):
+    """op's hi*hi + hi*lo + lo*hi: `op(f)` applies f to its first operand, then to its second; each product takes
+    the split's part (0: hi, 1: lo) the pair names, and the op's additive term (a bias), counted in each, is taken
+    off twice (op on zeros gives it alone)."""
+    def parts(which: tuple[int, int]):
+        seen: list = []
+
+        def f(t):
+            seen.append(t)
+            return precision.split(t, 7, truncate)[which[len(seen) - 1]]
+        return f
+    hh, hl, lh = (op(parts(which)) for which in ((0, 0), (0, 1), (1, 0)))
+    return hh + hl + lh - 2 * op(lambda t: torch.zeros_like(t))
+
+
 def test_the_mode_rounds_one_operand_of_every_matmul_like_op():
     torch.manual_seed(0)
     x, w, b = torch.randn(8, 64, dtype=torch.float64), torch.randn(16, 64, dtype=torch.float64), torch.randn(16)

@@ -32,6 +32,7 @@ _EXPONENT = {torch.int64: 0x7FF << 52, torch.int32: 0xFF << 23}     # all ones: 
 CHUNK_ELEMENTS = 1 << 22      # an operand is rounded this many elements at a time (32 MiB of float64)
 COPY_ELEMENTS = 1 << 25       # copy_into: about this many elements a slice (256 MiB of float64)
 HOST_BYTES = 256 << 20        # bf16x3's lo*lo product this large waits on the host while the main one is made
+SLICE_BYTES = 64 << 20        # bf16x3's lo*lo product, where an op's output rows are its input's: this much a slice
 
 
 def round_mantissa(x: torch.Tensor, bits: int, truncate: bool = False) -> torch.Tensor:
@@ -127,7 +128,8 @@ for _f in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Ten
            torch.Tensor.mm, torch.bmm, torch.Tensor.bmm, torch.mv, torch.Tensor.mv, torch.dot, torch.Tensor.dot,
            torch.inner, torch.tensordot):
     _PAIRS[_f] = ((0, "input"), (1, "other"), None)
-for _f in (F.linear, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d):
+_CONVOLUTIONS = (F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)
+for _f in (F.linear, *_CONVOLUTIONS):
     _PAIRS[_f] = ((0, "input"), (1, "weight"), _BIAS)
 for _f in (torch.addmm, torch.Tensor.addmm, torch.baddbmm, torch.Tensor.baddbmm, torch.addbmm, torch.addmv):
     _PAIRS[_f] = ((1, "mat1"), (2, "mat2"), _BETA)
@@ -165,12 +167,16 @@ def _part(x: torch.Tensor, truncate: bool, kept: bool, own: Callable = _copy) ->
     return out
 
 
-def _bf16x3(call: Callable, a: torch.Tensor, b: torch.Tensor, truncate: bool, own: Callable = _copy) -> torch.Tensor:
-    """hi*hi + hi*lo + lo*hi as (hi + lo) * (hi + lo) - lo*lo: two exact products instead of three. The lo*lo
-    product first, so that beside the operands at most one part of each and two outputs are alive at once (an
-    operand Rounded works on in place is written back by `call`, before its other part is made); on a GPU a lo*lo
-    product of HOST_BYTES or more waits on the host meanwhile, so that one output-sized float64 tensor is on the
-    device at a time (issue 44 item 8; the figures: docs/measurements.md)."""
+def _bf16x3(call: Callable, a: torch.Tensor, b: torch.Tensor, truncate: bool, own: Callable = _copy,
+            rows: bool = False) -> torch.Tensor:
+    """hi*hi + hi*lo + lo*hi as (hi + lo) * (hi + lo) - lo*lo: two exact products instead of three. Where the
+    output's rows are a's (`rows`), the lo*lo product is made and subtracted a slice of rows at a time (_rows_less_low).
+    Else the lo*lo product first, so that beside the operands at most one part of each and two outputs are alive at
+    once (an operand Rounded works on in place is written back by `call`, before its other part is made); on a GPU a
+    lo*lo product of HOST_BYTES or more waits on the host meanwhile, so that one output-sized float64 tensor is on
+    the device at a time (issue 44 item 8; the figures: docs/measurements.md)."""
+    if rows:
+        return _rows_less_low(call, a, b, truncate, own)
     a_lo, b_lo = _part(a, truncate, False, own), _part(b, truncate, False, own)
     low = _to_host(call(a_lo, b_lo, False))            # a large one waits on the host: one output on the device
     del a_lo, b_lo
@@ -183,11 +189,34 @@ def _bf16x3(call: Callable, a: torch.Tensor, b: torch.Tensor, truncate: bool, ow
     return out - low.to(out.device)
 
 
+def _rows_less_low(call: Callable, a: torch.Tensor, b: torch.Tensor, truncate: bool, own: Callable) -> torch.Tensor:
+    """_bf16x3 where the output's rows are a's: the (hi + lo) * (hi + lo) product first, then the lo*lo product made
+    and subtracted from it a slice of a's rows at a time (about SLICE_BYTES of output each), with the parts made
+    once for all slices (an operand rounded in place is written back after the last). One output-sized float64
+    tensor on the device, as on the host path, without an output's bytes crossing to the host and back: on an H200
+    that round trip was most of the derive (docs/measurements.md, twentieth session). The slices' products are the
+    whole product's rows, up to float64's rounding of their sums, far below what the split drops."""
+    a_kept, b_kept = _part(a, truncate, True, own), _part(b, truncate, True, own)
+    out = call(a_kept, b_kept, True)
+    del a_kept, b_kept
+    a_lo, b_lo = _part(a, truncate, False, own), _part(b, truncate, False, own)
+    if out.requires_grad or not out.is_contiguous() or out.dim() == 0 or out.shape[0] != a.shape[0]:
+        return out - call(a_lo, b_lo, False)            # not as _row_wise promised: the whole product
+    step = max(1, SLICE_BYTES * a.shape[0] // max(1, out.numel() * out.element_size()))
+    for i in range(0, a.shape[0], step):
+        low = call(a_lo[i:i + step], b_lo, False, written_back=False)
+        if low.shape != out[i:i + step].shape:
+            raise RuntimeError(f"bf16x3: a slice of rows gave {tuple(low.shape)}, not {tuple(out[i:i + step].shape)}")
+        out[i:i + step].sub_(low)
+        del low
+    return out
+
+
 _SCHEME: dict[str, Callable] = {
-    "tf32:a": lambda call, a, b, own: _tf32(call, a, b, "a", own),
-    "tf32:b": lambda call, a, b, own: _tf32(call, a, b, "b", own),
-    "bf16x3": lambda call, a, b, own: _bf16x3(call, a, b, False, own),
-    "bf16x3:rz": lambda call, a, b, own: _bf16x3(call, a, b, True, own),      # split by truncation (masking)
+    "tf32:a": lambda call, a, b, own, rows: _tf32(call, a, b, "a", own),
+    "tf32:b": lambda call, a, b, own, rows: _tf32(call, a, b, "b", own),
+    "bf16x3": lambda call, a, b, own, rows: _bf16x3(call, a, b, False, own, rows),
+    "bf16x3:rz": lambda call, a, b, own, rows: _bf16x3(call, a, b, True, own, rows),     # split by truncation
 }
 SCHEMES = tuple(_SCHEME)
 
@@ -215,9 +244,12 @@ class Rounded(TorchFunctionMode):
         """No tensor of source() held any longer."""
         self._sources = {}
 
-    def _scheme(self, func: Callable, a: torch.Tensor, b: torch.Tensor, tensors: list) -> torch.Tensor:
+    def _scheme(self, func: Callable, a: torch.Tensor, b: torch.Tensor, tensors: list,
+                rows: bool = False) -> torch.Tensor:
         """self.scheme on the operands a and b of `func(x, y, keep_additive)` (every tensor argument in `tensors`),
-        with an `own` that rounds a source() input in place and a call that writes it back after each product."""
+        with an `own` that rounds a source() input in place and a call that writes it back after each product.
+        `rows`: the output's rows (dim 0) are those of `a` alone (_row_wise), so a product may be made a slice of
+        them at a time."""
         ptrs = [t.untyped_storage().data_ptr() for t in tensors]
         dirty: list = []
 
@@ -235,14 +267,15 @@ class Rounded(TorchFunctionMode):
                 copy_into(t, values)
                 self._sources[id(t)] = (t, values, t._version)
 
-        def call(x, y, keep_additive: bool):
+        def call(x, y, keep_additive: bool, written_back: bool = True):
             try:
                 return func(x, y, keep_additive)
             finally:
-                restore()
+                if written_back:                        # False: the next call reads the same rounded operand
+                    restore()
 
         try:
-            return self.scheme(call, a, b, own)
+            return self.scheme(call, a, b, own, rows)
         finally:
             restore()                                   # (where the scheme failed before its call)
 
@@ -250,14 +283,11 @@ class Rounded(TorchFunctionMode):
         kwargs = dict(kwargs or {})
         if func is torch.einsum:
             return self._einsum(args, kwargs)
-        pair = _PAIRS.get(func)
-        if pair is None:
+        operands = _pair_operands(func, args, kwargs) if func in _PAIRS else None
+        if operands is None:
             return func(*args, **kwargs)
-        (i, ni), (j, nj), additive = pair
-        args = list(args)
-        a, b = _arg(args, kwargs, i, ni), _arg(args, kwargs, j, nj)
-        if not (_floating(a) and _floating(b)):
-            return func(*args, **kwargs)
+        (i, ni), (j, nj), additive = _PAIRS[func]
+        args, (a, b) = list(args), operands
 
         def call(x, y, keep_additive: bool):
             new_args, new_kwargs = list(args), dict(kwargs)
@@ -270,16 +300,70 @@ class Rounded(TorchFunctionMode):
             return func(*new_args, **new_kwargs)
 
         self.rounded += 1
-        return self._scheme(call, a, b, _tensors(args) + _tensors(kwargs.values()))
+        return self._scheme(call, a, b, _tensors(args) + _tensors(kwargs.values()), _row_wise(func, a, b))
 
     def _einsum(self, args, kwargs):
-        equation, operands = args[0], list(args[1:])
-        if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
-            operands = list(operands[0])
-        if len(operands) != 2 or not all(_floating(t) for t in operands):
+        equation, operands = args[0], _einsum_operands(args)
+        if operands is None:
             return torch.einsum(*args, **kwargs)
         self.rounded += 1
         return self._scheme(lambda x, y, _keep: torch.einsum(equation, x, y), *operands, operands)
+
+
+class Products(TorchFunctionMode):
+    """While active, counts the calls Rounded would round (`count`), changing nothing: whether a forward has any
+    product for the signature forwards to round (harness.worker.reference._derive asks it of the FLOP count's
+    forward, so that a problem with none is told without a float64 forward)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.einsum:                    # of any floating dtype: the float64 forward's are float64
+            self.count += _einsum_operands(args, _any_floating) is not None
+        elif func in _PAIRS:
+            self.count += _pair_operands(func, args, kwargs, _any_floating) is not None
+        return func(*args, **kwargs)
+
+
+def _any_floating(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.is_floating_point()
+
+
+def _einsum_operands(args, floating: Callable | None = None) -> list | None:
+    """An einsum's two floating operands (`floating`: _floating), or None where it has another number of them, or
+    one is not floating."""
+    floating = floating or _floating
+    operands = list(args[1:])
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = list(operands[0])
+    return operands if len(operands) == 2 and all(floating(t) for t in operands) else None
+
+
+def _pair_operands(func, args, kwargs, floating: Callable | None = None) -> tuple | None:
+    """The product operands (a, b) of a _PAIRS op's call, or None where one is not floating (`floating`:
+    _floating)."""
+    floating = floating or _floating
+    (i, ni), (j, nj), _ = _PAIRS[func]
+    a, b = _arg(list(args), kwargs, i, ni), _arg(list(args), kwargs, j, nj)
+    return (a, b) if floating(a) and floating(b) else None
+
+
+def _row_wise(func, a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether `func`'s output rows (dim 0) come from the same rows of its first operand `a` alone, whatever `b` is:
+    a batched convolution (dim 0 the batch), linear, mm and mv, matmul of a matrix or batch by a matrix or vector.
+    Not bmm (b has rows too), addmm (its additive term has the output's shape) or einsum."""
+    if func in _CONVOLUTIONS:
+        return a.dim() == b.dim()
+    if func is F.linear:
+        return a.dim() >= 2
+    if func in (torch.mm, torch.Tensor.mm, torch.mv, torch.Tensor.mv):
+        return True
+    if func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__):
+        return a.dim() >= 2 and b.dim() <= 2
+    return False
 
 
 def _arg(args: list, kwargs: dict, i: int, name: str):

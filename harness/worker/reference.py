@@ -33,6 +33,9 @@ from harness.worker.common import (Conn, ProblemError, apply_memory_share, as_te
                      trace)
 
 
+NO_PRODUCTS = "skipped: no matmul or convolution"    # the signature's note where the forward has none to round
+
+
 def run(conn: Conn, data: dict[str, Any]) -> None:
     from harness.worker import verify  # noqa: F401 - the checks' (_Requests.verify), imported before the snapshot
     from harness.shared import messages as m
@@ -407,9 +410,13 @@ def _derive(model, trials: "_Trials", defenses: bool, device: str, flops: bool, 
         return m.Derived(None)
     work = None
     if flops:
+        from harness.worker import precision
         inputs = trials.inputs(0)
-        work = _work(model, inputs, trials.input_bytes + trials.output_bytes + _param_bytes(model))
+        with precision.Products() as seen:          # and whether there is a product for the signatures to round
+            work = _work(model, inputs, trials.input_bytes + trials.output_bytes + _param_bytes(model))
         del inputs
+        if work.flops is not None and not seen.count:
+            fp64.products = False                   # no signature forward needed to tell
         trace("reference flops")
     expected64, note = None, memory.fp64_note
     if note is None:
@@ -445,6 +452,7 @@ class _Float64:
         self.signatures: dict[str, list] = {}          # scheme -> its own error at `sample` (verify.rounding_error)
         self.signature_note: str | None = None         # why there are none
         self.host = _park_host(device)                 # where the float32 inputs wait meanwhile (_Parked)
+        self.products = True                           # False: the forward has no product to round (_derive)
 
     def wanted(self) -> bool:
         """Whether each candidate's trial 0 is measured against them."""
@@ -453,6 +461,9 @@ class _Float64:
     def make_signatures(self) -> None:
         """Each reduced-precision scheme's float64 outputs on trial 0's inputs, at a secret sample: before make()."""
         import secrets
+        if not self.products:
+            self.signature_note = NO_PRODUCTS
+            return
         with _Parked(lambda: self.trials.inputs(0), self.trials, self.host, self.device) as draw:
             self.emulated, self.sample, self.signature_note = _emulated(
                 self.model, self.initial_state, draw, secrets.randbelow(1 << 30), draw.device)
@@ -581,7 +592,7 @@ def _emulated(model, initial_state, draw, offset: int,
         if outs is None:
             return {}, None, note
         if not mode.rounded:
-            return {}, None, "skipped: no matmul or convolution"
+            return {}, None, NO_PRODUCTS
         if sample is None:
             sample = sample_index([tuple(t.shape) for t in outs], offset=offset, device=outs[0].device)
         found[scheme] = take(outs, sample)

@@ -1,0 +1,81 @@
+"""Where the reference's derive goes (messages.DeriveRequest, harness.worker.reference._derive): the work it does
+once per reference process, beside the first candidate's start and trials, which trial 0's check waits for. Per
+problem: one fp32 forward, the FLOP count, each reduced-precision scheme's float64 forward
+(harness.worker.precision.Rounded) and the exact float64 forward, each through the reference's own
+`_float64_reference` on inputs parked on the host as `_Parked` leaves them; each run twice, so that what the first
+call of a kind pays (kernels loaded, handles made) shows apart from the forward's own time.
+
+    python benchmarks/derive_time.py problems/level2/02*.py [--device cuda]
+
+Nothing here is asserted; it prints figures (seconds).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def _timed(fn, device: str) -> float:
+    import torch
+    if device != "cpu":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    if device != "cpu":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def one(path: Path, device: str) -> dict[str, list[float]]:
+    import torch
+    from harness.worker import flops, precision, reference
+    from harness.worker.common import device_inputs, init_inputs, load_module, problem_settings, setup_torch
+    problem = load_module("kb_problem", str(path))
+    settings = problem_settings(problem)
+    setup_torch(settings)
+    torch.manual_seed(0)
+    model = problem.Model(*init_inputs(problem)).to(device=device, dtype=getattr(torch, settings.dtype))
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    inputs = device_inputs(problem, 0, settings, device)
+    host = [x.to("cpu") if isinstance(x, torch.Tensor) else x for x in inputs]
+    out: dict[str, list[float]] = {}
+
+    def add(name: str, fn) -> None:
+        out.setdefault(name, []).append(_timed(fn, device))
+
+    for _ in range(2):
+        add("fp32 forward", lambda: model(*inputs))
+        add("flops", lambda: flops.count(model, *inputs))
+        for scheme in precision.SCHEMES:
+            add(f"f64 {scheme}", lambda s=scheme: reference._float64_reference(
+                model, state, lambda: list(host), mode=precision.Rounded(s), device=device))
+        add("f64 exact", lambda: reference._float64_reference(model, state, lambda: list(host), device=device))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("problems", nargs="+", type=Path)
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args(argv)
+    totals: dict[str, list[float]] = {}
+    for path in args.problems:
+        found = one(path, args.device)
+        first = sum(v[0] for k, v in found.items() if k != "fp32 forward")
+        again = sum(v[1] for k, v in found.items() if k != "fp32 forward")
+        print(f"{path.stem:44} derive first {first:6.3f} s, again {again:6.3f} s | "
+              + "  ".join(f"{k} {v[0]:.3f}/{v[1]:.3f}" for k, v in found.items()), flush=True)
+        for k, v in found.items():
+            totals.setdefault(k, []).append(v[0])
+    n = len(args.problems)
+    print("mean first call: " + "  ".join(f"{k} {sum(v) / n:.3f}" for k, v in totals.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
