@@ -39,6 +39,7 @@
 #              the staged parametrizations do not cover, a plain run_eval.py with shipped CUDA candidates (see the phase)
 #   flip44b:   one GPU, short: the GPU tests changed after flip44 (memory on both paths, cover_window's bound)
 #   aa44:      one GPU, short: aa_both alone (AA_LEVEL, AA_GLOB, AA_CAP, AA_TIMEOUT), its runs as aa44.tgz in $OUT
+#   derive44:  one GPU, detached: the derive before and after e5b3341, back to back: derive_time, A/A, memory
 #   cost44:    one GPU, detached: flip44b's tests, then a traced staged A/A (AA_*): pair_time's parts, trace_pair's stages
 #   verify44:  one GPU, detached: the GPU exploit and staged tests on the last tree, reuse_buffer staged in cold and
 #              graph mode, then level 1's A/A on both paths back to back with pair_time's parts (see the phase)
@@ -913,6 +914,36 @@ cost44)
     python benchmarks/pair_time.py --from "$out"/aa_staged/2* > "$out/pair_time.txt" 2>&1; cat "$out/pair_time.txt"
     python benchmarks/trace_pair.py "$out"/aa_staged/2* > "$out/stages.txt" 2>&1; tail -n 60 "$out/stages.txt"
     cd "$out" && tar czf /tmp/cost44.tgz aa_staged && rm -rf aa_staged && mv /tmp/cost44.tgz .
+    ;;
+derive44)
+    # Issue 44 item 8, one GPU, detached: the derive before and after e5b3341 (bf16x3's correction a slice of rows at
+    # a time, no signature forward without a product), back to back: benchmarks/derive_time.py on DERIVE_PROBLEMS,
+    # then a traced staged A/A of AA_LEVEL's AA_GLOB (cap AA_CAP s, cut at AA_TIMEOUT s) on each tree, new first;
+    # the old tree is this one with the files in old_files/ (harness/worker/*.py) put back; then the precision tests
+    old=/tmp/old_tree; rm -rf "$old"; cp -a . "$old"
+    cp old_files/*.py "$old/harness/worker/"
+    probs=${DERIVE_PROBLEMS:-"problems/level2/02[0-4]*.py problems/level1/005*.py problems/level1/010*.py problems/level1/019*.py problems/level3/003*.py"}
+    for t in new old; do
+        d=.; [ "$t" = old ] && d=$old
+        echo "== derive_time $t ($(date +%T))"
+        (cd "$d" && timeout 200 python benchmarks/derive_time.py $probs) > "$out/derive_$t.txt" 2>&1; tail -n 12 "$out/derive_$t.txt"
+    done
+    for t in new old; do
+        d=.; [ "$t" = old ] && d=$old
+        echo "== A/A ${AA_LEVEL:-level2} ${AA_GLOB:-02*} staged, $t tree ($(date +%T))"
+        (cd "$d" && KB_TRACE=1 /usr/bin/time -f "calibrate wall %e s" timeout -s INT "${AA_TIMEOUT:-150}" python run_eval.py \
+            calibrate --processes 1 --compile-modes none --level "${AA_LEVEL:-level2}" --problem "${AA_GLOB:-02*}" \
+            --max-pair-seconds "${AA_CAP:-3}" --output-dir "$out/aa_$t") > "$out/aa_$t.txt" 2>&1
+        grep -E "wall|within" "$out/aa_$t.txt" | tail -n 2
+        python benchmarks/pair_time.py --from "$out"/aa_$t/2* 2>&1 | tail -n 1
+        python benchmarks/trace_pair.py "$out"/aa_$t/2* > "$out/stages_$t.txt" 2>&1
+        grep -E "trial0 out -> trial0 checked|flops -> derived|budget -> flops" "$out/stages_$t.txt"
+        python benchmarks/memory.py --from "$out"/aa_$t/2* > "$out/memory_$t.txt" 2>&1; tail -n 4 "$out/memory_$t.txt"
+    done
+    echo "== precision GPU tests ($(date +%T))"
+    timeout 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py > "$out/precision_tests.txt" 2>&1
+    tail -n 5 "$out/precision_tests.txt"
+    cd "$out" && tar czf /tmp/derive44.tgz aa_new aa_old && rm -rf aa_new aa_old && mv /tmp/derive44.tgz .
     ;;
 aa44)
     # Issue 44 item 8, one GPU, short: aa_both alone (A/A of AA_LEVEL's AA_GLOB problems, AA_CAP s a pair, each run
