@@ -40,6 +40,7 @@
 #   flip44b:   one GPU, short: the GPU tests changed after flip44 (memory on both paths, cover_window's bound)
 #   aa44:      one GPU, short: aa_both alone (AA_LEVEL, AA_GLOB, AA_CAP, AA_TIMEOUT), its runs as aa44.tgz in $OUT
 #   derive44:  one GPU, detached: the derive before and after e5b3341, back to back: derive_time, A/A, memory
+#   cost44b:   one GPU, detached: the precision GPU tests, traced staged A/As of AA_SELS with parts, stages, memory
 #   cost44:    one GPU, detached: flip44b's tests, then a traced staged A/A (AA_*): pair_time's parts, trace_pair's stages
 #   verify44:  one GPU, detached: the GPU exploit and staged tests on the last tree, reuse_buffer staged in cold and
 #              graph mode, then level 1's A/A on both paths back to back with pair_time's parts (see the phase)
@@ -944,6 +945,27 @@ derive44)
     timeout 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py > "$out/precision_tests.txt" 2>&1
     tail -n 5 "$out/precision_tests.txt"
     cd "$out" && tar czf /tmp/derive44.tgz aa_new aa_old && rm -rf aa_new aa_old && mv /tmp/derive44.tgz .
+    ;;
+cost44b)
+    # Issue 44 item 8, one GPU, detached: the precision GPU tests, then traced staged A/As of each of AA_SELS
+    # ("level:glob:timeout ..."; cap AA_CAP s), each with pair_time's parts, trace_pair's stages and each side's memory
+    echo "== precision GPU tests ($(date +%T))"
+    timeout 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py > "$out/precision_tests.txt" 2>&1
+    tail -n 3 "$out/precision_tests.txt"
+    set -f
+    for sel in ${AA_SELS:-"level1:0[0-2]*:240 level3:*:150"}; do
+        lvl=${sel%%:*}; rest=${sel#*:}; glob=${rest%%:*}; secs=${rest#*:}; tag=${lvl}_$(echo "$glob" | tr -cd '0-9a-z')
+        echo "== A/A $lvl $glob staged, traced ($(date +%T))"
+        KB_TRACE=1 /usr/bin/time -f "calibrate wall %e s" timeout -s INT "$secs" python run_eval.py calibrate \
+            --processes 1 --compile-modes none --level "$lvl" --problem "$glob" --max-pair-seconds "${AA_CAP:-3}" \
+            --output-dir "$out/aa_$tag" > "$out/aa_$tag.txt" 2>&1
+        grep -E "wall|within" "$out/aa_$tag.txt" | tail -n 2
+        python benchmarks/pair_time.py --from "$out"/aa_$tag/2* 2>&1 | tail -n 1
+        python benchmarks/trace_pair.py "$out"/aa_$tag/2* > "$out/stages_$tag.txt" 2>&1
+        python benchmarks/memory.py --from "$out"/aa_$tag/2* > "$out/memory_$tag.txt" 2>&1; tail -n 3 "$out/memory_$tag.txt"
+    done
+    set +f
+    cd "$out" && tar czf /tmp/cost44b.tgz aa_level* && rm -rf aa_level* && mv /tmp/cost44b.tgz .
     ;;
 aa44)
     # Issue 44 item 8, one GPU, short: aa_both alone (A/A of AA_LEVEL's AA_GLOB problems, AA_CAP s a pair, each run
