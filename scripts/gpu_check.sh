@@ -952,8 +952,9 @@ cost44b)
     echo "== precision GPU tests ($(date +%T))"
     timeout 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py > "$out/precision_tests.txt" 2>&1
     tail -n 3 "$out/precision_tests.txt"
-    set -f
-    for sel in ${AA_SELS:-"level1:0[0-2]*:240 level3:*:150"}; do
+    sels=${AA_SELS:-level1:0[0-2]*:240 level3:*:150}
+    set -f; set -- $sels; set +f
+    for sel in "$@"; do
         lvl=${sel%%:*}; rest=${sel#*:}; glob=${rest%%:*}; secs=${rest#*:}; tag=${lvl}_$(echo "$glob" | tr -cd '0-9a-z')
         echo "== A/A $lvl $glob staged, traced ($(date +%T))"
         KB_TRACE=1 /usr/bin/time -f "calibrate wall %e s" timeout -s INT "$secs" python run_eval.py calibrate \
@@ -964,8 +965,7 @@ cost44b)
         python benchmarks/trace_pair.py "$out"/aa_$tag/2* > "$out/stages_$tag.txt" 2>&1
         python benchmarks/memory.py --from "$out"/aa_$tag/2* > "$out/memory_$tag.txt" 2>&1; tail -n 3 "$out/memory_$tag.txt"
     done
-    set +f
-    cd "$out" && tar czf /tmp/cost44b.tgz aa_level* && rm -rf aa_level* && mv /tmp/cost44b.tgz .
+    cd "$out" && tar czf /tmp/cost44b.tgz aa_level* && rm -rf aa_level*/ && mv /tmp/cost44b.tgz .
     ;;
 aa44)
     # Issue 44 item 8, one GPU, short: aa_both alone (A/A of AA_LEVEL's AA_GLOB problems, AA_CAP s a pair, each run
