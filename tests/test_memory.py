@@ -653,6 +653,33 @@ def test_a_forward_with_no_product_to_round_makes_no_signature_forward(monkeypat
     assert (derived.signature == reference.NO_PRODUCTS) != products and fp64.wanted()
 
 
+def test_the_exact_float64_forward_converts_a_large_draw_on_the_device(monkeypatch, tmp_path):
+    """Issue 44 item 8: a large draw waits on the host (_Parked) only for the signature forwards, which round the
+    float64 inputs in place and write them back from their float32 values; the exact float64 forward needs those
+    values no longer once converted, so its draw stays where it was made (on a GPU, no trip to the host and back,
+    run here with "cpu" as the host) and gives the same outputs, bit for bit."""
+    from harness.worker import reference
+    _, model, _, trials, state = _prepare(monkeypatch, tmp_path, STATELESS.replace("0.5)", "0.0)"))
+    moved: list = []
+    real = reference._moved
+
+    def spy(tensors, devices):
+        moved.append(len(tensors))                 # (the host is this device here: nothing crosses)
+        return real(tensors, devices)
+
+    monkeypatch.setattr(reference, "_moved", spy)
+    fp64 = reference._Float64(model, state, trials, "cpu")
+    fp64.host = "cpu"                                              # the GPU's path
+    fp64.make_signatures()
+    assert moved == [1] and fp64.emulated                          # the 40x24 draw (over KEEP_BYTES) parked
+    parked_draw = reference._Parked(lambda: trials.inputs(0), trials, "cpu", "cpu")
+    with parked_draw as draw:
+        want, _ = reference._float64_reference(model, state, draw, device="cpu")
+    moved.clear()
+    got, note = fp64.make()
+    assert note is None and moved == [] and torch.equal(got[0], want[0])
+
+
 MATVEC = '''
 import torch
 class Model(torch.nn.Module):

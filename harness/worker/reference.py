@@ -472,7 +472,7 @@ class _Float64:
         """The float64 reference on trial 0's inputs: (outputs, None), or (None, why not). The first time, each
         scheme's own error at the sample too (verify.rounding_error)."""
         from harness.worker.verify import rounding_error, take
-        with _Parked(lambda: self.trials.inputs(0), self.trials, self.host, self.device) as draw:
+        with _Parked(lambda: self.trials.inputs(0), self.trials, self.host, self.device, sources=False) as draw:
             outs, note = _float64_reference(self.model, self.initial_state, draw, device=draw.device)
         if outs is not None and self.emulated:
             self.exact = take(outs, self.sample)
@@ -683,10 +683,13 @@ class _Parked:
     (_Trials.inputs). Called, it gives what `draw()` gives, drawn once, each floating tensor copied to `host` and
     the device's let go (a draw of large inputs: 4 GiB for matrix_vector), from which each float64 forward makes
     its float64 inputs on `device` (_float64_reference's `device`: this one's). `host` None (the CPU path): nothing
-    moves and `device` is None."""
+    moves and `device` is None. `sources` False: the forwards round no input in place (the exact float64 forward),
+    so nothing needs the float32 values again: the draw stays on the device, and each float32 input is let go as its
+    float64 copy is made (_float64_reference), one of each at a time, without crossing to the host and back (a
+    2.5 GiB draw's trip, its pinned host buffer included, was most of a large elementwise problem's derive)."""
 
-    def __init__(self, draw, trials: "_Trials | None", host: str | None, device: str):
-        self.draw, self.trials, self.host = draw, trials, host
+    def __init__(self, draw, trials: "_Trials | None", host: str | None, device: str, sources: bool = True):
+        self.draw, self.trials, self.host, self.sources = draw, trials, host, sources
         self.device = device if host is not None else None
         self.drawn: list | None = None
         self.parked: list[tuple[list, list]] = []      # (a kept list, each tensor's own device or None)
@@ -700,7 +703,7 @@ class _Parked:
         return self
 
     def __call__(self) -> list:
-        if self.host is None:
+        if self.host is None or not self.sources:
             return self.draw()
         if self.drawn is None:
             import torch
