@@ -40,7 +40,7 @@
 #   flip44b:   one GPU, short: the GPU tests changed after flip44 (memory on both paths, cover_window's bound)
 #   aa44:      one GPU, short: aa_both alone (AA_LEVEL, AA_GLOB, AA_CAP, AA_TIMEOUT), its runs as aa44.tgz in $OUT
 #   derive44:  one GPU, detached: the derive before and after e5b3341, back to back: derive_time, A/A, memory
-#   cost44b:   one GPU, detached: the precision GPU tests, traced staged A/As of AA_SELS with parts, stages, memory
+#   cost44b:   one GPU, detached: the precision and memory GPU tests, traced staged A/As of AA_SELS with parts, stages, memory
 #   cost44:    one GPU, detached: flip44b's tests, then a traced staged A/A (AA_*): pair_time's parts, trace_pair's stages
 #   verify44:  one GPU, detached: the GPU exploit and staged tests on the last tree, reuse_buffer staged in cold and
 #              graph mode, then level 1's A/A on both paths back to back with pair_time's parts (see the phase)
@@ -949,8 +949,9 @@ derive44)
 cost44b)
     # Issue 44 item 8, one GPU, detached: the precision GPU tests, then traced staged A/As of each of AA_SELS
     # ("level:glob:timeout ..."; cap AA_CAP s), each with pair_time's parts, trace_pair's stages and each side's memory
-    echo "== precision GPU tests ($(date +%T))"
-    timeout 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py > "$out/precision_tests.txt" 2>&1
+    echo "== precision and memory GPU tests ($(date +%T))"
+    timeout 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py tests/test_memory.py \
+        > "$out/precision_tests.txt" 2>&1
     tail -n 3 "$out/precision_tests.txt"
     sels=${AA_SELS:-level1:0[0-2]*:240 level3:*:150}
     set -f; set -- $sels; set +f

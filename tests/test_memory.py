@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import FIXTURES, json_records, PAIR_TIMEOUT_ARG, run_cli, verdict, write_config
+from conftest import FIXTURES, cuda_available, json_records, PAIR_TIMEOUT_ARG, run_cli, verdict, write_config
 from harness.core import flags
 from harness.core.config import load_config
 from harness.core.errors import InputError
@@ -535,8 +535,8 @@ def test_a_samples_inputs_are_the_only_input_set_alive_when_drawn():
     assert len(most) == 6 and max(most) == 0, most
 
 
-def _prepare(monkeypatch, tmp_path, problem_source: str, keep_bytes: int = 1024):
-    """reference._prepare on a problem file, on the CPU with the GPU's choices (keep_all off)."""
+def _prepare(monkeypatch, tmp_path, problem_source: str, keep_bytes: int = 1024, device: str = "cpu"):
+    """reference._prepare on a problem file, on the CPU (or `device`) with the GPU's choices (keep_all off)."""
     from types import SimpleNamespace
     from harness.worker import reference
     monkeypatch.setattr(reference, "KEEP_BYTES", keep_bytes)
@@ -551,7 +551,7 @@ def _prepare(monkeypatch, tmp_path, problem_source: str, keep_bytes: int = 1024)
     path.write_text(problem_source)
     job = SimpleNamespace(problem_path=str(path), precision="fp32", seed=7, trials=4, scratch=str(tmp_path))
     memory = SimpleNamespace(reset_peak=lambda: None, peak=lambda: None)
-    return reference._prepare(job, "cpu", memory)
+    return reference._prepare(job, device, memory)
 
 
 STATELESS = '''
@@ -585,6 +585,18 @@ def test_large_outputs_of_a_stateless_model_are_computed_again_when_checked(monk
     for k in range(4):
         assert torch.equal(trials.expected_for(k)[0], kept.expected[k][0])
     assert not torch.equal(trials.expected_for(1)[0], trials.expected_for(2)[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
+def test_trial_0s_large_output_waits_on_the_host_in_pinned_memory(monkeypatch, tmp_path):
+    """Issue 44 item 8: once the setup is done with them, trial 0's large expected outputs wait on the host in pinned
+    memory, the same values, so that each check's copy back to the device is not a pageable copy."""
+    _, model, _, trials, _ = _prepare(monkeypatch, tmp_path, STATELESS.replace("0.5)", "0.0)"), device="cuda")
+    first = trials.expected[0][0].clone()
+    trials.settle_first()
+    moved = trials.expected[0][0]
+    assert moved.device.type == "cpu" and moved.is_pinned() and torch.equal(moved, first.cpu())
 
 
 def test_a_model_that_changes_its_state_keeps_every_output(monkeypatch, tmp_path):
