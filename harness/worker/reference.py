@@ -376,7 +376,10 @@ class _Trials:
         (docs/measurements.md, twentieth session)."""
         if self.keep_outputs or not self.expected or self.expected[0] is None:
             return
-        self.expected[0] = _moved(self.expected[0], ["cpu"] * len(self.expected[0]))
+        try:
+            self.expected[0] = _moved(self.expected[0], ["cpu"] * len(self.expected[0]))
+        except RuntimeError:                           # no pinned memory to be had: pageable, as before
+            self.expected[0] = [t.to("cpu") for t in self.expected[0]]
 
     def note_size(self, size, inputs: list) -> None:
         """A size's trial-0 inputs: its `ready` entry (messages.SizeInfo). The main size's inputs are the largest
