@@ -478,7 +478,8 @@ class _Float64:
         """The float64 reference on trial 0's inputs: (outputs, None), or (None, why not). The first time, each
         scheme's own error at the sample too (verify.rounding_error)."""
         from harness.worker.verify import rounding_error, take
-        with _Parked(lambda: self.trials.inputs(0), self.trials, self.host, self.device, sources=False) as draw:
+        with _Parked(lambda: self.trials.inputs(0), self.trials, self.host, self.device,
+                     keep_draw=_converts_on_device(self.trials)) as draw:
             outs, note = _float64_reference(self.model, self.initial_state, draw, device=draw.device)
         if outs is not None and self.emulated:
             self.exact = take(outs, self.sample)
@@ -689,13 +690,13 @@ class _Parked:
     (_Trials.inputs). Called, it gives what `draw()` gives, drawn once, each floating tensor copied to `host` and
     the device's let go (a draw of large inputs: 4 GiB for matrix_vector), from which each float64 forward makes
     its float64 inputs on `device` (_float64_reference's `device`: this one's). `host` None (the CPU path): nothing
-    moves and `device` is None. `sources` False: the forwards round no input in place (the exact float64 forward),
-    so nothing needs the float32 values again: the draw stays on the device, and each float32 input is let go as its
-    float64 copy is made (_float64_reference), one of each at a time, without crossing to the host and back (a
-    2.5 GiB draw's trip, its pinned host buffer included, was most of a large elementwise problem's derive)."""
+    moves and `device` is None. `keep_draw`: the draw stays on the device, for a forward that rounds no input in
+    place (the exact float64 forward, which needs no float32 value again once converted) and whose inputs fit there
+    beside their float64 copies (_converts_on_device): each float32 input is let go as its float64 copy is made
+    (_float64_reference), without crossing to the host and back."""
 
-    def __init__(self, draw, trials: "_Trials | None", host: str | None, device: str, sources: bool = True):
-        self.draw, self.trials, self.host, self.sources = draw, trials, host, sources
+    def __init__(self, draw, trials: "_Trials | None", host: str | None, device: str, keep_draw: bool = False):
+        self.draw, self.trials, self.host, self.keep_draw = draw, trials, host, keep_draw
         self.device = device if host is not None else None
         self.drawn: list | None = None
         self.parked: list[tuple[list, list]] = []      # (a kept list, each tensor's own device or None)
@@ -709,7 +710,7 @@ class _Parked:
         return self
 
     def __call__(self) -> list:
-        if self.host is None or not self.sources:
+        if self.host is None or self.keep_draw:
             return self.draw()
         if self.drawn is None:
             import torch
@@ -724,6 +725,19 @@ class _Parked:
         while self.parked:
             kept, devices = self.parked.pop()
             kept[:] = _moved(kept, devices)
+
+
+CONVERT_SLACK = 1 << 30      # _converts_on_device: the share of the 1.5 GiB beyond 2x eager a conversion may take
+
+
+def _converts_on_device(trials: "_Trials") -> bool:
+    """Whether the exact float64 forward's inputs may be converted where they were drawn (_Parked's `keep_draw`):
+    one float32 input beside its float64 copy, up to three times the inputs' bytes, stays within the reference's
+    2x eager peak + 1.5 GiB (issue 44 item 8) where the inputs are at most twice the outputs plus CONVERT_SLACK (the
+    eager peak holds at least inputs + outputs). Elementwise problems' 2.5 GiB draws then skip a trip to the host
+    and back; matrix_vector's 4 GiB input, with its small output, does not (its reference took 12.21 GiB against
+    9.88 converting on the device: docs/measurements.md, twentieth session)."""
+    return trials.input_bytes <= 2 * trials.output_bytes + CONVERT_SLACK
 
 
 def _moved(tensors: list, devices: list) -> list:
