@@ -12,7 +12,8 @@ other between blocks); two parts of `baseline` on the staged GPU path: `ex wait`
 Loaded after the candidate's trials) and `ex attach` (`executor_attach`, its mapping of the arena); and `ref setup`
 (`reference_setup`: the problem's reference process from its start to
 `ready`, counted by the first pair it serves, before that pair's `total`; averaged over every pair, so a problem
-with several candidates spreads it). A part no record has (records written before phases existed) prints as "-". A
+with several candidates spreads it). A pair measured twice (`retried`) counts both tries, the first from
+`retried.first_try_phases` (records written before 2026-11-29 lack it: their retried pairs count one try). A part no record has (records written before phases existed) prints as "-". A
 run cut short (Ctrl-C, `timeout -s INT`) prints the pairs it finished. Last column: the harness overhead per pair,
 wall time / pairs minus the time inside timed samples (timing.reference.samples_ms + timing.candidate.samples_ms;
 past the first process pair, estimated by rounds); then issue 29's figure, `untimed/pair`: everything of a pair but
@@ -59,13 +60,17 @@ def _num(x: Any) -> float | None:
 
 def _process_phases(record: dict[str, Any]) -> list[dict[str, Any]]:
     """The worker.phases of each process pair the record stands for: with `--processes N` the record's own
-    worker.phases is the first pair's, and timing.processes[i].phases has each one's."""
+    worker.phases is the first pair's, and timing.processes[i].phases has each one's; and of a retried pair's first
+    try (retried.first_try_phases, its reference's setup with it), which the second try's record replaced."""
     procs = (record.get("timing") or {}).get("processes")
     if isinstance(procs, list) and procs and all(isinstance(p, dict) and isinstance(p.get("phases"), dict)
                                                  for p in procs):
-        return [p["phases"] for p in procs]
-    phases = (record.get("worker") or {}).get("phases")
-    return [phases] if isinstance(phases, dict) else []
+        found = [p["phases"] for p in procs]
+    else:
+        phases = (record.get("worker") or {}).get("phases")
+        found = [phases] if isinstance(phases, dict) else []
+    first = (record.get("retried") or {}).get("first_try_phases")
+    return found + [first] if found and isinstance(first, dict) else found
 
 
 def _phases(record: dict[str, Any]) -> dict[str, float] | None:

@@ -298,6 +298,14 @@ def test_pair_time_summarizes_records():
     assert summed["untimed"] == [pytest.approx(37.0 - 20.0 + 17.0)]
     cut = pair_time.summarize([two], wall_s=None, cold=False)   # a run cut short: no wall, the parts still
     assert cut["overhead_per_pair_s"] is None and cut["untimed"] == summed["untimed"]
+    # a pair measured twice: its first try's phases (retried.first_try_phases) count too
+    again = {"trials": 1.0, "timing": 3.0, "total": 4.0}
+    retried = rec(cand="d", worker={"phases": again}, retried={"reason": "interference", "first_try": "+7%",
+                                                               "first_try_phases": first})
+    both = pair_time.summarize([retried], wall_s=None, cold=False)
+    assert both["phases"]["trials"] == 8.0 and both["untimed"] == [pytest.approx(17.0 - 8.0 + 8.0)]
+    assert pair_time.summarize([rec(cand="e", worker={"phases": again}, retried={"reason": "interference"})],
+                               wall_s=None, cold=False)["untimed"] == [pytest.approx(1.0)]   # older records
     lines = pair_time.format_rows([("a", cold), ("b", cut)], pooled=True)
     assert lines[-1].startswith("untimed over every run: 18.25 s a pair (median 18.25 s, 2 pairs)"), lines[-1]
 

@@ -21,6 +21,19 @@ def test_which_invalid_pairs_are_measured_again(flags, reason):
     assert _load_sensitive(RecordDraft.from_json({"status": "ok", "flags": flags})) is None
 
 
+def test_a_retried_pair_keeps_its_first_trys_reading_and_phases():
+    """The second try's record stands; `retried` keeps the first try's reading of the flag and its worker.phases
+    (its reference's setup among them), which benchmarks/pair_time.py counts as part of the pair's cost."""
+    from harness.results.records import RecordDraft
+    from harness.run.schedule import _retried
+    phases = {"reference_setup": 0.8, "trials": 1.0, "timing": 3.0, "total": 4.5}
+    first = RecordDraft.from_json({"status": "invalid", "flags": ["interference"],
+                                   "flag_details": {"interference": "+7.0% slower"}, "worker": {"phases": phases}})
+    retried = _retried("interference", first).to_json()
+    assert retried == {"reason": "interference", "first_try": "+7.0% slower", "first_try_phases": phases}
+    assert _retried("interference", RecordDraft.from_json({"status": "invalid"})).first_try_phases is None
+
+
 def test_pair_workers_warm_the_profiler_only_where_calls_are_profiled(tmp_path):
     """torch.profiler's first CUDA trace costs seconds: the reference and candidate workers of a GPU slot start it
     before the rounds when the defenses (which profile calls) are on; nowhere else."""

@@ -241,9 +241,12 @@ class Performance(JsonObject):
 
 @dataclass
 class Retried(JsonObject):
-    """Why an `invalid` pair was measured a second time, and the first try's detail of that flag."""
+    """Why an `invalid` pair was measured a second time, the first try's detail of that flag, and where its time went
+    (its worker.phases: the record's own are the second try's, so without them a retried pair's cost reads as one
+    try's, its reference's setup left out)."""
     reason: str
     first_try: str | None
+    first_try_phases: dict[str, float] | None | Absent = ABSENT
 
 
 @dataclass

@@ -314,6 +314,12 @@ def run_problem(group: list[Pair], ctx: Context, slot: Slot, spares: SpareWorker
         shutil.rmtree(problem_dir, ignore_errors=True)
 
 
+def _retried(reason: str, first: RecordDraft) -> Retried:
+    """The second try's `retried`: why, the first try's reading of that flag, and where the first try's time went
+    (its worker.phases, which the second record's replace)."""
+    return Retried(reason, first.flag_detail(reason), first.worker.phases if first.worker is not None else None)
+
+
 def _one_process(pairs: list[Pair], ctx: Context, slot: Slot, spares: SpareWorkers, problem_dir: Path,
                  process: int, deliver: Callable[[Pair, RecordDraft], None], known: dict[str, Any],
                  outlook: Outlook) -> None:
@@ -339,7 +345,7 @@ def _one_process(pairs: list[Pair], ctx: Context, slot: Slot, spares: SpareWorke
                 first = record
                 record = _base_record(pair, ctx, slot)
                 run_pair(pair, record, reference, pc, slot.device, problem_dir, spares, attempt=1, process=process)
-                record.retried = Retried(reason, first.flag_detail(reason))
+                record.retried = _retried(reason, first)
             write_fault(record, problem_dir, reference.ready.footprint_bytes if reference.ready else None)
             if reference.ready is not None and reference.ready.lint.degenerate:
                 verdicts.flag(record, flags.DEGENERATE_PROBLEM, "; ".join(reference.ready.lint.reasons))
