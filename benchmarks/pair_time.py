@@ -13,7 +13,8 @@ Loaded after the candidate's trials) and `ex attach` (`executor_attach`, its map
 (`reference_setup`: the problem's reference process from its start to
 `ready`, counted by the first pair it serves, before that pair's `total`; averaged over every pair, so a problem
 with several candidates spreads it). A pair measured twice (`retried`) counts both tries, the first from
-`retried.first_try_phases` (records written before 2026-11-29 lack it: their retried pairs count one try). A part no record has (records written before phases existed) prints as "-". A
+`retried.first_try_phases` (records written before 2026-11-29 lack it: their retried pairs count one try). A part
+no record has (records written before phases existed) prints as "-". A
 run cut short (Ctrl-C, `timeout -s INT`) prints the pairs it finished. Last column: the harness overhead per pair,
 wall time / pairs minus the time inside timed samples (timing.reference.samples_ms + timing.candidate.samples_ms;
 past the first process pair, estimated by rounds); then issue 29's figure, `untimed/pair`: everything of a pair but

@@ -39,8 +39,9 @@ def main(argv: list[str]) -> None:
     warm_compile = os.environ.pop("KB_COMPILE_WARM", None) == "1"      # (no other role keeps these)
     compile_cache = os.environ.pop("KB_COMPILE_CACHE", None)
     if role == "reference":
-        # and the FLOP counter (torch.utils.flop_counter imports triton where it is installed: 0.3-0.5 s of the
-        # derive that a candidate's first trial waits for, on the GPU box); no GPU touched
+        # and the FLOP counter: torch.utils.flop_counter imports triton where it is installed, which had been part of
+        # the derive that a candidate's first trial waits for (an H200's level 2: `budget -> flops` 0.50 s, 0.30 s
+        # with this); no GPU touched
         from harness.worker import flops  # noqa: F401
     if role == "reference" and warm_compile:
         from harness.worker import compilewarm    # the compile stack warmed in a thread while it waits for its job
