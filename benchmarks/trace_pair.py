@@ -11,8 +11,10 @@ A candidate's stages: job (its job arrived), profiler warm,
 inputs drawn, loaded (the candidate imported and its ModelNew built and moved), per trial `<label> called` (the call
 returned, device idle), `<label> out` (its outputs exported, or written to a file) and on the GPU `<label> checked`
 (the reference compared them in place), then trials, settled (ready for timed samples). A reference's: job, model
-and expected outputs, lint checks, compile baselines, probe, ready; later, per pair, flops and derived (what
-DeriveRequest asked), verifying and verified. Nothing here is asserted; it prints figures.
+and expected outputs, lint checks, compile baselines, probe, ready; later, once a process, what DeriveRequest asks:
+flops (the FLOP count), signatures (the reduced-precision signature forwards), float64 (the exact float64
+forward) and derived (its figures against trial 0's expected output); per pair verifying and verified. Nothing
+here is asserted; it prints figures.
 """
 from __future__ import annotations
 

@@ -427,7 +427,9 @@ def _derive(model, trials: "_Trials", defenses: bool, device: str, flops: bool, 
     expected64, note = None, memory.fp64_note
     if note is None:
         fp64.make_signatures()                      # first: one float64 forward on the device at a time
+        trace("reference signatures")
         expected64, note = fp64.make()
+        trace("reference float64")
     fp64.outputs, fp64.made = expected64, expected64 is not None
     exact = expected64 is not None
     derived = m.Derived(work, max_abs_diff64(trials.expected_for(0), expected64, device=device) if exact else None,
