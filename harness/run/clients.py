@@ -171,8 +171,17 @@ class FlusherClient(Client):
     """The flusher of a slot (harness.worker.flusher)."""
     NAME = "flusher"
 
+    def begin(self, job: m.FlusherJob) -> None:
+        """The job sent; its reply (FlusherReady, once its buffer and, on the GPU, its CUDA context exist) is read by
+        `ready`, so that its start can run beside other work."""
+        self.worker.send(m.wire(job))
+
+    def ready(self, deadline: float) -> m.FlusherReady:
+        return self.read(deadline, m.FlusherReady)
+
     def start(self, job: m.FlusherJob, deadline: float) -> m.FlusherReady:
-        return self.ask(job, deadline, m.FlusherReady)
+        self.begin(job)
+        return self.ready(deadline)
 
     def flush(self, hot: bool, deadline: float) -> float:
         """Its buffer written now (`hot`: a few bytes only); the ms it took, as it reports them."""

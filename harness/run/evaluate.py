@@ -79,10 +79,11 @@ DERIVE_BESIDE_BYTES = 1 << 30      # ReferenceSide.beside_trials: 1 GiB of input
 
 
 class ReferenceSide:
-    """The reference worker for one problem on one slot."""
+    """The reference worker for one problem on one slot. `early_flusher`: the pairs' flusher (flusher()) is started
+    with the reference's job, its start beside the reference's setup (the caller closes this side: close())."""
 
     def __init__(self, pair: Pair, pc: PairContext, device: str, problem_dir: Path, spares: SpareWorkers,
-                 known: dict[str, Any] | None = None):
+                 known: dict[str, Any] | None = None, early_flusher: bool = False):
         self.pc, self.device = pc, device
         self.known = known if known is not None else {}     # the problem's figures that no process pair changes
         self.state_path = problem_dir / "reference_state.pt"
@@ -99,8 +100,11 @@ class ReferenceSide:
         started = time.monotonic()
         self.setup_seconds: float | None = None     # its start until `ready`: reported by the first pair it serves
         self.spares, self.problem_id = spares, pair.problem_id
-        self._flusher: FlusherClient | None = None  # the CPU path's cache flush (harness.worker.flusher)
+        self._flusher: FlusherClient | None = None  # the cache flush, or the GPU's switch of context (flusher())
+        self._flusher_ready = False                 # its FlusherReady read
         self.client = ReferenceClient(spares.take("reference", pc.log_dir / f"{slug(pair.problem_id)}__reference.log"))
+        if early_flusher and self._wants_flusher():
+            self._begin_flusher()       # its start (on the GPU a CUDA context: ~0.2 s) beside the reference's setup
         probe = pc.seed.stream("probe", pair.problem_id).take(5)
         job = ReferenceJob(
             str(pair.problem.path.resolve()), device, pc.seed.base, cfg.trials, self.mode.spec(cfg, [EAGER]),
@@ -219,16 +223,29 @@ class ReferenceSide:
         """The flusher on this slot (started at the problem's first pair, kept for the rest): the CPU path's cache
         flush where timing.flush_l2 is on; with timing.staged_gpu the GPU's L2 flush, or in graph mode (or with
         timing.flush_l2 off) the switch of CUDA context before every call (harness.worker.flusher); else None."""
-        timing = self.pc.cfg.timing
-        if not (timing.flush_l2 if self.device == "cpu" else timing.staged_gpu):
+        if not self._wants_flusher():
             return None
         if self._flusher is None or not self._flusher.worker.alive():
             if self._flusher is not None:
                 self._flusher.worker.close()
-            log = self.pc.log_dir / f"{slug(self.problem_id)}__flusher.log"
-            self._flusher = FlusherClient(Worker("flusher", self.spares.env, log))
-            self._flusher.start(m.FlusherJob(device=self.device), time.monotonic() + 60)
+            self._begin_flusher()
+        if not self._flusher_ready:
+            self._flusher.ready(time.monotonic() + 60)
+            self._flusher_ready = True
         return self._flusher
+
+    def _wants_flusher(self) -> bool:
+        timing = self.pc.cfg.timing
+        return timing.flush_l2 if self.device == "cpu" else timing.staged_gpu
+
+    def _begin_flusher(self) -> None:
+        """A flusher started, its job sent; flusher() reads its reply. Started with the reference's job, its start
+        runs beside the reference's setup instead of at the problem's first pair (a level-2 pair on an H200 waited
+        0.19 s for it there: docs/measurements.md, twentieth session)."""
+        log = self.pc.log_dir / f"{slug(self.problem_id)}__flusher.log"
+        self._flusher = FlusherClient(Worker("flusher", self.spares.env, log))
+        self._flusher_ready = False
+        self._flusher.begin(m.FlusherJob(device=self.device))
 
     def close(self) -> None:
         self.worker.resume()

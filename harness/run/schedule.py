@@ -332,7 +332,7 @@ def _one_process(pairs: list[Pair], ctx: Context, slot: Slot, spares: SpareWorke
                 return
             if reference is None:
                 outlook.pairs_left = len(pairs) - i             # this pair's candidate and those after it
-                reference = ReferenceSide(pairs[0], pc, slot.device, problem_dir, spares, known)
+                reference = ReferenceSide(pairs[0], pc, slot.device, problem_dir, spares, known, early_flusher=True)
             outlook.pairs_left = len(pairs) - i - 1
             record = _base_record(pair, ctx, slot)
             if reference.error is not None:
