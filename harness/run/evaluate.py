@@ -240,8 +240,9 @@ class ReferenceSide:
 
     def _begin_flusher(self) -> None:
         """A flusher started, its job sent; flusher() reads its reply. Started with the reference's job, its start
-        runs beside the reference's setup instead of at the problem's first pair (a level-2 pair on an H200 waited
-        0.19 s for it there: docs/measurements.md, twentieth session)."""
+        runs beside the reference's setup instead of at the problem's first pair (on an H200, 0.19-0.22 s passed there
+        between its job and the pair's next step, on five level-2 problems: docs/measurements.md, twentieth
+        session)."""
         log = self.pc.log_dir / f"{slug(self.problem_id)}__flusher.log"
         self._flusher = FlusherClient(Worker("flusher", self.spares.env, log))
         self._flusher_ready = False
