@@ -3,9 +3,15 @@ once per reference process, beside the first candidate's start and trials, which
 problem: one fp32 forward, the FLOP count, each reduced-precision scheme's float64 forward
 (harness.worker.precision.Rounded) and the exact float64 forward, each through the reference's own
 `_float64_reference` on inputs parked on the host as `_Parked` leaves them; each run twice, so that what the first
-call of a kind pays (kernels loaded, handles made) shows apart from the forward's own time.
+call of a kind pays (kernels loaded, handles made) shows apart from the forward's own time. Then `derive`: the
+whole of `_derive` as a reference process runs it after its setup (reference._prepare with the default 5 trials,
+trial 0's outputs settled to the host; the parking, the FLOP count's product count, the figures against trial 0's
+expected output), once, after the rest.
 
     python benchmarks/derive_time.py problems/level2/02*.py [--device cuda]
+
+Meant for the GPU: on the CPU (--device cpu) a problem of GiBs (level 1's elementwise ones) holds several float64
+copies at once and does not fit a 24 GB host.
 
 Nothing here is asserted; it prints figures (seconds).
 """
@@ -55,7 +61,28 @@ def one(path: Path, device: str) -> dict[str, list[float]]:
             add(f"f64 {scheme}", lambda s=scheme: reference._float64_reference(
                 model, state, lambda: list(host), mode=precision.Rounded(s), device=device))
         add("f64 exact", lambda: reference._float64_reference(model, state, lambda: list(host), device=device))
+    del model, inputs, host
+    out["derive"] = [_whole_derive(path, device)] * 2
     return out
+
+
+def _whole_derive(path: Path, device: str) -> float:
+    """Seconds of reference._derive as a reference process runs it, after its setup."""
+    import tempfile
+    import torch
+    from types import SimpleNamespace
+    from harness.worker import reference
+
+    def peak():
+        return int(torch.cuda.max_memory_allocated()) if device != "cpu" else None
+
+    memory = SimpleNamespace(reset_peak=lambda: None, peak=peak, fp64_note=None, eager_peak=None)
+    with tempfile.TemporaryDirectory() as scratch:
+        job = SimpleNamespace(problem_path=str(path), precision=None, seed=0, trials=5, scratch=scratch)
+        _, model, _, trials, state = reference._prepare(job, device, memory)
+        trials.settle_first()
+        fp64 = reference._Float64(model, state, trials, device)
+        return _timed(lambda: reference._derive(model, trials, True, device, True, memory, fp64), device)
 
 
 def main(argv: list[str]) -> int:
@@ -66,9 +93,9 @@ def main(argv: list[str]) -> int:
     totals: dict[str, list[float]] = {}
     for path in args.problems:
         found = one(path, args.device)
-        first = sum(v[0] for k, v in found.items() if k != "fp32 forward")
-        again = sum(v[1] for k, v in found.items() if k != "fp32 forward")
-        print(f"{path.stem:44} derive first {first:6.3f} s, again {again:6.3f} s | "
+        first = sum(v[0] for k, v in found.items() if k not in ("fp32 forward", "derive"))
+        again = sum(v[1] for k, v in found.items() if k not in ("fp32 forward", "derive"))
+        print(f"{path.stem:44} parts first {first:6.3f} s, again {again:6.3f} s | "
               + "  ".join(f"{k} {v[0]:.3f}/{v[1]:.3f}" for k, v in found.items()), flush=True)
         for k, v in found.items():
             totals.setdefault(k, []).append(v[0])
