@@ -40,7 +40,8 @@
 #   flip44b:   one GPU, short: the GPU tests changed after flip44 (memory on both paths, cover_window's bound)
 #   aa44:      one GPU, short: aa_both alone (AA_LEVEL, AA_GLOB, AA_CAP, AA_TIMEOUT), its runs as aa44.tgz in $OUT
 #   derive44:  one GPU, detached: the derive before and after e5b3341, back to back: derive_time, A/A, memory
-#   cost44b:   one GPU, detached: the precision and memory GPU tests, traced staged A/As of AA_SELS with parts, stages, memory
+#   cost44b:   one GPU, detached: the precision and memory GPU tests, derive_time on DERIVE_PROBLEMS ("" for none),
+#              traced staged A/As of AA_SELS with parts, stages, memory
 #   cost44:    one GPU, detached: flip44b's tests, then a traced staged A/A (AA_*): pair_time's parts, trace_pair's stages
 #   verify44:  one GPU, detached: the GPU exploit and staged tests on the last tree, reuse_buffer staged in cold and
 #              graph mode, then level 1's A/A on both paths back to back with pair_time's parts (see the phase)
@@ -953,6 +954,11 @@ cost44b)
     timeout 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py tests/test_memory.py \
         > "$out/precision_tests.txt" 2>&1
     tail -n 3 "$out/precision_tests.txt"
+    probs=${DERIVE_PROBLEMS-problems/level1/005*.py problems/level1/007*.py problems/level1/019*.py problems/level2/020*.py}
+    if [ -n "$probs" ]; then
+        echo "== derive_time ($(date +%T))"
+        timeout 240 python benchmarks/derive_time.py $probs > "$out/derive_time.txt" 2>&1; tail -n 6 "$out/derive_time.txt"
+    fi
     sels=${AA_SELS:-level1:0[0-2]*:240 level3:*:150}
     set -f; set -- $sels; set +f
     for sel in "$@"; do
