@@ -646,10 +646,12 @@ ELEMENTWISE = STATELESS.replace("torch.relu(self.linear(x))", "torch.relu(x)")
 def test_a_forward_with_no_product_to_round_makes_no_signature_forward(monkeypatch, tmp_path, source, products):
     """Issue 44 item 8: the derive's FLOP count also tells whether the forward has a product for the signature
     forwards to round; where it has none, none of the four float64 signature forwards runs (each cost a float64
-    forward of the problem, inputs and all) and the signature says why, as it did after the first of them."""
+    forward of the problem, inputs and all), in the derive or in a timed output's full check, and the signature says
+    why, as it did after the first of them."""
     from types import SimpleNamespace
+    from harness.shared import messages as m
     from harness.worker import precision, reference
-    _, model, _, trials, state = _prepare(monkeypatch, tmp_path, source.replace("0.5)", "0.0)"))
+    problem, model, settings, trials, state = _prepare(monkeypatch, tmp_path, source.replace("0.5)", "0.0)"))
     float64_calls = []
     forward = type(model).forward
 
@@ -663,6 +665,17 @@ def test_a_forward_with_no_product_to_round_makes_no_signature_forward(monkeypat
     assert derived.work.flops is not None and (derived.work.flops > 0) == products
     assert sum(float64_calls) == (1 + len(precision.SCHEMES) if products else 1), float64_calls
     assert (derived.signature == reference.NO_PRODUCTS) != products and fp64.wanted()
+    spec = m.TimingSpec("host", 0, False, 20)
+    s = sampler.Sampler({"eager": lambda x: model(*x)}, problem, settings, "cpu", spec, defenses=True, trusted=True)
+    full = reference._FullCheck(model, state, settings, True, s, SimpleNamespace(fp64_note=None), "cpu", trials, fp64)
+    s.sample(m.SampleRequest("eager", 4242))
+    s.check(m.CheckRequest(77, [0], keep_full=True))
+    honest = model(*sampler.device_inputs(problem, 4242, settings, "cpu"))
+    float64_calls.clear()
+    checked = full.compare([honest.clone()], s.kept[77])
+    assert checked["ok"] and checked["fp64_max_abs_err"] is not None
+    assert sum(float64_calls) == (1 + len(precision.SCHEMES) if products else 1), float64_calls
+    assert ("precision_signature" in checked) == products
 
 
 @pytest.mark.parametrize("slack, on_device", [(1 << 30, True), (-(1 << 20), False)])

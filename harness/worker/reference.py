@@ -102,7 +102,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     conn.reply(_ready(info))
     trace("reference ready")
     fp64 = _Float64(model, initial_state, trials, device)
-    full = _FullCheck(model, initial_state, settings, job.defenses, sampler, memory, device, trials)
+    full = _FullCheck(model, initial_state, settings, job.defenses, sampler, memory, device, trials, fp64)
     peer = PeerReader() if device != "cpu" else None
     staging = _staging(sampler, trials, job.defenses, device, peer)
     served = _Requests(job, model, trials, settings, sampler, memory, fp64, full, hints, peer, staging)
@@ -460,7 +460,8 @@ class _Float64:
         self.signatures: dict[str, list] = {}          # scheme -> its own error at `sample` (verify.rounding_error)
         self.signature_note: str | None = None         # why there are none
         self.host = _park_host(device)                 # where the float32 inputs wait meanwhile (_Parked)
-        self.products = True                           # False: the forward has no product to round (_derive)
+        self.products = True                           # False: the forward has no product to round (_derive;
+                                                       # _FullCheck reads it too)
 
     def wanted(self) -> bool:
         """Whether each candidate's trial 0 is measured against them."""
@@ -586,14 +587,17 @@ def _work(model, inputs, footprint: int) -> dict[str, Any]:
     return m.Work(flops, footprint)
 
 
-def _emulated(model, initial_state, draw, offset: int,
-              device: str | None = None) -> tuple[dict[str, list], list | None, str | None]:
+def _emulated(model, initial_state, draw, offset: int, device: str | None = None,
+              products: bool = True) -> tuple[dict[str, list], list | None, str | None]:
     """Each reduced-precision scheme's float64 outputs on the inputs `draw()` returns (harness.worker.precision: the
     float64 forward with its matmul and convolution operands rounded as the scheme rounds them), kept only at a
     strided sample of the elements (verify.sample_index from `offset`): ({scheme: sampled outputs}, the sample,
-    None), or ({}, None, why not). One float64 forward at a time (docs/precision.md); `device`: _float64_reference's."""
+    None), or ({}, None, why not). One float64 forward at a time (docs/precision.md); `device`: _float64_reference's.
+    `products` False: the forward is known to have none to round (_Float64.products), so none runs."""
     from harness.worker import precision
     from harness.worker.verify import sample_index, take
+    if not products:
+        return {}, None, NO_PRODUCTS
     found, sample = {}, None
     for scheme in precision.SCHEMES:
         mode = precision.Rounded(scheme)
@@ -925,9 +929,10 @@ class _FullCheck:
     device beside the candidate's output, which stays in the candidate's memory."""
 
     def __init__(self, model, initial_state, settings, defenses: bool, sampler, memory: "_Memory", device: str,
-                 trials: "_Trials | None" = None):
+                 trials: "_Trials | None" = None, fp64: "_Float64 | None" = None):
         self.model, self.initial_state, self.settings, self.defenses = model, initial_state, settings, defenses
         self.sampler, self.memory, self.device, self.trials = sampler, memory, device, trials
+        self.fp64 = fp64                               # what the derive found out: whether there are products
         self.host = _park_host(device)                 # where the float32 inputs wait meanwhile (_Parked)
 
     def compare(self, outs: list, kept) -> dict[str, Any]:
@@ -945,7 +950,8 @@ class _FullCheck:
                 large = tensor_bytes(outs) > KEEP_BYTES
                 with _Parked(draw, self.trials, self.host, self.device) as parked:
                     emulated, sample, _ = _emulated(self.model, self.initial_state, parked,
-                                                    secrets.randbelow(1 << 30), parked.device)
+                                                    secrets.randbelow(1 << 30), parked.device,
+                                                    self.fp64 is None or self.fp64.products)
                     exact, note = _float64_reference(self.model, self.initial_state, parked, host=large,
                                                      device=parked.device)
         inputs = draw()
