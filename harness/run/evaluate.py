@@ -220,9 +220,10 @@ class ReferenceSide:
             return False
 
     def flusher(self) -> FlusherClient | None:
-        """The flusher on this slot (started at the problem's first pair, kept for the rest): the CPU path's cache
-        flush where timing.flush_l2 is on; with timing.staged_gpu the GPU's L2 flush, or in graph mode (or with
-        timing.flush_l2 off) the switch of CUDA context before every call (harness.worker.flusher); else None."""
+        """The flusher on this slot (started with the reference's job where `early_flusher`, else at the problem's
+        first pair; kept for the rest): the CPU path's cache flush where timing.flush_l2 is on; with
+        timing.staged_gpu the GPU's L2 flush, or in graph mode (or with timing.flush_l2 off) the switch of CUDA
+        context before every call (harness.worker.flusher); else None."""
         if not self._wants_flusher():
             return None
         if self._flusher is None or not self._flusher.worker.alive():

@@ -43,9 +43,9 @@ def main(argv: list[str]) -> None:
         # the derive that a candidate's first trial waits for (an H200's level 2: `budget -> flops` 0.50 s, 0.30 s
         # with this); no GPU touched
         from harness.worker import flops  # noqa: F401
-    if role == "reference" and warm_compile:
-        from harness.worker import compilewarm    # the compile stack warmed in a thread while it waits for its job
-        compilewarm.begin(os.environ.get("KB_DEVICE", "cpu"), compile_cache)
+        if warm_compile:
+            from harness.worker import compilewarm    # the compile stack warmed in a thread while it waits for its job
+            compilewarm.begin(os.environ.get("KB_DEVICE", "cpu"), compile_cache)
     common.trace(f"{role} imported")
     job = conn.recv()                   # nothing touches the GPU before this: a spare holds no CUDA context
     common.trace(f"{role} job")
