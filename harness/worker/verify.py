@@ -55,6 +55,15 @@ def piece(t: torch.Tensor, prefix: tuple, span: tuple[int, int] | None) -> torch
     return view[span[0]:span[1]].reshape(-1)
 
 
+def moved(t: torch.Tensor, device: Any, dtype: torch.dtype) -> torch.Tensor:
+    """`t` on `device` in `dtype`: it crosses in its own dtype and is converted where it lands. `t.to(device, dtype)`
+    from the host to a GPU converts on the host first, one thread there, and moves the converted bytes (twice a
+    float32 piece's, from pageable memory): a 2.5 GiB float32 output kept on the host took 2.2 s to compare with its
+    float64 reference on an H200, where the copy alone takes a tenth of that (docs/measurements.md, twenty-first
+    session)."""
+    return t.to(device).to(dtype)
+
+
 def flat_pieces(t: torch.Tensor, chunk_bytes: int | None = None, element_bytes: int | None = None) \
         -> Iterator[tuple[int, torch.Tensor]]:
     """(flat offset, 1-D piece) over `t`, each piece at most chunk_bytes counted at element_bytes an element."""
@@ -89,8 +98,8 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
     n_bad = n_nan = 0
     first = None
     for offset, prefix, span in pieces(shape, limit):
-        a = piece(out, prefix, span).to(where).to(work)
-        b = piece(ref, prefix, span).to(where).to(work)
+        a = moved(piece(out, prefix, span), where, work)
+        b = moved(piece(ref, prefix, span), where, work)
         special = ~torch.isfinite(b) | ~torch.isfinite(a)
         same_special = ((torch.isnan(a) & torch.isnan(b))
                         | (torch.isinf(a) & torch.isinf(b) & (torch.sign(a) == torch.sign(b))))
@@ -171,8 +180,8 @@ def max_abs_diff64(outs: list, refs: list, chunk_bytes: int | None = None, devic
             where = r.device if device is None else torch.device(device)
             limit = max(1, (chunk_bytes or CHUNK_BYTES) // 8)
             for _, prefix, span in pieces(tuple(r.shape), limit):
-                a = piece(o, prefix, span).to(where, torch.float64)
-                b = piece(r, prefix, span).to(where, torch.float64)
+                a = moved(piece(o, prefix, span), where, torch.float64)
+                b = moved(piece(r, prefix, span), where, torch.float64)
                 values.append(float((a - b).abs().max()))
     except torch.OutOfMemoryError:
         raise
@@ -235,14 +244,14 @@ def take(outs: list, sample: list, device: Any = None) -> list:
     for t, idx in zip(outs, sample):
         idx = idx.to(t.device)
         flat = t.reshape(-1)[idx] if t.is_contiguous() else t[torch.unravel_index(idx, tuple(t.shape))]
-        taken.append(flat.to(t.device if device is None else torch.device(device), torch.float64))
+        taken.append(moved(flat, t.device if device is None else torch.device(device), torch.float64))
     return taken
 
 
 def rounding_error(emulated: list, exact: list) -> list:
     """A scheme's own error, emulated - exact, as float32 (a signature needs ~1% of its value, not float64's
     digits): on `take`n samples, or whole outputs."""
-    return [(t.to(r.device, torch.float64) - r.to(torch.float64)).to(torch.float32) for t, r in zip(emulated, exact)]
+    return [(moved(t, r.device, torch.float64) - r.to(torch.float64)).to(torch.float32) for t, r in zip(emulated, exact)]
 
 
 def precision_signature(outs: list, exact: list, signature: list, chunk_bytes: int | None = None,
@@ -263,8 +272,8 @@ def precision_signature(outs: list, exact: list, signature: list, chunk_bytes: i
             return None
         where = r.device if device is None else torch.device(device)
         for _, prefix, span in pieces(tuple(r.shape), limit):
-            e = piece(o, prefix, span).to(where, torch.float64) - piece(r, prefix, span).to(where, torch.float64)
-            s = piece(t, prefix, span).to(where, torch.float64)
+            e = moved(piece(o, prefix, span), where, torch.float64) - moved(piece(r, prefix, span), where, torch.float64)
+            s = moved(piece(t, prefix, span), where, torch.float64)
             keep = torch.isfinite(e) & torch.isfinite(s)
             e, s = e[keep], s[keep]
             s2 = s * s
