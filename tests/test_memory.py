@@ -274,7 +274,7 @@ def test_each_side_gets_at_least_its_need_and_half_the_room_where_the_other_leav
     assert memplan.even_share(usable, GIB, GIB) == usable // 2
     assert memplan.even_share(usable, 20 * GIB, GIB) == 20 * GIB                # the reference needs more than half
     assert memplan.even_share(usable, GIB, 20 * GIB) == usable - 20 * GIB      # the candidate does
-    plan = memplan.plan_pair(23 * GIB, 2, RELU)     # the float64 reference: 10.25 of the 19.5 GiB beside the contexts
+    plan = memplan.plan_pair(23 * GIB, 2, RELU)     # the float64 reference: 10.44 of the 19.5 GiB beside the contexts
     room = 23 * GIB - 2 * memplan.CONTEXT_BYTES - plan.arena        # ... and the inputs' arena (2.5 GiB)
     assert plan.fp64 is None and plan.reference == plan.reference_need > room // 2
     assert plan.candidate == room - plan.reference >= plan.candidate_need
@@ -316,6 +316,21 @@ def test_graph_calls_are_capped_by_what_a_call_holds():
     assert tight.error is None and tight.graph_calls == 1 and tight.graph_capped.startswith("1 of 20")
     assert tight.reference + tight.candidate + tight.arena + 2 * memplan.CONTEXT_BYTES == tight.budget
     assert tight.arena == mid.inputs * tight.graph_calls
+
+
+def test_trial_0_is_made_again_beside_the_float64_outputs_only_where_that_fits_and_the_plan_counts_it():
+    """Issue 44 item 8: trial 0's large expected outputs are computed again when checked (not moved to the host and
+    back) where an eager call beside the float64 outputs stays within 2x the eager peak + 1.5 GiB, and the
+    reference's float64 share holds that check."""
+    assert memplan.first_made_again(RELU.eager_peak, RELU.outputs)               # elementwise: outputs ~ inputs
+    check = RELU.eager_peak + 2 * RELU.outputs + memplan.CHECK_CHUNKS * memplan.CHUNK_BYTES
+    assert check <= 2 * RELU.eager_peak + 3 * GIB // 2 and memplan.fp64_need(RELU) >= check
+    # level1/007_matmul_small_k: a 2.25 GiB output of 6 MiB of inputs; beside its 4.5 GiB in float64 it is not
+    small_k = Needs(eager_peak=9 * GIB // 4 + 6 * MIB, sample_peak=5 * GIB // 2, kept=0, params=0, inputs=6 * MIB,
+                    outputs=9 * GIB // 4)
+    assert not memplan.first_made_again(small_k.eager_peak, small_k.outputs)
+    assert memplan.fp64_need(small_k) == small_k.stranded + 2 * small_k.eager_peak + memplan.HEADROOM_BYTES
+    assert not memplan.first_made_again(None, RELU.outputs)                       # no peak measured (the CPU path)
 
 
 def test_needs_from_the_references_report():
@@ -587,6 +602,22 @@ def test_large_outputs_of_a_stateless_model_are_computed_again_when_checked(monk
     assert not torch.equal(trials.expected_for(1)[0], trials.expected_for(2)[0])
 
 
+def test_trial_0s_large_output_is_made_again_when_checked_where_it_fits_beside_the_float64_outputs(monkeypatch,
+                                                                                                   tmp_path):
+    """Issue 44 item 8: where memplan.first_made_again allows it, trial 0's large expected outputs are dropped once
+    the setup is done with them and computed again from its seed when checked, the same values; where it does not,
+    they wait on the host as before."""
+    _, model, _, trials, _ = _prepare(monkeypatch, tmp_path, STATELESS)
+    first = trials.expected[0][0].clone()
+    trials.settle_first(eager_peak=1 << 40)           # an eager peak that holds twice the outputs
+    assert trials.expected[0] is None and trials.kept_bytes() == 0
+    assert torch.equal(trials.expected_for(0)[0], first)
+    _, model, _, trials, _ = _prepare(monkeypatch, tmp_path, STATELESS)
+    monkeypatch.setattr(memplan, "FIRST_SLACK", 0)
+    trials.settle_first(eager_peak=0)                  # outputs that dwarf the eager peak: to the host
+    assert trials.expected[0][0].device.type == "cpu" and torch.equal(trials.expected_for(0)[0], first)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
 def test_trial_0s_large_output_waits_on_the_host_in_pinned_memory(monkeypatch, tmp_path):
@@ -597,6 +628,20 @@ def test_trial_0s_large_output_waits_on_the_host_in_pinned_memory(monkeypatch, t
     trials.settle_first()
     moved = trials.expected[0][0]
     assert moved.device.type == "cpu" and moved.is_pinned() and torch.equal(moved, first.cpu())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
+def test_float64_figures_of_an_output_kept_on_the_host_are_those_of_the_device():
+    """A float32 output kept on the host crosses in float32 and becomes float64 on the device (verify.moved): the
+    same figures, bit for bit, as with both on the device."""
+    out = torch.randn(3, 1 << 20, device="cuda")
+    ref = (out.double() + 1e-6 * torch.randn(3, 1 << 20, device="cuda", dtype=torch.float64))
+    host = out.cpu().pin_memory()
+    assert verify.max_abs_diff64([host], [ref], device="cuda") == verify.max_abs_diff64([out], [ref], device="cuda")
+    assert verify.moved(host, "cuda", torch.float64).equal(out.double())
+    figures = verify.compare_outputs([host], [out.clone()], 0.0, 0.0, device="cuda")
+    assert figures["ok"] and figures["max_abs_err"] == 0.0
 
 
 def test_a_model_that_changes_its_state_keeps_every_output(monkeypatch, tmp_path):

@@ -33,6 +33,8 @@ GRAPH_BYTES = GIB               # per side: graph mode's captured calls' inputs 
 # of milliseconds a sample on GiBs of inputs (docs/measurements.md). Raised to 8 GiB, the reference's planned share
 # no longer held its samples (harness_oom): the plan must count the copies first (issue 29).
 PRISTINE_BYTES = 256 * MIB
+CHECK_CHUNKS = 6                # a check's working slices (CHUNK_BYTES each) beside the outputs it compares
+FIRST_SLACK = GIB               # first_made_again: of the 1.5 GiB beyond 2x the eager peak (issue 44 item 8)
 
 
 def gib(n: int | float | None) -> str:
@@ -142,9 +144,19 @@ def reference_need(needs: Needs, graph_calls: int = 0) -> int:
     check's slices (a full check recomputes the reference's output; the candidate's stays in the candidate's memory,
     a trial's large output file is read to the host; the reference drops its own last sample's output first), plus
     graph mode's captured calls. An eval-mode hint that does not fit is left out, not planned for."""
-    check = needs.eager_peak + 6 * CHUNK_BYTES
+    check = needs.eager_peak + CHECK_CHUNKS * CHUNK_BYTES
     graph = needs.eager_peak + graph_extra(needs, graph_calls)
     return needs.kept + needs.stranded + max(_sample_need(needs), check, graph) + HEADROOM_BYTES
+
+
+def first_made_again(eager_peak: int | None, outputs: int) -> bool:
+    """Whether trial 0's large expected outputs may be computed again when checked, as the later trials' are
+    (harness.worker.reference._Trials.settle_first), instead of waiting on the host. Trial 0 is checked while the
+    float64 reference's outputs, twice its outputs' bytes, are on the device: made again, it holds an eager call
+    beside them. That is allowed where it stays within twice the eager peak plus FIRST_SLACK (an elementwise
+    problem, whose eager peak holds its inputs and outputs); not where the outputs dwarf the inputs
+    (matmul_small_k: a 2.25 GiB output of small inputs). fp64_need plans for it."""
+    return eager_peak is not None and 2 * outputs + CHECK_CHUNKS * CHUNK_BYTES <= eager_peak + FIRST_SLACK
 
 
 def fp64_need(needs: Needs) -> int:
@@ -152,10 +164,14 @@ def fp64_need(needs: Needs) -> int:
     copy, and either the inputs while they become float64 (one float32 input and its float64 copy at a time, at
     worst all of them) or the float64 forward (twice an eager call less the float32 parameters). The reduced-precision
     signature forwards round a float64 input in place (harness.worker.precision.Rounded.source); an operand that is
-    not an input is rounded in a copy, which is not counted here."""
+    not an input is rounded in a copy, which is not counted here. Where trial 0's outputs are computed again when
+    checked (first_made_again), the check of trial 0 beside the float64 outputs: an eager call, twice the outputs and
+    the check's slices."""
     convert = 2 * needs.params + 3 * needs.inputs
     forward = 2 * needs.eager_peak
-    return needs.kept + needs.stranded + needs.params + max(convert, forward) + HEADROOM_BYTES
+    first = needs.eager_peak + 2 * needs.outputs + CHECK_CHUNKS * CHUNK_BYTES \
+        if first_made_again(needs.eager_peak, needs.outputs) else 0
+    return needs.kept + needs.stranded + needs.params + max(convert, forward, first) + HEADROOM_BYTES
 
 
 def candidate_need(needs: Needs, graph_calls: int = 0) -> int:

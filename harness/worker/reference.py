@@ -11,8 +11,8 @@ torch.cuda.set_per_process_memory_fraction (the budget less every CUDA context w
 `budget` after `ready`). It keeps on the device only what is small: trial 0's inputs up to memplan.KEEP_BYTES (the
 others are drawn again from their seed when needed), the trials' expected outputs while all of them fit half of
 KEEP_BYTES (else computed again from their seed when checked, where the model's forward leaves its state unchanged,
-trial 0's after the setup's checks have used it; on the host, compared on the device a slice at a time, where it
-does not), the float64 reference's outputs until a candidate's trial 0 has been measured (_Float64); a full check
+trial 0's once the setup's checks have used it and only where an eager call fits beside the float64 outputs, else
+on the host; on the host, compared on the device a slice at a time, where it does not), the float64 reference's outputs until a candidate's trial 0 has been measured (_Float64); a full check
 keeps a sample's seed, not its tensors, and recomputes the reference's output when the check comes. While a float64
 forward runs, no float32 input is on the device beside it (_Parked). The float64 checks run where the plan says they
 fit, else the record says `fp64: skipped: needs X GiB, budget Y GiB`. Running out of memory all the same is
@@ -86,7 +86,7 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
         sampler = Sampler(calls, problem, settings, device, spec, job.defenses, trusted=True, sizes=trials.sizes,
                           flusher=flusher)
         stage[0] = "reference timing"
-        trials.settle_first()
+        trials.settle_first(memory.eager_peak)
         memory.reset_peak()
         info["cold_probe_ms"] = _probe(sampler, job.probe_seeds)
         if device != "cpu" and len(calls) > 1:        # the compiled baselines' samples count in the plan too
@@ -364,17 +364,22 @@ class _Trials:
         if self.keep_all or (k == 0 and self.keep_first_inputs):
             self.kept_inputs[k] = inputs
 
-    def settle_first(self) -> None:
-        """Once the setup's checks are done with trial 0's large outputs: moved to the host, even where they could
-        be computed again (recompute). Trial 0 is checked while the float64 reference's outputs are on the device
-        (_derive's own error, then each candidate's first trial until fp64.max_abs_err drops them): computed again
-        there, a float32 output sat on the device beside its float64 twin (docs/measurements.md, "The staged GPU
-        path's A/A over the suite"). From the host it is compared a slice at a time. Kept on the device until then,
-        they cost no copy to the host during the setup's checks. On the host they lie in pinned memory (_moved), so
-        that each check's copy back runs at the link's speed: from pageable memory, trial 0's check of a large
-        elementwise problem (a 2.5 GiB output) took 0.57 s on an H200 where its other trials' took 0.08 s
-        (docs/measurements.md, twentieth session)."""
+    def settle_first(self, eager_peak: int | None = None) -> None:
+        """Once the setup's checks are done with trial 0's large outputs (kept on the device until then, they cost no
+        copy to the host during the setup's checks). Trial 0 is checked while the float64 reference's outputs are
+        on the device (_derive's own error, then each candidate's first trial until fp64.max_abs_err drops them).
+        Where an eager call fits beside them (memplan.first_made_again, from `eager_peak`: an elementwise problem),
+        its outputs are computed again when checked, as the later trials' are: a copy to the host and back costs
+        far more than the forward (level1/018_relu on an H200: the setup's last stage, with the copy, 1.99 s; the
+        derive's comparison with trial 0's outputs from the host 2.25 s; docs/measurements.md, twenty-first
+        session). Else they wait on the host, in pinned memory, so
+        that each check's copy back runs at the link's speed (from pageable memory, trial 0's check of a 2.5 GiB
+        output took 0.57 s where its other trials' took 0.08 s: twentieth session); they are compared from there a
+        slice at a time."""
         if self.keep_outputs or not self.expected or self.expected[0] is None:
+            return
+        if self.forward is not None and memplan.first_made_again(eager_peak, self.output_bytes):
+            self.expected[0] = None                    # computed again when checked (recompute)
             return
         try:
             self.expected[0] = _moved(self.expected[0], ["cpu"] * len(self.expected[0]))
@@ -610,6 +615,7 @@ def _emulated(model, initial_state, draw, offset: int, device: str | None = None
             sample = sample_index([tuple(t.shape) for t in outs], offset=offset, device=outs[0].device)
         found[scheme] = take(outs, sample)
         del outs
+        trace(f"reference signature {scheme}")
     return found, sample, None
 
 
@@ -724,6 +730,7 @@ class _Parked:
             if tensor_bytes([x for x in drawn if _floating(x)]) <= KEEP_BYTES:
                 return drawn            # small: within the plan's slack on the device, not worth the transfers
             self.drawn = _moved(drawn, [self.host if _floating(x) and x.device != host else None for x in drawn])
+            trace("reference draw parked")
         return self.drawn
 
     def __exit__(self, *exc) -> None:
