@@ -12,8 +12,9 @@ inputs drawn, loaded (the candidate imported and its ModelNew built and moved), 
 returned, device idle), `<label> out` (its outputs exported, or written to a file) and on the GPU `<label> checked`
 (the reference compared them in place), then trials, settled (ready for timed samples). A reference's: job, model
 and expected outputs, lint checks, compile baselines, probe, ready; later, once a process, what DeriveRequest asks:
-flops (the FLOP count), signatures (the reduced-precision signature forwards), float64 (the exact float64
-forward) and derived (its figures against trial 0's expected output); per pair verifying and verified. Nothing
+flops (the FLOP count), `signature <scheme>` (each reduced-precision signature forward), signatures (all of
+them), float64 (the exact float64 forward; `draw parked` inside either, where trial 0's draw went to the host) and
+derived (its figures against trial 0's expected output); per pair verifying and verified. Nothing
 here is asserted; it prints figures.
 """
 from __future__ import annotations

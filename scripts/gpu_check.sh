@@ -918,14 +918,15 @@ cost44)
     cd "$out" && tar czf /tmp/cost44.tgz aa_staged && rm -rf aa_staged && mv /tmp/cost44.tgz .
     ;;
 derive44)
-    # Issue 44 item 8, one GPU, detached: the derive before and after e5b3341 (bf16x3's correction a slice of rows at
-    # a time, no signature forward without a product), back to back: benchmarks/derive_time.py on DERIVE_PROBLEMS,
-    # then a traced staged A/A of AA_LEVEL's AA_GLOB (cap AA_CAP s, cut at AA_TIMEOUT s) on each tree, new first;
-    # the old tree is this one with the files in old_files/ (harness/worker/*.py) put back; then the precision tests
+    # Issue 44 item 8, one GPU, detached: this tree against an old one, back to back (the old tree is this one with
+    # the files in old_files/ put back into harness/worker/): benchmarks/derive_time.py on DERIVE_PROBLEMS, then a
+    # traced staged A/A of AA_LEVEL's AA_GLOB (cap AA_CAP s, cut at AA_TIMEOUT s) on each tree, new first; then the
+    # precision and memory GPU tests and host_link's transfer figures
     old=/tmp/old_tree; rm -rf "$old"; cp -a . "$old"
     cp old_files/*.py "$old/harness/worker/"
-    probs=${DERIVE_PROBLEMS:-"problems/level2/02[0-4]*.py problems/level1/005*.py problems/level1/010*.py problems/level1/019*.py problems/level3/003*.py"}
+    probs=${DERIVE_PROBLEMS-"problems/level2/02[0-4]*.py problems/level1/005*.py problems/level1/010*.py problems/level1/019*.py problems/level3/003*.py"}
     for t in new old; do
+        [ -n "$probs" ] || break
         d=.; [ "$t" = old ] && d=$old
         echo "== derive_time $t ($(date +%T))"
         (cd "$d" && timeout 200 python benchmarks/derive_time.py $probs) > "$out/derive_$t.txt" 2>&1; tail -n 12 "$out/derive_$t.txt"
@@ -939,21 +940,28 @@ derive44)
         grep -E "wall|within" "$out/aa_$t.txt" | tail -n 2
         python benchmarks/pair_time.py --from "$out"/aa_$t/2* 2>&1 | tail -n 1
         python benchmarks/trace_pair.py "$out"/aa_$t/2* > "$out/stages_$t.txt" 2>&1
-        grep -E "trial0 out -> trial0 checked|flops -> derived|budget -> flops" "$out/stages_$t.txt"
+        grep -E "trial0 out -> trial0 checked|flops -> derived|budget -> flops|float64 -> derived|baselines -> probe" \
+            "$out/stages_$t.txt"
         python benchmarks/memory.py --from "$out"/aa_$t/2* > "$out/memory_$t.txt" 2>&1; tail -n 4 "$out/memory_$t.txt"
     done
-    echo "== precision GPU tests ($(date +%T))"
-    timeout 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py > "$out/precision_tests.txt" 2>&1
+    echo "== precision and memory GPU tests ($(date +%T))"
+    timeout 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py tests/test_memory.py \
+        > "$out/precision_tests.txt" 2>&1
     tail -n 5 "$out/precision_tests.txt"
+    echo "== host_link ($(date +%T))"
+    timeout 120 python benchmarks/host_link.py > "$out/host_link.txt" 2>&1; cat "$out/host_link.txt"
     cd "$out" && tar czf /tmp/derive44.tgz aa_new aa_old && rm -rf aa_new aa_old && mv /tmp/derive44.tgz .
     ;;
 cost44b)
-    # Issue 44 item 8, one GPU, detached: the precision GPU tests, then traced staged A/As of each of AA_SELS
+    # Issue 44 item 8, one GPU, detached: the precision and memory GPU tests, host_link's transfer figures,
+    # derive_time on DERIVE_PROBLEMS, then traced staged A/As of each of AA_SELS
     # ("level:glob:timeout ..."; cap AA_CAP s), each with pair_time's parts, trace_pair's stages and each side's memory
     echo "== precision and memory GPU tests ($(date +%T))"
     timeout 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py tests/test_memory.py \
         > "$out/precision_tests.txt" 2>&1
     tail -n 3 "$out/precision_tests.txt"
+    echo "== host_link ($(date +%T))"
+    timeout 120 python benchmarks/host_link.py > "$out/host_link.txt" 2>&1; cat "$out/host_link.txt"
     probs=${DERIVE_PROBLEMS-problems/level1/005*.py problems/level1/007*.py problems/level1/019*.py problems/level2/020*.py}
     if [ -n "$probs" ]; then
         echo "== derive_time ($(date +%T))"
