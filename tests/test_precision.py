@@ -106,9 +106,9 @@ def test_bf16x3_on_strided_operands_gives_what_the_three_products_give():
 def test_bf16x3_makes_its_correction_a_slice_of_rows_at_a_time_with_the_whole_products_values(monkeypatch,
                                                                                              slice_bytes):
     """Issue 44 item 8: where an op's output rows are its first operand's (a batched convolution, linear, mm, mv,
-    matmul by a matrix), bf16x3's lo*lo product is made a slice of rows at a time (one row a slice, or all at once)
-    and gives the three products' values; where they are not (bmm, an unbatched convolution, einsum), the whole
-    product as before."""
+    matmul by a matrix), or a batch's rows of both operands (bmm, matmul of two batches of one size), bf16x3's lo*lo
+    product is made a slice of rows at a time (one row a slice, or all at once) and gives the three products'
+    values; where they are not (an unbatched convolution, einsum), the whole product as before."""
     monkeypatch.setattr(precision, "SLICE_BYTES", slice_bytes)
     torch.manual_seed(7)
     d = torch.float64
@@ -124,7 +124,9 @@ def test_bf16x3_makes_its_correction_a_slice_of_rows_at_a_time_with_the_whole_pr
         (lambda f: F.conv2d(f(img), f(ker), bias, padding=1), True),
         (lambda f: F.conv_transpose1d(f(seq), f(tker), stride=2), True),
         (lambda f: F.conv2d(f(img[0]), f(ker), bias), False),
-        (lambda f: torch.bmm(f(batch_a), f(batch_b)), False),
+        (lambda f: torch.bmm(f(batch_a), f(batch_b)), True),
+        (lambda f: torch.matmul(f(batch_a), f(batch_b)), True),
+        (lambda f: torch.einsum("bik,bkj->bij", f(batch_a), f(batch_b)), False),
     ]
     for truncate, scheme in ((False, "bf16x3"), (True, "bf16x3:rz")):
         for op, rows in calls:
@@ -133,9 +135,11 @@ def test_bf16x3_makes_its_correction_a_slice_of_rows_at_a_time_with_the_whole_pr
             assert mode.rounded == 1
             want = _three_products(op, truncate)
             assert torch.allclose(got, want, rtol=1e-13, atol=1e-12), (scheme, rows, (got - want).abs().max())
+    a_rows, both = precision.ROWS_OF_A, precision.ROWS_OF_BOTH
     assert [precision._row_wise(f, a, b) for f, a, b in ((F.conv2d, img, ker), (F.conv2d, img[0], ker),
-            (torch.bmm, batch_a, batch_b), (torch.matmul, x3, w.t()), (torch.matmul, x3, batch_b))] == [
-        True, False, False, True, False]
+            (torch.bmm, batch_a, batch_b), (torch.matmul, x3, w.t()), (torch.matmul, x3, batch_b),
+            (torch.matmul, x3, batch_b[:1]), (torch.baddbmm, batch_a, batch_b))] == [
+        a_rows, None, both, a_rows, both, None, None]
 
 
 def _three_products(op, truncate: bool):

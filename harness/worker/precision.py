@@ -33,6 +33,7 @@ CHUNK_ELEMENTS = 1 << 22      # an operand is rounded this many elements at a ti
 COPY_ELEMENTS = 1 << 25       # copy_into: about this many elements a slice (256 MiB of float64)
 HOST_BYTES = 256 << 20        # bf16x3's lo*lo product this large waits on the host while the main one is made
 SLICE_BYTES = 64 << 20        # bf16x3's lo*lo product, where an op's output rows are its input's: this much a slice
+ROWS_OF_A, ROWS_OF_BOTH = "a", "both"     # _row_wise: where an op's output rows come from
 
 
 def round_mantissa(x: torch.Tensor, bits: int, truncate: bool = False) -> torch.Tensor:
@@ -75,10 +76,15 @@ def _slices(t: torch.Tensor):
 
 def _to_host(x: torch.Tensor) -> torch.Tensor:
     """x, or where it lies on an accelerator and holds at least HOST_BYTES, a copy of it on the host (x's device
-    memory goes with the caller's last reference to it)."""
+    memory goes with the caller's last reference to it), in pinned memory where it can be had: on an H200 a 1 GiB
+    copy into fresh pageable memory took 0.85 s, pinning 1 GiB 0.50 s and the copy into it 0.02 s, and torch keeps a
+    freed pinned block for the next scheme's (docs/measurements.md, twenty-first session)."""
     if x.device.type == "cpu" or x.numel() * x.element_size() < HOST_BYTES:
         return x
-    host = torch.empty(x.shape, dtype=x.dtype, device="cpu")
+    try:
+        host = torch.empty(x.shape, dtype=x.dtype, device="cpu", pin_memory=True)
+    except RuntimeError:                                # no pinned memory to be had
+        host = torch.empty(x.shape, dtype=x.dtype, device="cpu")
     copy_into(host, x)
     return host
 
@@ -168,15 +174,16 @@ def _part(x: torch.Tensor, truncate: bool, kept: bool, own: Callable = _copy) ->
 
 
 def _bf16x3(call: Callable, a: torch.Tensor, b: torch.Tensor, truncate: bool, own: Callable = _copy,
-            rows: bool = False) -> torch.Tensor:
+            rows: str | None = None) -> torch.Tensor:
     """hi*hi + hi*lo + lo*hi as (hi + lo) * (hi + lo) - lo*lo: two exact products instead of three. Where the
-    output's rows are a's (`rows`), the lo*lo product is made and subtracted a slice of rows at a time (_rows_less_low).
+    output's rows come from a's rows (`rows`: _row_wise), the lo*lo product is made and subtracted a slice of rows at
+    a time (_rows_less_low).
     Else the lo*lo product first, so that beside the operands at most one part of each and two outputs are alive at
     once (an operand Rounded works on in place is written back by `call`, before its other part is made); on a GPU a
     lo*lo product of HOST_BYTES or more waits on the host meanwhile, so that one output-sized float64 tensor is on
     the device at a time (issue 44 item 8; the figures: docs/measurements.md)."""
     if rows:
-        return _rows_less_low(call, a, b, truncate, own)
+        return _rows_less_low(call, a, b, truncate, own, rows == ROWS_OF_BOTH)
     a_lo, b_lo = _part(a, truncate, False, own), _part(b, truncate, False, own)
     low = _to_host(call(a_lo, b_lo, False))            # a large one waits on the host: one output on the device
     del a_lo, b_lo
@@ -189,9 +196,11 @@ def _bf16x3(call: Callable, a: torch.Tensor, b: torch.Tensor, truncate: bool, ow
     return out - low.to(out.device)
 
 
-def _rows_less_low(call: Callable, a: torch.Tensor, b: torch.Tensor, truncate: bool, own: Callable) -> torch.Tensor:
+def _rows_less_low(call: Callable, a: torch.Tensor, b: torch.Tensor, truncate: bool, own: Callable,
+                   both: bool = False) -> torch.Tensor:
     """_bf16x3 where the output's rows are a's: the (hi + lo) * (hi + lo) product first, then the lo*lo product made
-    and subtracted from it a slice of a's rows at a time (about SLICE_BYTES of output each), with the parts made
+    and subtracted from it a slice of a's rows at a time (about SLICE_BYTES of output each; `both`: the same slice
+    of b's rows with it, where dim 0 is a batch both share: bmm), with the parts made
     once for all slices (an operand rounded in place is written back after the last). One output-sized float64
     tensor on the device, as on the host path, without an output's bytes crossing to the host and back: on an H200
     that round trip was most of the derive (docs/measurements.md, twentieth session). The slices' products are the
@@ -204,7 +213,7 @@ def _rows_less_low(call: Callable, a: torch.Tensor, b: torch.Tensor, truncate: b
         return out - call(a_lo, b_lo, False)            # not as _row_wise promised: the whole product
     step = max(1, SLICE_BYTES * a.shape[0] // max(1, out.numel() * out.element_size()))
     for i in range(0, a.shape[0], step):
-        low = call(a_lo[i:i + step], b_lo, False, written_back=False)
+        low = call(a_lo[i:i + step], b_lo[i:i + step] if both else b_lo, False, written_back=False)
         if low.shape != out[i:i + step].shape:
             raise RuntimeError(f"bf16x3: a slice of rows gave {tuple(low.shape)}, not {tuple(out[i:i + step].shape)}")
         out[i:i + step].sub_(low)
@@ -245,11 +254,11 @@ class Rounded(TorchFunctionMode):
         self._sources = {}
 
     def _scheme(self, func: Callable, a: torch.Tensor, b: torch.Tensor, tensors: list,
-                rows: bool = False) -> torch.Tensor:
+                rows: str | None = None) -> torch.Tensor:
         """self.scheme on the operands a and b of `func(x, y, keep_additive)` (every tensor argument in `tensors`),
         with an `own` that rounds a source() input in place and a call that writes it back after each product.
-        `rows`: the output's rows (dim 0) are those of `a` alone (_row_wise), so a product may be made a slice of
-        them at a time."""
+        `rows`: the output's rows (dim 0) come from a's rows (_row_wise), so a product may be made a slice of them
+        at a time."""
         ptrs = [t.untyped_storage().data_ptr() for t in tensors]
         dirty: list = []
 
@@ -351,19 +360,26 @@ def _pair_operands(func, args, kwargs, floating: Callable | None = None) -> tupl
     return (a, b) if floating(a) and floating(b) else None
 
 
-def _row_wise(func, a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether `func`'s output rows (dim 0) come from the same rows of its first operand `a` alone, whatever `b` is:
-    a batched convolution (dim 0 the batch), linear, mm and mv, matmul of a matrix or batch by a matrix or vector.
-    Not bmm (b has rows too), addmm (its additive term has the output's shape) or einsum."""
+def _row_wise(func, a: torch.Tensor, b: torch.Tensor) -> str | None:
+    """Where `func`'s output rows (dim 0) come from: ROWS_OF_A, the same rows of its first operand `a` alone, whatever
+    `b` is (a batched convolution, dim 0 the batch; linear, mm and mv; matmul of a matrix or batch by a matrix or
+    vector); ROWS_OF_BOTH, the same rows of `a` and of `b` (bmm, matmul of two batches of one size: dim 0 a batch
+    they share); None: neither (addmm and baddbmm, whose additive term has the output's shape; an unbatched
+    convolution; einsum)."""
     if func in _CONVOLUTIONS:
-        return a.dim() == b.dim()
+        return ROWS_OF_A if a.dim() == b.dim() else None
     if func is F.linear:
-        return a.dim() >= 2
+        return ROWS_OF_A if a.dim() >= 2 else None
     if func in (torch.mm, torch.Tensor.mm, torch.mv, torch.Tensor.mv):
-        return True
+        return ROWS_OF_A
+    if func in (torch.bmm, torch.Tensor.bmm):
+        return ROWS_OF_BOTH if a.dim() == b.dim() == 3 and a.shape[0] == b.shape[0] else None
     if func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__):
-        return a.dim() >= 2 and b.dim() <= 2
-    return False
+        if a.dim() >= 2 and b.dim() <= 2:
+            return ROWS_OF_A
+        if a.dim() == b.dim() >= 3 and a.shape[0] == b.shape[0]:
+            return ROWS_OF_BOTH
+    return None
 
 
 def _arg(args: list, kwargs: dict, i: int, name: str):
