@@ -369,10 +369,9 @@ class _Trials:
         copy to the host during the setup's checks). Trial 0 is checked while the float64 reference's outputs are
         on the device (_derive's own error, then each candidate's first trial until fp64.max_abs_err drops them).
         Where an eager call fits beside them (memplan.first_made_again, from `eager_peak`: an elementwise problem),
-        its outputs are computed again when checked, as the later trials' are: a copy to the host and back costs
-        far more than the forward (level1/018_relu on an H200: the setup's last stage, with the copy, 1.99 s; the
-        derive's comparison with trial 0's outputs from the host 2.25 s; docs/measurements.md, twenty-first
-        session). Else they wait on the host, in pinned memory, so
+        its outputs are computed again when checked, as the later trials' are: a copy to the host costs far more
+        than the forward (level1/018_relu on an H200, back to back: the setup's last stage, with the copy into
+        fresh pinned memory, 1.83 s, and 0.20 s without it; docs/measurements.md, twenty-first session). Else they wait on the host, in pinned memory, so
         that each check's copy back runs at the link's speed (from pageable memory, trial 0's check of a 2.5 GiB
         output took 0.57 s where its other trials' took 0.08 s: twentieth session); they are compared from there a
         slice at a time."""

@@ -58,9 +58,8 @@ def piece(t: torch.Tensor, prefix: tuple, span: tuple[int, int] | None) -> torch
 def moved(t: torch.Tensor, device: Any, dtype: torch.dtype) -> torch.Tensor:
     """`t` on `device` in `dtype`: it crosses in its own dtype and is converted where it lands. `t.to(device, dtype)`
     from the host to a GPU converts on the host first, one thread there, and moves the converted bytes (twice a
-    float32 piece's, from pageable memory): a 2.5 GiB float32 output kept on the host took 2.2 s to compare with its
-    float64 reference on an H200, where the copy alone takes a tenth of that (docs/measurements.md, twenty-first
-    session)."""
+    float32 piece's, from pageable memory): 2.5 GiB of float32 in pinned memory took 1.28-1.50 s that way on an H200,
+    0.05 s this way (benchmarks/host_link.py; docs/measurements.md, twenty-first session)."""
     return t.to(device).to(dtype)
 
 
