@@ -2,7 +2,9 @@
 (harness.worker.reference: trial 0's outputs kept on the host or made again, `_Parked`, verify's comparisons of a
 piece kept on the host): per size, in seconds,
 
-- `pin`: a fresh pinned host buffer (torch.empty(pin_memory=True); torch's caching host allocator may round it up);
+- `pin`: a fresh pinned host buffer (torch.empty(pin_memory=True); torch's caching host allocator rounds a block up
+  to a power of two, and a freed block serves the next request of its class: the default sizes are each of a class
+  of their own);
 - `d2h pinned`, `d2h pageable`: a device tensor copied into a fresh pinned / pageable host tensor (the pageable one's
   pages are touched by the copy);
 - `h2d pinned`, `h2d pageable`: that host tensor copied back to the device;
@@ -10,7 +12,13 @@ piece kept on the host): per size, in seconds,
   `to64 device`: `t.to("cuda").to(torch.float64)` (crosses in float32, converts on the device), both from pinned
   memory; each in CHUNK_BYTES pieces as verify makes them where `--pieces`.
 
-    python benchmarks/host_link.py [--gib 0.25 1 2.5 4]
+    python benchmarks/host_link.py [--gib 0.25 1 2.5 6] [--one-core] [--alloc-conf CONF]
+
+`--one-core` holds the process to one core first, as a reference's threads are held to its timing core from its
+first timed sample on (harness.worker.common.pin_for_timing), which its derive's parking follows. `--alloc-conf`
+sets PYTORCH_CUDA_ALLOC_CONF before torch starts, e.g. "pinned_use_cuda_host_register:True,
+pinned_num_register_threads:8": torch then maps host memory itself and registers it, its pages touched by that many
+threads.
 
 Needs a CUDA GPU. Nothing here is asserted; it prints figures.
 """
@@ -61,14 +69,22 @@ def one(gib: float, pieces: bool) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--gib", type=float, nargs="+", default=[0.25, 1.0, 2.5, 4.0])
+    parser.add_argument("--gib", type=float, nargs="+", default=[0.25, 1.0, 2.5, 6.0])
     parser.add_argument("--pieces", action="store_true", help="to64 in verify's CHUNK_BYTES pieces")
+    parser.add_argument("--one-core", action="store_true", help="hold this process to one core first")
+    parser.add_argument("--alloc-conf", default=None, help="PYTORCH_CUDA_ALLOC_CONF for this process")
     args = parser.parse_args()
+    import os
+    if args.one_core:
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    if args.alloc_conf is not None:
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = args.alloc_conf
     import torch
     if not torch.cuda.is_available():
         print("host_link.py: needs a CUDA GPU", file=sys.stderr)
         return 2
-    print(torch.cuda.get_device_name(), f"torch {torch.__version__}")
+    print(torch.cuda.get_device_name(), f"torch {torch.__version__}", f"cores {len(os.sched_getaffinity(0))}",
+          f"PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '')}")
     one(0.0625, args.pieces)                              # warm: the context, the kernels, the host allocator
     rows = [(g, one(g, args.pieces)) for g in args.gib]
     keys = list(rows[0][1])

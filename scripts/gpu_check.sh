@@ -39,9 +39,12 @@
 #              the staged parametrizations do not cover, a plain run_eval.py with shipped CUDA candidates (see the phase)
 #   flip44b:   one GPU, short: the GPU tests changed after flip44 (memory on both paths, cover_window's bound)
 #   aa44:      one GPU, short: aa_both alone (AA_LEVEL, AA_GLOB, AA_CAP, AA_TIMEOUT), its runs as aa44.tgz in $OUT
-#   derive44:  one GPU, detached: the derive before and after e5b3341, back to back: derive_time, A/A, memory
-#   cost44b:   one GPU, detached: the precision and memory GPU tests, derive_time on DERIVE_PROBLEMS ("" for none),
-#              traced staged A/As of AA_SELS with parts, stages, memory
+#   derive44:  one GPU, detached: this tree against old_files/ (harness/worker files put back), back to back:
+#              derive_time, a traced A/A, memory; then the precision and memory GPU tests and host_link
+#   cost44b:   one GPU, detached: the precision and memory GPU tests, host_link, derive_time on DERIVE_PROBLEMS ("" for
+#              none), traced staged A/As of AA_SELS with parts, stages, memory
+#   pin44:     one GPU, short: host_link four ways (torch's pinning and registered pinning with 8 threads, each on all
+#              cores and on one)
 #   cost44:    one GPU, detached: flip44b's tests, then a traced staged A/A (AA_*): pair_time's parts, trace_pair's stages
 #   verify44:  one GPU, detached: the GPU exploit and staged tests on the last tree, reuse_buffer staged in cold and
 #              graph mode, then level 1's A/A on both paths back to back with pair_time's parts (see the phase)
@@ -951,6 +954,16 @@ derive44)
     echo "== host_link ($(date +%T))"
     timeout 120 python benchmarks/host_link.py > "$out/host_link.txt" 2>&1; cat "$out/host_link.txt"
     cd "$out" && tar czf /tmp/derive44.tgz aa_new aa_old && rm -rf aa_new aa_old && mv /tmp/derive44.tgz .
+    ;;
+pin44)
+    # Issue 44 item 8, one GPU, short: what pinning host memory costs, as torch does it by default and by registering
+    # memory whose pages several threads touch, each on all the slot's cores and held to one core (a reference's
+    # derive runs held to its timing core): benchmarks/host_link.py four times
+    conf="pinned_use_cuda_host_register:True,pinned_num_register_threads:8"
+    for args in "" "--one-core" "--alloc-conf $conf" "--one-core --alloc-conf $conf"; do
+        echo "== host_link $args ($(date +%T))"
+        timeout 150 python benchmarks/host_link.py $args 2>&1 | tee -a "$out/host_link.txt"
+    done
     ;;
 cost44b)
     # Issue 44 item 8, one GPU, detached: the precision and memory GPU tests, host_link's transfer figures,
