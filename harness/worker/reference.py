@@ -12,11 +12,12 @@ torch.cuda.set_per_process_memory_fraction (the budget less every CUDA context w
 others are drawn again from their seed when needed), the trials' expected outputs while all of them fit half of
 KEEP_BYTES (else computed again from their seed when checked, where the model's forward leaves its state unchanged,
 trial 0's once the setup's checks have used it and only where an eager call fits beside the float64 outputs, else
-on the host; on the host, compared on the device a slice at a time, where it does not), the float64 reference's outputs until a candidate's trial 0 has been measured (_Float64); a full check
-keeps a sample's seed, not its tensors, and recomputes the reference's output when the check comes. While a float64
-forward runs, no float32 input is on the device beside it (_Parked). The float64 checks run where the plan says they
-fit, else the record says `fp64: skipped: needs X GiB, budget Y GiB`. Running out of memory all the same is
-`harness_oom` (a line in the log, then the worker exits): the parent does not blame the candidate for it.
+on the host; on the host, compared on the device a slice at a time, where it does not), the float64 reference's
+outputs until a candidate's trial 0 has been measured (_Float64); a full check keeps a sample's seed, not its
+tensors, and recomputes the reference's output when the check comes. While a float64 forward runs, no float32 input
+is on the device beside it (_Parked). The float64 checks run where the plan says they fit, else the record says
+`fp64: skipped: needs X GiB, budget Y GiB`. Running out of memory all the same is `harness_oom` (a line in the log,
+then the worker exits): the parent does not blame the candidate for it.
 """
 from __future__ import annotations
 
@@ -371,10 +372,10 @@ class _Trials:
         Where an eager call fits beside them (memplan.first_made_again, from `eager_peak`: an elementwise problem),
         its outputs are computed again when checked, as the later trials' are: a copy to the host costs far more
         than the forward (level1/018_relu on an H200, back to back: the setup's last stage, with the copy into
-        fresh pinned memory, 1.83 s, and 0.20 s without it; docs/measurements.md, twenty-first session). Else they wait on the host, in pinned memory, so
-        that each check's copy back runs at the link's speed (from pageable memory, trial 0's check of a 2.5 GiB
-        output took 0.57 s where its other trials' took 0.08 s: twentieth session); they are compared from there a
-        slice at a time."""
+        fresh pinned memory, 1.83 s, and 0.20 s without it; docs/measurements.md, twenty-first session). Else they
+        wait on the host, in pinned memory, so that each check's copy back runs at the link's speed (from pageable
+        memory, trial 0's check of a 2.5 GiB output took 0.57 s where its other trials' took 0.08 s: twentieth
+        session); they are compared from there a slice at a time."""
         if self.keep_outputs or not self.expected or self.expected[0] is None:
             return
         if self.forward is not None and memplan.first_made_again(eager_peak, self.output_bytes):

@@ -250,7 +250,8 @@ def take(outs: list, sample: list, device: Any = None) -> list:
 def rounding_error(emulated: list, exact: list) -> list:
     """A scheme's own error, emulated - exact, as float32 (a signature needs ~1% of its value, not float64's
     digits): on `take`n samples, or whole outputs."""
-    return [(moved(t, r.device, torch.float64) - r.to(torch.float64)).to(torch.float32) for t, r in zip(emulated, exact)]
+    return [(moved(t, r.device, torch.float64) - r.to(torch.float64)).to(torch.float32)
+            for t, r in zip(emulated, exact)]
 
 
 def precision_signature(outs: list, exact: list, signature: list, chunk_bytes: int | None = None,
@@ -271,7 +272,8 @@ def precision_signature(outs: list, exact: list, signature: list, chunk_bytes: i
             return None
         where = r.device if device is None else torch.device(device)
         for _, prefix, span in pieces(tuple(r.shape), limit):
-            e = moved(piece(o, prefix, span), where, torch.float64) - moved(piece(r, prefix, span), where, torch.float64)
+            e = moved(piece(o, prefix, span), where, torch.float64) - \
+                moved(piece(r, prefix, span), where, torch.float64)
             s = moved(piece(t, prefix, span), where, torch.float64)
             keep = torch.isfinite(e) & torch.isfinite(s)
             e, s = e[keep], s[keep]
