@@ -7,15 +7,16 @@
 Every worker first logs `started` and `imported` (torch imported), so `imported -> job` is how long a spare waited
 for its job (near 0: the pair waited for the spare); a reference then logs `warm` (CUDA tracing started, after its
 job).
-A candidate's stages: job (its job arrived), profiler warm,
-inputs drawn, loaded (the candidate imported and its ModelNew built and moved), per trial `<label> called` (the call
-returned, device idle), `<label> out` (its outputs exported, or written to a file) and on the GPU `<label> checked`
-(the reference compared them in place), then trials, settled (ready for timed samples). A reference's: job, model
-and expected outputs, lint checks, compile baselines, probe, ready; later, once a process, what DeriveRequest asks:
-flops (the FLOP count), `signature <scheme>` (each reduced-precision signature forward), signatures (all of
-them), float64 (the exact float64 forward; `draw parked` inside either, where trial 0's draw went to the host) and
-derived (its figures against trial 0's expected output); per pair verifying and verified. Nothing
-here is asserted; it prints figures.
+A candidate's stages: job (its job arrived), profiler warm, inputs drawn, loaded (the candidate imported and its
+ModelNew built and moved), per trial `<label> called` (the call returned, device idle), `<label> out` (its outputs
+exported, or written to a file) and on the GPU `<label> checked` (the reference compared them in place), then
+trials, settled (ready for timed samples). A reference's: job, model built (the problem imported, Model built and
+moved), state saved (its parameters written for the candidates), model and expected outputs (the trials' inputs and
+outputs), lint checks, compile baselines, probe, ready; later, once a process, what DeriveRequest asks: flops (the
+FLOP count), `signature <scheme>` (each reduced-precision signature forward), signatures (all of them), float64
+(the exact float64 forward; `draw parked` inside either, where trial 0's draw went to the host) and derived (its
+figures against trial 0's expected output); per pair verifying and verified. Nothing here is asserted; it prints
+figures.
 """
 from __future__ import annotations
 

@@ -809,8 +809,10 @@ def _prepare(job, device: str, memory: "_Memory"):
     args = _stage("get_init_inputs()", init_inputs, problem)
     model = _stage("Model(*get_init_inputs())", lambda: problem.Model(*args))
     model = _stage("moving Model to the device", lambda: model.to(device=device, dtype=getattr(torch, settings.dtype)))
+    trace("reference model built")
     state = {k: v.detach().to("cpu").clone() for k, v in model.state_dict().items()}
     torch.save(state, os.path.join(job.scratch, "reference_state.pt"))
+    trace("reference state saved")
     plan = sizes.plan(declared, job.trials)
     trials = _expected_outputs(_Trials(problem, settings, device, seed, job.trials, plan=plan), model, state, memory,
                                may_recompute=True)
