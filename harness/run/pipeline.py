@@ -136,11 +136,11 @@ def run_pipeline(cfg: Config, request: RunRequest, pairs: list[Pair] | None = No
         store, pairs, seed = _resumed_store(cfg, request, pairs, say, warn)
     else:
         store, seed = _new_store(cfg, request, pairs, device, gpu_list, warn)
+    notice = cpu_notice(pairs, gpu_list) if device == "cpu" else None
+    if notice:                                          # before the scratch sweep's lines: the run's own news first
+        print(notice, file=sys.stderr, flush=True)
     with _resume_hint_on_interrupt(store, cfg, request.argv), scratch_space.owned(store.run_id, warn) as scratch:
         scratch_space.probe(store.dir)                     # a full disk stops the run here, named as a failed write
-        notice = cpu_notice(pairs, gpu_list) if device == "cpu" else None
-        if notice:
-            print(notice, file=sys.stderr, flush=True)
         executor = executor_for(cfg)
         console.print(f"run {store.run_id}: {len(pairs)} pairs on {executor.where(device, [s.name for s in slots])}",
                       highlight=False)
