@@ -2,11 +2,11 @@
 once per reference process, beside the first candidate's start and trials, which trial 0's check waits for. Per
 problem: one fp32 forward, the FLOP count, each reduced-precision scheme's float64 forward
 (harness.worker.precision.Rounded) and the exact float64 forward, each through the reference's own
-`_float64_reference` on inputs parked on the host as `_Parked` leaves them; each run twice, so that what the first
-call of a kind pays (kernels loaded, handles made) shows apart from the forward's own time. Then `derive`: the
-whole of `_derive` as a reference process runs it after its setup (reference._prepare with the default 5 trials,
-trial 0's outputs settled to the host; the parking, the FLOP count's product count, the figures against trial 0's
-expected output), once, after the rest.
+`float64_reference` (harness.worker.float64) on inputs parked on the host as `Parked` leaves them; each run twice,
+so that what the first call of a kind pays (kernels loaded, handles made) shows apart from the forward's own time.
+Then `derive`: the whole of `_derive` as a reference process runs it after its setup (reference._prepare with the
+default 5 trials, trial 0's outputs settled as the reference settles them, made again or on the host; the parking,
+the FLOP count's product count, the figures against trial 0's expected output), once, after the rest.
 
     python benchmarks/derive_time.py problems/level2/02*.py [--device cuda]
 
@@ -39,7 +39,7 @@ def _timed(fn, device: str) -> float:
 
 def one(path: Path, device: str) -> dict[str, list[float]]:
     import torch
-    from harness.worker import flops, precision, reference
+    from harness.worker import float64, flops, precision
     from harness.worker.common import device_inputs, init_inputs, load_module, problem_settings, setup_torch
     problem = load_module("kb_problem", str(path))
     settings = problem_settings(problem)
@@ -58,9 +58,9 @@ def one(path: Path, device: str) -> dict[str, list[float]]:
         add("fp32 forward", lambda: model(*inputs))
         add("flops", lambda: flops.count(model, *inputs))
         for scheme in precision.SCHEMES:
-            add(f"f64 {scheme}", lambda s=scheme: reference._float64_reference(
+            add(f"f64 {scheme}", lambda s=scheme: float64.float64_reference(
                 model, state, lambda: list(host), mode=precision.Rounded(s), device=device))
-        add("f64 exact", lambda: reference._float64_reference(model, state, lambda: list(host), device=device))
+        add("f64 exact", lambda: float64.float64_reference(model, state, lambda: list(host), device=device))
     del model, inputs, host
     out["derive"] = [_whole_derive(path, device)] * 2
     return out
@@ -71,7 +71,7 @@ def _whole_derive(path: Path, device: str) -> float:
     import tempfile
     import torch
     from types import SimpleNamespace
-    from harness.worker import reference
+    from harness.worker import float64, reference
 
     def peak():
         return int(torch.cuda.max_memory_allocated()) if device != "cpu" else None
@@ -80,8 +80,8 @@ def _whole_derive(path: Path, device: str) -> float:
     with tempfile.TemporaryDirectory() as scratch:
         job = SimpleNamespace(problem_path=str(path), precision=None, seed=0, trials=5, scratch=scratch)
         _, model, _, trials, state = reference._prepare(job, device, memory)
-        trials.settle_first()
-        fp64 = reference._Float64(model, state, trials, device)
+        trials.settle_first(memory.eager_peak)
+        fp64 = float64.Float64(model, state, trials, device)
         return _timed(lambda: reference._derive(model, trials, True, device, True, memory, fp64), device)
 
 

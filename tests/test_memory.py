@@ -17,7 +17,7 @@ from harness.core.config import load_config
 from harness.core.errors import InputError
 from harness.shared import memplan
 from harness.shared.memplan import GIB, MIB, Needs
-from harness.worker import sampler, verify
+from harness.worker import float64, sampler, verify
 from harness.worker.common import Settings, device_input_set_at, device_input_sets
 
 
@@ -449,6 +449,7 @@ class _Problem:
 def _trials(monkeypatch, keep_bytes: int):
     from harness.worker import reference
     monkeypatch.setattr(reference, "KEEP_BYTES", keep_bytes)
+    monkeypatch.setattr(float64, "KEEP_BYTES", keep_bytes)           # Parked's small draws
     torch.manual_seed(0)
     model = _Problem.Model()
     trials = reference._Trials(_Problem, Settings(), "cpu", 1000, 3, keep_all=False)
@@ -493,6 +494,7 @@ def test_a_large_output_file_is_verified_from_the_host_with_the_same_figures(mon
     results = []
     for keep in (1024, 1 << 30):                         # read to the host (large) and to the device (small)
         monkeypatch.setattr(reference, "KEEP_BYTES", keep)
+        monkeypatch.setattr(float64, "KEEP_BYTES", keep)           # Parked's small draws
         path = write_tensors([out], str(tmp_path / f"trial1-{keep}.kbt"))
         item = m.TrialFile("trial1", path, 1)
         result = reference._verify_file(item, trials, None, None, settings, "cpu", verify, None)
@@ -555,6 +557,7 @@ def _prepare(monkeypatch, tmp_path, problem_source: str, keep_bytes: int = 1024,
     from types import SimpleNamespace
     from harness.worker import reference
     monkeypatch.setattr(reference, "KEEP_BYTES", keep_bytes)
+    monkeypatch.setattr(float64, "KEEP_BYTES", keep_bytes)           # Parked's small draws
     real = reference._Trials
 
     def gpu_choices(*args, **kwargs):
@@ -669,7 +672,7 @@ def test_large_float64_outputs_are_dropped_after_a_candidate_and_made_again_for_
     from types import SimpleNamespace
     _, model, _, trials, state = _prepare(monkeypatch, tmp_path, STATELESS.replace("0.5)", "0.0)"))
     memory = SimpleNamespace(fp64_note=None)
-    fp64 = reference._Float64(model, state, trials, "cpu")
+    fp64 = float64.Float64(model, state, trials, "cpu")
     reference._derive(model, trials, True, "cpu", False, memory, fp64)
     outputs = fp64.outputs
     assert outputs is not None and outputs[0].dtype == torch.float64
@@ -677,11 +680,11 @@ def test_large_float64_outputs_are_dropped_after_a_candidate_and_made_again_for_
     first = fp64.max_abs_err(candidate)
     assert fp64.outputs is None and fp64.wanted()
     assert fp64.max_abs_err(candidate) == first > 0
-    small = reference._Float64(model, state, _prepare(monkeypatch, tmp_path, STATELESS, keep_bytes=1 << 30)[3], "cpu")
+    small = float64.Float64(model, state, _prepare(monkeypatch, tmp_path, STATELESS, keep_bytes=1 << 30)[3], "cpu")
     small.outputs = outputs
     small.max_abs_err(candidate)
     assert small.outputs is outputs                   # small trials keep them for the reference's life
-    assert not reference._Float64(model, state, trials, "cpu").wanted()   # no float64 made: nothing measured
+    assert not float64.Float64(model, state, trials, "cpu").wanted()   # no float64 made: nothing measured
 
 
 ELEMENTWISE = STATELESS.replace("torch.relu(self.linear(x))", "torch.relu(x)")
@@ -705,11 +708,11 @@ def test_a_forward_with_no_product_to_round_makes_no_signature_forward(monkeypat
         return forward(self, *xs)
 
     monkeypatch.setattr(type(model), "forward", spy)
-    fp64 = reference._Float64(model, state, trials, "cpu")
+    fp64 = float64.Float64(model, state, trials, "cpu")
     derived = reference._derive(model, trials, True, "cpu", True, SimpleNamespace(fp64_note=None), fp64)
     assert derived.work.flops is not None and (derived.work.flops > 0) == products
     assert sum(float64_calls) == (1 + len(precision.SCHEMES) if products else 1), float64_calls
-    assert (derived.signature == reference.NO_PRODUCTS) != products and fp64.wanted()
+    assert (derived.signature == float64.NO_PRODUCTS) != products and fp64.wanted()
     spec = m.TimingSpec("host", 0, False, 20)
     s = sampler.Sampler({"eager": lambda x: model(*x)}, problem, settings, "cpu", spec, defenses=True, trusted=True)
     full = reference._FullCheck(model, state, settings, True, s, SimpleNamespace(fp64_note=None), "cpu", trials, fp64)
@@ -726,31 +729,31 @@ def test_a_forward_with_no_product_to_round_makes_no_signature_forward(monkeypat
 @pytest.mark.parametrize("slack, on_device", [(1 << 30, True), (-(1 << 20), False)])
 def test_the_exact_float64_forward_converts_a_large_draw_on_the_device_where_it_fits(monkeypatch, tmp_path, slack,
                                                                                     on_device):
-    """Issue 44 item 8: a large draw waits on the host (_Parked) for the signature forwards, which round the float64
-    inputs in place and write them back from their float32 values; the exact float64 forward needs those values no
-    longer once converted, so its draw stays where it was made (on a GPU, no trip to the host and back; run here with
+    """Issue 44 item 8: a large draw waits on the host (float64.Parked) for the signature forwards, which round the
+    float64 inputs in place and write them back from their float32 values; the exact float64 forward needs those
+    values no longer once converted, so its draw stays where it was made (on a GPU, no trip to the host and back; run here with
     "cpu" as the host), unless its inputs beside their float64 copies would pass the reference's 2x eager + 1.5 GiB
     (inputs over twice the outputs plus CONVERT_SLACK: here 3840 bytes against 2 x 2560 + `slack`, a negative one
     standing for inputs much larger than the outputs, as matrix_vector's). The same outputs, bit for bit, either
     way."""
     from harness.worker import reference
-    monkeypatch.setattr(reference, "CONVERT_SLACK", slack)
+    monkeypatch.setattr(float64, "CONVERT_SLACK", slack)
     _, model, _, trials, state = _prepare(monkeypatch, tmp_path, STATELESS.replace("0.5)", "0.0)"))
     moved: list = []
-    real = reference._moved
+    real = float64.relocated
 
     def spy(tensors, devices):
         moved.append(len(tensors))                 # (the host is this device here: nothing crosses)
         return real(tensors, devices)
 
-    monkeypatch.setattr(reference, "_moved", spy)
-    fp64 = reference._Float64(model, state, trials, "cpu")
+    monkeypatch.setattr(float64, "relocated", spy)
+    fp64 = float64.Float64(model, state, trials, "cpu")
     fp64.host = "cpu"                                              # the GPU's path
     fp64.make_signatures()
     assert moved == [1] and fp64.emulated                          # the 40x24 draw (over KEEP_BYTES) parked
-    parked_draw = reference._Parked(lambda: trials.inputs(0), trials, "cpu", "cpu")
+    parked_draw = float64.Parked(lambda: trials.inputs(0), trials, "cpu", "cpu")
     with parked_draw as draw:
-        want, _ = reference._float64_reference(model, state, draw, device="cpu")
+        want, _ = float64.float64_reference(model, state, draw, device="cpu")
     moved.clear()
     got, note = fp64.make()
     assert note is None and moved == ([] if on_device else [1]) and torch.equal(got[0], want[0])
@@ -802,7 +805,7 @@ def test_float64_work_runs_with_the_kept_float32_inputs_off_the_device(monkeypat
     memo = type("M", (), {"fp64_note": None})()
     figures = []
     for host in (None, "cpu"):                  # as the CPU path runs it, then as the GPU's does
-        fp64 = reference._Float64(model, state, trials, "cpu")
+        fp64 = float64.Float64(model, state, trials, "cpu")
         full = reference._FullCheck(model, state, settings, True, s, memo, "cpu", trials)
         fp64.host = full.host = host
         fp64.make_signatures()
@@ -850,7 +853,7 @@ class _LargestNew:
 ])
 def test_a_rounded_float64_forward_rounds_its_input_in_place_and_writes_it_back(monkeypatch, forward):
     """Issue 44 item 8: a signature forward on float64 inputs made from their float32 copies off the device (the
-    GPU's path, _float64_reference's `device`) rounds an input operand in place and writes it back from that copy
+    GPU's path, float64_reference's `device`) rounds an input operand in place and writes it back from that copy
     after the product, so that no second operand-sized float64 tensor is made (matrix_vector: 8 GiB beside its
     8 GiB input); the outputs are those of rounding a copy, bit for bit, also where the forward reads the input
     again, changed it first, or passes its memory as both operands."""
@@ -876,7 +879,7 @@ def test_a_rounded_float64_forward_rounds_its_input_in_place_and_writes_it_back(
         got = []
         for device in (None, "cpu"):            # a copy rounded (the CPU path), then the GPU's path
             mode = precision.Rounded(scheme)
-            outs, note = reference._float64_reference(Model(), {}, lambda: [A, x], mode=mode, device=device)
+            outs, note = float64.float64_reference(Model(), {}, lambda: [A, x], mode=mode, device=device)
             assert note is None and mode.rounded >= 1 and not mode._sources, (scheme, note)
             got.append(outs[0])
         assert torch.equal(got[0], got[1]), (scheme, forward)
@@ -949,7 +952,7 @@ def test_a_memory_reply_carries_the_arena_apart_from_the_allocators_peak(monkeyp
 def test_a_float64_output_holds_only_its_own_bytes():
     """mse_loss (as smooth_l1_loss) writes an input-sized result and resizes it to a scalar, which keeps the whole
     buffer: the float64 reference's outputs, kept for the reference's life, are copied where that happens."""
-    from harness.worker.reference import _own_storage
+    from harness.worker.float64 import _own_storage
     x, y = torch.randn(256, 1024, dtype=torch.float64), torch.randn(256, 1024, dtype=torch.float64)
     loss = torch.nn.functional.mse_loss(x, y)
     own = _own_storage(loss)

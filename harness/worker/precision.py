@@ -243,7 +243,7 @@ class Rounded(TorchFunctionMode):
 
     def source(self, t: torch.Tensor, values: torch.Tensor) -> None:
         """`t` (a float64 input of the forward, contiguous) holds `values` (another copy of them: the float32 input
-        on the host it was made from, harness.worker.reference._float64_reference). While t is unchanged since (its
+        on the host it was made from, harness.worker.float64.float64_reference). While t is unchanged since (its
         version counter), an operand that is t itself, sharing its memory with no other argument of the op, is
         rounded in place and written back from `values` once the op returns, instead of being rounded in a copy:
         a second operand-sized float64 tensor on the device (matrix_vector: 8 GiB beside its 8 GiB input)."""
