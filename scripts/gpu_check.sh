@@ -177,6 +177,27 @@ aa_both() {   # issue 44: A/A of level $1's problems $2 (calibrate, one process 
     done
 }
 
+traced_aa() {   # issue 44 item 8: a traced staged A/A (calibrate, one process pair, AA_CAP s a pair) of level $1's
+    # problems $2, cut at $3 s, run in folder $5 (default .), into $out/aa_$4 with pair_time's parts, trace_pair's
+    # stages ($out/stages_$4.txt) and each side's memory ($out/memory_$4.txt)
+    (cd "${5:-.}" && KB_TRACE=1 /usr/bin/time -f "calibrate wall %e s" timeout -s INT "$3" python run_eval.py calibrate \
+        --processes 1 --compile-modes none --level "$1" --problem "$2" --max-pair-seconds "${AA_CAP:-3}" \
+        --output-dir "$out/aa_$4") > "$out/aa_$4.txt" 2>&1
+    grep -E "wall|within" "$out/aa_$4.txt" | tail -n 2
+    python benchmarks/pair_time.py --from "$out"/aa_$4/2* 2>&1 | tail -n 1
+    python benchmarks/trace_pair.py "$out"/aa_$4/2* > "$out/stages_$4.txt" 2>&1
+    python benchmarks/memory.py --from "$out"/aa_$4/2* > "$out/memory_$4.txt" 2>&1; tail -n 3 "$out/memory_$4.txt"
+}
+
+precision_link() {   # issue 44 item 8: the precision and memory GPU tests, then host_link's transfer figures
+    echo "== precision and memory GPU tests ($(date +%T))"
+    timeout 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py tests/test_memory.py \
+        > "$out/precision_tests.txt" 2>&1
+    tail -n 3 "$out/precision_tests.txt"
+    echo "== host_link ($(date +%T))"
+    timeout 120 python benchmarks/host_link.py > "$out/host_link.txt" 2>&1; cat "$out/host_link.txt"
+}
+
 matvec() {   # issue 44's memory clause: level1/005_matrix_vector with its candidate into $out/mv (args: run_eval flags)
     timeout -s INT 300 python run_eval.py "$@" --level level1 --problem '*005_matrix_vector*' --compile-modes none \
         --max-pair-seconds 3 --json --output-dir "$out/mv" > "$out/mv.txt" 2>&1
@@ -912,12 +933,8 @@ cost44)
     gpu_tests flip44b_tests "${FLIP_TESTS_TIMEOUT:-400}" \
         "memory_aa_pair or memory_peaks or start_event or takes_the_cards_memory or graph_mode_captures" 20
     echo "== A/A ${AA_LEVEL:-level2} ${AA_GLOB:-02*} staged, traced ($(date +%T))"
-    KB_TRACE=1 /usr/bin/time -f "calibrate wall %e s" timeout -s INT "${AA_TIMEOUT:-150}" python run_eval.py calibrate \
-        --processes 1 --compile-modes none --level "${AA_LEVEL:-level2}" --problem "${AA_GLOB:-02*}" \
-        --max-pair-seconds "${AA_CAP:-3}" --output-dir "$out/aa_staged" > "$out/aa_staged.txt" 2>&1
-    grep -E "wall|within" "$out/aa_staged.txt" | tail -n 2
-    python benchmarks/pair_time.py --from "$out"/aa_staged/2* > "$out/pair_time.txt" 2>&1; cat "$out/pair_time.txt"
-    python benchmarks/trace_pair.py "$out"/aa_staged/2* > "$out/stages.txt" 2>&1; tail -n 60 "$out/stages.txt"
+    traced_aa "${AA_LEVEL:-level2}" "${AA_GLOB:-02*}" "${AA_TIMEOUT:-150}" staged
+    tail -n 60 "$out/stages_staged.txt"
     cd "$out" && tar czf /tmp/cost44.tgz aa_staged && rm -rf aa_staged && mv /tmp/cost44.tgz .
     ;;
 derive44)
@@ -937,22 +954,11 @@ derive44)
     for t in new old; do
         d=.; [ "$t" = old ] && d=$old
         echo "== A/A ${AA_LEVEL:-level2} ${AA_GLOB:-02*} staged, $t tree ($(date +%T))"
-        (cd "$d" && KB_TRACE=1 /usr/bin/time -f "calibrate wall %e s" timeout -s INT "${AA_TIMEOUT:-150}" python run_eval.py \
-            calibrate --processes 1 --compile-modes none --level "${AA_LEVEL:-level2}" --problem "${AA_GLOB:-02*}" \
-            --max-pair-seconds "${AA_CAP:-3}" --output-dir "$out/aa_$t") > "$out/aa_$t.txt" 2>&1
-        grep -E "wall|within" "$out/aa_$t.txt" | tail -n 2
-        python benchmarks/pair_time.py --from "$out"/aa_$t/2* 2>&1 | tail -n 1
-        python benchmarks/trace_pair.py "$out"/aa_$t/2* > "$out/stages_$t.txt" 2>&1
+        traced_aa "${AA_LEVEL:-level2}" "${AA_GLOB:-02*}" "${AA_TIMEOUT:-150}" "$t" "$d"
         grep -E "trial0 out -> trial0 checked|flops -> derived|budget -> flops|float64 -> derived|baselines -> probe" \
             "$out/stages_$t.txt"
-        python benchmarks/memory.py --from "$out"/aa_$t/2* > "$out/memory_$t.txt" 2>&1; tail -n 4 "$out/memory_$t.txt"
     done
-    echo "== precision and memory GPU tests ($(date +%T))"
-    timeout 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py tests/test_memory.py \
-        > "$out/precision_tests.txt" 2>&1
-    tail -n 5 "$out/precision_tests.txt"
-    echo "== host_link ($(date +%T))"
-    timeout 120 python benchmarks/host_link.py > "$out/host_link.txt" 2>&1; cat "$out/host_link.txt"
+    precision_link
     cd "$out" && tar czf /tmp/derive44.tgz aa_new aa_old && rm -rf aa_new aa_old && mv /tmp/derive44.tgz .
     ;;
 pin44)
@@ -969,12 +975,7 @@ cost44b)
     # Issue 44 item 8, one GPU, detached: the precision and memory GPU tests, host_link's transfer figures,
     # derive_time on DERIVE_PROBLEMS, then traced staged A/As of each of AA_SELS
     # ("level:glob:timeout ..."; cap AA_CAP s), each with pair_time's parts, trace_pair's stages and each side's memory
-    echo "== precision and memory GPU tests ($(date +%T))"
-    timeout 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py tests/test_memory.py \
-        > "$out/precision_tests.txt" 2>&1
-    tail -n 3 "$out/precision_tests.txt"
-    echo "== host_link ($(date +%T))"
-    timeout 120 python benchmarks/host_link.py > "$out/host_link.txt" 2>&1; cat "$out/host_link.txt"
+    precision_link
     probs=${DERIVE_PROBLEMS-problems/level1/005*.py problems/level1/007*.py problems/level1/019*.py problems/level2/020*.py}
     if [ -n "$probs" ]; then
         echo "== derive_time ($(date +%T))"
@@ -985,13 +986,7 @@ cost44b)
     for sel in "$@"; do
         lvl=${sel%%:*}; rest=${sel#*:}; glob=${rest%%:*}; secs=${rest#*:}; tag=${lvl}_$(echo "$glob" | tr -cd '0-9a-z')
         echo "== A/A $lvl $glob staged, traced ($(date +%T))"
-        KB_TRACE=1 /usr/bin/time -f "calibrate wall %e s" timeout -s INT "$secs" python run_eval.py calibrate \
-            --processes 1 --compile-modes none --level "$lvl" --problem "$glob" --max-pair-seconds "${AA_CAP:-3}" \
-            --output-dir "$out/aa_$tag" > "$out/aa_$tag.txt" 2>&1
-        grep -E "wall|within" "$out/aa_$tag.txt" | tail -n 2
-        python benchmarks/pair_time.py --from "$out"/aa_$tag/2* 2>&1 | tail -n 1
-        python benchmarks/trace_pair.py "$out"/aa_$tag/2* > "$out/stages_$tag.txt" 2>&1
-        python benchmarks/memory.py --from "$out"/aa_$tag/2* > "$out/memory_$tag.txt" 2>&1; tail -n 3 "$out/memory_$tag.txt"
+        traced_aa "$lvl" "$glob" "$secs" "$tag"
     done
     cd "$out" && tar czf /tmp/cost44b.tgz aa_level* && rm -rf aa_level*/ && mv /tmp/cost44b.tgz .
     ;;

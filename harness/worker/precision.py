@@ -200,11 +200,11 @@ def _rows_less_low(call: Callable, a: torch.Tensor, b: torch.Tensor, truncate: b
                    both: bool = False) -> torch.Tensor:
     """_bf16x3 where the output's rows are a's: the (hi + lo) * (hi + lo) product first, then the lo*lo product made
     and subtracted from it a slice of a's rows at a time (about SLICE_BYTES of output each; `both`: the same slice
-    of b's rows with it, where dim 0 is a batch both share: bmm), with the parts made
-    once for all slices (an operand rounded in place is written back after the last). One output-sized float64
-    tensor on the device, as on the host path, without an output's bytes crossing to the host and back: on an H200
-    that round trip was most of the derive (docs/measurements.md, twentieth session). The slices' products are the
-    whole product's rows, up to float64's rounding of their sums, far below what the split drops."""
+    of b's rows with it, where dim 0 is a batch both share: bmm), with the parts made once for all slices (an
+    operand rounded in place is written back after the last). One output-sized float64 tensor on the device, as on
+    the host path, without an output's bytes crossing to the host and back: on an H200 that round trip was most of
+    the derive (docs/measurements.md, twentieth session). The slices' products are the whole product's rows, up to
+    float64's rounding of their sums, far below what the split drops."""
     a_kept, b_kept = _part(a, truncate, True, own), _part(b, truncate, True, own)
     out = call(a_kept, b_kept, True)
     del a_kept, b_kept
