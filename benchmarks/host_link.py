@@ -12,13 +12,15 @@ piece kept on the host): per size, in seconds,
   `to64 device`: `t.to("cuda").to(torch.float64)` (crosses in float32, converts on the device), both from pinned
   memory; each in CHUNK_BYTES pieces as verify makes them where `--pieces`.
 
-    python benchmarks/host_link.py [--gib 0.25 1 2.5 6] [--one-core] [--alloc-conf CONF]
+    python benchmarks/host_link.py [--gib 0.25 1 2.5 6] [--one-core] [--alloc-conf CONF] [--harness]
 
 `--one-core` holds the process to one core first, as a reference's threads are held to its timing core from its
 first timed sample on (harness.worker.common.pin_for_timing), which its derive's parking follows. `--alloc-conf`
 sets PYTORCH_CUDA_ALLOC_CONF before torch starts, e.g. "pinned_use_cuda_host_register:True,
 pinned_num_register_threads:8": torch then maps host memory itself and registers it, its pages touched by that many
-threads.
+threads. `--harness` pins as a GPU reference does: held to one core, torch's host allocator set by
+harness.worker.common.register_pinned (at run time, not from the environment), each block made by pinned_empty, which
+widens the calling thread to the process's cores meanwhile.
 
 Needs a CUDA GPU. Nothing here is asserted; it prints figures.
 """
@@ -42,13 +44,17 @@ def _timed(fn) -> tuple[float, object]:
     return time.perf_counter() - t0, out
 
 
-def one(gib: float, pieces: bool) -> dict[str, float]:
+def one(gib: float, pieces: bool, harness: bool = False) -> dict[str, float]:
     import torch
     from harness.shared.memplan import CHUNK_BYTES
+    from harness.worker.common import pinned_empty
     n = int(gib * (1 << 30)) // 4
     x = torch.randn(n, device="cuda")
     figures: dict[str, float] = {}
-    figures["pin"], pinned = _timed(lambda: torch.empty(n, dtype=torch.float32, pin_memory=True))
+    if harness:
+        figures["pin"], pinned = _timed(lambda: pinned_empty((n,), torch.float32))
+    else:
+        figures["pin"], pinned = _timed(lambda: torch.empty(n, dtype=torch.float32, pin_memory=True))
     figures["d2h pinned"], _ = _timed(lambda: pinned.copy_(x))
     figures["d2h pageable"], pageable = _timed(lambda: x.to("cpu"))
     figures["h2d pinned"], _ = _timed(lambda: pinned.to("cuda"))
@@ -73,9 +79,13 @@ def main() -> int:
     parser.add_argument("--pieces", action="store_true", help="to64 in verify's CHUNK_BYTES pieces")
     parser.add_argument("--one-core", action="store_true", help="hold this process to one core first")
     parser.add_argument("--alloc-conf", default=None, help="PYTORCH_CUDA_ALLOC_CONF for this process")
+    parser.add_argument("--harness", action="store_true",
+                        help="pin as a GPU reference does: held to one core, register_pinned, pinned_empty")
     args = parser.parse_args()
     import os
-    if args.one_core:
+    if args.harness:
+        os.environ["KB_CPUS"] = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    if args.one_core or args.harness:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     if args.alloc_conf is not None:
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = args.alloc_conf
@@ -83,10 +93,15 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("host_link.py: needs a CUDA GPU", file=sys.stderr)
         return 2
+    threads = 0
+    if args.harness:
+        from harness.worker.common import register_pinned
+        threads = register_pinned()
     print(torch.cuda.get_device_name(), f"torch {torch.__version__}", f"cores {len(os.sched_getaffinity(0))}",
-          f"PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '')}")
-    one(0.0625, args.pieces)                              # warm: the context, the kernels, the host allocator
-    rows = [(g, one(g, args.pieces)) for g in args.gib]
+          f"PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '')}",
+          f"harness register threads {threads}" if args.harness else "")
+    one(0.0625, args.pieces, args.harness)                # warm: the context, the kernels, the host allocator
+    rows = [(g, one(g, args.pieces, args.harness)) for g in args.gib]
     keys = list(rows[0][1])
     print(f"{'GiB':>6} " + " ".join(f"{k:>13}" for k in keys) + "   (seconds)")
     for g, figures in rows:

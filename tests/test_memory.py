@@ -633,6 +633,81 @@ def test_trial_0s_large_output_waits_on_the_host_in_pinned_memory(monkeypatch, t
     assert moved.device.type == "cpu" and moved.is_pinned() and torch.equal(moved, first.cpu())
 
 
+_SPREAD = """
+import json, os, sys, threading
+from harness.worker import common
+seen = {}
+common.pin_for_timing()                                 # the reference's derive runs held to its timing core
+seen["held"] = sorted(os.sched_getaffinity(0))
+with common.spread_out():
+    seen["inside"] = sorted(os.sched_getaffinity(0))
+    box = []
+    t = threading.Thread(target=lambda: box.append(sorted(os.sched_getaffinity(0)))); t.start(); t.join()
+    seen["started inside"] = box[0]
+seen["after"] = sorted(os.sched_getaffinity(0))
+if sys.argv[1] == "cuda":
+    import torch
+    seen["threads"] = common.register_pinned()
+    x = torch.arange(1 << 24, dtype=torch.float32, device="cuda")
+    host = common.pinned_empty(x.shape, x.dtype).copy_(x)
+    seen["pinned"] = host.is_pinned() and torch.equal(host.to("cuda"), x)
+    seen["after pinning"] = sorted(os.sched_getaffinity(0))
+print(json.dumps(seen))
+"""
+
+
+def _spread(device: str) -> dict:
+    import json
+    import os
+    import subprocess
+    import sys
+    from conftest import REPO
+    cores = sorted(os.sched_getaffinity(0))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KB_TIMING_CPUS": str(cores[0]), "KB_CPUS": ",".join(map(str, cores)),
+           "KB_SPARE_CPUS": ",".join(map(str, cores[1:]))}
+    done = subprocess.run([sys.executable, "-c", _SPREAD, device], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return {"cores": cores, **json.loads(done.stdout.splitlines()[-1])}
+
+
+def test_host_memory_is_pinned_on_the_spare_cores_then_the_timing_core_holds_again():
+    """A GPU reference's derive runs held to its timing core, and torch's host allocator touches a new pinned block's
+    pages in threads that the pinning call starts: spread_out puts that call, and the threads it starts, on the
+    slot's spare cores, then holds the thread to its timing core again (one core took as long with 8 threads as
+    cudaHostAlloc did: docs/measurements.md, twenty-second session)."""
+    import os
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores")
+    seen = _spread("cpu")
+    cores = seen["cores"]
+    assert seen["held"] == [cores[0]] and seen["after"] == [cores[0]]
+    assert seen["inside"] == cores[1:] and seen["started inside"] == cores[1:]
+
+
+@pytest.mark.parametrize("spare, threads", [("3", 0), ("3,4", 2), ("1,2,3,4,5", 4), (",".join(map(str, range(15))), 8)])
+def test_pinned_pages_are_touched_by_a_power_of_two_threads_within_the_spare_cores(monkeypatch, spare, threads):
+    """register_pinned asks torch's host allocator for as many page-touching threads as the spare cores hold (a power
+    of two, at most REGISTER_THREADS), and changes nothing where there is a single core to touch them on."""
+    from harness.worker import common
+    asked = []
+    monkeypatch.setattr(torch._C, "_accelerator_setAllocatorSettings", asked.append, raising=False)
+    monkeypatch.setenv("KB_SPARE_CPUS", spare)
+    assert common.register_pinned() == threads
+    assert asked == ([f"pinned_use_cuda_host_register:True,pinned_num_register_threads:{threads}"] if threads else [])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
+def test_a_gpu_references_host_copies_are_pinned_by_registered_pages():
+    """On the GPU: with register_pinned's setting made at run time (the reference worker's first step), pinned_empty
+    gives pinned memory that crosses both ways bit for bit, and the thread is held to its timing core again after."""
+    import os
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores")
+    seen = _spread("cuda")
+    assert seen["threads"] >= 1 and seen["pinned"] is True and seen["after pinning"] == [seen["cores"][0]]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
 def test_float64_figures_of_an_output_kept_on_the_host_are_those_of_the_device():

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.shared.memplan import KEEP_BYTES
-from harness.worker.common import as_tensor_list, describe, is_oom, tensor_bytes, trace
+from harness.worker.common import as_tensor_list, describe, is_oom, pinned_empty, tensor_bytes, trace
 
 NO_PRODUCTS = "skipped: no matmul or convolution"    # the signature's note where the forward has none to round
 
@@ -262,9 +262,11 @@ def relocated(tensors: list, devices: list) -> list:
         key = (storage.device, storage.data_ptr())
         if key not in copies:
             whole = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
-            pin = storage.device.type == "cuda" and torch.device(device).type == "cpu"   # fast both ways
-            copies[key] = torch.empty(whole.shape, dtype=torch.uint8, device=device,
-                                      pin_memory=pin).copy_(whole).untyped_storage()
+            if storage.device.type == "cuda" and torch.device(device).type == "cpu":     # pinned: fast both ways
+                copy = pinned_empty(whole.shape, torch.uint8)
+            else:
+                copy = torch.empty(whole.shape, dtype=torch.uint8, device=device)
+            copies[key] = copy.copy_(whole).untyped_storage()
             del whole
         y = torch.empty(0, dtype=x.dtype, device=device).set_(copies[key], x.storage_offset(), x.shape, x.stride())
         out.append(y.requires_grad_(x.requires_grad))

@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from harness.worker.common import pinned_empty
+
 TF32_BITS = 10                 # explicit mantissa bits a TF32 operand keeps
 BF16_BITS = 7                  # and a bfloat16 one
 
@@ -82,7 +84,7 @@ def _to_host(x: torch.Tensor) -> torch.Tensor:
     if x.device.type == "cpu" or x.numel() * x.element_size() < HOST_BYTES:
         return x
     try:
-        host = torch.empty(x.shape, dtype=x.dtype, device="cpu", pin_memory=True)
+        host = pinned_empty(x.shape, x.dtype)
     except RuntimeError:                                # no pinned memory to be had
         host = torch.empty(x.shape, dtype=x.dtype, device="cpu")
     copy_into(host, x)

@@ -31,8 +31,8 @@ from harness.shared.memplan import KEEP_BYTES, gib
 from harness.worker.float64 import Float64, Parked, emulated, float64_reference, park_host, relocated
 from harness.worker.peer import PeerError, PeerReader, slot_values
 from harness.worker.common import (Conn, ProblemError, apply_memory_share, as_tensor_list, describe, device_inputs,
-                     init_inputs, is_oom, load_module, problem_settings, setup_torch, tail_traceback, tensor_bytes,
-                     trace)
+                     init_inputs, is_oom, load_module, problem_settings, register_pinned, setup_torch, tail_traceback,
+                     tensor_bytes, trace)
 
 
 def run(conn: Conn, data: dict[str, Any]) -> None:
@@ -44,6 +44,8 @@ def run(conn: Conn, data: dict[str, Any]) -> None:
     job = m.parse(m.ReferenceJob, data)           # sample is the same work on both sides
     device = job.device
     rawread.bind(cuda=device != "cpu")
+    if device != "cpu":
+        register_pinned()                          # the host copies of Parked and settle_first, pinned in threads
     integrity.snapshot()
     from harness.worker import compilewarm     # the compile stack's per-process part, beside the setup below
     warming = compilewarm.start(device, job.compile_modes)
