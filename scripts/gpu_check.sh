@@ -43,8 +43,9 @@
 #              derive_time, a traced A/A, memory; then the precision and memory GPU tests and host_link
 #   cost44b:   one GPU, detached: the precision and memory GPU tests, host_link, derive_time on DERIVE_PROBLEMS ("" for
 #              none), traced staged A/As of AA_SELS with parts, stages, memory
-#   pin44:     one GPU, short: host_link four ways (torch's pinning and registered pinning with 8 threads, each on all
-#              cores and on one)
+#   pin44:     one GPU, short: host_link three ways (torch's pinning, registered pinning with 8 threads from the
+#              environment, and as a GPU reference pins: --harness), into pin_link.txt
+#   traced44:  one GPU, detached: cost44b's traced A/As of AA_SELS alone (default all of level 1, cut at 500 s)
 #   cost44:    one GPU, detached: flip44b's tests, then a traced staged A/A (AA_*): pair_time's parts, trace_pair's stages
 #   verify44:  one GPU, detached: the GPU exploit and staged tests on the last tree, reuse_buffer staged in cold and
 #              graph mode, then level 1's A/A on both paths back to back with pair_time's parts (see the phase)
@@ -990,6 +991,17 @@ cost44b)
         traced_aa "$lvl" "$glob" "$secs" "$tag"
     done
     cd "$out" && tar czf /tmp/cost44b.tgz aa_level* && rm -rf aa_level*/ && mv /tmp/cost44b.tgz .
+    ;;
+traced44)
+    # Issue 44 item 8, one GPU, detached: cost44b's traced staged A/As of each of AA_SELS alone (no tests, no host_link)
+    sels=${AA_SELS:-level1:*:500}
+    set -f; set -- $sels; set +f
+    for sel in "$@"; do
+        lvl=${sel%%:*}; rest=${sel#*:}; glob=${rest%%:*}; secs=${rest#*:}; tag=${lvl}_$(echo "$glob" | tr -cd '0-9a-z')
+        echo "== A/A $lvl $glob staged, traced ($(date +%T))"
+        traced_aa "$lvl" "$glob" "$secs" "$tag"
+    done
+    cd "$out" && tar czf /tmp/traced44.tgz aa_level* && rm -rf aa_level*/ && mv /tmp/traced44.tgz .
     ;;
 aa44)
     # Issue 44 item 8, one GPU, short: aa_both alone (A/A of AA_LEVEL's AA_GLOB problems, AA_CAP s a pair, each run
