@@ -121,6 +121,7 @@ def _serve_staged_device(conn: Conn, model, job, device: str) -> None:
     torch.cuda.synchronize()
     trace("candidate synchronized")                # (trials -> settled took 1.1-2.2 s on 4-6 GiB problems)
     torch.cuda.empty_cache()
+    trace("candidate cache emptied")
     if cudadriver.set_persisting_l2_limit is not None:
         cudadriver.set_persisting_l2_limit(0)
     spec = job.timing
