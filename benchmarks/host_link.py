@@ -19,7 +19,7 @@ first timed sample on (harness.worker.common.pin_for_timing), which its derive's
 sets PYTORCH_CUDA_ALLOC_CONF before torch starts, e.g. "pinned_use_cuda_host_register:True,
 pinned_num_register_threads:8": torch then maps host memory itself and registers it, its pages touched by that many
 threads. `--harness` pins as a GPU reference does: held to one core, torch's host allocator set by
-harness.worker.common.register_pinned (at run time, not from the environment), each block made by pinned_empty, which
+harness.worker.hostpin.register_pinned (at run time, not from the environment), each block made by pinned_empty, which
 widens the calling thread to the process's cores meanwhile.
 
 Needs a CUDA GPU. Nothing here is asserted; it prints figures.
@@ -47,7 +47,7 @@ def _timed(fn) -> tuple[float, object]:
 def one(gib: float, pieces: bool, harness: bool = False) -> dict[str, float]:
     import torch
     from harness.shared.memplan import CHUNK_BYTES
-    from harness.worker.common import pinned_empty
+    from harness.worker.hostpin import pinned_empty
     n = int(gib * (1 << 30)) // 4
     x = torch.randn(n, device="cuda")
     figures: dict[str, float] = {}
@@ -95,7 +95,7 @@ def main() -> int:
         return 2
     threads = 0
     if args.harness:
-        from harness.worker.common import register_pinned
+        from harness.worker.hostpin import register_pinned
         threads = register_pinned()
     print(torch.cuda.get_device_name(), f"torch {torch.__version__}", f"cores {len(os.sched_getaffinity(0))}",
           f"PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '')}",

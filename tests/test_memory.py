@@ -635,11 +635,11 @@ def test_trial_0s_large_output_waits_on_the_host_in_pinned_memory(monkeypatch, t
 
 _SPREAD = """
 import json, os, sys, threading
-from harness.worker import common
+from harness.worker import common, hostpin
 seen = {}
 common.pin_for_timing()                                 # the reference's derive runs held to its timing core
 seen["held"] = sorted(os.sched_getaffinity(0))
-with common.spread_out():
+with hostpin.spread_out():
     seen["inside"] = sorted(os.sched_getaffinity(0))
     box = []
     t = threading.Thread(target=lambda: box.append(sorted(os.sched_getaffinity(0)))); t.start(); t.join()
@@ -647,9 +647,9 @@ with common.spread_out():
 seen["after"] = sorted(os.sched_getaffinity(0))
 if sys.argv[1] == "cuda":
     import torch
-    seen["threads"] = common.register_pinned()
+    seen["threads"] = hostpin.register_pinned()
     x = torch.arange(1 << 24, dtype=torch.float32, device="cuda")
-    host = common.pinned_empty(x.shape, x.dtype).copy_(x)
+    host = hostpin.pinned_empty(x.shape, x.dtype).copy_(x)
     seen["pinned"] = host.is_pinned() and torch.equal(host.to("cuda"), x)
     seen["after pinning"] = sorted(os.sched_getaffinity(0))
 print(json.dumps(seen))
@@ -688,11 +688,11 @@ def test_host_memory_is_pinned_on_the_spare_cores_then_the_timing_core_holds_aga
 def test_pinned_pages_are_touched_by_a_power_of_two_threads_within_the_spare_cores(monkeypatch, spare, threads):
     """register_pinned asks torch's host allocator for as many page-touching threads as the spare cores hold (a power
     of two, at most REGISTER_THREADS), and changes nothing where there is a single core to touch them on."""
-    from harness.worker import common
+    from harness.worker import hostpin
     asked = []
     monkeypatch.setattr(torch._C, "_accelerator_setAllocatorSettings", asked.append, raising=False)
     monkeypatch.setenv("KB_SPARE_CPUS", spare)
-    assert common.register_pinned() == threads
+    assert hostpin.register_pinned() == threads
     assert asked == ([f"pinned_use_cuda_host_register:True,pinned_num_register_threads:{threads}"] if threads else [])
 
 

@@ -5,7 +5,6 @@ Runs only inside worker processes, never in the parent.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib.util
 import os
@@ -165,72 +164,6 @@ def hold_spare_cores() -> bool:
 def hold_slot_cores() -> None:
     """Back on the slot's whole share of cores (KB_CPUS) once the job has arrived."""
     _hold_threads("KB_CPUS")
-
-
-REGISTER_THREADS = 8      # the most threads torch's host allocator touches a new pinned block's pages with (register_pinned)
-
-
-def host_cores() -> list[int]:
-    """The cores the reference's host-memory work may spread over while nothing of its pair is timed (spread_out):
-    the slot's spare cores (KB_SPARE_CPUS), else its whole share (KB_CPUS), else those this process may use."""
-    for variable in ("KB_SPARE_CPUS", "KB_CPUS"):
-        try:
-            cores = sorted({int(c) for c in os.environ.get(variable, "").split(",") if c.strip()})
-        except ValueError:
-            cores = []
-        if cores:
-            return cores
-    return sorted(os.sched_getaffinity(0))
-
-
-def register_pinned() -> int:
-    """A GPU reference's pinned host memory (Parked's draws, trial 0's outputs kept on the host, the bf16x3 correction's
-    copies) mapped by torch's host allocator itself, its pages touched by several threads, then registered with CUDA
-    (`pinned_use_cuda_host_register`), instead of cudaHostAlloc's one thread: on an H200 with 16 cores, 6 GiB pinned
-    in 1.03 s against 3.11-3.36 s, 2.5 GiB in 0.60 s against 1.78-2.31 s (docs/measurements.md, twenty-second
-    session). The threads start in the allocating call and take its thread's cores, which spread_out widens. Returns
-    the threads (a power of two up to REGISTER_THREADS within host_cores()), or 0 where fewer than two cores are
-    there to touch pages on, or torch does not take the setting: then nothing changes."""
-    cores = min(len(host_cores()), REGISTER_THREADS)
-    if cores < 2:
-        return 0
-    threads = 1 << (cores.bit_length() - 1)
-    try:
-        import torch
-        torch._C._accelerator_setAllocatorSettings(
-            f"pinned_use_cuda_host_register:True,pinned_num_register_threads:{threads}")
-    except (AttributeError, RuntimeError):
-        return 0
-    return threads
-
-
-@contextlib.contextmanager
-def spread_out():
-    """The calling thread, and the threads it starts meanwhile (the host allocator's page-touching ones), on
-    host_cores() for the duration, then back on the cores it had: a reference is held to its timing core from its
-    first sample on (pin_for_timing), and pinning a block on that one core took as long with 8 threads as with one
-    (docs/measurements.md, twenty-second session). Used only where none of the pair's samples is being taken."""
-    try:
-        before = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, host_cores())
-    except OSError:
-        yield
-        return
-    try:
-        yield
-    finally:
-        try:
-            os.sched_setaffinity(0, before)
-        except OSError:
-            pass
-
-
-def pinned_empty(shape, dtype):
-    """An empty host tensor in pinned memory, its pages touched and registered on the cores spread_out gives; a
-    RuntimeError where none can be had."""
-    import torch
-    with spread_out():
-        return torch.empty(shape, dtype=dtype, device="cpu", pin_memory=True)
 
 
 def pin_for_timing() -> list[int] | None:

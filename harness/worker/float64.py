@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from harness.shared.memplan import KEEP_BYTES
-from harness.worker.common import as_tensor_list, describe, is_oom, pinned_empty, tensor_bytes, trace
+from harness.worker.common import as_tensor_list, describe, is_oom, tensor_bytes, trace
+from harness.worker.hostpin import pinned_empty
 
 NO_PRODUCTS = "skipped: no matmul or convolution"    # the signature's note where the forward has none to round
 

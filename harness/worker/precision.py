@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from harness.worker.common import pinned_empty
+from harness.worker.hostpin import pinned_empty
 
 TF32_BITS = 10                 # explicit mantissa bits a TF32 operand keeps
 BF16_BITS = 7                  # and a bfloat16 one

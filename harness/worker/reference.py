@@ -29,10 +29,11 @@ from typing import Any
 from harness.shared import memplan
 from harness.shared.memplan import KEEP_BYTES, gib
 from harness.worker.float64 import Float64, Parked, emulated, float64_reference, park_host, relocated
+from harness.worker.hostpin import register_pinned
 from harness.worker.peer import PeerError, PeerReader, slot_values
 from harness.worker.common import (Conn, ProblemError, apply_memory_share, as_tensor_list, describe, device_inputs,
-                     init_inputs, is_oom, load_module, problem_settings, register_pinned, setup_torch, tail_traceback,
-                     tensor_bytes, trace)
+                     init_inputs, is_oom, load_module, problem_settings, setup_torch, tail_traceback, tensor_bytes,
+                     trace)
 
 
 def run(conn: Conn, data: dict[str, Any]) -> None:
