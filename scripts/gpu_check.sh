@@ -190,6 +190,17 @@ traced_aa() {   # issue 44 item 8: a traced staged A/A (calibrate, one process p
     python benchmarks/memory.py --from "$out"/aa_$4/2* > "$out/memory_$4.txt" 2>&1; tail -n 3 "$out/memory_$4.txt"
 }
 
+traced_sels() {   # issue 44 item 8: traced_aa for each "level:glob:timeout" of $1, the runs then as $out/$2.tgz
+    local sels=$1 name=$2 sel lvl rest glob secs tag
+    set -f; set -- $sels; set +f
+    for sel in "$@"; do
+        lvl=${sel%%:*}; rest=${sel#*:}; glob=${rest%%:*}; secs=${rest#*:}; tag=${lvl}_$(echo "$glob" | tr -cd '0-9a-z')
+        echo "== A/A $lvl $glob staged, traced ($(date +%T))"
+        traced_aa "$lvl" "$glob" "$secs" "$tag"
+    done
+    (cd "$out" && tar czf "/tmp/$name.tgz" aa_level* && rm -rf aa_level*/ && mv "/tmp/$name.tgz" .)
+}
+
 precision_link() {   # issue 44 item 8: the precision and memory GPU tests, then host_link's transfer figures
     echo "== precision and memory GPU tests ($(date +%T))"
     timeout 200 python -m pytest -q -rfxX --tb=short -m gpu tests/test_precision_gpu.py tests/test_memory.py \
@@ -983,25 +994,11 @@ cost44b)
         echo "== derive_time ($(date +%T))"
         timeout 240 python benchmarks/derive_time.py $probs > "$out/derive_time.txt" 2>&1; tail -n 6 "$out/derive_time.txt"
     fi
-    sels=${AA_SELS:-level1:0[0-2]*:240 level3:*:150}
-    set -f; set -- $sels; set +f
-    for sel in "$@"; do
-        lvl=${sel%%:*}; rest=${sel#*:}; glob=${rest%%:*}; secs=${rest#*:}; tag=${lvl}_$(echo "$glob" | tr -cd '0-9a-z')
-        echo "== A/A $lvl $glob staged, traced ($(date +%T))"
-        traced_aa "$lvl" "$glob" "$secs" "$tag"
-    done
-    cd "$out" && tar czf /tmp/cost44b.tgz aa_level* && rm -rf aa_level*/ && mv /tmp/cost44b.tgz .
+    traced_sels "${AA_SELS:-level1:0[0-2]*:240 level3:*:150}" cost44b
     ;;
 traced44)
     # Issue 44 item 8, one GPU, detached: cost44b's traced staged A/As of each of AA_SELS alone (no tests, no host_link)
-    sels=${AA_SELS:-level1:*:500}
-    set -f; set -- $sels; set +f
-    for sel in "$@"; do
-        lvl=${sel%%:*}; rest=${sel#*:}; glob=${rest%%:*}; secs=${rest#*:}; tag=${lvl}_$(echo "$glob" | tr -cd '0-9a-z')
-        echo "== A/A $lvl $glob staged, traced ($(date +%T))"
-        traced_aa "$lvl" "$glob" "$secs" "$tag"
-    done
-    cd "$out" && tar czf /tmp/traced44.tgz aa_level* && rm -rf aa_level*/ && mv /tmp/traced44.tgz .
+    traced_sels "${AA_SELS:-level1:*:500}" traced44
     ;;
 aa44)
     # Issue 44 item 8, one GPU, short: aa_both alone (A/A of AA_LEVEL's AA_GLOB problems, AA_CAP s a pair, each run

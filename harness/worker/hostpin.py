@@ -1,7 +1,7 @@
 """Pinned host memory in a GPU reference (a process where candidate code never runs): the copies that wait on the host
 while float64 work runs (harness.worker.float64.Parked), trial 0's outputs kept there (reference._Trials.settle_first)
 and the bf16x3 correction's host copies (harness.worker.precision). Pinning is most of what such a copy costs: torch
-pins with one thread by default (cudaHostAlloc), 0.5-0.6 s a GiB on an H200, and a reference is held to its timing
+pins with one thread by default (cudaHostAlloc), 0.4-0.6 s a GiB on an H200, and a reference is held to its timing
 core from its first sample on. Here torch's host allocator registers memory whose pages several threads touch, and
 each block is pinned with the calling thread on the slot's spare cores (docs/measurements.md, twenty-second
 session)."""
