@@ -8,14 +8,16 @@ What it runs. The selection (default: every honest candidate of level 2, 40 pair
 another, one `run_eval.py` per setting, each a fresh process over the same pairs with `--compile-modes none`:
 
     local:1   --gpus 0                      (the baseline every other setting is compared with)
-    local:2   --gpus 0,1                    dask:2   --executor dask --gpus 0,1    (a LocalCluster, a worker per GPU)
+    dask:1    --executor dask --gpus 0      (dask's own baseline: a LocalCluster, a worker per GPU)
+    local:2   --gpus 0,1                    dask:2   --executor dask --gpus 0,1
     local:4   --gpus 0,1,2,3                dask:4   --executor dask --gpus 0,1,2,3
 
 Settings need as many GPUs as they name (counts above this machine's are left out, said once); `--settings` picks
-others (e.g. dask:1). The runs go to `<workdir>/runs/<setting>/<run-id>/`, their output to `<workdir>/logs/`. A
-setting that already has a complete run in the workdir is not run again (`--rerun` to measure it anew): a machine
-held between device commands keeps the workdir (default `results/scaling`, ignored by git), so the settings can be
-spread over several commands (`--deadline-s`), and each invocation prints the table over all of them.
+others (e.g. local:1,local:2,dask:2). The runs go to `<workdir>/runs/<setting>/<run-id>/`, their output to
+`<workdir>/logs/`. A setting that already has a complete run in the workdir is not run again (`--rerun` to measure
+it anew): a machine held between device commands keeps the workdir (default `results/scaling`, ignored by git), so
+the settings can be spread over several commands (`--deadline-s`), and each invocation prints the table over all of
+them.
 
 What each number means:
 
@@ -26,6 +28,11 @@ What each number means:
   the evaluate phase less what comes before the first pair and after the last (e.g. a dask cluster's start).
 * efficiency: t1 / (n * tn), t1 = local:1's evaluate s, tn = this setting's, n its GPUs. 1.0 is perfect scaling;
   the issue's target is >= 0.9 at 2 GPUs and >= 0.85 at 4, for both executors.
+* own eff.: the same with t1 the same executor's run on one GPU (dask:1 for dask:n): the usual definition of
+  parallel efficiency, where a cost every run of that executor pays once (a LocalCluster's start) is on both sides.
+* span eff.: the same over the spans (local:1's span s against this setting's): what is left of the efficiency
+  without the fixed parts before the first pair and after the last. A fixed start of S seconds bounds the
+  efficiency of P pairs of w seconds each at (S + P w) / (n S + P w) even where everything else scales perfectly.
 * statuses: how many pairs have the same `status` as in local:1 (of the pairs both runs have).
 * CIs overlap / inside / apart: of the pairs with a speedup and a CI in both runs, how many have overlapping 95%
   CIs (what `compare` calls the same), how many have each speedup inside the other's CI (holds only ~83% of the
@@ -97,14 +104,13 @@ def parse_setting(text: str) -> Setting:
 
 
 def default_settings(counts: list[int]) -> list[Setting]:
-    """local:n for every n; dask:n for every n >= 2 (dask:1 too where 1 is the only count: a dry run)."""
-    settings = [Setting("local", n) for n in counts]
-    settings += [Setting("dask", n) for n in counts if n >= 2 or counts == [1]]
-    return settings
+    """local:n and dask:n for every n (dask:1 is dask's own baseline: `own eff.`)."""
+    return [Setting(executor, n) for n in counts for executor in EXECUTORS]
 
 
 def usable_settings(wanted: list[Setting], device: str, gpus_here: int, dask_ok: str | None) -> list[Setting]:
-    """The settings this machine can run (said once for each that it cannot), local:1 first, then by GPUs."""
+    """The settings this machine can run (said once for each that it cannot), local:1 first, then by GPUs, dask:1
+    last (it gives only `own eff.`, where a deadline may leave it for a later call)."""
     keep = []
     for s in wanted:
         why = None
@@ -120,7 +126,7 @@ def usable_settings(wanted: list[Setting], device: str, gpus_here: int, dask_ok:
             keep.append(s)
     if BASELINE not in {s.name for s in keep}:
         keep.append(Setting("local", 1))
-    return sorted(set(keep), key=lambda s: (s.name != BASELINE, s.gpus, s.executor != "local"))
+    return sorted(set(keep), key=lambda s: (s.name != BASELINE, s.name == "dask:1", s.gpus, s.executor != "local"))
 
 
 def dask_missing() -> str | None:
@@ -333,21 +339,30 @@ def agreement_counts(base: dict, other: dict) -> dict[str, Any]:
 
 
 def figures(runs: dict[str, dict[str, Any]], settings: list[Setting]) -> list[dict[str, Any]]:
-    """One row per setting with a run: evaluate s, efficiency against local:1, agreement with local:1."""
+    """One row per setting with a run: evaluate s; the efficiency against local:1, against the same executor's run
+    on one GPU (`own_efficiency`) and over the pairs' spans (`span_efficiency`: local:1's span against this one's);
+    agreement with local:1."""
     base = runs.get(BASELINE)
     rows = []
     for s in settings:
         run = runs.get(s.name)
         if run is None:
             continue
-        t1, tn = (base or {}).get("evaluate_s"), run["evaluate_s"]
+        own = runs.get(Setting(s.executor, 1).name) or {}
         row = {k: v for k, v in run.items() if k != "records"}
         row.update(setting=s.name, executor=s.executor, n_gpus=s.gpus, pairs=len(run["records"]),
-                   efficiency=t1 / (s.gpus * tn) if t1 and tn else None)
+                   efficiency=efficiency((base or {}).get("evaluate_s"), run["evaluate_s"], s.gpus),
+                   own_efficiency=efficiency(own.get("evaluate_s"), run["evaluate_s"], s.gpus),
+                   span_efficiency=efficiency((base or {}).get("span_s"), run.get("span_s"), s.gpus))
         row["status_counts"] = count_statuses(run["records"])
         row["agreement"] = agreement_counts(base["records"], run["records"]) if base else None
         rows.append(row)
     return rows
+
+
+def efficiency(t1: float | None, tn: float | None, n: int) -> float | None:
+    """t1 / (n * tn): 1.0 where n GPUs take 1/n of one GPU's time; None without both times."""
+    return t1 / (n * tn) if t1 and tn else None
 
 
 def count_statuses(records: dict) -> dict[str, int]:
@@ -366,12 +381,14 @@ def cell(x: Any, width: int, digits: int = 1) -> str:
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
     head = (f"{'executor':8} {'GPUs':>4} {'pairs':>5} {'evaluate s':>10} {'span s':>6} {'efficiency':>10} "
-            f"{'statuses':>9} {'CIs overlap':>11} {'inside':>7} {'apart':>6} {'built':>7}")
+            f"{'own eff.':>8} {'span eff.':>9} {'statuses':>9} {'CIs overlap':>11} {'inside':>7} {'apart':>6} "
+            f"{'built':>7}")
     lines = [head, "-" * len(head)]
     for r in rows:
         agree = r["agreement"] or {}
         lines.append(f"{r['executor']:8} {r['n_gpus']:>4} {r['pairs']:>5} "
                      f"{cell(r['evaluate_s'], 10)} {cell(r['span_s'], 6, 0)} {cell(r['efficiency'], 10, 3)} "
+                     f"{cell(r['own_efficiency'], 8, 3)} {cell(r['span_efficiency'], 9, 3)} "
                      f"{frac(agree, 'same_status', 'pairs'):>9} {frac(agree, 'overlap', 'compared'):>11} "
                      f"{frac(agree, 'inside', 'compared'):>7} {agree.get('apart', '-'):>6} "
                      f"{str(r['builds_compiled']) + '/' + str(r['builds_cached']):>7}")

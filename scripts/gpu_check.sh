@@ -778,7 +778,7 @@ quad46b)
 duo47)
     # The fifteenth session's 2-GPU lease, detached (BG="scripts/gpu_check.sh duo47" ... bg); STEPS picks:
     #   A. scaling's 32 builds alone, every core (the build time with one zygote for all builds)
-    #   B. scaling (issue 45 item 1): local:1, local:2, dask:2 (the LocalCluster started beside the builds)
+    #   B. scaling (issue 45 item 1): local:1, local:2, dask:2, then dask:1 (dask's own baseline: `own eff.`)
     #   C. at once: the GPU tests of test_gpu.py on GPU 0; on GPU 1 the other GPU files, the compile stack's zygote
     #      probe and the compile cache's second run (issue 45 item 2)
     export TEST_RUNS_OUT="$out/runs"
@@ -791,7 +791,7 @@ duo47)
     fi
     if [[ "$steps" == *" B "* ]]; then
         echo "== B. scaling ($(date +%T))"
-        SCALE_SECONDS=${SCALE_SECONDS:-480} SCALE_SETTINGS=${SCALE_SETTINGS:-local:1,local:2,dask:2} \
+        SCALE_SECONDS=${SCALE_SECONDS:-480} SCALE_SETTINGS=${SCALE_SETTINGS:-local:1,local:2,dask:2,dask:1} \
             SCALE_ARGS=${SCALE_ARGS:---pairs 32 --max-pair-seconds 3} bash "$0" scaling | tail -n 20
         python - results/scaling/runs <<'PY'
 import json, pathlib, sys
