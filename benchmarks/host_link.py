@@ -19,7 +19,7 @@ first timed sample on (harness.worker.common.pin_for_timing), which its derive's
 sets PYTORCH_CUDA_ALLOC_CONF before torch starts, e.g. "pinned_use_cuda_host_register:True,
 pinned_num_register_threads:8": torch then maps host memory itself and registers it, its pages touched by that many
 threads. `--harness` pins as a GPU reference does: held to one core, torch's host allocator set by
-harness.worker.hostpin.register_pinned (at run time, not from the environment), each block made by pinned_empty, which
+harness.worker.hostpin.register_pinned (at run time, not from the environment), each block made by host_empty, which
 widens the calling thread to the process's cores meanwhile.
 
 Needs a CUDA GPU. Nothing here is asserted; it prints figures.
@@ -47,12 +47,12 @@ def _timed(fn) -> tuple[float, object]:
 def one(gib: float, pieces: bool, harness: bool = False) -> dict[str, float]:
     import torch
     from harness.shared.memplan import CHUNK_BYTES
-    from harness.worker.hostpin import pinned_empty
+    from harness.worker.hostpin import host_empty
     n = int(gib * (1 << 30)) // 4
     x = torch.randn(n, device="cuda")
     figures: dict[str, float] = {}
     if harness:
-        figures["pin"], pinned = _timed(lambda: pinned_empty((n,), torch.float32))
+        figures["pin"], pinned = _timed(lambda: host_empty((n,), torch.float32))
     else:
         figures["pin"], pinned = _timed(lambda: torch.empty(n, dtype=torch.float32, pin_memory=True))
     figures["d2h pinned"], _ = _timed(lambda: pinned.copy_(x))
@@ -80,7 +80,7 @@ def main() -> int:
     parser.add_argument("--one-core", action="store_true", help="hold this process to one core first")
     parser.add_argument("--alloc-conf", default=None, help="PYTORCH_CUDA_ALLOC_CONF for this process")
     parser.add_argument("--harness", action="store_true",
-                        help="pin as a GPU reference does: held to one core, register_pinned, pinned_empty")
+                        help="pin as a GPU reference does: held to one core, register_pinned, host_empty")
     args = parser.parse_args()
     import os
     if args.harness:

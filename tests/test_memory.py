@@ -649,7 +649,7 @@ if sys.argv[1] == "cuda":
     import torch
     seen["threads"] = hostpin.register_pinned()
     x = torch.arange(1 << 24, dtype=torch.float32, device="cuda")
-    host = hostpin.pinned_empty(x.shape, x.dtype).copy_(x)
+    host = hostpin.host_empty(x.shape, x.dtype).copy_(x)
     seen["pinned"] = host.is_pinned() and torch.equal(host.to("cuda"), x)
     seen["after pinning"] = sorted(os.sched_getaffinity(0))
 print(json.dumps(seen))
@@ -696,10 +696,19 @@ def test_pinned_pages_are_touched_by_a_power_of_two_threads_within_the_spare_cor
     assert asked == ([f"pinned_use_cuda_host_register:True,pinned_num_register_threads:{threads}"] if threads else [])
 
 
+@pytest.mark.skipif(cuda_available(), reason="a machine where no pinned memory can be had")
+def test_a_host_copy_is_pageable_where_no_pinned_memory_can_be_had():
+    """host_empty, where torch has no pinned memory to give (here: no accelerator), gives pageable memory of the
+    shape and dtype asked for, so that a copy still waits on the host (Parked, settle_first, the bf16x3 correction)."""
+    from harness.worker import hostpin
+    host = hostpin.host_empty((3, 5), torch.float64)
+    assert host.shape == (3, 5) and host.dtype == torch.float64 and host.device.type == "cpu" and not host.is_pinned()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
 def test_a_gpu_references_host_copies_are_pinned_by_registered_pages():
-    """On the GPU: with register_pinned's setting made at run time (the reference worker's first step), pinned_empty
+    """On the GPU: with register_pinned's setting made at run time (the reference worker's first step), host_empty
     gives pinned memory that crosses both ways bit for bit, and the thread is held to its timing core again after."""
     import os
     if len(os.sched_getaffinity(0)) < 2:

@@ -176,22 +176,30 @@ def pin_for_timing() -> list[int] | None:
     return _hold_threads("KB_TIMING_CPUS")
 
 
+def env_cores(variable: str) -> list[int]:
+    """The cores the environment variable lists (KB_CPUS, KB_TIMING_CPUS, KB_SPARE_CPUS: "4,5,6"); [] where it names
+    none or is not such a list."""
+    try:
+        return sorted({int(c) for c in os.environ.get(variable, "").split(",") if c.strip()})
+    except ValueError:
+        return []
+
+
 def _hold_threads(variable: str) -> list[int] | None:
     """Hold every thread of this process (and the threads it starts later) to the cores listed in the environment
     variable; the cores, or None when it names none or they cannot be set."""
-    cpus = os.environ.get(variable)
-    if not cpus:
+    cores = env_cores(variable)
+    if not cores:
         return None
     try:
-        cores = {int(c) for c in cpus.split(",")}
         for tid in os.listdir("/proc/self/task"):
             try:
                 os.sched_setaffinity(int(tid), cores)
             except OSError:                            # a thread that just ended
                 pass
-    except (OSError, ValueError):
+    except OSError:
         return None
-    return sorted(cores)
+    return cores
 
 
 def init_inputs(problem) -> list:

@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.shared.memplan import KEEP_BYTES
 from harness.worker.common import as_tensor_list, describe, is_oom, tensor_bytes, trace
-from harness.worker.hostpin import pinned_empty
+from harness.worker.hostpin import host_empty
 
 NO_PRODUCTS = "skipped: no matmul or convolution"    # the signature's note where the forward has none to round
 
@@ -264,7 +264,7 @@ def relocated(tensors: list, devices: list) -> list:
         if key not in copies:
             whole = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
             if storage.device.type == "cuda" and torch.device(device).type == "cpu":     # pinned: fast both ways
-                copy = pinned_empty(whole.shape, torch.uint8)
+                copy = host_empty(whole.shape, torch.uint8)
             else:
                 copy = torch.empty(whole.shape, dtype=torch.uint8, device=device)
             copies[key] = copy.copy_(whole).untyped_storage()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 
+from harness.worker.common import env_cores
 
 REGISTER_THREADS = 8      # the most threads torch's host allocator touches a new block's pages with (register_pinned)
 
@@ -17,14 +18,7 @@ REGISTER_THREADS = 8      # the most threads torch's host allocator touches a ne
 def host_cores() -> list[int]:
     """The cores the reference's host-memory work may spread over while nothing of its pair is timed (spread_out):
     the slot's spare cores (KB_SPARE_CPUS), else its whole share (KB_CPUS), else those this process may use."""
-    for variable in ("KB_SPARE_CPUS", "KB_CPUS"):
-        try:
-            cores = sorted({int(c) for c in os.environ.get(variable, "").split(",") if c.strip()})
-        except ValueError:
-            cores = []
-        if cores:
-            return cores
-    return sorted(os.sched_getaffinity(0))
+    return env_cores("KB_SPARE_CPUS") or env_cores("KB_CPUS") or sorted(os.sched_getaffinity(0))
 
 
 def register_pinned() -> int:
@@ -70,9 +64,12 @@ def spread_out():
             pass
 
 
-def pinned_empty(shape, dtype):
-    """An empty host tensor in pinned memory, its pages touched and registered on the cores spread_out gives; a
-    RuntimeError where none can be had."""
+def host_empty(shape, dtype):
+    """An empty host tensor for a copy of device memory: pinned, its pages touched and registered on the cores
+    spread_out gives, so that it crosses both ways at the link's speed; pageable where no pinned memory can be had."""
     import torch
-    with spread_out():
-        return torch.empty(shape, dtype=dtype, device="cpu", pin_memory=True)
+    try:
+        with spread_out():
+            return torch.empty(shape, dtype=dtype, device="cpu", pin_memory=True)
+    except RuntimeError:                                # no pinned memory to be had
+        return torch.empty(shape, dtype=dtype, device="cpu")

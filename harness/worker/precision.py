@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from harness.worker.hostpin import pinned_empty
+from harness.worker.hostpin import host_empty
 
 TF32_BITS = 10                 # explicit mantissa bits a TF32 operand keeps
 BF16_BITS = 7                  # and a bfloat16 one
@@ -83,10 +83,7 @@ def _to_host(x: torch.Tensor) -> torch.Tensor:
     freed pinned block for the next scheme's (docs/measurements.md, twenty-first session)."""
     if x.device.type == "cpu" or x.numel() * x.element_size() < HOST_BYTES:
         return x
-    try:
-        host = pinned_empty(x.shape, x.dtype)
-    except RuntimeError:                                # no pinned memory to be had
-        host = torch.empty(x.shape, dtype=x.dtype, device="cpu")
+    host = host_empty(x.shape, x.dtype)
     copy_into(host, x)
     return host
 

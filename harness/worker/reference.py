@@ -382,10 +382,7 @@ class _Trials:
         if self.forward is not None and memplan.first_made_again(eager_peak, self.output_bytes):
             self.expected[0] = None                    # computed again when checked (recompute)
             return
-        try:
-            self.expected[0] = relocated(self.expected[0], ["cpu"] * len(self.expected[0]))
-        except RuntimeError:                           # no pinned memory to be had: pageable, as before
-            self.expected[0] = [t.to("cpu") for t in self.expected[0]]
+        self.expected[0] = relocated(self.expected[0], ["cpu"] * len(self.expected[0]))   # pinned where it can be
 
     def note_size(self, size, inputs: list) -> None:
         """A size's trial-0 inputs: its `ready` entry (messages.SizeInfo). The main size's inputs are the largest
