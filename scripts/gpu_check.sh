@@ -950,12 +950,17 @@ cost44)
     cd "$out" && tar czf /tmp/cost44.tgz aa_staged && rm -rf aa_staged && mv /tmp/cost44.tgz .
     ;;
 derive44)
-    # Issue 44 item 8, one GPU, detached: this tree against an old one, back to back (the old tree is this one with
-    # the files in old_files/ put back into harness/worker/): benchmarks/derive_time.py on DERIVE_PROBLEMS, then a
-    # traced staged A/A of AA_LEVEL's AA_GLOB (cap AA_CAP s, cut at AA_TIMEOUT s) on each tree, new first; then the
-    # precision and memory GPU tests and host_link's transfer figures
-    old=/tmp/old_tree; rm -rf "$old"; cp -a . "$old"
-    cp old_files/*.py "$old/harness/worker/"
+    # Issue 44 item 8, one GPU, detached: this tree against an old one, back to back (the old tree is old_tree/, a
+    # whole tree carried beside this one, e.g. `git archive REV | tar x -C old_tree`; else this one with the files in
+    # old_files/ put back into harness/worker/): benchmarks/derive_time.py on DERIVE_PROBLEMS, then a traced staged
+    # A/A of AA_LEVEL's AA_GLOB (cap AA_CAP s, cut at AA_TIMEOUT s) on each tree, new first; then the precision and
+    # memory GPU tests and host_link's transfer figures
+    if [ -d old_tree ]; then
+        old=$PWD/old_tree
+    else
+        old=/tmp/old_tree; rm -rf "$old"; cp -a . "$old"
+        cp old_files/*.py "$old/harness/worker/"
+    fi
     probs=${DERIVE_PROBLEMS-"problems/level2/02[0-4]*.py problems/level1/005*.py problems/level1/010*.py problems/level1/019*.py problems/level3/003*.py"}
     for t in new old; do
         [ -n "$probs" ] || break
