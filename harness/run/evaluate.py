@@ -356,6 +356,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
             phases["executor_close"] = time.monotonic() - t0
         if executor is not None:                # sent, never attached: the pair ended before its rounds
             executor.worker.close()
+        phases.update(inter.spent.phases())     # parts of baseline_before, timing and baseline_after together
         record.worker.phases = {k: round(v, 3) for k, v in phases.items()}
         record.worker.phases["total"] = round(time.monotonic() - started, 3)
         if record.status is not Status.OK:
