@@ -421,8 +421,9 @@ def _executor_beside(inter: Interleaver, executor: reference_executor.ExecutorCl
     pair that fails its trials never waits for it. That block runs while the candidate is alive (work it left on the
     device runs on), so it is not a bracket the candidate could not reach: the interference check counts only the
     `after` blocks there (defenses.interference). Returns its median, and the capture failure that sends the pair
-    back to cold (the rounds start with it: _timed_rounds). `phases` gets two parts of `baseline_before`: `executor_wait` (for
-    its Loaded, after the trials) and `executor_attach` (its mapping of the arena, the candidate stopped)."""
+    back to cold (the rounds start with it: _timed_rounds). `phases` gets two parts of `baseline_before`:
+    `executor_wait` (for its Loaded, after the trials) and `executor_attach` (its mapping of the arena, the candidate
+    stopped)."""
     t0 = time.monotonic()
     try:
         reference_executor.loaded(executor, inter.deadline)

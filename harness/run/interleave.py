@@ -191,14 +191,14 @@ class Interleaver:
         clock brackets the sample request alone, on both sides; the check comes after the reply, with the
         candidate stopped (trusted.Reader), or from the reference itself."""
         flush_ms = None
-        t0 = time.perf_counter()
+        t0, staging = time.perf_counter(), self.spent.stage
         if self.staged:
             result, bracket_ms, flush_ms = self._staged_call(worker, side, variant, seed, out)
         else:
             started = time.perf_counter_ns()          # the parent's clock: out of the workers' reach
             result = worker.sample(variant, seed, self.deadline)
             bracket_ms = (time.perf_counter_ns() - started) / 1e6
-        self.spent.call += time.perf_counter() - t0     # less its stage, which _staged_call moves over
+        self.spent.call += time.perf_counter() - t0 - (self.spent.stage - staging)     # less the stage's part
         if result.error:
             raise GraphFallback(side, result.error)
         if not result.ms > 0:
@@ -243,9 +243,7 @@ class Interleaver:
         sample, the parent's clock around it, and the flush's time."""
         t0 = time.perf_counter()
         staged = self.stage(m.StageRequest(self._stage_side(worker, side), seed))
-        spent = time.perf_counter() - t0
-        self.spent.stage += spent
-        self.spent.call -= spent
+        self.spent.stage += time.perf_counter() - t0
         out.mutated = out.mutated or staged.mutated
         out.changed_after_return = out.changed_after_return or staged.changed_after_return
         if self.on_device:
