@@ -804,7 +804,7 @@ PY
         echo "== C. test_gpu.py (GPU 0); the other GPU files, the zygote probe, the compile cache (GPU 1) ($(date +%T))"
         (CUDA_VISIBLE_DEVICES=0 timeout -s INT "${TESTS_TIMEOUT:-420}" python -m pytest -q -rfxX --tb=short -m gpu \
             tests/test_gpu.py > "$out/gpu_tests_0.txt" 2>&1) &
-        (CUDA_VISIBLE_DEVICES=1 timeout -s INT 240 python -m pytest -q -rfxX --tb=short -m gpu tests/test_peer.py \
+        (CUDA_VISIBLE_DEVICES=1 timeout -s INT 300 python -m pytest -q -rfxX --tb=short -m gpu tests/test_peer.py \
             tests/test_precision_gpu.py tests/test_memory.py tests/test_profile.py tests/test_profiling_gpu.py \
             > "$out/gpu_tests_1.txt" 2>&1
          zygote_probe 1
