@@ -119,8 +119,10 @@ def _serve_staged_device(conn: Conn, model, job, device: str) -> None:
     from harness.worker.common import pin_for_timing
     pin_for_timing()
     torch.cuda.synchronize()
-    trace("candidate synchronized")                # (the emptying took 0.4-2.6 s on 20 of level 1's 60 problems in
-                                                   # one long run, 1.5 ms in a short one: docs/measurements.md)
+    trace("candidate synchronized")                # (a trace may show 0.4-2.6 s to the next line: the parent stops
+                                                   # this process for the executor's `before` block as soon as the
+                                                   # trials pass, and this goes on when it is woken for its first
+                                                   # call; docs/measurements.md, twenty-third session)
     torch.cuda.empty_cache()
     trace("candidate cache emptied")
     if cudadriver.set_persisting_l2_limit is not None:
