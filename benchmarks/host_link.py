@@ -1,6 +1,6 @@
 """What moving a GPU tensor to the host and back costs here, the primitives behind the reference's choices
-(harness.worker.reference: trial 0's outputs kept on the host or made again; harness.worker.float64.Parked; verify's comparisons of a
-piece kept on the host): per size, in seconds,
+(harness.worker.reference: trial 0's outputs kept on the host or made again; harness.worker.float64.Parked;
+verify's comparisons of a piece kept on the host): per size, in seconds,
 
 - `pin`: a fresh pinned host buffer (torch.empty(pin_memory=True); torch's caching host allocator rounds a block up
   to a power of two, and a freed block serves the next request of its class: the default sizes are each of a class
