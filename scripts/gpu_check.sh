@@ -39,8 +39,8 @@
 #              the staged parametrizations do not cover, a plain run_eval.py with shipped CUDA candidates (see the phase)
 #   flip44b:   one GPU, short: the GPU tests changed after flip44 (memory on both paths, cover_window's bound)
 #   aa44:      one GPU, short: aa_both alone (AA_LEVEL, AA_GLOB, AA_CAP, AA_TIMEOUT), its runs as aa44.tgz in $OUT
-#   duo23:     a 2-GPU machine, detached: test_gpu.py whole on GPU 0; on GPU 1 branch_tree/'s exploit tests and a
-#              traced A/A of level 1's 010-029 on this tree and on old_tree/, back to back (see the phase)
+#   duo23:     a 2-GPU machine, detached: branch issue44-gpu-pending (carried as branch_tree/): its test_gpu.py
+#              whole on GPU 0; on GPU 1 a traced A/A of level 1's 010-029 on the branch and on this tree, back to back
 #   derive44:  one GPU, detached: this tree against old_files/ (harness/worker files put back), back to back:
 #              derive_time, a traced A/A, memory; then the precision and memory GPU tests and host_link
 #   cost44b:   one GPU, detached: the precision and memory GPU tests, host_link, derive_time on DERIVE_PROBLEMS ("" for
@@ -953,31 +953,26 @@ cost44)
     cd "$out" && tar czf /tmp/cost44.tgz aa_staged && rm -rf aa_staged && mv /tmp/cost44.tgz .
     ;;
 duo23)
-    # The twenty-third session's follow-up on a 2-GPU machine, detached (BG="scripts/gpu_check.sh duo23" ... bg):
-    #   GPU 0: all of tests/test_gpu.py on this tree (TESTS_TIMEOUT, 570 s);
-    #   GPU 1: where branch_tree/ is carried (`git archive staged-trials-trusted | tar x -C branch_tree`), its GPU
-    #          exploit and verdict tests; then a traced staged A/A of AA_LEVEL's AA_GLOB (level1, 0[12]*; cap AA_CAP
-    #          s, cut at AA_TIMEOUT s) on this tree and on old_tree/ (`git archive REV | tar x -C old_tree`), back to
-    #          back, each with pair_time's parts
+    # Branch issue44-gpu-pending on a 2-GPU machine, detached (BG="scripts/gpu_check.sh duo23" ... bg), the branch
+    # carried as branch_tree/ (`git archive issue44-gpu-pending | tar x -C .gpu_base/branch_tree`):
+    #   GPU 0: all of the branch's tests/test_gpu.py, its exploit set among them (TESTS_TIMEOUT, 570 s);
+    #   GPU 1: a traced staged A/A of AA_LEVEL's AA_GLOB (level1, 0[12]*; cap AA_CAP s, cut at AA_TIMEOUT s) on the
+    #          branch and on this tree, back to back, each with pair_time's parts
+    [ -d branch_tree ] || { echo "duo23: no branch_tree/ here"; exit 2; }
     export TEST_RUNS_OUT="$out/runs"
-    (CUDA_VISIBLE_DEVICES=0 timeout -s INT "${TESTS_TIMEOUT:-570}" python -m pytest -q -rfxX --tb=short -m gpu \
-        tests/test_gpu.py > "$out/gpu_tests_0.txt" 2>&1) &
+    (cd branch_tree && CUDA_VISIBLE_DEVICES=0 timeout -s INT "${TESTS_TIMEOUT:-570}" python -m pytest -q -rfxX \
+        --tb=short -m gpu tests/test_gpu.py > "$out/gpu_tests_branch.txt" 2>&1) &
     (export CUDA_VISIBLE_DEVICES=1
-     if [ -d branch_tree ]; then
-         (cd branch_tree && timeout -s INT 300 python -m pytest -q -rfxX --tb=short -m gpu tests/test_gpu.py \
-             -k "exploits or verdicts or side_stream") > "$out/branch_tests.txt" 2>&1
-     fi
-     for t in new old; do
-         d=.; [ "$t" = old ] && d=old_tree
-         [ -d "$d" ] || continue
-         echo "== A/A ${AA_LEVEL:-level1} ${AA_GLOB:-0[12]*} staged, $t tree ($(date +%T))"
+     for t in branch main; do
+         d=.; [ "$t" = branch ] && d=branch_tree
+         echo "== A/A ${AA_LEVEL:-level1} ${AA_GLOB:-0[12]*} staged, $t ($(date +%T))"
          traced_aa "${AA_LEVEL:-level1}" "${AA_GLOB:-0[12]*}" "${AA_TIMEOUT:-240}" "$t" "$d"
      done > "$out/aa_duo23.txt" 2>&1) &
     wait
-    echo "-- test_gpu.py (GPU 0)"; tail -n 25 "$out/gpu_tests_0.txt"
-    [ -f "$out/branch_tests.txt" ] && { echo "-- the branch's tests (GPU 1)"; tail -n 12 "$out/branch_tests.txt"; }
-    echo "-- A/A, new then old (GPU 1)"; cat "$out/aa_duo23.txt"
-    (cd "$out" && tar czf /tmp/duo23.tgz aa_new aa_old 2>/dev/null && rm -rf aa_new aa_old && mv /tmp/duo23.tgz .)
+    echo "-- the branch's test_gpu.py (GPU 0)"; tail -n 25 "$out/gpu_tests_branch.txt"
+    echo "-- A/A, the branch then main (GPU 1)"; cat "$out/aa_duo23.txt"
+    (cd "$out" && tar czf /tmp/duo23.tgz aa_branch aa_main 2>/dev/null && rm -rf aa_branch aa_main \
+        && mv /tmp/duo23.tgz .)
     ;;
 derive44)
     # Issue 44 item 8, one GPU, detached: this tree against an old one, back to back (the old tree is old_tree/, a
