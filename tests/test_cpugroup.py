@@ -123,3 +123,40 @@ def test_what_an_ended_process_left_is_removed_by_the_next():
     cpugroup._sweep(left.parent)
     assert not left.exists()
     assert cpugroup.base().is_dir()                    # a live process's folder stays
+
+
+class _Counted:
+    """A worker whose cgroup reads the CPU seconds scripted in `readings`, one per read."""
+
+    def __init__(self, readings: list[float]) -> None:
+        self.cpu_group = type("G", (), {"seconds": lambda _self: readings.pop(0)})()
+
+
+def test_cores_are_judged_in_the_median_sample_where_the_average_is_watered_down():
+    """A red team's candidate ran two threads in every counted sample and slept through each block's uncounted
+    warm-up: over every second awake it read about one core (`ok`, 1.6-1.8x). Read around each counted sample, the
+    median one reads two, and `extra_cores` names it; an honest side's median stays under the line."""
+    from types import SimpleNamespace
+    from harness.run import defenses
+    from harness.run.interleave import Collected
+    readings = [x for k in range(9) for x in (k * 0.01, k * 0.01 + 0.004)]   # 4 ms of CPU in each 2 ms call
+    per = cores.PerSample(_Counted(readings))
+    for _ in range(9):
+        per.add(per.now(), 2.0)
+    assert per.median() == 2.0
+    few = cores.PerSample(_Counted([0.0, 0.004] * (cores.MIN_SAMPLES - 1)))
+    for _ in range(cores.MIN_SAMPLES - 1):
+        few.add(few.now(), 2.0)
+    assert few.median() is None
+    assert cores.PerSample.of(SimpleNamespace(cpu_group=None)) is None     # a process tree's ticks: no per sample
+
+    def judged(average: float, median: float | None) -> list[str]:
+        out = Collected(cores={"candidate": average, "reference": 0.97},
+                        sample_cores=None if median is None else {"candidate": median, "reference": 0.98})
+        ev = SimpleNamespace(out=out, cpu_threads=1)
+        return [r.detail for r in defenses.cpu_cores(ev).raised]
+    assert judged(0.98, 1.86) == ["the candidate's processes used more CPU cores at once while timed than "
+                                  "cpu_threads allows: 1.86 cores in its median timed sample, where cpu_threads is 1 "
+                                  "(the reference's executor: 0.98)"]
+    assert judged(0.98, 1.05) == [] and judged(0.98, None) == []
+    assert len(judged(2.1, 2.0)) == 1 and "on average while awake" in judged(2.1, 2.0)[0]

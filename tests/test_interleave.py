@@ -118,16 +118,19 @@ class FakeReader:
 
     def __init__(self, error: str | None = None) -> None:
         self.reads: list[tuple[str, int, bool]] = []
-        self.kept: list[tuple[int, bool]] = []
+        self.kept: list[tuple[int, int]] = []           # (check seed, sample seed) the reference was told to keep
+        self.log: list[tuple] = []                      # ("keep", check seed) and ("read", side, check seed, whole)
         self.error = error
 
     def read(self, side, candidate: bool, result, check_seed: int, full: bool, stay_stopped: bool = False) -> Checked:
         self.reads.append((side.worker.name, check_seed, full))
+        self.log.append(("read", side.worker.name, check_seed, full))
         assert candidate == (side.worker.name == CANDIDATE)
         return Checked([1.0], [[4]], self.error if candidate else None)
 
-    def keep(self, side, check_seed: int, full: bool, slot: int = 0) -> None:
-        self.kept.append((check_seed, full))
+    def keep(self, check_seed: int, seed: int, slot: int = 0) -> None:
+        self.kept.append((check_seed, seed))
+        self.log.append(("keep", check_seed))
 
 
 def setup(reference_ms=2.0, candidate_ms=1.0, variants=(EAGER,), block=2, warmup=1, profiles=0, **candidate_fields):
@@ -204,8 +207,9 @@ def test_warmup_samples_are_checked_but_never_counted():
 
 def test_both_sides_are_checked_at_the_same_drawn_positions():
     """A sample seed's outputs (eager and candidate, on the same inputs) are read with one check seed; each sample
-    gets its own; compiled variants are not read; FULL_CHECKS forward-half samples are compared whole on both
-    sides, and the reference keeps its output for them."""
+    gets its own; compiled variants are not read; at least FULL_CHECKS of the candidate's are compared whole, each
+    right after the reference was told to keep that sample (its seed, to recompute its own output on the same
+    inputs)."""
     world, il, _, candidate, _ = setup(variants=(EAGER, COMPILED), block=2, warmup=0)
     rounds(il, candidate, RULE)
     reads = il.reader.reads
@@ -216,14 +220,35 @@ def test_both_sides_are_checked_at_the_same_drawn_positions():
     for (worker, _, seed), (side, check_seed, full) in zip(sample_seeds, reads):
         assert worker == side
         by_seed.setdefault(seed, {})[side] = (check_seed, full)
-    assert all(sides["reference"] == sides[CANDIDATE] for sides in by_seed.values())
+    assert all(sides["reference"][0] == sides[CANDIDATE][0] for sides in by_seed.values())
     check_seeds = [sides[CANDIDATE][0] for sides in by_seed.values()]
     assert len(set(check_seeds)) == len(check_seeds)
     full = [seed for seed, sides in by_seed.items() if sides[CANDIDATE][1]]
     assert len(full) >= FULL_CHECKS                       # FULL_CHECKS early, more where the pair runs long
-    forward = {s for i, (w, v, s) in enumerate(samples_of(world)) if (i // 6) % 2 == 0}
-    assert set(full) <= forward
-    assert sorted(c for c, f in il.reader.kept if f) == sorted(by_seed[s]["reference"][0] for s in full)
+    assert not any(sides["reference"][1] for sides in by_seed.values())     # the reference's own: at points
+    assert sorted(il.reader.kept) == sorted((by_seed[s][CANDIDATE][0], s) for s in full)
+    log = il.reader.log
+    for i, entry in enumerate(log):
+        if entry[0] == "read" and entry[3]:
+            assert log[i - 1] == ("keep", entry[2])
+
+
+def test_whole_checks_come_from_both_halves_of_a_round(monkeypatch):
+    """A candidate tells a round's halves apart (a reference block before its forward block, its own just before
+    its backward one) and may be wrong in one of them: a red team's was wrong in every backward-half call and read
+    `ok` while whole checks came from forward halves only. The drawn positions count a round's samples forward
+    then backward; the candidate's sample there is compared whole whether the reference's side ran those inputs
+    before it or runs them after."""
+    from harness.run import interleave
+    monkeypatch.setattr(interleave, "full_check_samples", lambda draw, m, top, per_round: {(0, 1), (0, 2), (1, 3)})
+    world, il, _, candidate, _ = setup(block=2, warmup=1)
+    rounds(il, candidate, RULE)
+    order = [seed for worker, _, seed in samples_of(world) if worker == CANDIDATE]
+    per_round = [order[i:i + 6] for i in range(0, len(order), 6)]      # forward block (1 + 2), backward block
+    expected = {per_round[0][2], per_round[0][4], per_round[1][5]}       # round 0: forward's 2nd, backward's 1st; ...
+    checked = {s for s, c in zip(order, [r for r in il.reader.reads if r[0] == CANDIDATE]) if c[2]}
+    assert checked == expected
+    assert {seed for _, seed in il.reader.kept} == expected
 
 
 def test_the_stop_rule_ends_the_rounds():

@@ -515,7 +515,7 @@ def test_a_full_check_recomputes_the_references_output_from_the_samples_seed(mon
     memo = type("M", (), {"fp64_note": None})()
     full = reference._FullCheck(model, state, Settings(), True, s, memo, "cpu")
     s.sample(m.SampleRequest("eager", 4242))
-    s.check(m.CheckRequest(77, [0], keep_full=True))
+    s.keep(m.KeepRequest(77, 4242, 0))
     assert s.kept[77] == (4242, 0)                       # a seed and a captured call, not tensors
     honest = model(*sampler.device_inputs(_Problem, 4242, Settings(), "cpu"))
     result = full.compare([honest.clone()], s.kept[77])
@@ -801,7 +801,7 @@ def test_a_forward_with_no_product_to_round_makes_no_signature_forward(monkeypat
     s = sampler.Sampler({"eager": lambda x: model(*x)}, problem, settings, "cpu", spec, defenses=True, trusted=True)
     full = reference._FullCheck(model, state, settings, True, s, SimpleNamespace(fp64_note=None), "cpu", trials, fp64)
     s.sample(m.SampleRequest("eager", 4242))
-    s.check(m.CheckRequest(77, [0], keep_full=True))
+    s.keep(m.KeepRequest(77, 4242, 0))
     honest = model(*sampler.device_inputs(problem, 4242, settings, "cpu"))
     float64_calls.clear()
     checked = full.compare([honest.clone()], s.kept[77])
@@ -884,7 +884,7 @@ def test_float64_work_runs_with_the_kept_float32_inputs_off_the_device(monkeypat
     spec = m.TimingSpec("host", 0, False, 20)
     s = sampler.Sampler({"eager": lambda x: model(*x)}, problem, settings, "cpu", spec, defenses=True, trusted=True)
     s.sample(m.SampleRequest("eager", 4242))
-    s.check(m.CheckRequest(77, [0], keep_full=True))
+    s.keep(m.KeepRequest(77, 4242, 0))
     honest = model(*sampler.device_inputs(problem, 4242, settings, "cpu"))
     memo = type("M", (), {"fp64_note": None})()
     figures = []

@@ -146,7 +146,8 @@ TREE_SOURCES = {f"{path.parent.parent.name}/{path.parent.name}/{path.stem}": pat
 
 # Fields added since that run, each documented in the README's record table (compatible: schema_version stays 2).
 ADDED_SINCE = {"correctness": ("fp64",), "timing": ("between_process", "speedup_ci_rounds", "graph_calls",
-                                                   "graph_calls_capped", "cpu_cores", "cpu_cores_counted"),
+                                                   "graph_calls_capped", "cpu_cores", "cpu_cores_counted",
+                                                   "cpu_cores_median_sample"),
                "worker": ("memory",),
                "sandbox": ("privileges",), "build.sandbox": ("privileges",)}
 

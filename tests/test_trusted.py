@@ -95,18 +95,21 @@ def test_graph_samples_read_the_last_captured_call_two_drawn_and_any_one_whole()
 
 def test_whole_checks_are_spread_over_the_whole_pair():
     """FULL_CHECKS among the rounds every pair runs, then one in each doubling window up to max_rounds: a check may
-    come in any round of a long pair, and there are only about log2(max_rounds / min_rounds) more."""
+    come in any round of a long pair, at any of a round's counted samples (both halves: 2 x 4 here), and there are
+    only about log2(max_rounds / min_rounds) more."""
     import random
     from harness.run.interleave import FULL_CHECKS, full_check_samples
-    rounds_seen = set()
+    rounds_seen, places_seen = set(), set()
     for seed in range(2000):
-        chosen = full_check_samples(random.Random(seed), 10, 200, 4)
+        chosen = full_check_samples(random.Random(seed), 10, 200, 8)
         early = [r for r, _ in chosen if r < 10]
-        assert len(early) == FULL_CHECKS and all(0 <= i < 4 for _, i in chosen)
+        assert len(early) == FULL_CHECKS and all(0 <= i < 8 for _, i in chosen)
         windows = [(10, 20), (20, 40), (40, 80), (80, 160), (160, 200)]
         assert all(sum(lo <= r < hi for r, _ in chosen) == 1 for lo, hi in windows)
         rounds_seen.update(r for r, _ in chosen)
+        places_seen.update(i for _, i in chosen)
     assert rounds_seen >= set(range(10, 200, 7))        # late rounds are as likely a place as any in their window
+    assert places_seen == set(range(8))                 # the backward half's samples as well as the forward's
 
 
 def test_a_pair_cut_short_by_the_time_cap_still_checks_whole_and_profiles():

@@ -199,6 +199,7 @@ class Timing(JsonObject):
     graph_calls_capped: str | None | Absent = ABSENT           # why fewer than timing.graph_calls (memory budget)
     cpu_cores: dict[str, float | None] | Absent = ABSENT        # CPU path: cores each side used while awake
     cpu_cores_counted: str | Absent = ABSENT    # what counted their CPU: "cgroup" or "process tree" (run.cores)
+    cpu_cores_median_sample: dict[str, float | None] | Absent = ABSENT   # and in each side's median timed sample
 
 
 @dataclass

@@ -129,14 +129,14 @@ class ReferenceClient(Timed):
     def stage(self, request: m.StageRequest, deadline: float) -> m.Staged:
         return self.ask(request, deadline, m.Staged)
 
-    def check(self, check_seed: int, slots: list[int], keep_full: bool, deadline: float) -> m.CheckResult:
-        return self.ask(m.CheckRequest(check_seed, slots, keep_full), deadline, m.CheckResult)
+    def check(self, check_seed: int, slots: list[int], deadline: float) -> m.CheckResult:
+        return self.ask(m.CheckRequest(check_seed, slots), deadline, m.CheckResult)
 
     def read_outputs(self, request: m.ReadRequest, deadline: float) -> m.ReadResult:
         return self.ask(request, deadline, m.ReadResult)
 
-    def keep(self, check_seed: int, slot: int, deadline: float) -> m.Kept:
-        return self.ask(m.KeepRequest(check_seed, slot), deadline, m.Kept)
+    def keep(self, check_seed: int, seed: int, slot: int, deadline: float) -> m.Kept:
+        return self.ask(m.KeepRequest(check_seed, seed, slot), deadline, m.Kept)
 
     def peer_close(self, deadline: float) -> m.PeerClosed:
         return self.ask(m.PeerCloseRequest(), deadline, m.PeerClosed)

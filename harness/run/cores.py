@@ -6,17 +6,28 @@ reads the CPU time the kernel counted for every process of a worker at the start
 divides by the seconds the worker was not stopped (harness.run.workerproc.Worker.awake_seconds): the cores it used on
 average while awake. The count is the worker's cgroup's (harness.shared.cpugroup: every process that was ever in
 it, however it was reaped) where the worker has one, else its process tree's (user and system time, and that of
-the children each process reaped: a helper the kernel reaps itself, SIGCHLD ignored, is missed there)."""
+the children each process reaped: a helper the kernel reaps itself, SIGCHLD ignored, is missed there).
+
+Averaged over the rounds, a side's count can be watered down: its awake seconds include the uncounted warm-up
+sample of each block and samples the block median ignores, so a candidate that sleeps there and runs two threads in
+every other call read about one core (a red team's, 1.6-1.8x faster, `ok`). Where the worker has a cgroup (counted
+to the microsecond) the parent also reads its CPU around each counted sample, from just before the side is woken
+to just after it is frozen, over the parent's clock for that call (PerSample), and judges the median sample:
+slept-through samples are a minority or they slow the median themselves."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, field
 
 from harness.run.workerproc import Worker
 from harness.shared import containment
 
 MIN_AWAKE_S = 0.2           # fewer seconds awake than this: the kernel's 10 ms ticks (two of them: +/- 0.1 core) say too little
 SLACK = 0.25                # cores beyond cpu_threads allowed (the worker's own request handling, the tick's error)
+SAMPLE_SLACK = 0.1          # the same for the median sample (a cgroup's microseconds over a clock that brackets the
+                            # whole time the side is awake: one thread reads at most 1)
+MIN_SAMPLES = 8             # fewer counted samples than this: no median judged
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -77,6 +88,35 @@ def source(meters: dict[str, Meter]) -> str | None:
     return CGROUP if all(meter.source == CGROUP for meter in meters.values()) else TREE
 
 
-def excess(cores: float | None, cpu_threads: int) -> bool:
+@dataclass
+class PerSample:
+    """One worker's cores in each of its counted timed samples: what its cgroup counted from just before it was
+    woken to just after it was frozen, over the parent's clock around the call (interleave.Interleaver._sample)."""
+    worker: Worker
+    ratios: list[float] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, worker: Worker) -> "PerSample | None":
+        """Where `worker` has a cgroup to read; else None (a process tree's count moves in 10 ms ticks)."""
+        return cls(worker) if worker.cpu_group is not None else None
+
+    def now(self) -> float | None:
+        return self.worker.cpu_group.seconds() if self.worker.cpu_group is not None else None
+
+    def add(self, before: float | None, bracket_ms: float) -> None:
+        """A sample whose CPU count was `before` when it began (now()) and whose call the parent's clock read as
+        `bracket_ms`."""
+        after = self.now()
+        if before is not None and after is not None and bracket_ms > 0:
+            self.ratios.append((after - before) / (bracket_ms / 1e3))
+
+    def median(self) -> float | None:
+        """The median sample's cores, or None with fewer than MIN_SAMPLES counted."""
+        if len(self.ratios) < MIN_SAMPLES:
+            return None
+        return round(statistics.median(self.ratios), 3)
+
+
+def excess(cores: float | None, cpu_threads: int, slack: float = SLACK) -> bool:
     """Whether `cores` is more than `cpu_threads` allow."""
-    return cores is not None and cores > max(1, cpu_threads) + SLACK
+    return cores is not None and cores > max(1, cpu_threads) + slack

@@ -353,14 +353,19 @@ def sample_flags(ev: Evidence) -> Verdict:
 
 @defense
 def cpu_cores(ev: Evidence) -> Verdict:
-    """CPU path: the candidate's processes used more cores at once while timed than `cpu_threads` (run.cores)."""
+    """CPU path: the candidate's processes used more cores at once while timed than `cpu_threads` (run.cores), on
+    average while awake or in its median timed sample."""
     verdict = Verdict()
-    used = (ev.out.cores or {}) if ev.out is not None else {}
-    if cores.excess(used.get("candidate"), ev.cpu_threads):
-        reference = used.get("reference")
-        verdict.flag(flags.EXTRA_CORES, f"{flags.EXTRA_CORES.meaning}: {used['candidate']:.2f} cores on average "
-                                        f"while awake, where cpu_threads is {ev.cpu_threads}" +
-                     (f" (the reference's executor: {reference:.2f})" if reference is not None else ""))
+    if ev.out is None:
+        return verdict
+    for used, slack, where in ((ev.out.cores or {}, cores.SLACK, "on average while awake"),
+                               (ev.out.sample_cores or {}, cores.SAMPLE_SLACK, "in its median timed sample")):
+        if cores.excess(used.get("candidate"), ev.cpu_threads, slack):
+            reference = used.get("reference")
+            verdict.flag(flags.EXTRA_CORES, f"{flags.EXTRA_CORES.meaning}: {used['candidate']:.2f} cores {where}, "
+                                            f"where cpu_threads is {ev.cpu_threads}" +
+                         (f" (the reference's executor: {reference:.2f})" if reference is not None else ""))
+            break
     return verdict
 
 

@@ -715,6 +715,7 @@ def _timing_record(record: RecordDraft, reference: ReferenceSide, out: Collected
         cold_probe_ms=reference.ready.cold_probe_ms,
         cpu_threads=pc.cfg.cpu_threads,
         **({"cpu_cores": out.cores, "cpu_cores_counted": out.cores_counted} if out.cores else {}),
+        **({"cpu_cores_median_sample": out.sample_cores} if out.sample_cores else {}),
         block_samples=t.block_samples, block_warmup=t.block_warmup, profiled_calls=len(out.profiles),
         rounds=main.rounds,
         seconds=round(out.seconds, 3),

@@ -69,6 +69,7 @@ class Collected:
     profile_seconds: float = 0.0            # the parent's clock in profiled calls (both sides)
     sizes: list = field(default_factory=list)   # timing.sizes all: the other sizes' rounds (harness.run.sizes)
     cores: dict[str, float | None] | None = None   # CPU path: the cores each side used while awake (run.cores)
+    sample_cores: dict[str, float | None] | None = None   # and in its median counted sample (cgroup only)
     cores_counted: str | None = None        # what counted them: cores.CGROUP or cores.TREE
 
     def samples(self, variant: str) -> list[float]:
@@ -93,6 +94,7 @@ class Interleaver:
         self.calls_per_sample = 1               # graph mode: a sample replays graph_calls x graph_replays calls
         self.reader = reader                    # reads each side's timed outputs (harness.run.trusted)
         self.full_seeds: set[int] = set()       # samples whose outputs are checked whole (drawn in rounds())
+        self._per_sample: dict[int, cores.PerSample] = {}   # CPU path, in the rounds: each metered side's (by id)
         self.staged = False                     # the reference stages each sample's inputs (arena)
         self.flushed = True                     # the flusher empties the caches before each staged call
         self.flusher = flusher                  # the process that flushes the caches before each staged call
@@ -173,8 +175,12 @@ class Interleaver:
         clock brackets the sample request alone, on both sides; the check comes after the reply, with the
         candidate stopped (trusted.Reader), or from the reference itself."""
         flush_ms = None
+        per_sample = self._per_sample.get(id(worker)) if times is not None else None
+        cpu_before = per_sample.now() if per_sample is not None else None
         if self.staged:
             result, bracket_ms, flush_ms = self._staged_call(worker, side, variant, seed, out)
+            if per_sample is not None:                  # the side stopped again: its CPU in this call, over the clock
+                per_sample.add(cpu_before, bracket_ms)
         else:
             started = time.perf_counter_ns()          # the parent's clock: out of the workers' reach
             result = worker.sample(variant, seed, self.deadline)
@@ -198,13 +204,13 @@ class Interleaver:
         if side == CANDIDATE and len(result.outputs) > 1 and out.shared_outputs is None:
             out.shared_outputs = shared_between_calls(result.outputs)
         check_seed = self.check_for.setdefault(seed, self.check_seeds.next())
-        full = seed in self.full_seeds
+        full = side == CANDIDATE and seed in self.full_seeds
         if self.reader is None:
             raise WorkerExit("protocol", None, "no reader for the outputs")
+        if full:                    # whichever side ran this sample's inputs first: the reference recomputes on them
+            self.reader.keep(check_seed, seed, slots_for(check_seed, len(result.outputs))[-1])
         checked = self.reader.read(worker, side == CANDIDATE, result, check_seed, full,
                                    stay_stopped=self.staged and (side == CANDIDATE or worker is self.executor))
-        if side != CANDIDATE:
-            self.reader.keep(worker, check_seed, full, slots_for(check_seed, len(result.outputs))[-1])
         if checked.error:
             out.output_errors.append(f"timed call ({side}): {checked.error}")
         out.aliased = out.aliased or checked.aliased
@@ -368,12 +374,16 @@ class Interleaver:
         halves = [(r, h) for r in range(rule.min_rounds) for h in (0, 1)]
         draw = random.Random(self.samples.next())
         self._profile_at = set(draw.sample(halves, min(self.profiles, len(halves))))
-        # the timed samples whose outputs are checked whole: forward halves (the reference's block comes first
-        # there, so its output on the same inputs is kept), spread over the whole pair (full_check_samples)
-        full_at = full_check_samples(draw, rule.min_rounds, rule.max_rounds, self.block)
-        meters = {side: cores.Meter.start(c.worker) for side, c in (("candidate", self.candidate),
-                                                                     ("reference", self.executor))
-                  if c is not None and self.device == "cpu"}
+        # the timed samples whose outputs are checked whole, in either half of a round (the reference keeps the
+        # sample's seed when the candidate's output is read, and recomputes its own output on those inputs), spread
+        # over the whole pair (full_check_samples): no half, block or sample is one a candidate can count on to be
+        # read at points only
+        full_at = full_check_samples(draw, rule.min_rounds, rule.max_rounds, 2 * self.block)
+        metered = {side: c for side, c in (("candidate", self.candidate), ("reference", self.executor))
+                   if c is not None and self.device == "cpu"}
+        meters = {side: cores.Meter.start(c.worker) for side, c in metered.items()}
+        per_sample = {side: cores.PerSample.of(c.worker) for side, c in metered.items()}
+        self._per_sample = {id(metered[side]): found for side, found in per_sample.items() if found is not None}
         started = time.monotonic()
         order = [("reference", v) for v in self.variants] + [(CANDIDATE, CANDIDATE)]
         ratios: list[float] = []
@@ -382,14 +392,15 @@ class Interleaver:
             forward, backward = self._seeds(), self._seeds()
             r = len(out.rounds)
             if r < rule.min_rounds and likely_last(out.seconds, r, rule):     # cut by time before the rounds
-                top_up(full_at, r, range(self.block), FULL_CHECKS, draw)     # every pair was meant to run
+                top_up(full_at, r, range(2 * self.block), FULL_CHECKS, draw)     # every pair was meant to run
                 top_up(self._profile_at, r, (0, 1), self.profiles, draw)
-            self.full_seeds = {forward[self.warmup + i] for (fr, i) in full_at if fr == r}
+            timed = forward[self.warmup:] + backward[self.warmup:]       # a round's counted samples, in order
+            self.full_seeds = {timed[i] for (fr, i) in full_at if fr == r}
             for side, variant in order:
                 self._block(side, variant, forward, out, samples, profile=(r, 0) in self._profile_at)
-            self.full_seeds = set()
             for side, variant in reversed(order):
                 self._block(side, variant, backward, out, samples, profile=(r, 1) in self._profile_at)
+            self.full_seeds = set()
             out.rounds.append(samples)
             ratios.append(round_ratio(samples[EAGER], samples[CANDIDATE]))
             out.seconds = time.monotonic() - started
@@ -398,24 +409,30 @@ class Interleaver:
                 out.noisy = noisy
                 out.cores = {side: meter.cores() for side, meter in meters.items()} or None
                 out.cores_counted = cores.source(meters)
+                out.sample_cores = {side: found.median() for side, found in per_sample.items()
+                                    if found is not None} or None
+                self._per_sample = {}
                 if self.staged:
                     self._staged_end(out)
                 return out
 
 
-def full_check_samples(draw: random.Random, min_rounds: int, max_rounds: int, block: int) -> set[tuple[int, int]]:
-    """(round, sample in its forward block) of the timed samples checked whole: FULL_CHECKS among the first
-    `min_rounds` rounds (every pair runs those), then one in each window that doubles in length after them
-    ([m, 2m), [2m, 4m), ...) up to `max_rounds`, each at a round and sample drawn from the parent's secret. However
-    long a pair runs, a whole check may come at any time, and there are only about log2(max_rounds / m) more of
-    them: a candidate exact only where it expects to be read whole has nowhere to stop being exact."""
+def full_check_samples(draw: random.Random, min_rounds: int, max_rounds: int,
+                       per_round: int) -> set[tuple[int, int]]:
+    """(round, counted sample of the round: 0 .. per_round - 1, the forward half's then the backward half's) of the
+    timed samples checked whole: FULL_CHECKS among the first `min_rounds` rounds (every pair runs those), then one in
+    each window that doubles in length after them ([m, 2m), [2m, 4m), ...) up to `max_rounds`, each at a round and
+    sample drawn from the parent's secret. However long a pair runs, a whole check may come at any time and in either
+    half, and there are only about log2(max_rounds / m) more of them: a candidate exact only where it expects to be
+    read whole has nowhere to stop being exact (a red team's candidate wrong in every backward half read `ok` while
+    the checks came from forward halves only)."""
     m = max(1, min_rounds)
-    first = [(r, i) for r in range(m) for i in range(block)]
+    first = [(r, i) for r in range(m) for i in range(per_round)]
     chosen = set(draw.sample(first, min(FULL_CHECKS, len(first))))
     start = m
     while start < max_rounds:
         end = min(2 * start, max_rounds)
-        chosen.add((draw.randrange(start, end), draw.randrange(block)))
+        chosen.add((draw.randrange(start, end), draw.randrange(per_round)))
         start = end
     return chosen
 
@@ -433,7 +450,7 @@ def top_up(chosen: set[tuple[int, int]], r: int, places: range | tuple[int, ...]
     """Round `r` is likely a pair's last, before the end of the rounds its checks were drawn among (the whole
     checks, the profiled calls: among the min_rounds every pair runs, but for the time cap). Add to `chosen`, the
     (round, place) drawn, as many places in round `r` as are missing for `wanted` among the rounds up to it,
-    drawn from the parent's secret `draw` (`places`: a forward half's samples, or the two halves). So a pair cut
+    drawn from the parent's secret `draw` (`places`: a round's counted samples, or its two halves). So a pair cut
     short by the time cap still checks outputs whole and profiles calls, in a round the candidate cannot tell
     from another: when the cap comes is the parent's clock's."""
     held = {x for x in chosen if x[0] <= r}

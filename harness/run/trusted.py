@@ -89,23 +89,18 @@ class Reader:
             if not stay_stopped:
                 worker.resume()
         if checked is None:
-            checked = self._check_request(check_seed, slots, full)
+            checked = self._check_request(check_seed, slots)
         return dataclasses.replace(checked, dtypes=_dtypes(result, slots[-1]), layouts=_layouts(result, slots[-1]))
 
-    def keep(self, side: Timed, check_seed: int, full: bool, slot: int = 0) -> None:
-        """The reference keeps what it needs to recompute its output of the sample `side` just ran on the
-        reference's side, for the full check of the candidate's on the same inputs: the seed and captured call
-        `slot` of its executor's sample (KeepRequest), or on the CPU path its own last output (the values the
-        parent read are what it compares at points; on the GPU the reference's own read keeps it)."""
-        if not full:
-            return
-        if side is not self.reference:
-            with self._awake() as reference:
-                kept = reference.keep(check_seed, slot, self._deadline())
-            if kept.error:
-                raise WorkerExit("protocol", None, f"the reference could not keep a sample: {kept.error}")
-        elif self.device == "cpu":
-            self._check_request(check_seed, [0], True)
+    def keep(self, check_seed: int, seed: int, slot: int = 0) -> None:
+        """Before the candidate's output of sample `seed` is read whole: the reference keeps that seed and captured
+        call `slot` (KeepRequest), from which it recomputes its own output on the same inputs when it compares. The
+        seed is the parent's own record of what was staged, so a sample can be checked whole whether the
+        reference's side ran it before the candidate (a round's forward half) or runs it after (its backward half)."""
+        with self._awake() as reference:
+            kept = reference.keep(check_seed, seed, slot, self._deadline())
+        if kept.error:
+            raise WorkerExit("protocol", None, f"the reference could not keep a sample: {kept.error}")
 
     @contextlib.contextmanager
     def _awake(self) -> Iterator[ReferenceClient]:
@@ -120,9 +115,9 @@ class Reader:
         """A request's to the reference: the pair's, and at least a minute."""
         return max(self.deadline, time.monotonic() + 60)
 
-    def _check_request(self, check_seed: int, slots: list[int], full: bool) -> Checked:
-        """The reference's own output at the drawn positions (it is trusted), kept whole with `full`."""
-        checked = self.reference.check(check_seed, slots, full, self._deadline())
+    def _check_request(self, check_seed: int, slots: list[int]) -> Checked:
+        """The reference's own output at the drawn positions (it is trusted)."""
+        checked = self.reference.check(check_seed, slots, self._deadline())
         return Checked(_values(checked, "a check"), checked.shapes, checked.error)
 
     def _host(self, pid: int, result: m.SampleResult, seed: int, slots: list[int], full: bool) -> Checked:

@@ -206,20 +206,19 @@ class CallRequest:
 class CheckRequest:
     """Reference only, after one of its own samples: its output's values at the positions drawn from `check_seed`
     (harness.shared.points; the parent draws it after the sample), in the output of each captured call listed in
-    `slots` (graph mode; cold: [0]), and with `keep_full` the whole output and its inputs kept for the full check of
-    the candidate's output on the same inputs. No such request ever reaches the candidate: its outputs are read
-    by the parent (CPU) or by the reference (GPU, ReadRequest)."""
+    `slots` (graph mode; cold: [0]). No such request ever reaches the candidate: its outputs are read by the parent
+    (CPU) or by the reference (GPU, ReadRequest)."""
     OP: ClassVar[str] = "check"
     check_seed: int
     slots: list[int] = field(default_factory=lambda: [0])
-    keep_full: bool = False
 
 
 @dataclass(frozen=True)
 class ReadRequest:
     """Reference only (GPU): read the candidate's output where its sample reply says it lies (CUDA IPC handles),
     while the candidate is stopped, at the positions drawn from `check_seed`; with `full`, also compare the whole
-    output with the reference's kept one (CheckRequest.keep_full) and measure both against float64."""
+    output with the reference's on the same inputs (recomputed from the sample kept for it: KeepRequest) and
+    measure both against float64."""
     OP: ClassVar[str] = "read"
     outputs: list[list[dict[str, Any]]]         # the chosen slots' Exported dicts, in `slots` order
     check_seed: int
@@ -502,7 +501,7 @@ class TrialFile:
     shapes: list[list[int]] | None = None       # a file the parent copied out of a CPU candidate's memory: one flat
     strides: list[list[int]] | None = None      # tensor per output, viewed with these
     check_seed: int | None = None               # trial -1 (a timed output the parent copied out): the sample whose
-                                                # kept reference output it is compared with (CheckRequest.keep_full)
+                                                # kept reference output it is compared with (KeepRequest)
 
 
 @dataclass(frozen=True)
@@ -614,11 +613,13 @@ class Loaded:
 
 @dataclass(frozen=True)
 class KeepRequest:
-    """Reference only, after a sample of its executor (harness.run.reference_executor) drawn for the full check: keep
-    that sample's seed and captured call `slot`, to recompute the reference's output on the same inputs when the
-    candidate's whole output is compared (as CheckRequest.keep_full does after one of its own samples)."""
+    """Reference only, before the candidate's output of the timed sample `seed` is read whole: keep that seed and
+    captured call `slot` under `check_seed`, to recompute the reference's output on the same inputs when the
+    candidate's is compared. The parent sends the seed it staged (or, unstaged, drew) the sample from, so the
+    candidate's sample may come before or after the reference side's on the same inputs."""
     OP: ClassVar[str] = "keep"
     check_seed: int
+    seed: int
     slot: int = 0
 
 

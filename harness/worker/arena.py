@@ -518,17 +518,8 @@ class ReferenceStaging:
 
     def handlers(self) -> tuple[dict[type, Any], dict[type, Any]]:
         """The staging requests, each with its answer, and the call's own parser (common.Handlers)."""
-        return ({m.ArenaRequest: self._arena, m.StageRequest: self._stage, m.CallRequest: self._call,
-                 m.KeepRequest: self._keep}, {m.CallRequest: self.executor.request})
-
-    def _keep(self, req: m.KeepRequest) -> m.Kept:
-        """The executor's last sample kept for the full check (its seed and captured call), as Sampler.check keeps
-        one of this worker's own: the reference's output is recomputed here from them when it is compared."""
-        held = self.stager.sides.get(EXECUTOR)
-        if held is None or held.seed is None or held.seed < 0:
-            return m.Kept("no sample of the executor to keep")
-        self.sampler.kept[req.check_seed] = (held.seed, req.slot)
-        return m.Kept()
+        return ({m.ArenaRequest: self._arena, m.StageRequest: self._stage, m.CallRequest: self._call},
+                {m.CallRequest: self.executor.request})
 
     def _call(self, req: m.CallRequest) -> m.Called:
         seed = self.stager.sides[REFERENCE].seed

@@ -608,7 +608,7 @@ def _verify_file(item, trials: "_Trials", sampler, full: "_FullCheck", settings,
     """A trial's outputs against its expected output: where they lie in the GPU candidate's memory (`outputs`,
     mapped through `peer`, the candidate stopped: messages.TrialOut), else from its file. Trial -1: a timed output
     the parent copied out of a CPU candidate's memory (one 1-D tensor per output with `shapes` and `strides` beside
-    it), against the reference's output recomputed on that sample's inputs (kept at its CheckRequest: keep_full),
+    it), against the reference's output recomputed on that sample's inputs (kept before it was read: KeepRequest),
     with the float64 figures of _FullCheck. A file larger than memplan.KEEP_BYTES is read to the host and compared
     on the device a slice at a time."""
     from harness.shared.tensorfile import read_tensors

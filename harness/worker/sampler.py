@@ -8,10 +8,10 @@ reference by construction:
       measurement object (harness.worker.timing), read a few positions of the output from memory the moment it returned
       (read again before the next sample: `changed_after_return`), and reply with where the output lies
       (rawread.export). The output is kept until the next sample.
-  check(check_seed, slots, keep_full): reference only: its own output's values at the positions drawn from
-      `check_seed` (harness.shared.points), and with `keep_full` the sample's seed and captured call kept, so that
-      the full check of the candidate's output recomputes the reference's output on the same inputs (inputs_for).
-      The candidate's output is never checked here: the parent reads it (CPU, harness.run.peek) or the reference
+  check(check_seed, slots): reference only: its own output's values at the positions drawn from `check_seed`
+      (harness.shared.points). keep(check_seed, seed, slot): reference only, before a candidate's output is read
+      whole: the sample's seed and captured call kept, so that the full check recomputes the reference's output on
+      the same inputs (inputs_for), whichever side ran them first. The candidate's output is never checked here: the parent reads it (CPU, harness.run.peek) or the reference
       does (GPU, harness.worker.peer), after the reply, with the candidate stopped, at positions the candidate never
       learns (README, Hardening: commit, then check).
   profile(seed, variant): one call under the profiler (harness.worker.profiling), where the parent asks.
@@ -271,6 +271,7 @@ class Sampler:
             m.ModeRequest: self._mode, m.SizeRequest: self.set_size, m.MemoryRequest: self._memory}
         if self.trusted:
             table[m.CheckRequest] = self.check
+            table[m.KeepRequest] = self.keep
         return table
 
     def handle(self, message: dict[str, Any]) -> Any:
@@ -412,9 +413,16 @@ class Sampler:
         candidate code ran, and methods of this sampler hidden by instance attributes."""
         return self.timing.timers_tampered() + integrity.changed() + integrity.shadowed(self)
 
+    def keep(self, req: m.KeepRequest) -> m.Kept:
+        """Reference only: sample `req.seed`'s captured call `req.slot` kept under the check seed, for the full check
+        of the candidate's output on the same inputs (the reference's own output is recomputed from them then)."""
+        if req.seed < 0:
+            return m.Kept(f"sample seed {req.seed} is a correctness trial's, not a timed sample's")
+        self.kept[req.check_seed] = (req.seed, req.slot)
+        return m.Kept()
+
     def check(self, req: m.CheckRequest) -> m.CheckResult:
-        """Reference only: its own last output at the drawn positions (and, with keep_full, the sample's seed and
-        last captured call, to recompute that output for the full check)."""
+        """Reference only: its own last output at the drawn positions."""
         from harness.worker.peer import slot_values
         if self.last is None:
             return m.CheckResult("", [], "no sample to check")
@@ -426,8 +434,6 @@ class Sampler:
             shapes = [list(t.shape) for t in as_tensor_list(slots[-1])]
         except (ValueError, IndexError) as exc:
             return m.CheckResult("", [], str(exc))
-        if req.keep_full:                          # the slot listed last is the one read whole (trusted.slots_for)
-            self.kept[req.check_seed] = (seed, req.slots[-1] % len(slots))
         return m.CheckResult(m.pack_floats(values), shapes)
 
 
