@@ -24,6 +24,16 @@ from typing import Any
 from harness.run.workerproc import Worker, WorkerExit
 from harness.shared import messages as m
 
+_RAW = getattr(time, "CLOCK_MONOTONIC_RAW", None)
+
+
+def parent_clock_ns() -> int:
+    """The parent's clock around a sample: CLOCK_MONOTONIC_RAW, which the kernel never slews, where there is one.
+    CLOCK_MONOTONIC (perf_counter's) follows the machine's tick and frequency, which any process holding CAP_SYS_TIME
+    may change for everyone (adjtimex): a red team's candidate slowed it by 8-10% while its calls ran. Workers hold no
+    capability now (harness.worker.sandbox), and this clock would not follow even if one did."""
+    return time.clock_gettime_ns(_RAW) if _RAW is not None else time.perf_counter_ns()
+
 
 class CandidateFailed(Exception):
     """The candidate worker reported a failure (its code raised, or it could not run its trials)."""
@@ -89,12 +99,12 @@ class Timed(Client):
         nothing it does once it can see its inputs goes untimed, and frozen at its reply, so that work it left
         running is inside the clock too; it is left stopped. The reply is read and checked outside the clock."""
         message = m.wire(request)
-        started = time.perf_counter_ns()          # the parent's clock: out of the workers' reach
+        started = parent_clock_ns()               # the parent's clock: out of the workers' reach
         self.worker.wake()
         self.worker.send(message)
         data = self.worker.recv(deadline)
         self.worker.freeze()
-        ms = (time.perf_counter_ns() - started) / 1e6
+        ms = (parent_clock_ns() - started) / 1e6
         self.worker.pause()
         return self.parsed(data, m.Called), ms
 

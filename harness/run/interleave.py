@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from harness.shared import messages as m
 from harness.run import cores, scheduling
-from harness.run.clients import CandidateClient, FlusherClient, ReferenceClient, Timed
+from harness.run.clients import CandidateClient, FlusherClient, ReferenceClient, Timed, parent_clock_ns
 from harness.run.paired import StopRule, should_stop
 from harness.run.reference_executor import ExecutorClient
 from harness.run.workerproc import SpareWorkers, WorkerExit
@@ -182,9 +182,9 @@ class Interleaver:
             if per_sample is not None:                  # the side stopped again: its CPU in this call, over the clock
                 per_sample.add(cpu_before, bracket_ms)
         else:
-            started = time.perf_counter_ns()          # the parent's clock: out of the workers' reach
+            started = parent_clock_ns()               # the parent's clock: out of the workers' reach
             result = worker.sample(variant, seed, self.deadline)
-            bracket_ms = (time.perf_counter_ns() - started) / 1e6
+            bracket_ms = (parent_clock_ns() - started) / 1e6
         if result.error:
             raise GraphFallback(side, result.error)
         if not result.ms > 0:

@@ -225,12 +225,35 @@ def _lock_tree(report: dict[str, Any]) -> None:
         report["error"] = "; ".join(x for x in (report.get("error"), why) if x)
 
 
-# Capabilities a worker that runs candidate code has no need of, by number (linux/capability.h): with them a process
-# running as root could raise its own scheduling priority over the other side (SYS_NICE), act on the reference's
-# process (SYS_PTRACE), undo its confinement (SYS_ADMIN) or lift its limits (SYS_RESOURCE).
-DROPPED_CAPS = {"CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 21, "CAP_SYS_NICE": 23, "CAP_SYS_RESOURCE": 24}
+# Every capability, by number (linux/capability.h): a worker that runs candidate code needs none of them once its
+# confinement is in place, and as root it would hold them all. With SYS_NICE it could raise its own priority over
+# the other side, with SYS_PTRACE act on the reference's process, with SYS_ADMIN undo its confinement, with
+# SYS_RESOURCE lift its limits; with SYS_TIME it slewed the clock every process of the machine reads, the parent's
+# included (adjtimex ADJ_TICK: slow while its call ran, fast while the reference's did; a red team's read `ok` at
+# 1.11-1.21x); with DAC_READ_SEARCH it could open files by handle past the mount namespace that hides the run's
+# keys; SYS_MODULE, SYS_BOOT, SYS_RAWIO, BPF and the rest reach the machine itself. So every capability the kernel
+# knows (cap_last_cap) is dropped, as a worker of an ordinary user never had them (one newer than CAPS by number).
+CAPS = ("CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
+        "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER",
+        "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
+        "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP",
+        "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF",
+        "CHECKPOINT_RESTORE")
 _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 _CAP_VERSION_3 = 0x20080522
+
+
+def last_cap() -> int:
+    """The highest capability number this kernel knows (/proc/sys/kernel/cap_last_cap; CAPS' last where unreadable)."""
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return min(int(f.read()), 63)
+    except (OSError, ValueError):
+        return len(CAPS) - 1
+
+
+def cap_name(cap: int) -> str:
+    return f"CAP_{CAPS[cap]}" if cap < len(CAPS) else f"CAP_{cap}"
 
 
 class _CapHeader(ctypes.Structure):
@@ -242,11 +265,11 @@ class _CapData(ctypes.Structure):
 
 
 def drop_privileges() -> dict[str, Any]:
-    """No raising of its own priority, no acting on other processes: RLIMIT_RTPRIO and RLIMIT_NICE set to 0 (no
-    real-time policy, no nice below 0 without CAP_SYS_NICE), then DROPPED_CAPS taken out of this thread's bounding,
-    effective, permitted, inheritable and ambient sets, so that nothing it starts gets them back. Threads that
-    exist already keep theirs (the report's `unconfined_threads` counts them); candidate code runs on this one and
-    on those it starts. What was done, for the sandbox report."""
+    """No raising of its own priority, no acting on other processes or on the machine: RLIMIT_RTPRIO and RLIMIT_NICE
+    set to 0 (no real-time policy, no nice below 0 without CAP_SYS_NICE), then every capability taken out of this
+    thread's bounding, effective, permitted, inheritable and ambient sets, so that nothing it starts gets one back.
+    Threads that exist already keep theirs (the report's `unconfined_threads` counts them); candidate code runs on
+    this one and on those it starts. What was done, for the sandbox report (`dropped`: the capabilities' names)."""
     import resource
     report: dict[str, Any] = {"dropped": [], "rlimit_rtprio": None, "rlimit_nice": None, "error": None}
     errors = []
@@ -258,20 +281,20 @@ def drop_privileges() -> dict[str, Any]:
             errors.append(f"{name}: {exc}")
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    for name, cap in DROPPED_CAPS.items():
+    known = range(last_cap() + 1)
+    for cap in known:
         if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
-            errors.append(f"bounding set {name}: {os.strerror(ctypes.get_errno())}")
-    header, data = _CapHeader(_CAP_VERSION_3, 0), (_CapData * 2)()
+            errors.append(f"bounding set {cap_name(cap)}: {os.strerror(ctypes.get_errno())}")
+    header, data = _CapHeader(_CAP_VERSION_3, 0), (_CapData * 2)()     # caps 0-31, then 32-63
     if libc.capget(ctypes.byref(header), data) != 0:
         errors.append(f"capget: {os.strerror(ctypes.get_errno())}")
     else:
-        mask = ~sum(1 << cap for cap in DROPPED_CAPS.values()) & 0xFFFFFFFF
-        for field in ("effective", "permitted", "inheritable"):
-            setattr(data[0], field, getattr(data[0], field) & mask)
+        for word in data:
+            word.effective = word.permitted = word.inheritable = 0
         if libc.capset(ctypes.byref(header), data) != 0:
             errors.append(f"capset: {os.strerror(ctypes.get_errno())}")
         else:
-            report["dropped"] = sorted(DROPPED_CAPS)
+            report["dropped"] = sorted(cap_name(cap) for cap in known)
     report["error"] = "; ".join(errors) or None
     return report
 
