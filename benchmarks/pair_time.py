@@ -53,7 +53,7 @@ SUBPARTS = ("timing_profile", "timing_switch",      # inside `timing`: profiled 
 LABELS = {"derive_wait": "derive", "executor_close": "ex close", "timing_profile": "profile", "timing_switch": "switch",
           "executor_wait": "ex wait", "executor_attach": "ex attach", "reference_setup": "ref setup"}
 BEFORE = ("reference_setup",)                       # before the pair (the problem's reference process), not in total
-UNTIMED_TARGET_S = 3.0     # issues 29 and 44: the untimed part of a pair at most 3 s (issue 29: the mean over the suite)
+UNTIMED_TARGET_S = 3.0     # issues 29 and 44: a pair's untimed part at most 3 s (issue 29: the suite's mean)
 
 
 def _num(x: Any) -> float | None:

@@ -307,7 +307,8 @@ def test_pair_time_summarizes_records():
     assert pair_time.summarize([rec(cand="e", worker={"phases": again}, retried={"reason": "interference"})],
                                wall_s=None, cold=False)["untimed"] == [pytest.approx(1.0)]   # older records
     lines = pair_time.format_rows([("a", cold), ("b", cut)], pooled=True)
-    assert lines[-1].startswith("untimed over every run: 18.25 s a pair (median 18.25 s, 2 pairs, 1 at most 3 s)"), lines[-1]
+    assert lines[-1].startswith("untimed over every run: 18.25 s a pair (median 18.25 s, 2 pairs, "
+                                "1 at most 3 s)"), lines[-1]
 
 
 def test_memory_benchmark_tables_runs_already_made(tmp_path):

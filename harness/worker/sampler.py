@@ -9,11 +9,12 @@ reference by construction:
       (read again before the next sample: `changed_after_return`), and reply with where the output lies
       (rawread.export). The output is kept until the next sample.
   check(check_seed, slots): reference only: its own output's values at the positions drawn from `check_seed`
-      (harness.shared.points). keep(check_seed, seed, slot): reference only, before a candidate's output is read
-      whole: the sample's seed and captured call kept, so that the full check recomputes the reference's output on
-      the same inputs (inputs_for), whichever side ran them first. The candidate's output is never checked here: the parent reads it (CPU, harness.run.peek) or the reference
-      does (GPU, harness.worker.peer), after the reply, with the candidate stopped, at positions the candidate never
-      learns (README, Hardening: commit, then check).
+      (harness.shared.points). The candidate's output is never checked here: the parent reads it (CPU,
+      harness.run.peek) or the reference does (GPU, harness.worker.peer), after the reply, with the candidate
+      stopped, at positions the candidate never learns (README, Hardening: commit, then check).
+  keep(check_seed, seed, slot): reference only, before a candidate's output is read whole: the sample's seed and
+      captured call kept, so that the full check recomputes the reference's output on the same inputs
+      (inputs_for), whichever side ran them first.
   profile(seed, variant): one call under the profiler (harness.worker.profiling), where the parent asks.
   ncu_call(seed, variant, warmup): `run_eval.py profile`'s one call bracketed for Nsight Compute (profiling.ncu_call).
   memory: the process's peak of device memory (torch's allocator) so far, for the record.
