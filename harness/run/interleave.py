@@ -94,7 +94,7 @@ class Interleaver:
         self.calls_per_sample = 1               # graph mode: a sample replays graph_calls x graph_replays calls
         self.reader = reader                    # reads each side's timed outputs (harness.run.trusted)
         self.full_seeds: set[int] = set()       # samples whose outputs are checked whole (drawn in rounds())
-        self._per_sample: dict[int, cores.PerSample] = {}   # CPU path, in the rounds: each metered side's (by id)
+        self._per_sample: dict[Timed, cores.PerSample] = {}   # CPU path, in the rounds: each metered worker's
         self.staged = False                     # the reference stages each sample's inputs (arena)
         self.flushed = True                     # the flusher empties the caches before each staged call
         self.flusher = flusher                  # the process that flushes the caches before each staged call
@@ -175,7 +175,7 @@ class Interleaver:
         clock brackets the sample request alone, on both sides; the check comes after the reply, with the
         candidate stopped (trusted.Reader), or from the reference itself."""
         flush_ms = None
-        per_sample = self._per_sample.get(id(worker)) if times is not None else None
+        per_sample = self._per_sample.get(worker) if times is not None else None
         cpu_before = per_sample.now() if per_sample is not None else None
         if self.staged:
             result, bracket_ms, flush_ms = self._staged_call(worker, side, variant, seed, out)
@@ -382,8 +382,8 @@ class Interleaver:
         metered = {side: c for side, c in (("candidate", self.candidate), ("reference", self.executor))
                    if c is not None and self.device == "cpu"}
         meters = {side: cores.Meter.start(c.worker) for side, c in metered.items()}
-        per_sample = {side: cores.PerSample.of(c.worker) for side, c in metered.items()}
-        self._per_sample = {id(metered[side]): found for side, found in per_sample.items() if found is not None}
+        per_sample = {side: found for side, c in metered.items() if (found := cores.PerSample.of(c.worker))}
+        self._per_sample = {metered[side]: found for side, found in per_sample.items()}
         started = time.monotonic()
         order = [("reference", v) for v in self.variants] + [(CANDIDATE, CANDIDATE)]
         ratios: list[float] = []
@@ -409,8 +409,7 @@ class Interleaver:
                 out.noisy = noisy
                 out.cores = {side: meter.cores() for side, meter in meters.items()} or None
                 out.cores_counted = cores.source(meters)
-                out.sample_cores = {side: found.median() for side, found in per_sample.items()
-                                    if found is not None} or None
+                out.sample_cores = {side: found.median() for side, found in per_sample.items()} or None
                 self._per_sample = {}
                 if self.staged:
                     self._staged_end(out)
