@@ -79,3 +79,14 @@ def test_values_compare_with_nan_equal_and_seeds_are_fresh():
     assert rawread.same([1.0, nan, -0.0], [1.0, nan, 0.0])
     assert not rawread.same([1.0, nan], [1.0, 2.0]) and not rawread.same([1.0], [1.0, 1.0])
     assert len({rawread.fresh_seed() for _ in range(100)}) == 100
+
+
+def test_a_host_output_of_a_cuda_worker_is_refused_by_name(monkeypatch):
+    """A GPU candidate whose output lies in host memory (torch.empty without a device, filled later by a thread):
+    the trusted side maps only device memory, so export says which output and why, and the trials fall back to a
+    file and the worker's own checks (background_thread: `unsynchronized_work`), instead of a handle of 0 bytes."""
+    monkeypatch.setattr(rawread, "_device_outputs", True)
+    with pytest.raises(rawread.RawReadError, match="output 1 lies in host memory"):
+        rawread.export([torch.empty(0), torch.ones(3)])
+    monkeypatch.setattr(rawread, "_device_outputs", False)
+    assert rawread.export([torch.ones(3)])[0]["handle"] == ""            # the CPU path: the host address

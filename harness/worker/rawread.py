@@ -35,6 +35,7 @@ _b64encode = base64.b64encode
 # bound by bind(), each a module global so that harness.worker.integrity sees one replaced
 _data_ptr = _stride = _numel = _element_size = _storage = _storage_ptr = _storage_nbytes = None
 _shape = _dtype = _is_cuda = None
+_device_outputs = False          # a CUDA worker's: its outputs are read on the device, a host tensor cannot be
 
 
 class RawReadError(Exception):
@@ -46,11 +47,12 @@ def bind(cuda: bool) -> None:
     before candidate code is imported."""
     import torch
     global _data_ptr, _stride, _numel, _element_size, _storage, _storage_ptr, _storage_nbytes
-    global _shape, _dtype, _is_cuda
+    global _shape, _dtype, _is_cuda, _device_outputs
     base, storage = torch._C.TensorBase, torch._C.StorageBase
     _data_ptr, _stride, _numel, _element_size = base.data_ptr, base.stride, base.numel, base.element_size
     _storage, _storage_ptr, _storage_nbytes = base.untyped_storage, storage.data_ptr, storage.nbytes
     _shape, _dtype, _is_cuda = (vars(base)[name].__get__ for name in ("shape", "dtype", "is_cuda"))
+    _device_outputs = cuda
     if cuda:
         cudadriver.bind()
 
@@ -128,15 +130,19 @@ def address_of(t: Any) -> int:
 def export(outs: list) -> list[dict[str, Any]]:
     """Where each output tensor lies (messages.Exported, as dicts), for the trusted side to read: on the host its
     address in this process; on the device the IPC handle of the allocation that holds it and its offset there
-    (cudadriver.export). Raises RawReadError for a tensor that cannot be described or exported."""
+    (cudadriver.export). Raises RawReadError for a tensor that cannot be described or exported, or that lies on
+    the host in a CUDA worker (the trusted side could not map it: the trials then compare a file of it, and a timed
+    sample's output is unreadable)."""
     if _data_ptr is None:
         raise RawReadError("raw reads were not bound at worker start")
     described = []
-    for t in outs:
+    for i, t in enumerate(outs):
         dtype = str(_dtype(t))
         if dtype not in points.SIZES:
             raise RawReadError(f"cannot read dtype {dtype} from memory")
         address, handle = _data_ptr(t), ""
+        if _device_outputs and not _is_cuda(t) and _numel(t):
+            raise RawReadError(f"output {i} lies in host memory: on the GPU an output must be on the device")
         if _is_cuda(t) and _numel(t):
             if cudadriver.export is None:
                 raise RawReadError("a CUDA output in a worker bound without the CUDA driver")
