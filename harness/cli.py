@@ -162,7 +162,8 @@ def add_run_arguments(p: argparse.ArgumentParser, without: dict[str, str] | None
     add("--problem-file", type=Path, metavar="P", help="evaluate one pair: this problem file ...")
     add("--solution-file", type=Path, metavar="S", help="... with this candidate file")
     add("--device", choices=("auto", "cuda", "cpu"), help="default: auto (cuda when a GPU exists)")
-    add("--gpus", metavar="LIST", help="GPU indices to schedule pairs over, e.g. 0,1 (default: 0)")
+    add("--gpus", metavar="LIST", help="GPU indices to schedule pairs over, e.g. 0,1, counted as CUDA counts them "
+                                       "(within CUDA_VISIBLE_DEVICES where it is set; default: 0)")
     add("--precision", choices=PRECISIONS,
         help="inputs and both models in this dtype, with its tolerances, for problems that set no DTYPE (a "
              "problem's own DTYPE wins; default: fp32)")

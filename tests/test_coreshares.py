@@ -92,12 +92,13 @@ def test_an_unpinned_external_dask_worker_takes_a_share_and_a_pinned_one_keeps_i
     monkeypatch.delenv("KB_DASK_CPUS", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     cores = sorted(os.sched_getaffinity(0))
-    monkeypatch.setattr(meta, "gpus", lambda: [{"index": i, "name": "GPU"} for i in range(len(cores))])
+    monkeypatch.setattr(meta, "machine_gpus", lambda: [{"index": i, "name": "GPU"} for i in range(len(cores))])
     monkeypatch.setattr(os, "cpu_count", lambda: len(cores))
     monkeypatch.setattr(dask_host, "_SHARE", [])
     other = coreshares.claim(1, cores, machine_gpus=len(cores))             # another worker of this host, first
     slot = dask_host.local_slot("cuda")
-    assert slot.gpu == 1 and slot.cpus == coreshares.split(cores, len(cores))[1 if len(cores) > 1 else 0]
+    assert slot.gpu == 1 and slot.env()["CUDA_VISIBLE_DEVICES"] == "1"
+    assert slot.cpus == coreshares.split(cores, len(cores))[1 if len(cores) > 1 else 0]
     other.release()
     monkeypatch.setattr(os, "cpu_count", lambda: len(cores) + 4)            # pinned (taskset): its cores as given
     monkeypatch.setattr(dask_host, "_SHARE", [])

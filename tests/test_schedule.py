@@ -102,3 +102,26 @@ def test_spares_are_started_only_for_jobs_that_will_come():
     assert set(outlook.upcoming("candidate")) == {"candidate", "executor"}
     outlook.pairs_left = 0
     assert outlook.upcoming("executor") == ("candidate",) and outlook.upcoming("candidate") == ()
+
+
+def test_a_run_started_with_cuda_visible_devices_times_on_the_gpu_it_names(tmp_path, monkeypatch):
+    """CUDA_VISIBLE_DEVICES=1 python run_eval.py (a SLURM job's GPU, one of several runs of a host): --gpus 0 is the
+    first GPU it names, and that slot's workers see GPU 1 alone. Before, they saw GPU 0 whatever the parent's
+    setting said, and two runs meant for two GPUs timed on one."""
+    from harness.run import meta, pipeline
+    from test_meta import FOUR
+    monkeypatch.setattr(meta, "machine_gpus", lambda: meta.parse_gpus(FOUR))
+    monkeypatch.setattr(pipeline.meta, "torch_versions", lambda: {"torch": "2.11.0", "cuda": "13.0"})
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("trials: 1\n")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    device, slots = pipeline.resolve_slots(load_config(cfg, {}), meta.gpus())
+    assert device == "cuda" and [(s.name, s.env()["CUDA_VISIBLE_DEVICES"]) for s in slots] == [("cuda:0", "1")]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,2")
+    _, slots = pipeline.resolve_slots(load_config(cfg, {"gpus": (0, 1)}), meta.gpus())
+    assert [s.env()["CUDA_VISIBLE_DEVICES"] for s in slots] == ["3", "2"]
+    with pytest.raises(pipeline.UsageError, match="no GPU with index 2 .*CUDA_VISIBLE_DEVICES=3,2 numbers"):
+        pipeline.resolve_slots(load_config(cfg, {"gpus": (2,)}), meta.gpus())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    _, slots = pipeline.resolve_slots(load_config(cfg, {"gpus": (2,)}), meta.gpus())
+    assert slots[0].env()["CUDA_VISIBLE_DEVICES"] == "2"

@@ -136,7 +136,7 @@ def _profile(cfg: Config, pairs: list[Pair], found: ncu.Ncu, gpu_list: list[dict
     builds = build_all(pairs, Path(cfg.cache_dir) / "builds", toolchain, cfg.build_jobs(), cfg.build_timeout,
                        seed.base)
     gpu = next(g for g in gpu_list if g["index"] == cfg.gpus[0])
-    slot = Slot(f"cuda:{gpu['index']}", gpu["index"], gpu["name"])
+    slot = Slot(f"cuda:{gpu['index']}", gpu["index"], gpu["name"], visible_as=gpu.get("visible_as"))
     coreshares.assign([slot], lambda text: console.print(f"warning: {text}", highlight=False))   # held to the end
     with scratch_space.owned(run_id, lambda text: console.print(f"warning: {text}", highlight=False)) as scratch:
         tmp = scratch / "ncu-tmp"

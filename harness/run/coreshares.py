@@ -115,7 +115,7 @@ def assign(slots: Sequence[Any], say: Callable[[str], None], machine_gpus: int |
         return Claim([])
     if machine_gpus is None:
         from harness.run import meta
-        machine_gpus = len(meta.gpus())
+        machine_gpus = len(meta.machine_gpus())
     got = claim(len(gpu_slots), cores, machine_gpus)
     for slot, share in zip(gpu_slots, got.shares):
         slot.cpus = share

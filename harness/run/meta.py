@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import os
 import platform
 import shutil
 import socket
@@ -28,13 +29,55 @@ def _run(cmd: list[str], timeout: float = 20.0) -> str | None:
 GPU_FIELDS = "index,name,driver_version,memory.total,compute_cap"
 
 
+def nvidia_smi(args: list[str]) -> str | None:
+    """nvidia-smi's output for `args`, or None where it fails or is missing."""
+    return _run(["nvidia-smi", *args])
+
+
 def gpus() -> list[dict[str, Any]]:
-    """Visible GPUs as nvidia-smi lists them, each with its uuid (which physical GPU: `compare` tells machines
-    apart by it) where nvidia-smi gives one; [] where there is none."""
+    """The GPUs this run may use (visible(): CUDA_VISIBLE_DEVICES honoured), each with its uuid (which physical
+    GPU: `compare` tells machines apart by it) where nvidia-smi gives one; [] where there is none."""
+    return visible(machine_gpus(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def visible(listed: list[dict[str, Any]], setting: str | None) -> list[dict[str, Any]]:
+    """nvidia-smi's GPUs (`listed`, every GPU of the machine whatever CUDA_VISIBLE_DEVICES says) narrowed and
+    ordered the way CUDA reads `setting` (the process's CUDA_VISIBLE_DEVICES; None: unset, all of them): entries
+    are nvidia-smi indices or GPU UUIDs (a unique prefix is enough), and the first entry that names no GPU ends
+    the list ("" or "-1": none). Each GPU's `index` is its position in that list, which is what --gpus names and
+    torch's cuda:N counts; `machine_index` is nvidia-smi's, and `visible_as` what a worker's CUDA_VISIBLE_DEVICES
+    holds to see that GPU alone. Without this, a run started with CUDA_VISIBLE_DEVICES=1 timed on GPU 0
+    (docs/measurements.md, twenty-fifth session)."""
+    if setting is None:
+        chosen = list(listed)
+    else:
+        chosen = []
+        for entry in (e.strip() for e in setting.split(",")):
+            found = _named_gpu(listed, entry)
+            if found is None or found in chosen:
+                break
+            chosen.append(found)
+    return [{**g, "index": position, "machine_index": g["index"], "visible_as": str(g["index"])}
+            for position, g in enumerate(chosen)]
+
+
+def _named_gpu(listed: list[dict[str, Any]], entry: str) -> dict[str, Any] | None:
+    """The GPU a CUDA_VISIBLE_DEVICES entry names: an nvidia-smi index, or a UUID or unique prefix of one."""
+    if entry.isdigit():
+        return next((g for g in listed if g["index"] == int(entry)), None)
+    if not entry.startswith("GPU-"):                    # MIG-... and anything else: not a GPU nvidia-smi lists
+        return None
+    named = [g for g in listed if str(g.get("uuid", "")).startswith(entry)]
+    return named[0] if len(named) == 1 else None
+
+
+def machine_gpus() -> list[dict[str, Any]]:
+    """Every GPU of this machine as nvidia-smi lists them (whatever CUDA_VISIBLE_DEVICES says), each `index`
+    nvidia-smi's; [] where there is none."""
     if shutil.which("nvidia-smi") is None:
         return []
     for fields in (GPU_FIELDS + ",uuid", GPU_FIELDS):          # an nvidia-smi without uuid still lists the GPUs
-        listed = parse_gpus(_run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"]))
+        listed = parse_gpus(nvidia_smi([f"--query-gpu={fields}", "--format=csv,noheader,nounits"]))
         if listed:
             return listed
     return []

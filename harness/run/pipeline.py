@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from harness.run import between, compilecache, meta
+from harness.run import between, compilecache, gpubusy, meta
 from harness.run.build import Toolchain, build_all
 from harness.core.config import Config, config_to_dict
 from harness.run.resume import pair_keys, resume_note, resume_selection, selection_record
@@ -48,8 +49,11 @@ def resolve_slots(cfg: Config, gpu_list: list[dict[str, Any]], gpus_given: bool 
     names = {g["index"]: g["name"] for g in gpu_list}
     missing = [g for g in cfg.gpus if g not in names]
     if missing:
-        raise UsageError(f"--gpus: no GPU with index {missing[0]} (found {sorted(names)})")
-    return "cuda", [Slot(f"cuda:{g}", g, names[g]) for g in cfg.gpus]
+        setting = os.environ.get("CUDA_VISIBLE_DEVICES")
+        numbered = "" if setting is None else f"; CUDA_VISIBLE_DEVICES={setting} numbers the GPUs it names from 0"
+        raise UsageError(f"--gpus: no GPU with index {missing[0]} (found {sorted(names)}{numbered})")
+    machine = {g["index"]: g.get("visible_as") for g in gpu_list}
+    return "cuda", [Slot(f"cuda:{g}", g, names[g], visible_as=machine[g]) for g in cfg.gpus]
 
 
 def toolchain_for(device: str, cfg: Config, gpu_list: list[dict[str, Any]]) -> Toolchain:
@@ -145,6 +149,8 @@ def run_pipeline(cfg: Config, request: RunRequest, pairs: list[Pair] | None = No
         console.print(f"run {store.run_id}: {len(pairs)} pairs on {executor.where(device, [s.name for s in slots])}",
                       highlight=False)
         executor.check()
+        if device == "cuda":
+            _say_busy_gpus(store, slots, gpu_list, warn)
         started = time.monotonic()
         toolchain = toolchain_for(device, cfg, gpu_list)
         if pairs:
@@ -167,6 +173,17 @@ def run_pipeline(cfg: Config, request: RunRequest, pairs: list[Pair] | None = No
                               ceilings=ctx.ceilings)
         store.finish()                                     # results.jsonl and run.json hold what this run wrote
         return _conclude(store, request, conclude, console)
+
+
+def _say_busy_gpus(store: RunStore, slots: list[Slot], gpu_list: list[dict[str, Any]],
+                   warn: Callable[[str], None]) -> None:
+    """A line for each of the run's GPUs that another process is using as the run starts (harness.run.gpubusy),
+    and what was seen, in run.json."""
+    busy = gpubusy.check(slots, gpu_list)
+    for text, _ in busy:
+        warn(text)
+    if busy:
+        store.update_metadata(gpus_busy_at_start=[seen for _, seen in busy])
 
 
 def _conclude(store: RunStore, request: RunRequest, conclude: Callable[[RunStore], int] | None, console) -> int:

@@ -34,6 +34,7 @@ class Slot:
     gpu: int | None
     gpu_name: str | None = None
     cpus: tuple[int, ...] = ()      # the cores every worker of this slot runs on (both sides on the same ones)
+    visible_as: str | None = None   # the workers' CUDA_VISIBLE_DEVICES (meta.visible: nvidia-smi's index); None: gpu
 
     def timing_cpus(self, cpu_threads: int = 1) -> tuple[int, ...]:
         """The cores a GPU slot's workers' threads are held to while timed: the first `cpu_threads` of the slot's,
@@ -55,9 +56,16 @@ class Slot:
     def device(self) -> str:
         return "cpu" if self.gpu is None else "cuda:0"   # each worker sees only its own GPU
 
+    @property
+    def cuda_visible(self) -> str:
+        """What this slot's workers' CUDA_VISIBLE_DEVICES holds: its one GPU as the machine numbers it."""
+        if self.gpu is None:
+            return ""
+        return self.visible_as if self.visible_as is not None else str(self.gpu)
+
     def env(self, cpu_threads: int = 1) -> dict[str, str]:
         threads = str(cpu_threads)
-        return {"CUDA_VISIBLE_DEVICES": "" if self.gpu is None else str(self.gpu), "KB_DEVICE": self.device,
+        return {"CUDA_VISIBLE_DEVICES": self.cuda_visible, "KB_DEVICE": self.device,
                 "KB_CPU_THREADS": threads, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
                 "OPENBLAS_NUM_THREADS": threads,
                 "KB_CPUS": ",".join(map(str, self.cpus)),

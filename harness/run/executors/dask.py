@@ -256,7 +256,7 @@ def start_local_cluster(cfg: Config, device: str, slots: list[Any]):
     from distributed import Nanny, Scheduler, SpecCluster
 
     if device == "cuda":
-        envs = [({"CUDA_VISIBLE_DEVICES": str(slot.gpu)}, dict(GPU_RESOURCES)) for slot in slots]
+        envs = [({"CUDA_VISIBLE_DEVICES": slot.cuda_visible}, dict(GPU_RESOURCES)) for slot in slots]
     else:
         envs = [({}, {}) for _ in range(cfg.dask_workers or CPU_WORKERS)]
     shares = coreshares.split(os.sched_getaffinity(0), len(envs))

@@ -199,13 +199,15 @@ def local_slot(device: str):
         return Slot("cpu", None, cpus=cpus)
     if not cpus_env and len(cpus) == os.cpu_count():   # an external worker, not pinned: a share no other run holds
         cpus = _external_share()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
-    gpu: Any = int(visible) if visible.isdigit() else visible       # an index, or a GPU UUID
-    name = None
-    if isinstance(gpu, int):
-        from harness.run import meta
-        name = next((g["name"] for g in meta.gpus() if g["index"] == gpu), None)
-    return Slot(f"cuda:{gpu}", gpu, name, cpus=cpus)
+    from harness.run import meta
+    setting = os.environ.get("CUDA_VISIBLE_DEVICES")
+    found = meta.visible(meta.machine_gpus(), setting)
+    if found:                                       # named as the machine numbers it: which GPU of the host
+        g = found[0]
+        return Slot(f"cuda:{g['machine_index']}", g["machine_index"], g["name"], cpus=cpus, visible_as=g["visible_as"])
+    entry = (setting or "0").split(",")[0].strip() or "0"          # not one nvidia-smi lists (a MIG device): as given
+    gpu: Any = int(entry) if entry.isdigit() else entry
+    return Slot(f"cuda:{gpu}", gpu, None, cpus=cpus, visible_as=entry)
 
 
 _SHARE: list[tuple[int, ...]] = []     # this worker process's claimed cores, held while it lives
@@ -216,7 +218,7 @@ def _external_share() -> tuple[int, ...]:
     other process of this host holds (harness.run.coreshares), claimed once and held while the worker lives."""
     if not _SHARE:
         from harness.run import coreshares, meta
-        got = coreshares.claim(1, sorted(os.sched_getaffinity(0)), len(meta.gpus()))
+        got = coreshares.claim(1, sorted(os.sched_getaffinity(0)), len(meta.machine_gpus()))
         _SHARE.append(got.shares[0])
         if got.contended:
             print(coreshares.contended_line([f"dask worker {os.getpid()}"]), file=sys.stderr)
