@@ -39,9 +39,9 @@
 #              the staged parametrizations do not cover, a plain run_eval.py with shipped CUDA candidates (see the phase)
 #   flip44b:   one GPU, short: the GPU tests changed after flip44 (memory on both paths, cover_window's bound)
 #   aa44:      one GPU, short: aa_both alone (AA_LEVEL, AA_GLOB, AA_CAP, AA_TIMEOUT), its runs as aa44.tgz in $OUT
-#   close44:   a 2-GPU machine, detached: issue 44 item 8 on one tree (TREE): test_gpu.py whole beside the whole
-#              suite's traced staged A/A at the default cap over both GPUs; the pass, the untimed part a pair (mean,
-#              median, how many at most 3 s) and each side's memory over all of it (see the phase)
+#   close44:   a 2-GPU machine, detached: issue 44 item 8 on one tree (TREE): test_gpu.py in two shards, one per
+#              GPU, then the whole suite's traced staged A/A at the default cap over both GPUs; the pass, the untimed
+#              part a pair (mean, median, how many at most 3 s) and each side's memory over all of it (see the phase)
 #   duo23:     a 2-GPU machine, detached: branch issue44-gpu-pending (carried as branch_tree/): its test_gpu.py
 #              whole on GPU 0; on GPU 1 a traced A/A of level 1's 010-029 on the branch and on this tree, back to back
 #   derive44:  one GPU, detached: this tree against old_files/ (harness/worker files put back), back to back:
@@ -957,32 +957,51 @@ cost44)
     ;;
 close44)
     # Issue 44 item 8 on one tree (TREE, default .; a carried branch_tree/ for the branch), a 2-GPU machine, detached
-    # (BG="scripts/gpu_check.sh close44" ... bg, then `follow`): the whole suite's traced staged A/A at the default
-    # cap (`calibrate --processes 1 --compile-modes none`, AA_CAP 30), split over the two GPUs, and the tree's
-    # tests/test_gpu.py whole (TESTS=0 skips it; TESTS_TIMEOUT, 570 s):
-    #   GPU 0: the tests, then level 1's 001-029;  GPU 1: level 1's 030-060, level 2, level 3.
-    # Each run is cut at the seconds of CLOSE_TIMEOUTS ("level 1's halves, level 2, level 3": "700 600 300"). Then item
-    # 8's three figures over all four runs: the A/A pass (calibration_table), the untimed part a pair (pair_time,
-    # pooled: mean, median, how many at most 3 s), each side's memory (memory.py --from).
+    # (BG="scripts/gpu_check.sh close44" ... bg, then `follow`). The tree must have 5074eb3 (CUDA_VISIBLE_DEVICES
+    # honoured): before it, every worker ran on GPU 0 (docs/measurements.md, twenty-fifth session).
+    #   1. the tree's tests/test_gpu.py in two shards, one per GPU, each cut at TESTS_TIMEOUT (420 s; TESTS=0 skips);
+    #   2. the whole suite's traced staged A/A at the default cap (`calibrate --processes 1 --compile-modes none`,
+    #      AA_CAP 30): GPU 0 level 1's 001-029 then level 3, GPU 1 level 1's 030-060 then level 2, each run cut at
+    #      CLOSE_TIMEOUTS ("level 1's halves, level 2, level 3": "450 400 240");
+    #   3. item 8's three figures over all four runs: the A/A pass (calibration_table), the untimed part a pair
+    #      (pair_time, pooled: mean, median, how many at most 3 s), each side's memory (memory.py --from).
+    # Every phase prints nvidia-smi's two GPUs once a minute into $out/gpu_use.txt: both must be busy.
     tree=${TREE:-.}
     [ -d "$tree" ] || { echo "close44: no $tree here"; exit 2; }
     export TEST_RUNS_OUT="$out/runs" AA_CAP=${AA_CAP:-30}
-    read -r t_half t_two t_three <<< "${CLOSE_TIMEOUTS:-700 600 300}"
+    read -r t_half t_two t_three <<< "${CLOSE_TIMEOUTS:-450 400 240}"
+    (while sleep 60; do nvidia-smi --query-gpu=index,utilization.gpu,memory.used,power.draw --format=csv,noheader \
+        | tr '\n' ' '; echo " $(date +%T)"; done) > "$out/gpu_use.txt" 2>&1 &
+    watcher=$!
+    if [ "${TESTS:-1}" = 1 ]; then
+        echo "== test_gpu.py in two shards, $tree ($(date +%T))"
+        (cd "$tree" && python -m pytest --collect-only -q -m gpu tests/test_gpu.py 2>/dev/null | grep '::' \
+            > "$out/gpu_test_ids.txt")
+        shards=()
+        for g in 0 1; do
+            awk -v g=$g '(NR - 1) % 2 == g' "$out/gpu_test_ids.txt" > "$out/shard$g.txt"
+            (cd "$tree" && mapfile -t ids < "$out/shard$g.txt" && CUDA_VISIBLE_DEVICES=$g timeout -s INT \
+                "${TESTS_TIMEOUT:-420}" python -m pytest -q -rfxX --tb=short -m gpu "${ids[@]}" \
+                > "$out/gpu_tests_close44_$g.txt" 2>&1) &
+            shards+=($!)
+        done
+        wait "${shards[@]}"
+        for g in 0 1; do echo "-- shard $g ($(wc -l < "$out/shard$g.txt") tests)"; tail -n 12 "$out/gpu_tests_close44_$g.txt"; done
+    fi
     (export CUDA_VISIBLE_DEVICES=0
-     if [ "${TESTS:-1}" = 1 ]; then
-         echo "== test_gpu.py whole, $tree ($(date +%T))"
-         (cd "$tree" && timeout -s INT "${TESTS_TIMEOUT:-570}" python -m pytest -q -rfxX --tb=short -m gpu \
-             tests/test_gpu.py > "$out/gpu_tests_close44.txt" 2>&1); tail -n 25 "$out/gpu_tests_close44.txt"
-     fi
      echo "== A/A level1 0[0-2]* ($(date +%T))"; traced_aa level1 '0[0-2]*' "$t_half" level1_a "$tree"
+     echo "== A/A level3 ($(date +%T))"; traced_aa level3 '*' "$t_three" level3 "$tree"
     ) > "$out/close44_gpu0.txt" 2>&1 &
+    a=$!
     (export CUDA_VISIBLE_DEVICES=1
      echo "== A/A level1 0[3-6]* ($(date +%T))"; traced_aa level1 '0[3-6]*' "$t_half" level1_b "$tree"
      echo "== A/A level2 ($(date +%T))"; traced_aa level2 '*' "$t_two" level2 "$tree"
-     echo "== A/A level3 ($(date +%T))"; traced_aa level3 '*' "$t_three" level3 "$tree"
     ) > "$out/close44_gpu1.txt" 2>&1 &
-    wait
+    b=$!
+    wait $a $b
+    kill $watcher 2>/dev/null
     cat "$out/close44_gpu0.txt" "$out/close44_gpu1.txt"
+    grep -h "at work before this run starts" "$out"/aa_level*.txt | head -n 4
     runs=$(ls -d "$out"/aa_level*/2* 2>/dev/null)
     echo "== the pass ($(date +%T))"
     python scripts/calibration_table.py $runs --tree "$tree" > "$out/close44_table.txt" 2>&1
