@@ -130,6 +130,7 @@ class _Counted:
 
     def __init__(self, readings: list[float]) -> None:
         self.cpu_group = type("G", (), {"seconds": lambda _self: readings.pop(0)})()
+        self.wakes = 0
 
 
 def test_cores_are_judged_in_the_median_sample_where_the_average_is_watered_down():
@@ -160,3 +161,35 @@ def test_cores_are_judged_in_the_median_sample_where_the_average_is_watered_down
                                   "(the reference's executor: 0.98)"]
     assert judged(0.98, 1.05) == [] and judged(0.98, None) == []
     assert len(judged(2.1, 2.0)) == 1 and "on average while awake" in judged(2.1, 2.0)[0]
+
+
+def test_work_done_while_stopped_is_told_from_work_in_the_calls():
+    """A stop lands on a thread only when it returns to user space, so a copy the kernel is doing for a candidate
+    runs on once the parent's clock has stopped it. Its cgroup, read at the end of each call and at the start of
+    the next, counts that work where the worker was not woken in between; more than 2% of its CPU work is
+    `work_while_stopped`. An honest side reads 0.05-0.35% on the 2-core box (the moments before its stop lands)."""
+    from types import SimpleNamespace
+    from harness.run import defenses
+    from harness.run.interleave import Collected
+    # each call: 10 ms of CPU in the call, then 1 ms counted before the next call starts
+    readings = [x for k in range(10) for x in (k * 0.011, k * 0.011 + 0.010)] + [0.110]
+    worker = _Counted(readings)
+    per = cores.PerSample(worker)
+    for k in range(10):
+        per.add(per.begin(), 10.0, counted=k % 2 == 1)            # warm-ups count towards the work too
+    per.finish()
+    assert len(per.ratios) == 5 and per.stopped_share() == round(0.010 / 0.110, 4)
+    woken = cores.PerSample(_Counted([0.0, 0.010, 0.5, 0.51]))     # woken in between (a request): not stopped work
+    woken.add(woken.begin(), 10.0)
+    woken.worker.wakes += 1
+    woken.add(woken.begin(), 10.0)
+    assert woken.stopped_s == 0.0 and abs(woken.in_calls_s - 0.020) < 1e-12 and woken.stopped_share() is None
+
+    def judged(share: float | None, reference: float | None = 0.002) -> list[str]:
+        out = Collected(stopped_work={"candidate": share, "reference": reference})
+        return [r.detail for r in defenses.stopped_work(SimpleNamespace(out=out)).raised]
+    assert judged(0.125) == ["the candidate's processes went on working after the parent's clock had stopped them "
+                             "(a copy or read the kernel was doing for them): 12.5% of its CPU work while timed was "
+                             "done while it was stopped (the reference's executor: 0.2%)"]
+    assert judged(0.0035) == [] and judged(None) == [] and len(judged(0.03, None)) == 1
+    assert judged(0.05, 0.04) == []         # cpu_threads > 1: both sides' pools spin on for a moment after a call

@@ -66,6 +66,9 @@ SCHEDULING_CHANGED = _invalid(
     "scheduling_changed", "a worker's scheduling policy or priority changed while the pair was timed")
 EXTRA_CORES = _invalid(
     "extra_cores", "the candidate's processes used more CPU cores at once while timed than cpu_threads allows")
+WORK_WHILE_STOPPED = _invalid(
+    "work_while_stopped", "the candidate's processes went on working after the parent's clock had stopped them (a "
+                          "copy or read the kernel was doing for them)")
 NOISY = _warning("noisy", "the speedup's 95% CI did not reach the target width within the time cap", ranked=True)
 NO_CUSTOM_KERNEL = _warning(
     "no_custom_kernel", "no GPU kernel from the candidate's own extension or Triton ran in a profiled call",
@@ -85,7 +88,7 @@ HARNESS_WRITE = _warning(
 FLAGS: tuple[Flag, ...] = (
     MUTATES_INPUTS, OUTPUT_CHANGED_UNDER_TIMING, UNSYNCHRONIZED_WORK, TAMPERED_TIMER, FASTER_THAN_PHYSICS,
     OUTPUT_NOT_PLAIN_TENSOR, INTERFERENCE, REDUCED_PRECISION, TIMING_INCONSISTENT, ALIASED_OUTPUT,
-    SCHEDULING_CHANGED, EXTRA_CORES, NOISY, NO_CUSTOM_KERNEL, LITTLE_CUSTOM_WORK, DEGENERATE_PROBLEM, HARNESS_OOM,
+    SCHEDULING_CHANGED, EXTRA_CORES, WORK_WHILE_STOPPED, NOISY, NO_CUSTOM_KERNEL, LITTLE_CUSTOM_WORK, DEGENERATE_PROBLEM, HARNESS_OOM,
     HARNESS_WRITE,
 )
 BY_NAME: dict[str, Flag] = {f.name: f for f in FLAGS}

@@ -200,6 +200,8 @@ class Timing(JsonObject):
     cpu_cores: dict[str, float | None] | Absent = ABSENT        # CPU path: cores each side used while awake
     cpu_cores_counted: str | Absent = ABSENT    # what counted their CPU: "cgroup" or "process tree" (run.cores)
     cpu_cores_median_sample: dict[str, float | None] | Absent = ABSENT   # and in each side's median timed sample
+    cpu_work_while_stopped: dict[str, float | None] | Absent = ABSENT    # each side's share of its CPU work done
+                                                                          # while stopped, outside the clock
 
 
 @dataclass

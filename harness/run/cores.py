@@ -28,6 +28,10 @@ SLACK = 0.25                # cores beyond cpu_threads allowed (the worker's own
 SAMPLE_SLACK = 0.1          # the same for the median sample (a cgroup's microseconds over a clock that brackets the
                             # whole time the side is awake: one thread reads at most 1)
 MIN_SAMPLES = 8             # fewer counted samples than this: no median judged
+MIN_WORK_S = 0.05           # less CPU than this in a side's calls and stops: its share done while stopped not judged
+STOPPED_SHARE = 0.02        # more of the candidate's CPU work than this done while it was stopped, beyond the
+                            # reference's share: work_while_stopped (honest one-thread sides read 0-0.35% on the 2-core
+                            # box; a thread spinning in user space took 1.7-2.5 ms to take its stop there)
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -90,10 +94,20 @@ def source(meters: dict[str, Meter]) -> str | None:
 
 @dataclass
 class PerSample:
-    """One worker's cores in each of its counted timed samples: what its cgroup counted from just before it was
-    woken to just after it was frozen, over the parent's clock around the call (interleave.Interleaver._sample)."""
+    """One worker's CPU in each of its timed samples, and while it was stopped between them. Around every staged call
+    of the rounds (warm-ups too) its cgroup is read just before it is woken (begin) and just after it is frozen
+    (add): a counted sample's CPU over the parent's clock for the call is its cores in that sample
+    (interleave.Interleaver._sample). What the cgroup counted from one call's end to the next one's start, where the
+    worker was not woken in between, is work done while it was stopped: a stop lands on a thread only when it
+    returns to user space, so a copy or read the kernel is doing for it (a long `pread`, glibc's AIO thread, an
+    io_uring worker) runs on outside the clock, and a thread spinning in user space runs until its stop lands (1.7-2.5
+    ms on the 2-core box). An honest one-thread worker, waiting for its next request once it has replied, does next
+    to none."""
     worker: Worker
     ratios: list[float] = field(default_factory=list)
+    in_calls_s: float = 0.0         # CPU counted from each call's begin to its end
+    stopped_s: float = 0.0          # CPU counted between one call's end and the next one's begin, not woken between
+    _end: tuple[float, int] | None = None       # the last call's end: (CPU then, the worker's wakes then)
 
     @classmethod
     def of(cls, worker: Worker) -> "PerSample | None":
@@ -103,18 +117,39 @@ class PerSample:
     def now(self) -> float | None:
         return self.worker.cpu_group.seconds() if self.worker.cpu_group is not None else None
 
-    def add(self, before: float | None, bracket_ms: float) -> None:
-        """A sample whose CPU count was `before` when it began (now()) and whose call the parent's clock read as
-        `bracket_ms`."""
+    def begin(self) -> float | None:
+        """Just before a call wakes the worker: its CPU count now (for add), what it did stopped since the last."""
+        now = self.now()
+        if now is not None and self._end is not None and self._end[1] == self.worker.wakes:
+            self.stopped_s += max(0.0, now - self._end[0])
+        self._end = None
+        return now
+
+    def add(self, before: float | None, bracket_ms: float, counted: bool = True) -> None:
+        """A call whose CPU count was `before` when it began (begin()) and whose call the parent's clock read as
+        `bracket_ms`; `counted`: a counted sample (its cores judged), not a block's warm-up."""
         after = self.now()
-        if before is not None and after is not None and bracket_ms > 0:
+        if before is None or after is None:
+            return
+        self.in_calls_s += after - before
+        self._end = (after, self.worker.wakes)
+        if counted and bracket_ms > 0:
             self.ratios.append((after - before) / (bracket_ms / 1e3))
+
+    def finish(self) -> None:
+        """The rounds are over: what the worker did stopped since its last call counts too."""
+        self.begin()
 
     def median(self) -> float | None:
         """The median sample's cores, or None with fewer than MIN_SAMPLES counted."""
         if len(self.ratios) < MIN_SAMPLES:
             return None
         return round(statistics.median(self.ratios), 3)
+
+    def stopped_share(self) -> float | None:
+        """The share of its CPU work done while stopped, or None under MIN_WORK_S of work in all."""
+        total = self.in_calls_s + self.stopped_s
+        return round(self.stopped_s / total, 4) if total >= MIN_WORK_S else None
 
 
 def excess(cores: float | None, cpu_threads: int, slack: float = SLACK) -> bool:

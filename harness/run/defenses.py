@@ -370,6 +370,22 @@ def cpu_cores(ev: Evidence) -> Verdict:
 
 
 @defense
+def stopped_work(ev: Evidence) -> Verdict:
+    """CPU path: the candidate's processes went on working while stopped between its timed calls, outside the
+    clock (run.cores.PerSample): more than STOPPED_SHARE of its CPU work while timed beyond the reference's
+    executor's share (with cpu_threads > 1 both sides' pools may spin on for a moment after a call)."""
+    verdict = Verdict()
+    shares = (ev.out.stopped_work or {}) if ev.out is not None else {}
+    share, reference = shares.get("candidate"), shares.get("reference")
+    if share is not None and share > cores.STOPPED_SHARE + (reference or 0.0):
+        verdict.flag(flags.WORK_WHILE_STOPPED,
+                     f"{flags.WORK_WHILE_STOPPED.meaning}: {100 * share:.1f}% of its CPU work while timed was done "
+                     f"while it was stopped" + (f" (the reference's executor: {100 * reference:.1f}%)"
+                                                if reference is not None else ""))
+    return verdict
+
+
+@defense
 def timed_outputs(ev: Evidence) -> Verdict:
     """Every timed output read by the trusted side, a few whole, and those against float64."""
     if ev.out is None:
@@ -441,5 +457,5 @@ def physics(ev: Evidence) -> Verdict:
 AFTER_TRIALS: tuple[Check, ...] = (trial_flags, trial_precision)     # a flag these add that invalidates ends
                                                                      # the pair before timing (trial_flags' do not:
                                                                      # the rounds still run, for the record)
-AFTER_ROUNDS: tuple[Check, ...] = (kernels, sample_flags, cpu_cores, timed_outputs, interference, consistency, noisy,
-                                   physics)
+AFTER_ROUNDS: tuple[Check, ...] = (kernels, sample_flags, cpu_cores, stopped_work, timed_outputs, interference,
+                                   consistency, noisy, physics)

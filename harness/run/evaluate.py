@@ -716,6 +716,7 @@ def _timing_record(record: RecordDraft, reference: ReferenceSide, out: Collected
         cpu_threads=pc.cfg.cpu_threads,
         **({"cpu_cores": out.cores, "cpu_cores_counted": out.cores_counted} if out.cores else {}),
         **({"cpu_cores_median_sample": out.sample_cores} if out.sample_cores else {}),
+        **({"cpu_work_while_stopped": out.stopped_work} if out.stopped_work else {}),
         block_samples=t.block_samples, block_warmup=t.block_warmup, profiled_calls=len(out.profiles),
         rounds=main.rounds,
         seconds=round(out.seconds, 3),

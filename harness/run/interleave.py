@@ -70,6 +70,7 @@ class Collected:
     sizes: list = field(default_factory=list)   # timing.sizes all: the other sizes' rounds (harness.run.sizes)
     cores: dict[str, float | None] | None = None   # CPU path: the cores each side used while awake (run.cores)
     sample_cores: dict[str, float | None] | None = None   # and in its median counted sample (cgroup only)
+    stopped_work: dict[str, float | None] | None = None   # each side's share of its CPU work done while stopped
     cores_counted: str | None = None        # what counted them: cores.CGROUP or cores.TREE
 
     def samples(self, variant: str) -> list[float]:
@@ -175,12 +176,12 @@ class Interleaver:
         clock brackets the sample request alone, on both sides; the check comes after the reply, with the
         candidate stopped (trusted.Reader), or from the reference itself."""
         flush_ms = None
-        per_sample = self._per_sample.get(worker) if times is not None else None
-        cpu_before = per_sample.now() if per_sample is not None else None
+        per_sample = self._per_sample.get(worker) if self.staged else None
+        cpu_before = per_sample.begin() if per_sample is not None else None
         if self.staged:
             result, bracket_ms, flush_ms = self._staged_call(worker, side, variant, seed, out)
             if per_sample is not None:                  # the side stopped again: its CPU in this call, over the clock
-                per_sample.add(cpu_before, bracket_ms)
+                per_sample.add(cpu_before, bracket_ms, counted=times is not None)
         else:
             started = parent_clock_ns()               # the parent's clock: out of the workers' reach
             result = worker.sample(variant, seed, self.deadline)
@@ -410,6 +411,9 @@ class Interleaver:
                 out.cores = {side: meter.cores() for side, meter in meters.items()} or None
                 out.cores_counted = cores.source(meters)
                 out.sample_cores = {side: found.median() for side, found in per_sample.items()} or None
+                for found in per_sample.values():
+                    found.finish()
+                out.stopped_work = {side: found.stopped_share() for side, found in per_sample.items()} or None
                 self._per_sample = {}
                 if self.staged:
                     self._staged_end(out)

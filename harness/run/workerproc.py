@@ -386,6 +386,7 @@ class Worker:
         self._stopped: set[int] = set()
         self._woken: set[int] = set()       # what wake() continued: freeze() stops the same
         self._woke_at = time.monotonic()    # it runs from its start
+        self.wakes = 0                      # times it was woken since (cores.PerSample: stopped in between or not)
         try:
             self.sink = LogSink(log_path, out_r)
         except BaseException:
@@ -525,6 +526,7 @@ class Worker:
     def _awake(self) -> None:
         if self._woke_at is None:
             self._woke_at = time.monotonic()
+            self.wakes += 1
 
     def _asleep(self) -> None:
         if self._woke_at is not None:
