@@ -25,8 +25,8 @@ class Activity:
     pids: tuple[int, ...] = ()
 
     def busy(self) -> bool:
-        return bool(self.pids) or (self.utilization_pct or 0) >= BUSY_UTILIZATION_PCT or \
-            (self.memory_used_mib or 0) >= BUSY_MEMORY_MIB
+        return (bool(self.pids) or (self.utilization_pct or 0) >= BUSY_UTILIZATION_PCT
+                or (self.memory_used_mib or 0) >= BUSY_MEMORY_MIB)
 
 
 def _int(text: str) -> int | None:
