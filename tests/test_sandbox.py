@@ -391,3 +391,39 @@ def test_no_landlock_auto_runs_and_require_refuses(tmp_path):
     assert not auto["report"]["filesystem"] and "Landlock unavailable" in auto["report"]["error"]
     required = json.loads(_confined(tmp_path, body, KB_SANDBOX="require").stdout.splitlines()[-1])
     assert "require" in required["refused"] and "Landlock unavailable" in required["refused"]
+
+
+@needs_landlock
+def test_device_ioctls_are_confined_to_the_listed_devices_where_asked(tmp_path):
+    """CPU-path and build workers (device_ioctl=False, Landlock ABI >= 5) may ioctl only the device files the
+    runtime needs: a loop device (whose kernel worker copied for a red team's candidate outside its cgroup) is
+    refused, /dev/null still answers (ENOTTY: it is no terminal, not EACCES). A GPU worker's are left open."""
+    import errno
+    from harness.shared.sandboxprobe import landlock_abi
+    abi, _ = landlock_abi()
+    if abi is None or abi < 5:
+        pytest.skip("Landlock ABI < 5: device ioctls cannot be handled")
+    if not os.path.exists("/dev/loop-control"):
+        pytest.skip("no /dev/loop-control here")
+    body = """
+        import fcntl, termios
+        report = sandbox.confine([str(allowed)], device_ioctl={open_})
+        out = {{"report": report["device_ioctl"]}}
+        for name, path, request in (("loop", "/dev/loop-control", 0x4C82), ("null", "/dev/null", termios.TCGETS)):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                fcntl.ioctl(fd, request, bytes(64) if name == "null" else 0)
+                out[name] = "ok"
+            except OSError as exc:
+                out[name] = exc.errno
+            finally:
+                os.close(fd)
+        print(json.dumps(out))
+    """
+    done = _confined(tmp_path, body.format(open_=False))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {"report": "listed devices only", "loop": errno.EACCES, "null": errno.ENOTTY}, out
+    done = _confined(tmp_path, body.format(open_=True))
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["report"] == "open" and out["loop"] != errno.EACCES, out

@@ -12,10 +12,12 @@ scratch, the reference's state), not other candidates' builds, not the trees, no
 
 How (each where the kernel has it; the worker reports what it actually applied):
   * Landlock (Linux >= 5.13, the ctypes binding below): only write-type accesses are handled (write, truncate,
-    create, remove, rename/link across folders), so reading and executing stay as they were; ioctl on devices is
-    never handled (the CUDA driver drives /dev/nvidia* through ioctl). ABI >= 4: TCP bind and connect are
-    handled with no port allowed (no TCP at all; UDP is not covered); ABI >= 6: no signals to, and no abstract
-    unix sockets of, processes outside the sandbox (the parent, the reference worker, other pairs).
+    create, remove, rename/link across folders), so reading and executing stay as they were. ABI >= 5, on the CPU
+    path's workers and every build worker: ioctl on device files only on the device files above (not a loop
+    device, whose kernel worker would copy for the candidate outside its cgroup); a GPU worker's device ioctls are
+    not handled (the CUDA driver drives /dev/nvidia* through ioctl, not yet tried on a GPU). ABI >= 4: TCP bind and
+    connect are handled with no port allowed (no TCP at all; UDP is not covered); ABI >= 6: no signals to, and no
+    abstract unix sockets of, processes outside the sandbox (the parent, the reference worker, other pairs).
   * PR_SET_NO_NEW_PRIVS: no setuid binary gives the worker or its children more rights.
   * A seccomp filter (harness.worker.treelock): every process it starts stays in its process tree.
   * Without Landlock's network rules (ABI < 4): a new user and network namespace (its only interface, loopback,
@@ -69,7 +71,8 @@ FS_MAKE_BLOCK = 1 << 11
 FS_MAKE_SYM = 1 << 12
 FS_REFER = 1 << 13                      # ABI 2
 FS_TRUNCATE = 1 << 14                   # ABI 3
-FS_FILE_RIGHTS = (1 << 0) | FS_WRITE_FILE | (1 << 2) | FS_TRUNCATE | (1 << 15)   # what a rule on a file may hold
+FS_IOCTL_DEV = 1 << 15                  # ABI 5
+FS_FILE_RIGHTS = (1 << 0) | FS_WRITE_FILE | (1 << 2) | FS_TRUNCATE | FS_IOCTL_DEV   # what a rule on a file may hold
 NET_BIND_TCP = 1 << 0                   # ABI 4
 NET_CONNECT_TCP = 1 << 1
 SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0     # ABI 6
@@ -208,7 +211,8 @@ def confine_worker(role: str, job: dict[str, Any]) -> dict[str, Any]:
         writable.append(os.environ[NCU_TMP_VAR])
     for path in writable:
         os.makedirs(path, exist_ok=True)
-    _applied = confine(writable, require=current == "require", hide=hide, ncu=ports)
+    _applied = confine(writable, require=current == "require", hide=hide, ncu=ports,
+                       device_ioctl=os.environ.get("KB_DEVICE", "cpu") != "cpu")
     _applied["mode"] = current
     _applied["privileges"] = drop_privileges()      # last: the private mount namespace needed CAP_SYS_ADMIN
     _lock_tree(_applied["privileges"])
@@ -307,13 +311,16 @@ def cleanup() -> None:
 
 
 def confine(writable: list[str], require: bool = False, max_abi: int | None = None,
-            hide: list[str] | tuple[str, ...] = (), ncu: range | None = None) -> dict[str, Any]:
+            hide: list[str] | tuple[str, ...] = (), ncu: range | None = None,
+            device_ioctl: bool = True) -> dict[str, Any]:
     """Confine this process (and all it starts from now on) to writing beneath `writable`, the device files above
     and its own /proc/<pid>; no TCP; the folders in `hide` (the run keys) seen empty. `max_abi` pretends the kernel
     has at most that Landlock ABI (tests). `ncu`: the worker runs under Nsight Compute, which talks to it on these
-    TCP ports (the module's docstring: what is relaxed, said in the report's `relaxed`)."""
+    TCP ports (the module's docstring: what is relaxed, said in the report's `relaxed`). `device_ioctl` False (the
+    CPU path's workers and every build worker; Landlock ABI >= 5): ioctl only on the device files above."""
     report: dict[str, Any] = {"mode": "require" if require else "auto", "landlock_abi": None, "filesystem": False,
                               "network": False, "network_via": None, "no_new_privs": False, "scoped": [],
+                              "device_ioctl": "open",
                               "writable": [os.path.realpath(p) for p in writable], "hidden": [], "error": None,
                               "unconfined_threads": _threads() - 1}
     errors: list[str] = []
@@ -347,9 +354,12 @@ def confine(writable: list[str], require: bool = False, max_abi: int | None = No
             errors.append(f"no {'network' if network_ns else 'mount'} namespace: {exc.strerror or exc}")
     if abi is not None:
         try:
-            _landlock(abi, writable, ncu)
+            ioctl = not device_ioctl and abi >= 5
+            _landlock(abi, writable, ncu, ioctl)
             report.update(filesystem=True, scoped=[k for k in _scoped(abi)
                                                    if ncu is None or k != "abstract_unix_socket"])
+            if ioctl:
+                report["device_ioctl"] = "listed devices only"
             if abi >= 4:
                 report.update(network=True, network_via="landlock (TCP)")
         except OSError as exc:
@@ -443,12 +453,17 @@ def _device_paths() -> list[str]:
     return [f"/dev/{n}" for n in names if n in DEVICE_NAMES or n.startswith(DEVICE_PREFIXES)]
 
 
-def _landlock(abi: int, writable: list[str], ncu: range | None = None) -> None:
+def _landlock(abi: int, writable: list[str], ncu: range | None = None, ioctl: bool = False) -> None:
+    """`ioctl` (ABI >= 5): ioctl on device files handled too, allowed on the listed devices only (_device_paths), so
+    that a candidate cannot drive a kernel device to work for it outside its processes: a red team attached the
+    inputs' memfd to a loop device, whose kernel worker copied from it outside the worker's cgroup (CPU time no
+    check counted; 2026-11-29)."""
     create, add, restrict = _numbers()
     scope = (SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0
     if ncu is not None:
         scope &= ~SCOPE_ABSTRACT_UNIX_SOCKET
-    attr = _RulesetAttr(handled_fs(abi), (NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0, scope)
+    handled = handled_fs(abi) | (FS_IOCTL_DEV if ioctl else 0)
+    attr = _RulesetAttr(handled, (NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0, scope)
     size = 8 if abi < 4 else 16 if abi < 6 else 24   # the struct as this ABI knows it
     ruleset = _syscall(create, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     try:
@@ -456,7 +471,7 @@ def _landlock(abi: int, writable: list[str], ncu: range | None = None) -> None:
             if not _add_rule(ruleset, path, _writable_rights(abi), abi):
                 raise OSError(2, f"cannot add a rule for {path}")
         for path in _device_paths():
-            _add_rule(ruleset, path, _device_rights(abi), abi)
+            _add_rule(ruleset, path, _device_rights(abi) | (FS_IOCTL_DEV if ioctl else 0), abi)
         if ncu is not None:
             for path in NCU_LOCK_FILES:
                 if os.path.isfile(path):
