@@ -147,9 +147,9 @@ TREE_SOURCES = {f"{path.parent.parent.name}/{path.parent.name}/{path.stem}": pat
 # Fields added since that run, each documented in the README's record table (compatible: schema_version stays 2).
 ADDED_SINCE = {"correctness": ("fp64",), "timing": ("between_process", "speedup_ci_rounds", "graph_calls",
                                                    "graph_calls_capped", "cpu_cores", "cpu_cores_counted",
-                                                   "cpu_cores_median_sample"),
+                                                   "cpu_cores_median_sample", "cpu_work_while_stopped"),
                "worker": ("memory",),
-               "sandbox": ("privileges",), "build.sandbox": ("privileges",)}
+               "sandbox": ("privileges", "device_ioctl"), "build.sandbox": ("privileges", "device_ioctl")}
 
 
 def _without(record: dict, added: dict) -> dict:

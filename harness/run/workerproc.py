@@ -361,6 +361,7 @@ class Worker:
 
     awake_s = 0.0                           # seconds it was not stopped, until it was last stopped (awake_seconds)
     _woke_at: float | None = None           # since when it runs; None while stopped
+    wakes = 0                               # times it was woken (cores.PerSample: stopped in between or not)
     cpu_group: cpugroup.Group | None = None   # its processes' cgroup, which counts their CPU (harness.run.cores)
 
     def __init__(self, role: str, env: dict[str, str], log_path: Path, wrapper: list[str] | None = None):
@@ -386,7 +387,6 @@ class Worker:
         self._stopped: set[int] = set()
         self._woken: set[int] = set()       # what wake() continued: freeze() stops the same
         self._woke_at = time.monotonic()    # it runs from its start
-        self.wakes = 0                      # times it was woken since (cores.PerSample: stopped in between or not)
         try:
             self.sink = LogSink(log_path, out_r)
         except BaseException:

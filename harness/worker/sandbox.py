@@ -457,7 +457,7 @@ def _landlock(abi: int, writable: list[str], ncu: range | None = None, ioctl: bo
     """`ioctl` (ABI >= 5): ioctl on device files handled too, allowed on the listed devices only (_device_paths), so
     that a candidate cannot drive a kernel device to work for it outside its processes: a red team attached the
     inputs' memfd to a loop device, whose kernel worker copied from it outside the worker's cgroup (CPU time no
-    check counted; 2026-11-29)."""
+    check counted: docs/measurements.md, twenty-fifth session)."""
     create, add, restrict = _numbers()
     scope = (SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0
     if ncu is not None:
