@@ -315,7 +315,7 @@ _started: list[tuple[Path, subprocess.Popen]] = []
 # quiet (exploit_timed_run).
 EXPLOITS_TIMED = ("precompute_at_inputs", "tamper_timer", "patch_sampler", "arena_watcher", "precompute_in_torch",
                   "thread_when_timed", "forge_sample_times", "scale_reports", "patch_reference", "control_plain",
-                  "extra_threads", "autoreap_helper", "reuse_buffer", "dilute_cores")
+                  "extra_threads", "autoreap_helper", "reuse_buffer", "dilute_cores", "kernel_after_stop")
 # GPU-only exploits in the same tree, which exploit_run (the CPU path) leaves out: tests/test_gpu.py runs them
 EXPLOITS_GPU_ONLY = ("cover_window",)
 SHARED_RUN_LEAVES_OUT = {"exploit_run": EXPLOITS_TIMED + EXPLOITS_GPU_ONLY}
