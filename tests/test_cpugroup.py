@@ -167,7 +167,7 @@ def test_work_done_while_stopped_is_told_from_work_in_the_calls():
     """A stop lands on a thread only when it returns to user space, so a copy the kernel is doing for a candidate
     runs on once the parent's clock has stopped it. Its cgroup, read at the end of each call and at the start of
     the next, counts that work where the worker was not woken in between; more than 2% of its CPU work is
-    `work_while_stopped`. An honest side reads 0.05-0.35% on the 2-core box (the moments before its stop lands)."""
+    `work_while_stopped`. An honest one-thread side reads 0-0.39% on the 2-core box."""
     from types import SimpleNamespace
     from harness.run import defenses
     from harness.run.interleave import Collected
