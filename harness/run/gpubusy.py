@@ -10,7 +10,6 @@ saw in run.json (`gpus_busy_at_start`).
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
@@ -54,8 +53,6 @@ def parse(usage: str | None, apps: str | None) -> dict[int, Activity]:
 def read() -> dict[int, Activity]:
     """Every GPU's activity now, by nvidia-smi index; {} without nvidia-smi or where it answers nothing."""
     from harness.run.meta import nvidia_smi
-    if shutil.which("nvidia-smi") is None:
-        return {}
     usage = nvidia_smi(["--query-gpu=index,uuid,utilization.gpu,memory.used", "--format=csv,noheader,nounits"])
     apps = nvidia_smi(["--query-compute-apps=gpu_uuid,pid", "--format=csv,noheader,nounits"])
     return parse(usage, apps)

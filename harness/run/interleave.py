@@ -176,9 +176,9 @@ class Interleaver:
         clock brackets the sample request alone, on both sides; the check comes after the reply, with the
         candidate stopped (trusted.Reader), or from the reference itself."""
         flush_ms = None
-        per_sample = self._per_sample.get(worker) if self.staged else None
-        cpu_before = per_sample.begin() if per_sample is not None else None
         if self.staged:
+            per_sample = self._per_sample.get(worker)
+            cpu_before = per_sample.begin() if per_sample is not None else None
             result, bracket_ms, flush_ms = self._staged_call(worker, side, variant, seed, out)
             if per_sample is not None:                  # the side stopped again: its CPU in this call, over the clock
                 per_sample.add(cpu_before, bracket_ms, counted=times is not None)

@@ -46,14 +46,14 @@ def resolve_slots(cfg: Config, gpu_list: list[dict[str, Any]], gpus_given: bool 
         return "cuda", []                               # the executor's workers' GPUs, not this machine's
     if not gpu_list:
         raise UsageError("--device cuda: no GPU found (nvidia-smi lists none)")
-    names = {g["index"]: g["name"] for g in gpu_list}
-    missing = [g for g in cfg.gpus if g not in names]
+    by_index = {g["index"]: g for g in gpu_list}
+    missing = [g for g in cfg.gpus if g not in by_index]
     if missing:
         setting = os.environ.get("CUDA_VISIBLE_DEVICES")
         numbered = "" if setting is None else f"; CUDA_VISIBLE_DEVICES={setting} numbers the GPUs it names from 0"
-        raise UsageError(f"--gpus: no GPU with index {missing[0]} (found {sorted(names)}{numbered})")
-    machine = {g["index"]: g.get("visible_as") for g in gpu_list}
-    return "cuda", [Slot(f"cuda:{g}", g, names[g], visible_as=machine[g]) for g in cfg.gpus]
+        raise UsageError(f"--gpus: no GPU with index {missing[0]} (found {sorted(by_index)}{numbered})")
+    return "cuda", [Slot(f"cuda:{g}", g, by_index[g]["name"], visible_as=by_index[g].get("visible_as"))
+                    for g in cfg.gpus]
 
 
 def toolchain_for(device: str, cfg: Config, gpu_list: list[dict[str, Any]]) -> Toolchain:

@@ -140,10 +140,10 @@ def export(outs: list) -> list[dict[str, Any]]:
         dtype = str(_dtype(t))
         if dtype not in points.SIZES:
             raise RawReadError(f"cannot read dtype {dtype} from memory")
-        address, handle = _data_ptr(t), ""
-        if _device_outputs and not _is_cuda(t) and _numel(t):
+        address, handle, on_device = _data_ptr(t), "", _is_cuda(t)
+        if _device_outputs and not on_device and _numel(t):
             raise RawReadError(f"output {i} lies in host memory: on the GPU an output must be on the device")
-        if _is_cuda(t) and _numel(t):
+        if on_device and _numel(t):
             if cudadriver.export is None:
                 raise RawReadError("a CUDA output in a worker bound without the CUDA driver")
             raw, base = cudadriver.export(address)

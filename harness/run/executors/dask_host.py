@@ -200,12 +200,11 @@ def local_slot(device: str):
     if not cpus_env and len(cpus) == os.cpu_count():   # an external worker, not pinned: a share no other run holds
         cpus = _external_share()
     from harness.run import meta
-    setting = os.environ.get("CUDA_VISIBLE_DEVICES")
-    found = meta.visible(meta.machine_gpus(), setting)
+    found = meta.gpus()                             # the one CUDA_VISIBLE_DEVICES names
     if found:                                       # named as the machine numbers it: which GPU of the host
         g = found[0]
         return Slot(f"cuda:{g['machine_index']}", g["machine_index"], g["name"], cpus=cpus, visible_as=g["visible_as"])
-    entry = (setting or "0").split(",")[0].strip() or "0"          # not one nvidia-smi lists (a MIG device): as given
+    entry = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"          # not one nvidia-smi lists (a MIG device): as given
     gpu: Any = int(entry) if entry.isdigit() else entry
     return Slot(f"cuda:{gpu}", gpu, None, cpus=cpus, visible_as=entry)
 
