@@ -49,9 +49,11 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURE_TREE = REPO / "tests" / "fixtures" / "tree"
 PARTS = ("start", "trials", "derive_wait", "timing", "checks", "baseline", "close", "executor_close", "total")
 SUBPARTS = ("timing_profile", "timing_switch",      # inside `timing`: profiled calls, stopping/resuming the sides
-            "executor_wait", "executor_attach")     # inside `baseline` (staged GPU path): the executor's Loaded, attach
+            "executor_wait", "executor_attach",     # inside `baseline` (staged GPU path): the executor's Loaded, attach
+            "samples_stage", "samples_call", "samples_read")    # inside `baseline` + `timing`: every sample's parts
 LABELS = {"derive_wait": "derive", "executor_close": "ex close", "timing_profile": "profile", "timing_switch": "switch",
-          "executor_wait": "ex wait", "executor_attach": "ex attach", "reference_setup": "ref setup"}
+          "executor_wait": "ex wait", "executor_attach": "ex attach", "reference_setup": "ref setup",
+          "samples_stage": "stage", "samples_call": "call", "samples_read": "read"}
 BEFORE = ("reference_setup",)                       # before the pair (the problem's reference process), not in total
 UNTIMED_TARGET_S = 3.0     # issues 29 and 44: a pair's untimed part at most 3 s (issue 29: the suite's mean)
 

@@ -97,5 +97,5 @@ def test_an_executor_that_ends_before_it_loaded_is_the_harness_fault_and_is_clos
     worker = _GoneWorker()
     executor = reference_executor.ExecutorClient(worker)
     with pytest.raises(reference_executor.ExecutorFailed, match="exited with code 1"):
-        evaluate._executor_beside(SimpleNamespace(deadline=0.0), executor, None, None, None, {})
+        evaluate._executor_beside(SimpleNamespace(deadline=0.0), executor, None, {})
     assert worker.closed >= 1

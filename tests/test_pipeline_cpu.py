@@ -89,6 +89,9 @@ def test_correct_record_has_correctness_and_timing_details(first_run):
     assert record["build"]["extensions"] == ["fixture_relu_cpp"]
     phases = record["worker"]["phases"]        # the reference's executor closed after the verdict, inside the total
     assert 0 <= phases["executor_close"] < phases["total"] and "executor_wait" not in phases    # (staged GPU only)
+    parts = [phases[f"samples_{part}"] for part in ("stage", "call", "read")]   # every sample's, on the parent's clock
+    assert all(p > 0 for p in parts), phases                                   # (the CPU path stages each sample)
+    assert sum(parts) <= phases["baseline_before"] + phases["timing"] + phases["baseline_after"], phases
 
 
 def test_incorrect_record_says_where(first_run):

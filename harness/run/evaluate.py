@@ -317,7 +317,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
                 if executor is not None:
                     t0 = time.monotonic()
                     sent, executor = executor, None         # the Interleaver holds it from here, or it is closed
-                    before, fell = _executor_beside(inter, sent, candidate, reference, cfg, phases)
+                    before, fell = _executor_beside(inter, sent, candidate, phases)
                     phases["baseline_before"] += time.monotonic() - t0
                 collected = _timed_rounds(candidate, reference, inter, pc, phases, fell)
         except WorkerExit as exc:
@@ -356,6 +356,7 @@ def run_pair(pair: Pair, record: RecordDraft, reference: ReferenceSide, pc: Pair
             phases["executor_close"] = time.monotonic() - t0
         if executor is not None:                # sent, never attached: the pair ended before its rounds
             executor.worker.close()
+        phases.update(inter.spent.phases())     # parts of baseline_before, timing and baseline_after together
         record.worker.phases = {k: round(v, 3) for k, v in phases.items()}
         record.worker.phases["total"] = round(time.monotonic() - started, 3)
         if record.status is not Status.OK:
@@ -402,19 +403,27 @@ def _before_blocks(inter: Interleaver, reference: ReferenceSide, cfg: Config) ->
         return inter.reference_blocks(cfg.timing.baseline_blocks)
 
 
+BESIDE_BLOCKS = 1
+"""The reference's blocks before the rounds on the staged GPU path (_executor_beside). They run beside the candidate's
+live process, so the interference check does not count them (defenses.interference): their one use is the executor's
+warm-up (its first calls: libraries, modules, the arena's first mapping) before the rounds, and one block of
+block_warmup + block_samples calls is that. The two more that `baseline_blocks` (3) gave were 10 staged samples: by
+level 1's baseline phases on an H200 (0.5-3.0 s for 30 samples, twenty-second session), 0.17-1.0 s a pair."""
+
+
 def _executor_beside(inter: Interleaver, executor: reference_executor.ExecutorClient, candidate: CandidateClient,
-                     reference: ReferenceSide, cfg: Config,
                      phases: dict[str, float]) -> tuple[list[float], GraphFallback | None]:
     """The staged GPU path, once the candidate's trials passed: the executor, sent its job just before the candidate
     was, so loaded (and warmed by a call of its own, where the problem is small enough to run it beside the trials:
     ReferenceSide.beside_trials) while the candidate loaded and ran its trials, is attached, and the reference's first
-    blocks run in it, the candidate stopped meanwhile as in the rounds. Its start (the profiler, CUDA, the first
-    call's libraries and modules) is so hidden behind the candidate's instead of added to the pair, and a pair that
-    fails its trials never waits for it. Those blocks run while the candidate is alive (work it left on the device
-    runs on), so they are not a bracket it could not reach: the interference check counts only the `after` blocks
-    there (defenses.interference). Returns their medians, and the capture failure that sends the pair back to cold
-    (the rounds start with it: _timed_rounds). `phases` gets two parts of `baseline_before`: `executor_wait` (for
-    its Loaded, after the trials) and `executor_attach` (its mapping of the arena, the candidate stopped)."""
+    block runs in it (BESIDE_BLOCKS), the candidate stopped meanwhile as in the rounds. Its start (the profiler, CUDA,
+    the first call's libraries and modules) is so hidden behind the candidate's instead of added to the pair, and a
+    pair that fails its trials never waits for it. That block runs while the candidate is alive (work it left on the
+    device runs on), so it is not a bracket the candidate could not reach: the interference check counts only the
+    `after` blocks there (defenses.interference). Returns its median, and the capture failure that sends the pair
+    back to cold (the rounds start with it: _timed_rounds). `phases` gets two parts of `baseline_before`:
+    `executor_wait` (for its Loaded, after the trials) and `executor_attach` (its mapping of the arena, the candidate
+    stopped)."""
     t0 = time.monotonic()
     try:
         reference_executor.loaded(executor, inter.deadline)
@@ -430,7 +439,7 @@ def _executor_beside(inter: Interleaver, executor: reference_executor.ExecutorCl
     inter.candidate_alive(candidate)
     phases["executor_attach"] = time.monotonic() - t1
     try:
-        return inter.reference_blocks(cfg.timing.baseline_blocks), None
+        return inter.reference_blocks(BESIDE_BLOCKS), None
     except GraphFallback as fell:
         return [], fell
     except WorkerExit as exc:

@@ -77,6 +77,23 @@ class Collected:
         return [s for r in self.rounds for s in r.get(variant, [])]
 
 
+@dataclass
+class SampleParts:
+    """Where the parent's time went over every sample of a pair (its reference blocks and its rounds; worker.phases'
+    `samples_*`): the reference staging the inputs (checking the last ones, drawing and writing these: the staged
+    paths), the call (the cache flush, waking the side, its request and reply; unstaged: the whole sample request),
+    and the trusted read of the outputs."""
+    stage: float = 0.0
+    call: float = 0.0
+    read: float = 0.0
+
+    def phases(self) -> dict[str, float]:
+        """worker.phases' keys, where any sample ran."""
+        if not (self.stage or self.call or self.read):
+            return {}
+        return {"samples_stage": self.stage, "samples_call": self.call, "samples_read": self.read}
+
+
 class Interleaver:
     def __init__(self, reference: ReferenceClient, variants: list[str], block: int, samples: SeedStream,
                  checks: SeedStream, deadline: float, warmup: int = 0, profiles: int = 0,
@@ -104,6 +121,7 @@ class Interleaver:
         self.executor: ExecutorClient | None = None     # the reference's executor (harness.run.reference_executor):
                                                         # it runs the eager samples where the reference stages them
         self._executor_threads: dict[int, tuple[int, int]] = {}     # its threads' (nice, policy) when attached
+        self.spent = SampleParts()              # the parent's seconds in each part of every sample (the phases')
 
     # ------------------------------------------------------------ one side at a time
 
@@ -176,6 +194,7 @@ class Interleaver:
         clock brackets the sample request alone, on both sides; the check comes after the reply, with the
         candidate stopped (trusted.Reader), or from the reference itself."""
         flush_ms = None
+        t0, staging = time.perf_counter(), self.spent.stage
         if self.staged:
             per_sample = self._per_sample.get(worker)
             cpu_before = per_sample.begin() if per_sample is not None else None
@@ -186,6 +205,7 @@ class Interleaver:
             started = parent_clock_ns()               # the parent's clock: out of the workers' reach
             result = worker.sample(variant, seed, self.deadline)
             bracket_ms = (parent_clock_ns() - started) / 1e6
+        self.spent.call += time.perf_counter() - t0 - (self.spent.stage - staging)     # less the stage's part
         if result.error:
             raise GraphFallback(side, result.error)
         if not result.ms > 0:
@@ -208,10 +228,12 @@ class Interleaver:
         full = side == CANDIDATE and seed in self.full_seeds
         if self.reader is None:
             raise WorkerExit("protocol", None, "no reader for the outputs")
+        t0 = time.perf_counter()
         if full:                    # whichever side ran this sample's inputs first: the reference recomputes on them
             self.reader.keep(check_seed, seed, slots_for(check_seed, len(result.outputs))[-1])
         checked = self.reader.read(worker, side == CANDIDATE, result, check_seed, full,
                                    stay_stopped=self.staged and (side == CANDIDATE or worker is self.executor))
+        self.spent.read += time.perf_counter() - t0
         if checked.error:
             out.output_errors.append(f"timed call ({side}): {checked.error}")
         out.aliased = out.aliased or checked.aliased
@@ -226,7 +248,9 @@ class Interleaver:
         own CUDA events are, and the parent's clock checks them. The side is stopped at once after its reply, for the
         trusted read (a candidate, or the reference's executor, stays stopped until its next call). Returns the
         sample, the parent's clock around it, and the flush's time."""
+        t0 = time.perf_counter()
         staged = self.stage(m.StageRequest(self._stage_side(worker, side), seed))
+        self.spent.stage += time.perf_counter() - t0
         out.mutated = out.mutated or staged.mutated
         out.changed_after_return = out.changed_after_return or staged.changed_after_return
         if self.on_device:

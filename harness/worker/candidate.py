@@ -120,7 +120,7 @@ def _serve_staged_device(conn: Conn, model, job, device: str) -> None:
     pin_for_timing()
     torch.cuda.synchronize()
     trace("candidate synchronized")                # (a trace may show 0.4-2.6 s to the next line: the parent stops
-                                                   # this process for the executor's `before` blocks as soon as the
+                                                   # this process for the executor's `before` block as soon as the
                                                    # trials pass, and this goes on when it is woken for its first
                                                    # call; docs/measurements.md, twenty-third session)
     torch.cuda.empty_cache()
