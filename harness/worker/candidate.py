@@ -292,7 +292,7 @@ def _exported(outs: list) -> list[dict[str, Any]] | None:
 
 def _in_place(conn: Conn, label: str, j: int, outs: list, exported: list, device: str, defenses: bool) -> bool:
     """Hand trial `j`'s outputs over where they lie (messages.TrialOut) and wait while the reference compares them,
-    this process stopped; with the defenses, whether they changed after the call returned (that wait counts towards
+    this process stopped; with `defenses`, whether they changed after the call returned (that wait counts towards
     the settle time). Anything but `next` from the parent ends the worker."""
     def handed_over() -> None:
         conn.reply(m.TrialOut(label, j, exported))
@@ -306,6 +306,18 @@ def _in_place(conn: Conn, label: str, j: int, outs: list, exported: list, device
     return _changed_after_return(outs, device, handed_over)
 
 
+def _trial_checks(job, first: bool) -> bool:
+    """Whether this process checks a trial of its own (inputs changed by the call, outputs changed after it
+    returned). On the staged GPU path only the first trial: there the reference checks every timed sample's inputs
+    before it writes the next ones, and reads again at the candidate's next stage the output positions it read, with
+    this process stopped (README, Hardening). A check here could be switched off by the candidate, so it only names
+    an honest bug early (`unsynchronized_work` at trial 0 rather than a trial that fails to match), and on every
+    trial it cost about 0.45 s a pair on small problems and 0.6-0.8 s on 2.5 GiB ones (docs/measurements.md,
+    twenty-third session). An output that cannot be handed over where it lies (not in exportable device memory) is
+    checked on every trial: nothing trusted reads it again."""
+    return job.defenses and (first or not job.staged_samples)
+
+
 def _correctness(model, trial_inputs, plan, job, device, conn) -> dict[str, Any]:
     """Every trial of the plan (harness.worker.sizes), labelled with the trial and, away from the main size, its
     size (`trial0@small`). On the GPU each trial's outputs are handed over where they lie and compared by the
@@ -313,9 +325,9 @@ def _correctness(model, trial_inputs, plan, job, device, conn) -> dict[str, Any]
     in exportable device memory), they are written to a file for the reference to read."""
     import torch
     files, mutated, unsynchronized, lazy = [], False, False, False
-    defenses = job.defenses
-    for trial in plan:
+    for n, trial in enumerate(plan):
         j, label = trial.index, trial.label
+        defenses = _trial_checks(job, n == 0)
         name = f"trial {trial.k}" + ("" if trial.size.main else f" at size {trial.size.name!r}")
         work = trial_inputs[j]                         # the call gets these; a copy (or checksum) is the pristine
         if isinstance(trial_inputs, list):
@@ -331,7 +343,7 @@ def _correctness(model, trial_inputs, plan, job, device, conn) -> dict[str, Any]
             exported = _exported(outs) if device != "cpu" else None
             path = "" if exported is not None else _save(outs, job.scratch, label)   # the values as the call
             trace(f"candidate {label} out")                                         # left them
-            if defenses and exported is None:
+            if job.defenses and exported is None:
                 unsynchronized = unsynchronized or _changed_after_return(outs, device)
         except ValueError as exc:                      # not tensors, or a dtype no file can carry
             raise Failed("incorrect", f"{name}: {exc}") from None
