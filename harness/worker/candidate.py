@@ -312,7 +312,7 @@ def _trial_checks(job, first: bool) -> bool:
     before it writes the next ones, and reads again at the candidate's next stage the output positions it read, with
     this process stopped (README, Hardening). A check here could be switched off by the candidate, so it only names
     an honest bug early (`unsynchronized_work` at trial 0 rather than a trial that fails to match), and on every
-    trial it cost about 0.45 s a pair on small problems and 0.6-0.8 s on 2.5 GiB ones (docs/measurements.md,
+    trial it cost about 0.15-0.18 s a pair with five trials and 0.6-0.7 s with fifteen (docs/measurements.md,
     twenty-third session). An output that cannot be handed over where it lies (not in exportable device memory) is
     checked on every trial: nothing trusted reads it again."""
     return job.defenses and (first or not job.staged_samples)
