@@ -42,6 +42,8 @@
 #   close44:   a 2-GPU machine, detached: issue 44 item 8 on one tree (TREE): test_gpu.py in two shards, one per
 #              GPU, then the whole suite's traced staged A/A at the default cap over both GPUs; the pass, the untimed
 #              part a pair (mean, median, how many at most 3 s) and each side's memory over all of it (see the phase)
+#   rest44:    a 2-GPU machine, detached: the level 1 A/A close44 never reached, on TREE; then test_gpu.py in two
+#              shards on IOCTL_TREE (the device ioctl rule on GPU workers) and what its records' sandboxes say
 #   duo23:     a 2-GPU machine, detached: branch issue44-gpu-pending (carried as branch_tree/): its test_gpu.py
 #              whole on GPU 0; on GPU 1 a traced A/A of level 1's 010-029 on the branch and on this tree, back to back
 #   derive44:  one GPU, detached: this tree against old_files/ (harness/worker files put back), back to back:
@@ -1009,6 +1011,51 @@ close44)
     python benchmarks/pair_time.py --from $runs > "$out/close44_untimed.txt" 2>&1; tail -n 1 "$out/close44_untimed.txt"
     python benchmarks/memory.py --from $runs > "$out/close44_memory.txt" 2>&1; tail -n 3 "$out/close44_memory.txt"
     (cd "$out" && tar czf /tmp/close44.tgz aa_level* && rm -rf aa_level*/ && mv /tmp/close44.tgz .)
+    ;;
+rest44)
+    # What close44 left (a 2-GPU machine, detached): the A/A of level 1's problems its 450 s halves never reached
+    # (026-029 on GPU 0, 055-060 on GPU 1) on the same tree (TREE, the carried branch_tree/), then the GPU tests
+    # on IOCTL_TREE (the device ioctl rule on GPU workers) in two shards, one per GPU, each cut at TESTS_TIMEOUT
+    # (200 s), their records kept in $out/runs for the sandbox reports. Put the runs beside close44's to pool them.
+    tree=${TREE:-.}
+    export TEST_RUNS_OUT="$out/runs" AA_CAP=${AA_CAP:-30}
+    (export CUDA_VISIBLE_DEVICES=0
+     echo "== A/A level1 02[6-9]* ($(date +%T))"; traced_aa level1 '02[6-9]*' 200 level1_c "$tree"
+    ) > "$out/rest44_gpu0.txt" 2>&1 &
+    a=$!
+    (export CUDA_VISIBLE_DEVICES=1
+     echo "== A/A level1 05[5-9]* ($(date +%T))"; traced_aa level1 '05[5-9]*' 200 level1_d "$tree"
+     echo "== A/A level1 060* ($(date +%T))"; traced_aa level1 '060*' 60 level1_e "$tree"
+    ) > "$out/rest44_gpu1.txt" 2>&1 &
+    b=$!
+    wait $a $b
+    cat "$out/rest44_gpu0.txt" "$out/rest44_gpu1.txt"
+    (cd "$out" && tar czf /tmp/rest44.tgz aa_level* && rm -rf aa_level*/ && mv /tmp/rest44.tgz .)
+    itree=${IOCTL_TREE:-.}
+    echo "== test_gpu.py in two shards, $itree ($(date +%T))"
+    (cd "$itree" && python -m pytest --collect-only -q -m gpu tests/test_gpu.py 2>/dev/null | grep '::' \
+        > "$out/gpu_test_ids.txt")
+    shards=()
+    for g in 0 1; do
+        awk -v g=$g '(NR - 1) % 2 == g' "$out/gpu_test_ids.txt" > "$out/shard$g.txt"
+        (cd "$itree" && mapfile -t ids < "$out/shard$g.txt" && CUDA_VISIBLE_DEVICES=$g timeout -s INT \
+            "${TESTS_TIMEOUT:-200}" python -m pytest -q -rfxX --tb=short -m gpu "${ids[@]}" \
+            > "$out/gpu_tests_rest44_$g.txt" 2>&1) &
+        shards+=($!)
+    done
+    wait "${shards[@]}"
+    for g in 0 1; do echo "-- shard $g ($(wc -l < "$out/shard$g.txt") tests)"; tail -n 12 "$out/gpu_tests_rest44_$g.txt"; done
+    echo "== the GPU tests' records (their --json lines): device, sandbox.device_ioctl, status"
+    cat "$out"/runs/*.txt 2>/dev/null | grep '^{' | python -c '
+import collections, json, sys
+seen = collections.Counter()
+for line in sys.stdin:
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    seen[(r.get("device"), (r.get("sandbox") or {}).get("device_ioctl"), r.get("status"))] += 1
+for key, n in sorted(seen.items(), key=str): print(n, key)'
     ;;
 duo23)
     # Branch issue44-gpu-pending on a 2-GPU machine, detached (BG="scripts/gpu_check.sh duo23" ... bg), the branch

@@ -395,9 +395,9 @@ def test_no_landlock_auto_runs_and_require_refuses(tmp_path):
 
 @needs_landlock
 def test_device_ioctls_are_confined_to_the_listed_devices_where_asked(tmp_path):
-    """CPU-path and build workers (device_ioctl=False, Landlock ABI >= 5) may ioctl only the device files the
+    """A worker under device_ioctl=False (Landlock ABI >= 5) may ioctl only the device files the
     runtime needs: a loop device (whose kernel worker copied for a red team's candidate outside its cgroup) is
-    refused, /dev/null still answers (ENOTTY: it is no terminal, not EACCES). A GPU worker's are left open."""
+    refused, /dev/null still answers (ENOTTY: it is no terminal, not EACCES). device_ioctl=True leaves them open."""
     import errno
     from harness.shared.sandboxprobe import landlock_abi
     abi, _ = landlock_abi()
@@ -427,3 +427,27 @@ def test_device_ioctls_are_confined_to_the_listed_devices_where_asked(tmp_path):
     done = _confined(tmp_path, body.format(open_=True))
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["report"] == "open" and out["loop"] != errno.EACCES, out
+
+
+@needs_landlock
+def test_every_worker_but_one_under_ncu_gets_the_device_ioctl_rule(tmp_path):
+    """The rule as a worker applies it: on the CPU path and on the GPU alike (the CUDA driver's ioctls go to the
+    listed /dev/nvidia*; test_gpu.py runs its pairs under it), and not under Nsight Compute, whose report says
+    so in `relaxed`."""
+    from harness.shared.sandboxprobe import landlock_abi
+    abi, _ = landlock_abi()
+    if abi is None or abi < 5:
+        pytest.skip("Landlock ABI < 5: device ioctls cannot be handled")
+    body = """
+        report = sandbox.confine_worker("candidate", {"scratch": str(allowed)})
+        print(json.dumps({"ioctl": report["device_ioctl"], "relaxed": report.get("relaxed", [])}))
+    """
+    for device in ("cpu", "cuda"):
+        done = _confined(tmp_path, body, KB_DEVICE=device)
+        assert done.returncode == 0, done.stderr
+        out = json.loads(done.stdout.strip().splitlines()[-1])
+        assert out == {"ioctl": "listed devices only", "relaxed": []}, (device, out)
+    done = _confined(tmp_path, body, KB_DEVICE="cuda", KB_NCU="40000:2", KB_NCU_TMP=str(tmp_path / "ncu"))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["ioctl"] == "open" and "ncu: ioctl on every device file" in out["relaxed"], out

@@ -12,10 +12,10 @@ scratch, the reference's state), not other candidates' builds, not the trees, no
 
 How (each where the kernel has it; the worker reports what it actually applied):
   * Landlock (Linux >= 5.13, the ctypes binding below): only write-type accesses are handled (write, truncate,
-    create, remove, rename/link across folders), so reading and executing stay as they were. ABI >= 5, on the CPU
-    path's workers and every build worker: ioctl on device files only on the device files above (not a loop
-    device, whose kernel worker would copy for the candidate outside its cgroup); a GPU worker's device ioctls are
-    not handled (the CUDA driver drives /dev/nvidia* through ioctl, not yet tried on a GPU). ABI >= 4: TCP bind and
+    create, remove, rename/link across folders), so reading and executing stay as they were. ABI >= 5: ioctl on
+    device files only on the device files above (not a loop device, whose kernel worker would copy for the
+    candidate outside its cgroup; the CUDA driver's ioctls go to /dev/nvidia*, which are listed), except under
+    Nsight Compute (below). ABI >= 4: TCP bind and
     connect are handled with no port allowed (no TCP at all; UDP is not covered); ABI >= 6: no signals to, and no
     abstract unix sockets of, processes outside the sandbox (the parent, the reference worker, other pairs).
   * PR_SET_NO_NEW_PRIVS: no setuid binary gives the worker or its children more rights.
@@ -36,7 +36,8 @@ Under Nsight Compute (`run_eval.py profile`: the parent sets KB_NCU to the port 
 process on, and KB_NCU_TMP to the pair's ncu folder, which is also the TMPDIR that ncu and its injected library
 start with) the same confinement is applied with what ncu's library needs inside the worker and nothing else
 (`relaxed` in the report says what): TCP bind and connect on that port range only (Landlock ABI >= 4), or, below
-ABI 4, no network namespace (ncu reaches its target over loopback); abstract unix sockets not scoped; KB_NCU_TMP
+ABI 4, no network namespace (ncu reaches its target over loopback); abstract unix sockets not scoped; ioctl on
+every device file (not tried under ncu with the rule); KB_NCU_TMP
 and ncu's lock file (/tmp/nsight-compute-lock, where it exists) writable. Threads the injected library started
 before the job arrived stay unconfined (counted in `unconfined_threads`).
 
@@ -211,8 +212,7 @@ def confine_worker(role: str, job: dict[str, Any]) -> dict[str, Any]:
         writable.append(os.environ[NCU_TMP_VAR])
     for path in writable:
         os.makedirs(path, exist_ok=True)
-    _applied = confine(writable, require=current == "require", hide=hide, ncu=ports,
-                       device_ioctl=os.environ.get("KB_DEVICE", "cpu") != "cpu")
+    _applied = confine(writable, require=current == "require", hide=hide, ncu=ports, device_ioctl=ports is not None)
     _applied["mode"] = current
     _applied["privileges"] = drop_privileges()      # last: the private mount namespace needed CAP_SYS_ADMIN
     _lock_tree(_applied["privileges"])
@@ -316,8 +316,8 @@ def confine(writable: list[str], require: bool = False, max_abi: int | None = No
     """Confine this process (and all it starts from now on) to writing beneath `writable`, the device files above
     and its own /proc/<pid>; no TCP; the folders in `hide` (the run keys) seen empty. `max_abi` pretends the kernel
     has at most that Landlock ABI (tests). `ncu`: the worker runs under Nsight Compute, which talks to it on these
-    TCP ports (the module's docstring: what is relaxed, said in the report's `relaxed`). `device_ioctl` False (the
-    CPU path's workers and every build worker; Landlock ABI >= 5): ioctl only on the device files above."""
+    TCP ports (the module's docstring: what is relaxed, said in the report's `relaxed`). `device_ioctl` False (every
+    worker but one under ncu; Landlock ABI >= 5): ioctl only on the device files above."""
     report: dict[str, Any] = {"mode": "require" if require else "auto", "landlock_abi": None, "filesystem": False,
                               "network": False, "network_via": None, "no_new_privs": False, "scoped": [],
                               "device_ioctl": "open",
@@ -339,7 +339,7 @@ def confine(writable: list[str], require: bool = False, max_abi: int | None = No
                                                   ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) == 1
         else:
             errors.append(f"PR_SET_NO_NEW_PRIVS: {os.strerror(ctypes.get_errno())}")
-    relaxed = _ncu_relaxed(ncu, abi, writable) if ncu is not None else []
+    relaxed = _ncu_relaxed(ncu, abi, writable, device_ioctl) if ncu is not None else []
     if relaxed:
         report["relaxed"] = relaxed
     network_ns = (abi is None or abi < 4) and sys.platform.startswith("linux") and ncu is None
@@ -370,10 +370,12 @@ def confine(writable: list[str], require: bool = False, max_abi: int | None = No
     return report
 
 
-def _ncu_relaxed(ports: range, abi: int | None, writable: list[str]) -> list[str]:
+def _ncu_relaxed(ports: range, abi: int | None, writable: list[str], device_ioctl: bool) -> list[str]:
     """What confinement leaves open for Nsight Compute (the report's `relaxed`)."""
     said = [f"ncu: TCP bind/connect on ports {ports.start}-{ports.stop - 1}" if abi is not None and abi >= 4 else
             "ncu: no network namespace (ncu reaches its target over loopback)"]
+    if device_ioctl and abi is not None and abi >= 5:
+        said.append("ncu: ioctl on every device file")
     if abi is not None and abi >= 6:
         said.append("ncu: abstract unix sockets not scoped")
     tmp = os.environ.get(NCU_TMP_VAR)
