@@ -197,6 +197,21 @@ traced_aa() {   # issue 44 item 8: a traced staged A/A (calibrate, one process p
     python benchmarks/memory.py --from "$out"/aa_$4/2* > "$out/memory_$4.txt" 2>&1; tail -n 3 "$out/memory_$4.txt"
 }
 
+gpu_test_shards() {   # tests/test_gpu.py of tree $1 in two shards, one per GPU (CUDA_VISIBLE_DEVICES 0 and 1), each
+    # cut at $2 s, output in $out/gpu_tests_$3_<gpu>.txt; the shards' last lines printed
+    (cd "$1" && python -m pytest --collect-only -q -m gpu tests/test_gpu.py 2>/dev/null | grep '::' \
+        > "$out/gpu_test_ids.txt")
+    local shards=() g
+    for g in 0 1; do
+        awk -v g=$g '(NR - 1) % 2 == g' "$out/gpu_test_ids.txt" > "$out/shard$g.txt"
+        (cd "$1" && mapfile -t ids < "$out/shard$g.txt" && CUDA_VISIBLE_DEVICES=$g timeout -s INT "$2" \
+            python -m pytest -q -rfxX --tb=short -m gpu "${ids[@]}" > "$out/gpu_tests_$3_$g.txt" 2>&1) &
+        shards+=($!)
+    done
+    wait "${shards[@]}"
+    for g in 0 1; do echo "-- shard $g ($(wc -l < "$out/shard$g.txt") tests)"; tail -n 12 "$out/gpu_tests_$3_$g.txt"; done
+}
+
 traced_sels() {   # issue 44 item 8: traced_aa for each "level:glob:timeout" of $1, the runs then as $out/$2.tgz
     local sels=$1 name=$2 sel lvl rest glob secs tag
     set -f; set -- $sels; set +f
@@ -977,18 +992,7 @@ close44)
     watcher=$!
     if [ "${TESTS:-1}" = 1 ]; then
         echo "== test_gpu.py in two shards, $tree ($(date +%T))"
-        (cd "$tree" && python -m pytest --collect-only -q -m gpu tests/test_gpu.py 2>/dev/null | grep '::' \
-            > "$out/gpu_test_ids.txt")
-        shards=()
-        for g in 0 1; do
-            awk -v g=$g '(NR - 1) % 2 == g' "$out/gpu_test_ids.txt" > "$out/shard$g.txt"
-            (cd "$tree" && mapfile -t ids < "$out/shard$g.txt" && CUDA_VISIBLE_DEVICES=$g timeout -s INT \
-                "${TESTS_TIMEOUT:-420}" python -m pytest -q -rfxX --tb=short -m gpu "${ids[@]}" \
-                > "$out/gpu_tests_close44_$g.txt" 2>&1) &
-            shards+=($!)
-        done
-        wait "${shards[@]}"
-        for g in 0 1; do echo "-- shard $g ($(wc -l < "$out/shard$g.txt") tests)"; tail -n 12 "$out/gpu_tests_close44_$g.txt"; done
+        gpu_test_shards "$tree" "${TESTS_TIMEOUT:-420}" close44
     fi
     (export CUDA_VISIBLE_DEVICES=0
      echo "== A/A level1 0[0-2]* ($(date +%T))"; traced_aa level1 '0[0-2]*' "$t_half" level1_a "$tree"
@@ -1033,18 +1037,7 @@ rest44)
     (cd "$out" && tar czf /tmp/rest44.tgz aa_level* && rm -rf aa_level*/ && mv /tmp/rest44.tgz .)
     itree=${IOCTL_TREE:-.}
     echo "== test_gpu.py in two shards, $itree ($(date +%T))"
-    (cd "$itree" && python -m pytest --collect-only -q -m gpu tests/test_gpu.py 2>/dev/null | grep '::' \
-        > "$out/gpu_test_ids.txt")
-    shards=()
-    for g in 0 1; do
-        awk -v g=$g '(NR - 1) % 2 == g' "$out/gpu_test_ids.txt" > "$out/shard$g.txt"
-        (cd "$itree" && mapfile -t ids < "$out/shard$g.txt" && CUDA_VISIBLE_DEVICES=$g timeout -s INT \
-            "${TESTS_TIMEOUT:-200}" python -m pytest -q -rfxX --tb=short -m gpu "${ids[@]}" \
-            > "$out/gpu_tests_rest44_$g.txt" 2>&1) &
-        shards+=($!)
-    done
-    wait "${shards[@]}"
-    for g in 0 1; do echo "-- shard $g ($(wc -l < "$out/shard$g.txt") tests)"; tail -n 12 "$out/gpu_tests_rest44_$g.txt"; done
+    gpu_test_shards "$itree" "${TESTS_TIMEOUT:-200}" rest44
     echo "== the GPU tests' records (their --json lines): device, sandbox.device_ioctl, status"
     cat "$out"/runs/*.txt 2>/dev/null | grep '^{' | python -c '
 import collections, json, sys

@@ -402,9 +402,13 @@ def test_calibration_table_puts_one_pass_together_from_several_runs(tmp_path, ca
     assert "| level1/020_p | abc1234 | 1.0030 | [0.9900, 1.0160] | 1.0020, 1.0040 | 30 | ok |" in out
     assert "20 problems: 20 within" in out and "criteria (>= 95% within, 1.0 inside every CI): hold" in out
     readings = table.readings([first], 0.005)
-    assert table.summary(readings, 0.005)[-1].endswith("do not hold")   # 1.0 outside 020's CI
+    assert table.summary(readings, 0.005)[-2].endswith("do not hold")   # 1.0 outside 020's CI
+    assert table.summary(readings, 0.005)[-1] == "issue 44's criterion (>= 80% within): holds"    # 19 of 20
     one_wide = table.readings([_aa_run(tmp_path, "20261125-000200-cccc", good + [(20, 1.007, [0.99, 1.02])])], 0.005)
-    assert "19 within" in table.summary(one_wide, 0.005)[0] and table.summary(one_wide, 0.005)[-1].endswith(" hold")
+    assert "19 within" in table.summary(one_wide, 0.005)[0] and table.summary(one_wide, 0.005)[-2].endswith(" hold")
+    wide = [(n, 1.001 if n > 5 else 1.008, [0.99, 1.02]) for n in range(1, 21)]     # 15 of 20 within: 75%
+    few = table.readings([_aa_run(tmp_path, "20261125-000300-dddd", wide)], 0.005)
+    assert table.summary(few, 0.005)[-1] == "issue 44's criterion (>= 80% within): does not hold"
     apart = table.against(table.readings([later], 0.005), readings)
     assert apart[0].startswith("against the earlier pass: 0 of 1") and "1.0200 [1.0100, 1.0300] then 1.0030" in apart[1]
     assert table.main([str(tmp_path / "missing")]) == 2
