@@ -979,14 +979,15 @@ close44)
     #   1. the tree's tests/test_gpu.py in two shards, one per GPU, each cut at TESTS_TIMEOUT (420 s; TESTS=0 skips);
     #   2. the whole suite's traced staged A/A at the default cap (`calibrate --processes 1 --compile-modes none`,
     #      AA_CAP 30): GPU 0 level 1's 001-029 then level 3, GPU 1 level 1's 030-060 then level 2, each run cut at
-    #      CLOSE_TIMEOUTS ("level 1's halves, level 2, level 3": "450 400 240");
+    #      CLOSE_TIMEOUTS ("level 1's halves, level 2, level 3": "600 400 240"; at 450 s each half stopped at 25
+    #      pairs, twenty-sixth session);
     #   3. item 8's three figures over all four runs: the A/A pass (calibration_table), the untimed part a pair
     #      (pair_time, pooled: mean, median, how many at most 3 s), each side's memory (memory.py --from).
     # Every phase prints nvidia-smi's two GPUs once a minute into $out/gpu_use.txt: both must be busy.
     tree=${TREE:-.}
     [ -d "$tree" ] || { echo "close44: no $tree here"; exit 2; }
     export TEST_RUNS_OUT="$out/runs" AA_CAP=${AA_CAP:-30}
-    read -r t_half t_two t_three <<< "${CLOSE_TIMEOUTS:-450 400 240}"
+    read -r t_half t_two t_three <<< "${CLOSE_TIMEOUTS:-600 400 240}"
     (while sleep 60; do nvidia-smi --query-gpu=index,utilization.gpu,memory.used,power.draw --format=csv,noheader \
         | tr '\n' ' '; echo " $(date +%T)"; done) > "$out/gpu_use.txt" 2>&1 &
     watcher=$!
