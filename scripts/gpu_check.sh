@@ -42,6 +42,7 @@
 #   close44:   a 2-GPU machine, detached: issue 44 item 8 on one tree (TREE): test_gpu.py in two shards, one per
 #              GPU, then the whole suite's traced staged A/A at the default cap over both GPUs; the pass, the untimed
 #              part a pair (mean, median, how many at most 3 s) and each side's memory over all of it (see the phase)
+#   shards:    a 2-GPU machine: tests/test_gpu.py in two shards, one per GPU (all 30 in about 330 s on two H200s)
 #   rest44:    a 2-GPU machine, detached: the level 1 A/A close44 never reached, on TREE; then test_gpu.py in two
 #              shards on IOCTL_TREE (the device ioctl rule on GPU workers) and what its records' sandboxes say
 #   duo23:     a 2-GPU machine, detached: branch issue44-gpu-pending (carried as branch_tree/): its test_gpu.py
@@ -1016,6 +1017,11 @@ close44)
     python benchmarks/pair_time.py --from $runs > "$out/close44_untimed.txt" 2>&1; tail -n 1 "$out/close44_untimed.txt"
     python benchmarks/memory.py --from $runs > "$out/close44_memory.txt" 2>&1; tail -n 3 "$out/close44_memory.txt"
     (cd "$out" && tar czf /tmp/close44.tgz aa_level* && rm -rf aa_level*/ && mv /tmp/close44.tgz .)
+    ;;
+shards)
+    # a 2-GPU machine: this tree's tests/test_gpu.py in two shards, one per GPU, cut at TESTS_TIMEOUT (420 s)
+    export TEST_RUNS_OUT="$out/runs"
+    gpu_test_shards . "${TESTS_TIMEOUT:-420}" shards
     ;;
 rest44)
     # What close44 left (a 2-GPU machine, detached): the A/A of level 1's problems its 450 s halves never reached
