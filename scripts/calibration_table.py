@@ -7,8 +7,8 @@ store's one reader), keeps one reading per problem (the latest run's, by run id)
 docs/calibration-h200.md's tables (problem, tree, speedup, 95% CI, each process pair's speedup, rounds, verdict)
 and the pass's verdict against issue 8's criteria: |speedup - 1| <= target for at least 95% of problems, and 1.0
 inside every problem's CI (blocked as stricter than one process pair's spread allows: the `spread` line), and against
-issue 44's: within the target for at least 80%. With --against, the same problems' readings in an earlier pass: how many have each
-reading inside the other's CI, and the ones that do not.
+issue 44's: within the target for at least 80%. With --against, the same problems' readings in an earlier pass: how
+many have each reading inside the other's CI, and the ones that do not.
 
     python scripts/calibration_table.py RUN_DIR... [--tree LABEL] [--against RUN_DIR...] [--target 0.005]
 
