@@ -44,7 +44,7 @@ class Sandbox(JsonObject):
     unconfined_threads: int | None = None
     relaxed: list[str] | Absent = ABSENT    # under Nsight Compute (run_eval.py profile): what ncu's library needs
     privileges: dict[str, Any] | Absent = ABSENT    # capabilities and scheduling limits dropped (sandbox.drop_privileges)
-    device_ioctl: str | Absent = ABSENT     # "listed devices only" (CPU path, Landlock ABI >= 5) or "open"
+    device_ioctl: str | Absent = ABSENT     # "listed devices only" (Landlock ABI >= 5, not under ncu) or "open"
 
 
 @dataclass

@@ -312,12 +312,12 @@ def cleanup() -> None:
 
 def confine(writable: list[str], require: bool = False, max_abi: int | None = None,
             hide: list[str] | tuple[str, ...] = (), ncu: range | None = None,
-            device_ioctl: bool = True) -> dict[str, Any]:
+            device_ioctl: bool = False) -> dict[str, Any]:
     """Confine this process (and all it starts from now on) to writing beneath `writable`, the device files above
     and its own /proc/<pid>; no TCP; the folders in `hide` (the run keys) seen empty. `max_abi` pretends the kernel
     has at most that Landlock ABI (tests). `ncu`: the worker runs under Nsight Compute, which talks to it on these
-    TCP ports (the module's docstring: what is relaxed, said in the report's `relaxed`). `device_ioctl` False (every
-    worker but one under ncu; Landlock ABI >= 5): ioctl only on the device files above."""
+    TCP ports (the module's docstring: what is relaxed, said in the report's `relaxed`). `device_ioctl` False (the
+    default, every worker but one under ncu; Landlock ABI >= 5): ioctl only on the device files above."""
     report: dict[str, Any] = {"mode": "require" if require else "auto", "landlock_abi": None, "filesystem": False,
                               "network": False, "network_via": None, "no_new_privs": False, "scoped": [],
                               "device_ioctl": "open",

@@ -204,7 +204,8 @@ def local_slot(device: str):
     if found:                                       # named as the machine numbers it: which GPU of the host
         g = found[0]
         return Slot(f"cuda:{g['machine_index']}", g["machine_index"], g["name"], cpus=cpus, visible_as=g["visible_as"])
-    entry = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"          # not one nvidia-smi lists (a MIG device): as given
+    # not a GPU nvidia-smi lists (a MIG device): as given
+    entry = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
     gpu: Any = int(entry) if entry.isdigit() else entry
     return Slot(f"cuda:{gpu}", gpu, None, cpus=cpus, visible_as=entry)
 
