@@ -90,6 +90,7 @@ def test_exploits_on_the_gpu(tmp_path, staged):
     assert done.returncode == 0, done.stderr
     records = json_records(done.stdout)
     expected = {"gc_steal": "incorrect", "fd_forge": "crashed", "mutate_inputs": "invalid",
+                "mutate_after_first_call": "invalid",     # staged: the reference checks every timed sample's inputs
                 "cache_by_shape": "incorrect", "lazy_after_trials": "invalid", "background_thread": "invalid",
                 "tamper_timer": "invalid", "bf16_precision": "incorrect", "subclass_output": "invalid",
                 "eval_mode_bn": "incorrect", "control_plain": "ok", "control_train_bn": "ok",
